@@ -1,0 +1,69 @@
+"""Shared plumbing for benchmarks: repeat a measurement, take medians, print and save figures.
+
+Benchmarks print figures and never assert timings: a 2-core machine is noisy, so every figure
+is a median over repeats and sits beside a baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Callable
+
+import os
+
+
+def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    parser.add_argument("--repeat", type=int, default=3, help="repeats per measurement (median is reported)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    if extra is not None:
+        extra(parser)
+    return parser.parse_args()
+
+
+def median_of(repeat: int, measure: Callable[[], float]) -> float:
+    """Run `measure` `repeat` times and return the median of what it returns."""
+    return statistics.median(measure() for _ in range(max(1, repeat)))
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    """Nearest-rank percentile (fraction in [0, 1]) of a non-empty list."""
+    ordered = sorted(samples)
+    rank = min(len(ordered) - 1, max(0, int(round(fraction * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+class Stopwatch:
+    def __enter__(self) -> "Stopwatch":
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes: dict | None = None) -> None:
+    """Print figures as an aligned table and, with --json, save them with machine facts."""
+    width = max(len(key) for key in figures)
+    print(f"{name}")
+    for key, value in figures.items():
+        shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+        print(f"  {key:<{width}}  {shown}")
+    if args.json:
+        document = {
+            "benchmark": name,
+            "figures": figures,
+            "notes": notes or {},
+            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+            "repeat": args.repeat,
+        }
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2)
+        print(f"figures written to {args.json}")
