@@ -84,7 +84,10 @@ def murmur2(data: bytes) -> int:
     h = _SEED ^ length
     word_count = length >> 2
     if word_count:
-        words = _WORD_STRUCTS[word_count] if word_count <= _WORD_STRUCTS_CACHED_MAX else struct.Struct(f"<{word_count}I")
+        if word_count <= _WORD_STRUCTS_CACHED_MAX:
+            words = _WORD_STRUCTS[word_count]
+        else:
+            words = struct.Struct(f"<{word_count}I")
         for k in words.unpack_from(data):
             # Java: k *= m; k ^= k >>> 24; k *= m; h *= m; h ^= k -- masked once where it matters.
             k = (k * mix) & 0xFFFFFFFF
