@@ -68,3 +68,18 @@ class FsyncFailed(StorageError):
 
 class LogClosed(StorageError):
     """The log was closed (or the process is stopping) and takes no more work."""
+
+
+class StaleLeaderEpoch(StorageError):
+    """A batch carries a leader epoch older than the latest one this log already holds
+    (epochs never go back along a log: KIP-101). Nothing of it was written."""
+
+    def __init__(self, latest_epoch: int, batch_epoch: int) -> None:
+        super().__init__(f"batch leader epoch {batch_epoch} is older than the log's latest epoch {latest_epoch}")
+        self.latest_epoch = latest_epoch
+        self.batch_epoch = batch_epoch
+
+
+class CorruptState(StorageError):
+    """A durable-state journal fails its checks inside the region that was already flushed.
+    The file is left as it is for an operator; nothing is silently dropped."""
