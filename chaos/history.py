@@ -151,7 +151,12 @@ class ConfigLine(HistoryLine, kw_only=True, omit_defaults=True, gc=False):
     expect_loss: bool = False
 
 
-_OPERATION_KINDS: dict[str, type[HistoryLine]] = {"send": SendLine, "poll": PollLine, "commit": CommitLine, "assign": AssignLine}
+_OPERATION_KINDS: dict[str, type[HistoryLine]] = {
+    "send": SendLine,
+    "poll": PollLine,
+    "commit": CommitLine,
+    "assign": AssignLine,
+}
 _EVENT_KINDS: dict[str, type[HistoryLine]] = {
     "fault": FaultLine,
     "heal": HealLine,
@@ -171,7 +176,9 @@ class _LineHeader(msgspec.Struct, gc=False):
 
 
 _header_decoder = msgspec.json.Decoder(_LineHeader)
-_typed_decoders = {kind: msgspec.json.Decoder(kind) for kind in (*_OPERATION_KINDS.values(), *_EVENT_KINDS.values())}
+_typed_decoders = {
+    kind: msgspec.json.Decoder(kind) for kind in (*_OPERATION_KINDS.values(), *_EVENT_KINDS.values())
+}
 _dict_decoder = msgspec.json.Decoder()
 
 
@@ -234,7 +241,8 @@ def _decode(decoder: msgspec.json.Decoder, raw: bytes | str, line_number: int) -
     try:
         return decoder.decode(raw)
     except msgspec.ValidationError as error:
-        raise MalformedHistory(line_number, f"every line needs a string 'type' and an integer 'time_ns': {error}") from None
+        reason = f"every line needs a string 'type' and an integer 'time_ns': {error}"
+        raise MalformedHistory(line_number, reason) from None
     except msgspec.DecodeError as error:
         raise MalformedHistory(line_number, f"not valid JSON ({error})") from None
 
@@ -309,7 +317,10 @@ class HistoryWriter:
         self._flush_error: BaseException | None = None
         self._stop = threading.Event()
         self._flusher = threading.Thread(
-            target=self._flush_periodically, args=(flush_interval_ms / 1000,), name="history-flusher", daemon=True
+            target=self._flush_periodically,
+            args=(flush_interval_ms / 1000,),
+            name="history-flusher",
+            daemon=True,
         )
         self._flusher.start()
 

@@ -38,11 +38,13 @@ def test_written_lines_read_back_in_order(tmp_path):
     with HistoryWriter(path) as writer:
         writer.write({"type": "config", "time_ns": 0, "seed": 7})
         writer.write(SendLine(type="invoke", f="send", time_ns=1, process="p", topic="t", key="k", value="v"))
-        writer.write_many([{"type": "heal", "time_ns": 2}, {"type": "hygiene", "time_ns": 3, "leftover_shm": []}])
+        writer.write_many([{"type": "heal", "time_ns": 2}, {"type": "hygiene", "time_ns": 3}])
         assert writer.lines_written == 4
     lines = load_history(path)
     assert [line["type"] for line in lines] == ["config", "invoke", "heal", "hygiene"]
-    assert lines[1] == {"type": "invoke", "time_ns": 1, "f": "send", "process": "p", "topic": "t", "key": "k", "value": "v"}
+    assert lines[1] == {
+        "type": "invoke", "time_ns": 1, "f": "send", "process": "p", "topic": "t", "key": "k", "value": "v"
+    }
 
 
 def test_record_stamps_time_since_the_writer_started_from_the_injected_clock(tmp_path):
@@ -157,8 +159,11 @@ def test_a_malformed_line_names_its_line_number(tmp_path, second_line, complaint
 
 def test_a_field_of_the_wrong_type_is_named(tmp_path):
     path = tmp_path / "history.jsonl"
-    path.write_text('{"type": "ok", "f": "send", "time_ns": 1, "process": "p", "topic": "t", "value": "v", "offset": "7"}\n')
-    with pytest.raises(MalformedHistory, match=r"line 1: ok send line: Expected `int \| null`, got `str` - at `\$.offset`"):
+    line = {"type": "ok", "f": "send", "time_ns": 1, "process": "p", "topic": "t", "value": "v",
+            "offset": "7"}
+    path.write_text(json.dumps(line) + "\n")
+    expected = r"line 1: ok send line: Expected `int \| null`, got `str` - at `\$.offset`"
+    with pytest.raises(MalformedHistory, match=expected):
         list(iter_typed_history(path))
     with pytest.raises(MalformedHistory, match=r"\$.offset"):
         typed_line(load_history(path)[0], 1)
@@ -169,7 +174,8 @@ def test_typed_reading_skips_unknown_kinds_but_keeps_line_numbers(tmp_path):
     lines = [
         {"type": "invoke", "f": "subscribe", "time_ns": 1},
         {"type": "weather", "time_ns": 2},
-        {"type": "ok", "f": "commit", "time_ns": 3, "process": "p", "group": "g", "topic": "t", "offsets": {"2": 413}},
+        {"type": "ok", "f": "commit", "time_ns": 3, "process": "p", "group": "g", "topic": "t",
+         "offsets": {"2": 413}},
         {"type": "final-read", "time_ns": 4, "topic": "t", "partition": 0, "entries": [[0, None, "v"]]},
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
