@@ -17,7 +17,8 @@ fields it does not know are ignored, so newer writers stay readable.
   backwards down the file;
 - buffered bytes never exceed `buffer_bytes_max` (a full buffer is written out by the caller) and
   nothing stays buffered longer than about `flush_interval_ms` (a background thread flushes);
-- after `close()` nothing more is written, and every accepted line is in the file.
+- after `close()` nothing more is written, and every accepted line is in the file, or else a
+  write failed (a full disk) and `HistoryError` says so at the next call and at `close()`.
 """
 
 from __future__ import annotations
@@ -370,8 +371,12 @@ class HistoryWriter:
         with self._lock:
             try:
                 self._flush_locked()
-            finally:
                 self._file.close()
+            except OSError as error:  # a full disk at the last flush: report it like any other
+                self._flush_error = self._flush_error or error
+            finally:
+                if not self._file.closed:
+                    self._file.close()
         if self._flush_error is not None:
             raise HistoryError(f"history flush failed: {self._flush_error}") from self._flush_error
 

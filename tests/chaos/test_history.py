@@ -12,6 +12,7 @@ import pytest
 
 from chaos.history import (
     CommitLine,
+    HistoryError,
     FinalReadLine,
     HistoryWriter,
     HistoryWriterClosed,
@@ -198,3 +199,16 @@ def test_a_missing_file_is_unreadable_at_once(tmp_path):
         iter_history(tmp_path / "absent.jsonl")
     with pytest.raises(UnreadableHistory):
         iter_typed_history(Path(tmp_path / "absent.jsonl"))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to make writes fail")
+def test_a_failed_background_flush_is_raised_to_the_next_writer_call_and_at_close():
+    writer = HistoryWriter("/dev/full", flush_interval_ms=10)
+    writer.write({"type": "heal", "time_ns": 1})
+    deadline = time.monotonic() + 5.0
+    with pytest.raises(HistoryError, match="flush failed"):
+        while time.monotonic() < deadline:
+            writer.write({"type": "heal", "time_ns": 2})
+            time.sleep(0.01)
+    with pytest.raises(HistoryError, match="flush failed"):
+        writer.close()
