@@ -1,0 +1,646 @@
+"""The wire contract: every message any railmq actor or client sends, as msgspec Structs.
+
+All messages form one tagged union (the `type` field carries the class name). On the wire a
+message is one ZeroMQ multipart message: frame 0 is the MessagePack encoding of the Struct with
+its bulk fields left empty, and each field named in the class's `PAYLOAD_FIELDS` travels as its
+own frame, in that order, so a megabyte of record batches is never copied through MessagePack.
+`transport/codec.py` does the framing; `docs/protocol.md` documents it for other languages.
+
+Rules this file keeps:
+- every request has a `correlation_id`, echoed by its response;
+- every response has `error` (an `ErrorCode` value, 0 = none) and `error_message` (a sentence);
+- error codes are plain ints on the wire so an unknown future code still decodes;
+- fields are added with defaults, never renamed, so older peers keep decoding.
+
+Internal messages (timers, client commands) are in `INTERNAL_TYPES` and are refused if they
+arrive from the network.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+
+class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
+    """Base of every wire message. `PAYLOAD_FIELDS` name bytes fields sent as separate frames."""
+
+    PAYLOAD_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+
+# --------------------------------------------------------------------------- shared records
+
+
+class TopicConfig(msgspec.Struct, omit_defaults=True, kw_only=True, frozen=True):
+    """Per-topic settings, fixed at creation (Kafka's topic configs, units in the names)."""
+
+    min_insync_replicas: int = 1
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+    retention_bytes: int | None = None
+    segment_bytes: int = 64 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    flush_policy: str = "never"  # "every_batch" | "interval" | "never"
+    flush_interval_ms: int = 1000
+    unclean_leader_election: bool = False
+    batch_bytes_max: int = 8 * 1024 * 1024
+
+
+class ReplicaInfo(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What the coordinator last heard from one replica of a partition."""
+
+    node: int
+    endpoint: str = ""
+    pid: int = 0
+    alive: bool = False
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+
+
+class PartitionState(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """The coordinator's authoritative view of one partition (Kafka's LeaderAndIsr)."""
+
+    topic: str
+    topic_id: int = 0
+    partition: int
+    leader: int = -1  # node id, -1 when offline
+    leader_endpoint: str = ""
+    leader_epoch: int = 0
+    partition_epoch: int = 0  # bumps on every ISR or leader change (KIP-497)
+    replicas: list[int] = []
+    isr: list[int] = []
+    config: TopicConfig = TopicConfig()
+
+
+class PartitionMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
+    partition: int
+    leader: int = -1
+    leader_endpoint: str = ""
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    replicas: list[int] = []
+    isr: list[int] = []
+    replica_info: list[ReplicaInfo] = []
+    error: int = 0
+
+
+class TopicMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
+    name: str
+    topic_id: int = 0
+    error: int = 0
+    error_message: str = ""
+    config: TopicConfig = TopicConfig()
+    partitions: list[PartitionMetadata] = []
+
+
+class EpochEndOffset(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Where a leader epoch ends in the leader's log (KIP-101/KIP-279)."""
+
+    epoch: int
+    end_offset: int
+
+
+class ReplicaAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One replica a node should run (the supervisor reconciles its processes with this list)."""
+
+    topic: str
+    topic_id: int = 0
+    partition: int
+    node: int
+    config: TopicConfig = TopicConfig()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ErrorResponse(Message, kw_only=True):
+    """The reply to a frame that could not be decoded or a message nobody handles here."""
+
+    correlation_id: int = -1
+    error: int
+    error_message: str = ""
+
+
+# --------------------------------------------------------------------------- admin and metadata
+
+
+class CreateTopicRequest(Message, kw_only=True):
+    correlation_id: int
+    name: str
+    partitions: int
+    replication_factor: int = 1
+    config: TopicConfig = TopicConfig()
+
+
+class CreateTopicResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    topic: TopicMetadata | None = None
+
+
+class DeleteTopicRequest(Message, kw_only=True):
+    correlation_id: int
+    name: str
+
+
+class DeleteTopicResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+class CreatePartitionsRequest(Message, kw_only=True):
+    correlation_id: int
+    name: str
+    total_partitions: int
+
+
+class CreatePartitionsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+class MetadataRequest(Message, kw_only=True):
+    correlation_id: int
+    topics: list[str] | None = None  # None: every topic
+
+
+class MetadataResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    topics: list[TopicMetadata] = []
+    group_coordinator_endpoint: str = ""
+    nodes: list[int] = []
+
+
+class InitProducerIdRequest(Message, kw_only=True):
+    correlation_id: int
+
+
+class InitProducerIdResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = 0
+
+
+# --------------------------------------------------------------------------- control plane
+
+
+class ReplicaHeartbeat(Message, kw_only=True):
+    """A replica's proof of life and position, every `replica_heartbeat_interval_ms`."""
+
+    correlation_id: int = 0
+    topic: str
+    topic_id: int = 0
+    partition: int
+    node: int
+    endpoint: str
+    pid: int
+    incarnation: int  # random per process start: a new value means the replica restarted
+    leader_epoch: int = -1  # the epoch this replica last learned
+    partition_epoch: int = -1
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+
+
+class ReplicaHeartbeatResponse(Message, kw_only=True):
+    correlation_id: int = 0
+    error: int = 0
+    error_message: str = ""
+    state: PartitionState | None = None  # set when the replica's view is stale
+    deleted: bool = False  # the topic is gone: the replica should stop
+
+
+class AlterIsrRequest(Message, kw_only=True):
+    """The leader asks the coordinator to change the ISR (KIP-497 AlterPartition)."""
+
+    correlation_id: int
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+    isr_incarnations: list[int] = []  # the incarnation the leader saw fetching, per isr entry
+
+
+class AlterIsrResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    state: PartitionState | None = None
+
+
+class ServiceHeartbeat(Message, kw_only=True):
+    """A non-replica actor (the group coordinator) announcing its endpoint."""
+
+    correlation_id: int = 0
+    role: str
+    endpoint: str
+    pid: int
+    incarnation: int
+
+
+class ServiceHeartbeatResponse(Message, kw_only=True):
+    correlation_id: int = 0
+    error: int = 0
+    error_message: str = ""
+
+
+class NodeAssignmentsRequest(Message, kw_only=True):
+    """The supervisor asks which replicas its nodes should run."""
+
+    correlation_id: int
+    nodes: list[int]
+
+
+class NodeAssignmentsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    replicas: list[ReplicaAssignment] = []
+
+
+class ReplicaExited(Message, kw_only=True):
+    """The supervisor saw a replica process exit: faster than waiting for the session timeout."""
+
+    correlation_id: int = 0
+    topic: str
+    partition: int
+    node: int
+    incarnation: int
+
+
+# --------------------------------------------------------------------------- data plane
+
+
+class ProduceRequest(Message, kw_only=True):
+    PAYLOAD_FIELDS: ClassVar[tuple[str, ...]] = ("batch",)
+
+    correlation_id: int
+    topic: str
+    partition: int
+    acks: int = 1  # 0: no reply, 1: leader appended, -1: all in-sync replicas have it
+    timeout_ms: int = 30_000
+    batch: Any = b""  # one record batch (storage/batch.py), its own frame
+
+
+class ProduceResponse(Message, kw_only=True):
+    correlation_id: int
+    topic: str = ""
+    partition: int = -1
+    error: int = 0
+    error_message: str = ""
+    base_offset: int = -1
+    last_offset: int = -1
+    leader_epoch: int = -1
+    log_start_offset: int = 0
+
+
+class FetchRequest(Message, kw_only=True):
+    correlation_id: int
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int = 1024 * 1024
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    leader_epoch: int = -1  # the epoch the fetcher believes current (KIP-320); -1: unchecked
+    replica: int = -1  # the follower's node id; -1 for consumers
+    last_fetched_epoch: int = -1  # followers: epoch of the last batch they hold (KIP-595 style)
+    incarnation: int = 0  # followers: their process incarnation
+
+
+class FetchResponse(Message, kw_only=True):
+    PAYLOAD_FIELDS: ClassVar[tuple[str, ...]] = ("records",)
+
+    correlation_id: int
+    topic: str = ""
+    partition: int = -1
+    error: int = 0
+    error_message: str = ""
+    high_watermark: int = 0
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    leader_epoch: int = -1
+    diverging_epoch: EpochEndOffset | None = None
+    records: Any = b""  # concatenated whole batches, its own frame
+
+
+class ListOffsetsRequest(Message, kw_only=True):
+    correlation_id: int
+    topic: str
+    partition: int
+    timestamp_ms: int  # -2: earliest, -1: latest (high watermark), otherwise a time
+    leader_epoch: int = -1
+
+
+class ListOffsetsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    offset: int = -1
+    timestamp_ms: int = -1
+    leader_epoch: int = -1
+    log_start_offset: int = 0
+    high_watermark: int = 0
+    log_end_offset: int = 0
+
+
+# --------------------------------------------------------------------------- consumer groups
+# Kafka's classic group protocol: JoinGroup / SyncGroup / Heartbeat / LeaveGroup, with the
+# assignment computed by the group's leader member and relayed by the group coordinator, and
+# committed offsets fenced by generation (KIP-345 static membership via group_instance_id).
+
+
+class GroupProtocol(msgspec.Struct, omit_defaults=True, kw_only=True):
+    name: str  # assignor name: "range" | "round-robin" | "cooperative-sticky"
+    metadata: bytes = b""  # msgpack of actors.assignors.Subscription
+
+
+class GroupMember(msgspec.Struct, omit_defaults=True, kw_only=True):
+    member_id: str
+    group_instance_id: str | None = None
+    metadata: bytes = b""
+
+
+class MemberAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
+    member_id: str
+    assignment: bytes = b""  # msgpack of actors.consumer_member.Assignment
+
+
+class ConsumerAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What a consumer-group leader gives each member (the bytes of MemberAssignment.assignment)."""
+
+    partitions: list[tuple[str, int]] = []
+    user_data: bytes = b""
+
+
+class JoinGroupRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    member_id: str = ""
+    group_instance_id: str | None = None
+    client_id: str = ""
+    session_timeout_ms: int = 10_000
+    rebalance_timeout_ms: int = 300_000
+    protocol_type: str = "consumer"
+    protocols: list[GroupProtocol] = []
+    reason: str = ""
+
+
+class JoinGroupResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    generation: int = -1
+    protocol_name: str = ""
+    leader: str = ""
+    member_id: str = ""
+    members: list[GroupMember] = []  # only for the leader
+
+
+class SyncGroupRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None = None
+    assignments: list[MemberAssignment] = []  # only from the leader
+
+
+class SyncGroupResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    assignment: bytes = b""
+
+
+class HeartbeatRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+class HeartbeatResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+class LeaveGroupRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str = ""
+
+
+class LeaveGroupResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+class OffsetEntry(msgspec.Struct, omit_defaults=True, kw_only=True):
+    topic: str
+    partition: int
+    offset: int  # the next offset to consume (Kafka's convention)
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+    error: int = 0
+
+
+class OffsetCommitRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    generation: int = -1  # -1 with member_id "": an admin commit, only for a group with no members
+    member_id: str = ""
+    group_instance_id: str | None = None
+    offsets: list[OffsetEntry] = []
+
+
+class OffsetCommitResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    offsets: list[OffsetEntry] = []  # per-partition results
+
+
+class OffsetFetchRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    partitions: list[tuple[str, int]] | None = None  # None: every partition with a commit
+
+
+class OffsetFetchResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    offsets: list[OffsetEntry] = []
+
+
+class GroupSummary(msgspec.Struct, omit_defaults=True, kw_only=True):
+    group_id: str
+    kind: str = "classic"  # "classic" | "share"
+    state: str = "Empty"
+    protocol_type: str = "consumer"
+    members: int = 0
+
+
+class ListGroupsRequest(Message, kw_only=True):
+    correlation_id: int
+
+
+class ListGroupsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    groups: list[GroupSummary] = []
+
+
+class MemberDescription(msgspec.Struct, omit_defaults=True, kw_only=True):
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str = ""
+    assignment: list[tuple[str, int]] = []
+    last_heartbeat_ms_ago: int = 0
+    session_timeout_ms: int = 0
+
+
+class DescribeGroupRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+
+
+class DescribeGroupResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    group_id: str = ""
+    kind: str = "classic"
+    state: str = "Dead"
+    protocol_name: str = ""
+    generation: int = -1
+    leader: str = ""
+    members: list[MemberDescription] = []
+    offsets: list[OffsetEntry] = []
+
+
+class DeleteGroupRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+
+
+class DeleteGroupResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+# --------------------------------------------------------------------------- runtime-level
+# Answered by the runtime that drives an actor, not by the actor: counters for operators and
+# tests, and the fault switch the chaos harness uses to cut links without root.
+
+
+class RuntimeStatsRequest(Message, kw_only=True):
+    correlation_id: int
+
+
+class RuntimeStatsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    actor: str = ""
+    pid: int = 0
+    counters: dict[str, int] = {}
+
+
+class LinkFault(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Drop or delay traffic with peers whose endpoint or name starts with one of `peers`."""
+
+    peers: list[str]  # endpoint or actor-name prefixes; "*" matches everyone
+    direction: str = "both"  # "in" | "out" | "both"
+    drop_probability: float = 1.0
+    delay_ms: int = 0
+
+
+class FaultControlRequest(Message, kw_only=True):
+    correlation_id: int
+    links: list[LinkFault] = []  # replaces the runtime's current link faults
+    disk_full: bool = False  # storage writes fail with DISK_FULL
+    fail_next_fsync: bool = False  # the next fsync fails: the actor must crash
+
+
+class FaultControlResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+
+
+# --------------------------------------------------------------------------- internal
+
+
+class TimerFired(Message, kw_only=True):
+    """A timer an actor set has expired (never accepted from the network)."""
+
+    name: str
+
+
+class Stop(Message, kw_only=True):
+    """The runtime is stopping the actor (graceful shutdown); never accepted from the network."""
+
+    reason: str = ""
+
+
+class SendBatch(Message, kw_only=True):
+    """Producer shell -> producer actor: a sealed batch of records for one partition."""
+
+    batch_id: int
+    topic: str
+    partition: int
+    records: list = []  # RecordTuple list (storage/batch.py)
+    first_timestamp_ms: int = 0
+    max_timestamp_ms: int = 0
+    deadline_ns: int = 0  # delivery timeout: fail the batch if not acknowledged by then
+
+
+class RefreshMetadata(Message, kw_only=True):
+    """Client shell -> client actor: fetch metadata for these topics now."""
+
+    topics: list[str] = []
+
+
+class ClientCommand(Message, kw_only=True):
+    """Consumer shell -> consumer actor: an API call (assign, seek, commit, pause, ...)."""
+
+    command: str
+    arguments: dict = {}
+    token: int = 0  # the shell's future to complete, 0 if none
+
+
+INTERNAL_TYPES: frozenset[type] = frozenset({TimerFired, Stop, SendBatch, RefreshMetadata, ClientCommand})
+
+
+def all_message_types() -> list[type[Message]]:
+    """Every concrete message class, in a stable order (for the codec and the docs)."""
+    found: list[type[Message]] = []
+    pending = list(Message.__subclasses__())
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+def wire_message_types() -> list[type[Message]]:
+    return [cls for cls in all_message_types() if cls not in INTERNAL_TYPES]

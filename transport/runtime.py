@@ -1,0 +1,342 @@
+"""The thin shell that drives one actor with real sockets, a real clock and real disks.
+
+One ROUTER socket (bound on 127.0.0.1) receives everything addressed to the actor; one DEALER per
+peer endpoint carries what the actor sends, and the replies to it. The loop is the zguide's:
+poll with a timeout equal to the next timer deadline (never infinite), drain what is readable,
+decode -> handle -> apply effects, then flush any store that effects are waiting on and apply
+those (group commit: one fsync covers every request handled in the same wake-up).
+
+What it never does: decide anything about the protocol. Bad frames are counted and answered with
+an `ErrorResponse`; a broken invariant in the actor (an exception from `handle`) is a programmer
+error and stops the process loudly, so the supervisor restarts it from its durable state.
+
+Clock: actors get wall-clock nanoseconds (`time.time_ns`), because retention and timestamps
+compare against record times written by producers. Timers use the same clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import Any, Callable
+
+import zmq
+
+from actors.effects import AfterFlush, CancelTimer, Crash, Notify, Send, SetTimer, Trace
+from actors.errors import ErrorCode
+from actors.limits import DEFAULT_LIMITS, Limits
+from actors.messages import (
+    ErrorResponse, FaultControlRequest, FaultControlResponse, Message, RuntimeStatsRequest,
+    RuntimeStatsResponse, Stop, TimerFired,
+)
+from transport.codec import Codec, DecodeFailure
+from transport.faults import FaultSwitch
+from transport.timers import Timers
+
+log = logging.getLogger("railmq.runtime")
+
+POLL_TIMEOUT_MAX_MS = 1000  # even with no timer set, wake up this often to notice a dead parent
+
+
+class ActorCrashed(Exception):
+    """The actor asked to stop as if killed (`Crash` effect)."""
+
+
+class Runtime:
+    def __init__(
+        self,
+        actor: Any,
+        *,
+        identity: str,
+        limits: Limits = DEFAULT_LIMITS,
+        context: zmq.Context | None = None,
+        clock: Callable[[], int] = time.time_ns,
+        rng: random.Random | None = None,
+        on_notify: Callable[[str, Any], None] | None = None,
+        on_trace: Callable[[str, dict], None] | None = None,
+        storage_faults: Any = None,
+    ) -> None:
+        self.actor = actor
+        self.identity = identity
+        self.limits = limits
+        self.context = context or zmq.Context.instance()
+        self.clock = clock
+        self.codec = Codec(limits.frame_bytes_max)
+        self.faults = FaultSwitch(rng or random.Random())
+        self.timers = Timers()
+        self.on_notify = on_notify
+        self.on_trace = on_trace
+        self.storage_faults = storage_faults
+        self.counters: dict[str, int] = {}
+        self.endpoint = ""
+        self._router: zmq.Socket | None = None
+        self._dealers: dict[str, zmq.Socket] = {}
+        self._socket_peer: dict[zmq.Socket, str] = {}
+        self._poller = zmq.Poller()
+        self._watched_fds: dict[int, Callable[[], None]] = {}
+        self._pending_flush: list[AfterFlush] = []
+        self._stopping = False
+        self._stopped = False
+
+    # ------------------------------------------------------------------ setup
+
+    def bind(self, port: int = 0) -> str:
+        """Bind the ROUTER on 127.0.0.1 (port 0: any free port) and return the endpoint."""
+        router = self.context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
+        router.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max * 10)
+        router.setsockopt(zmq.RCVHWM, self.limits.peer_send_queue_max * 10)
+        if port:
+            router.bind(f"tcp://127.0.0.1:{port}")
+        else:
+            port = router.bind_to_random_port("tcp://127.0.0.1")
+        self._router = router
+        self._poller.register(router, zmq.POLLIN)
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        return self.endpoint
+
+    def watch_fd(self, fd: int, on_readable: Callable[[], None]) -> None:
+        """Call `on_readable` (in the loop) whenever `fd` is readable: lifelines, wake-up pipes."""
+        self._watched_fds[fd] = on_readable
+        self._poller.register(fd, zmq.POLLIN)
+
+    def request_stop(self) -> None:
+        self._stopping = True
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + amount
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        """Run until `request_stop`; then give the actor its `Stop` and close everything."""
+        try:
+            self.apply(self.actor.start(self.clock()))
+            self._flush_pending()
+            while not self._stopping:
+                self.step()
+            self.run_stop()
+        finally:
+            self.close()
+
+    def run_stop(self) -> None:
+        self.apply(self.actor.handle(Stop(reason="stop requested"), b"", self.clock()))
+        self._flush_pending()
+
+    def step(self) -> None:
+        """One wake-up: poll, drain, fire timers, flush."""
+        self.step_until(None)
+
+    def step_until(self, extra_deadline_ns: int | None, before_sleep: Callable[[], bool] | None = None,
+                   after_sleep: Callable[[], None] | None = None) -> None:
+        """`step` with an extra deadline from the owner and hooks around the poll (client engines)."""
+        timeout_ms = self._poll_timeout_ms(extra_deadline_ns)
+        if timeout_ms > 0 and before_sleep is not None and not before_sleep():
+            timeout_ms = 0
+        ready = self._poller.poll(timeout_ms)
+        if after_sleep is not None:
+            after_sleep()
+        for socket, _ in ready:
+            if isinstance(socket, int):
+                self._watched_fds[socket]()
+            elif socket is self._router:
+                self._drain(socket, from_router=True)
+            else:
+                self._drain(socket, from_router=False)
+        self._fire_due()
+        self._flush_pending()
+
+    def _poll_timeout_ms(self, extra_deadline_ns: int | None = None) -> int:
+        deadline = self.timers.next_deadline()
+        for other in (self.faults.next_release_ns(), extra_deadline_ns):
+            if other is not None and (deadline is None or other < deadline):
+                deadline = other
+        if self._pending_flush:
+            return 0
+        if deadline is None:
+            return POLL_TIMEOUT_MAX_MS
+        remaining_ms = (deadline - self.clock()) / 1e6
+        return int(max(0, min(POLL_TIMEOUT_MAX_MS, remaining_ms + 0.999)))
+
+    def _drain(self, socket: zmq.Socket, *, from_router: bool) -> None:
+        for _ in range(self.limits.runtime_batch_messages_max):
+            try:
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if from_router:
+                sender: str | bytes = frames[0].bytes
+                peer_name = sender.decode("utf-8", "replace")
+                frames = frames[1:]
+            else:
+                sender = peer_name = self._socket_peer[socket]
+            self.count("messages_in")
+            delay = self.faults.inbound(peer_name)
+            if delay is None:
+                self.count("dropped_in_by_fault")
+                continue
+            if delay > 0:
+                self.faults.hold(self.clock() + delay, ("in", sender, frames))
+                continue
+            self._deliver(sender, frames)
+
+    def _deliver(self, sender: str | bytes, frames: list) -> None:
+        try:
+            message = self.codec.decode(frames)
+        except DecodeFailure as failure:
+            self.count(f"decode_error_{failure.code.name.lower()}")
+            if isinstance(sender, bytes):
+                self.send(sender, ErrorResponse(
+                    correlation_id=failure.correlation_id, error=failure.code, error_message=str(failure)))
+            return
+        if isinstance(message, RuntimeStatsRequest):
+            self.send(sender, self._stats(message.correlation_id))
+            return
+        if isinstance(message, FaultControlRequest):
+            self._apply_fault_control(message)
+            self.send(sender, FaultControlResponse(correlation_id=message.correlation_id))
+            return
+        self.apply(self.actor.handle(message, sender, self.clock()))
+
+    def _fire_due(self) -> None:
+        now = self.clock()
+        for direction, target, payload in self.faults.release_due(now):
+            if direction == "in":
+                self._deliver(target, payload)
+            else:
+                self._transmit(target, payload)
+        for name in self.timers.pop_due(now):
+            self.apply(self.actor.handle(TimerFired(name=name), b"", self.clock()))
+
+    # ------------------------------------------------------------------ effects
+
+    def apply(self, effects: list) -> None:
+        for effect in effects:
+            kind = type(effect)
+            if kind is Send:
+                self.send(effect.to, effect.message)
+            elif kind is SetTimer:
+                self.timers.set(effect.name, effect.deadline_ns)
+            elif kind is CancelTimer:
+                self.timers.cancel(effect.name)
+            elif kind is AfterFlush:
+                self._pending_flush.append(effect)
+            elif kind is Trace:
+                self._trace(effect)
+            elif kind is Notify:
+                if self.on_notify is None:
+                    raise AssertionError(f"{self.identity}: Notify effect with no client attached")
+                self.on_notify(effect.kind, effect.payload)
+            elif kind is Crash:
+                log.error("%s crashes on purpose: %s", self.identity, effect.reason)
+                raise ActorCrashed(effect.reason)
+            else:
+                raise AssertionError(f"{self.identity}: unknown effect {effect!r}")
+
+    def _flush_pending(self) -> None:
+        while self._pending_flush:
+            pending, self._pending_flush = self._pending_flush, []
+            flushed: set[int] = set()
+            for effect in pending:
+                if id(effect.store) not in flushed:
+                    effect.store.flush()
+                    flushed.add(id(effect.store))
+                    self.count("flushes")
+            for effect in pending:
+                self.apply(list(effect.effects))
+
+    def _trace(self, effect: Trace) -> None:
+        if self.on_trace is not None:
+            self.on_trace(effect.event, effect.details)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s %s", self.identity, effect.event, effect.details)
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, to: str | bytes, message: Message) -> None:
+        frames = self.codec.encode(message)
+        peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
+        delay = self.faults.outbound(peer_name)
+        if delay is None:
+            self.count("dropped_out_by_fault")
+            return
+        if delay > 0:
+            self.faults.hold(self.clock() + delay, ("out", to, frames))
+            return
+        self._transmit(to, frames)
+
+    def _transmit(self, to: str | bytes, frames: list) -> None:
+        if isinstance(to, bytes):
+            socket = self._router
+            if socket is None:
+                self.count("dropped_out_no_router")
+                return
+            frames = [to, *frames]
+        else:
+            socket = self._dealer(to)
+        try:
+            socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            self.count("messages_out")
+        except zmq.Again:
+            self.count("dropped_out_queue_full")
+
+    def _dealer(self, endpoint: str) -> zmq.Socket:
+        socket = self._dealers.get(endpoint)
+        if socket is not None:
+            return socket
+        if len(self._dealers) >= self.limits.peer_sockets_max:
+            self._close_dealer(next(iter(self._dealers)))
+        socket = self.context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max)
+        socket.setsockopt(zmq.RCVHWM, self.limits.peer_send_queue_max)
+        socket.setsockopt(zmq.RECONNECT_IVL, 50)
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
+        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{len(self._socket_peer)}".encode())
+        socket.connect(endpoint)
+        self._dealers[endpoint] = socket
+        self._socket_peer[socket] = endpoint
+        self._poller.register(socket, zmq.POLLIN)
+        return socket
+
+    def _close_dealer(self, endpoint: str) -> None:
+        socket = self._dealers.pop(endpoint)
+        self._poller.unregister(socket)
+        del self._socket_peer[socket]
+        socket.close(linger=0)
+
+    def forget_peer(self, endpoint: str) -> None:
+        """Drop the socket to a peer (its queued messages go with it)."""
+        if endpoint in self._dealers:
+            self._close_dealer(endpoint)
+
+    # ------------------------------------------------------------------ runtime-level messages
+
+    def _stats(self, correlation_id: int) -> RuntimeStatsResponse:
+        counters = dict(self.counters)
+        counters["timers"] = len(self.timers)
+        counters["peer_sockets"] = len(self._dealers)
+        return RuntimeStatsResponse(
+            correlation_id=correlation_id, actor=self.identity, pid=os.getpid(), counters=counters)
+
+    def _apply_fault_control(self, request: FaultControlRequest) -> None:
+        self.faults.configure(request.links)
+        if self.storage_faults is not None:
+            self.storage_faults(disk_full=request.disk_full, fail_next_fsync=request.fail_next_fsync)
+        self.count("fault_controls")
+
+    def close(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for endpoint in list(self._dealers):
+            self._close_dealer(endpoint)
+        if self._router is not None:
+            self._router.close(linger=0)
+            self._router = None
+
