@@ -1,0 +1,443 @@
+"""The coordinator: the cluster's metadata authority (Kafka's controller), kept off the data path.
+
+It owns topics (create, delete, grow, describe), replica placement across nodes, the directory of
+which replica leads each partition and at which endpoint, replica liveness (heartbeats and a
+session timeout, plus the supervisor's faster "process exited" notice), leader election, and the
+ISR as stored truth. Everything it decides is written to its durable state and flushed before
+anyone hears of it (`AfterFlush`), so a restarted coordinator remembers every topic, epoch and
+ISR. Liveness is soft state: after a restart it waits `coordinator_election_grace_ms` for
+replicas to report before it judges anyone dead.
+
+It never touches a record: producers and consumers talk to partition leaders directly.
+Election rules live in `actors/elections.py`; this module wires them to messages and storage.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
+from actors.elections import PartitionRecord, ReplicaView, check_alter_isr, reconcile
+from actors.errors import ErrorCode
+from actors.limits import DEFAULT_LIMITS, Limits
+from actors.messages import (
+    AlterIsrRequest, AlterIsrResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse,
+    ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
+    MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, PartitionMetadata,
+    PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
+    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, TimerFired, TopicConfig,
+    TopicMetadata,
+)
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+FLUSH_POLICIES = ("every_batch", "interval", "never")
+
+
+class TopicRecord(msgspec.Struct, kw_only=True):
+    name: str
+    topic_id: int
+    config: TopicConfig
+    replicas: list[list[int]]  # per partition, in preference order
+
+
+class Liveness(msgspec.Struct, kw_only=True):
+    endpoint: str
+    pid: int
+    incarnation: int
+    last_seen_ns: int
+    exited: bool = False
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+
+
+PartitionKey = tuple[str, int]
+
+
+class Coordinator:
+    def __init__(self, *, state: Any, nodes: list[int], rng: random.Random,
+                 limits: Limits = DEFAULT_LIMITS, name: str = "coordinator") -> None:
+        self.name = name
+        self.state = state
+        self.nodes = sorted(nodes)
+        self.rng = rng
+        self.limits = limits
+        self.topics: dict[str, TopicRecord] = {}
+        self.partitions: dict[PartitionKey, PartitionRecord] = {}
+        self.liveness: dict[tuple[str, int, int], Liveness] = {}
+        self.services: dict[str, Liveness] = {}
+        self.started_ns = 0
+        self.topic_born_ns: dict[str, int] = {}
+        self._load()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _load(self) -> None:
+        for _, value in self.state.items("topic/"):
+            record = msgspec.convert(value, TopicRecord)
+            self.topics[record.name] = record
+        for key, value in self.state.items("partition/"):
+            _, topic, partition = key.rsplit("/", 2)
+            self.partitions[(topic, int(partition))] = msgspec.convert(value, PartitionRecord, strict=False)
+
+    def start(self, now_ns: int) -> list[Effect]:
+        self.started_ns = now_ns
+        return [SetTimer("liveness", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+
+    def invariants(self) -> None:
+        for (topic, partition), record in self.partitions.items():
+            assert topic in self.topics, f"partition {topic}/{partition} of unknown topic"
+            assert record.isr, f"{topic}/{partition}: the ISR is never empty"
+            replicas = self.topics[topic].replicas[partition]
+            assert set(record.isr) <= set(replicas), f"{topic}/{partition}: ISR outside replicas"
+            assert record.leader == -1 or record.leader in record.isr, (
+                f"{topic}/{partition}: leader {record.leader} outside ISR {record.isr}")
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        match message:
+            case ReplicaHeartbeat():
+                return self._on_replica_heartbeat(message, sender, now_ns)
+            case AlterIsrRequest():
+                return self._on_alter_isr(message, sender, now_ns)
+            case MetadataRequest():
+                return [Send(sender, self._metadata(message, now_ns))]
+            case TimerFired(name="liveness"):
+                return self._on_liveness_tick(now_ns)
+            case ReplicaExited():
+                return self._on_replica_exited(message, now_ns)
+            case ServiceHeartbeat():
+                return self._on_service_heartbeat(message, sender, now_ns)
+            case NodeAssignmentsRequest():
+                return [Send(sender, self._assignments(message))]
+            case CreateTopicRequest():
+                return self._on_create_topic(message, sender, now_ns)
+            case DeleteTopicRequest():
+                return self._on_delete_topic(message, sender)
+            case CreatePartitionsRequest():
+                return self._on_create_partitions(message, sender, now_ns)
+            case InitProducerIdRequest():
+                return self._on_init_producer_id(message, sender)
+            case Stop():
+                self.state.flush()
+                return []
+            case _:
+                return [Send(sender, ErrorResponse(
+                    correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.UNKNOWN_MESSAGE,
+                    error_message=f"the coordinator does not handle {type(message).__name__}"))]
+
+    # ------------------------------------------------------------------ liveness
+
+    def _on_replica_heartbeat(self, beat: ReplicaHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
+        topic = self.topics.get(beat.topic)
+        if topic is None or topic.topic_id != beat.topic_id or beat.partition >= len(topic.replicas):
+            return [Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, deleted=True))]
+        key = (beat.topic, beat.partition, beat.node)
+        previous = self.liveness.get(key)
+        self.liveness[key] = Liveness(
+            endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns,
+            log_start_offset=beat.log_start_offset, log_end_offset=beat.log_end_offset,
+            high_watermark=beat.high_watermark,
+        )
+        effects: list[Effect] = []
+        news = previous is None or previous.incarnation != beat.incarnation or previous.exited
+        if news or (previous is not None and previous.endpoint != beat.endpoint):
+            effects += self._reconcile(beat.topic, beat.partition, now_ns)
+        record = self.partitions[(beat.topic, beat.partition)]
+        stale = (beat.leader_epoch, beat.partition_epoch) != (record.leader_epoch, record.partition_epoch)
+        state = self._partition_state(beat.topic, beat.partition, now_ns) if stale or news else None
+        reply = Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state))
+        return self._after_persist(effects, [reply])
+
+    def _on_replica_exited(self, notice: ReplicaExited, now_ns: int) -> list[Effect]:
+        live = self.liveness.get((notice.topic, notice.partition, notice.node))
+        if live is None or live.incarnation != notice.incarnation or notice.topic not in self.topics:
+            return []
+        live.exited = True
+        return self._after_persist(self._reconcile(notice.topic, notice.partition, now_ns), [])
+
+    def _on_liveness_tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("liveness", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+        changed: list[Effect] = []
+        for topic, partition in sorted(self.partitions):
+            changed += self._reconcile(topic, partition, now_ns)
+        return effects + self._after_persist(changed, [])
+
+    def _is_live(self, live: Liveness | None, now_ns: int) -> bool:
+        return (live is not None and not live.exited
+                and now_ns - live.last_seen_ns <= self.limits.replica_session_timeout_ms * MS)
+
+    def _views(self, topic: str, partition: int, now_ns: int) -> dict[int, ReplicaView]:
+        views = {}
+        for node in self.topics[topic].replicas[partition]:
+            live = self.liveness.get((topic, partition, node))
+            if live is not None:
+                views[node] = ReplicaView(self._is_live(live, now_ns), live.incarnation, live.log_end_offset)
+        return views
+
+    def _settled(self, topic: str, now_ns: int) -> bool:
+        """Judge nobody during the grace period after a restart or a topic's creation."""
+        grace_ns = self.limits.coordinator_election_grace_ms * MS
+        born = self.topic_born_ns.get(topic, 0)
+        return now_ns - self.started_ns >= grace_ns and now_ns - born >= self.limits.replica_session_timeout_ms * MS
+
+    def _reconcile(self, topic: str, partition: int, now_ns: int) -> list[Effect]:
+        """Run the election rules; persist and announce any change. Returns effects to apply
+        after the state is flushed (the caller wraps them with `_after_persist`)."""
+        if not self._settled(topic, now_ns):
+            return []
+        record = self.partitions[(topic, partition)]
+        decision = reconcile(
+            record, self.topics[topic].replicas[partition], self._views(topic, partition, now_ns),
+            unclean_allowed=self.topics[topic].config.unclean_leader_election,
+        )
+        if decision is None:
+            return []
+        self._store_partition(topic, partition, decision.record)
+        effects: list[Effect] = [
+            Trace(event, {"topic": topic, "partition": partition, **details}) for event, details in decision.events
+        ]
+        return effects + self._announce(topic, partition, now_ns)
+
+    def _announce(self, topic: str, partition: int, now_ns: int) -> list[Effect]:
+        """Push the new partition state to every live replica (they also pull it by heartbeat)."""
+        state = self._partition_state(topic, partition, now_ns)
+        effects: list[Effect] = []
+        for node in self.topics[topic].replicas[partition]:
+            live = self.liveness.get((topic, partition, node))
+            if self._is_live(live, now_ns):
+                effects.append(Send(live.endpoint, ReplicaHeartbeatResponse(state=state)))
+        return effects
+
+    def _after_persist(self, announcements: list[Effect], replies: list[Effect]) -> list[Effect]:
+        """Everything that reveals a decision waits for the state file to be durable."""
+        if not announcements:
+            return replies
+        traces = [effect for effect in announcements if isinstance(effect, Trace)]
+        sends = [effect for effect in announcements if not isinstance(effect, Trace)]
+        return traces + [AfterFlush(self.state, tuple(sends + replies))]
+
+    # ------------------------------------------------------------------ ISR changes
+
+    def _on_alter_isr(self, request: AlterIsrRequest, sender: Any, now_ns: int) -> list[Effect]:
+        key = (request.topic, request.partition)
+        record = self.partitions.get(key)
+        if record is None:
+            return [Send(sender, AlterIsrResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"no partition {request.topic}/{request.partition}"))]
+        outcome = check_alter_isr(
+            record, self.topics[request.topic].replicas[request.partition], request.leader,
+            request.leader_epoch, request.partition_epoch, request.isr, request.isr_incarnations,
+            self._views(request.topic, request.partition, now_ns),
+        )
+        if isinstance(outcome, tuple):
+            code, text = outcome
+            return [Send(sender, AlterIsrResponse(
+                correlation_id=request.correlation_id, error=code, error_message=text,
+                state=self._partition_state(request.topic, request.partition, now_ns)))]
+        self._store_partition(request.topic, request.partition, outcome)
+        trace = Trace("isr-changed", {"topic": request.topic, "partition": request.partition,
+                                      "isr": list(outcome.isr), "previous_isr": list(record.isr), "by": "leader"})
+        state = self._partition_state(request.topic, request.partition, now_ns)
+        reply = Send(sender, AlterIsrResponse(correlation_id=request.correlation_id, state=state))
+        return [trace, AfterFlush(self.state, (reply,))]
+
+    # ------------------------------------------------------------------ services
+
+    def _on_service_heartbeat(self, beat: ServiceHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
+        self.services[beat.role] = Liveness(
+            endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns)
+        return [Send(sender, ServiceHeartbeatResponse(correlation_id=beat.correlation_id))]
+
+    def _service_endpoint(self, role: str, now_ns: int) -> str:
+        live = self.services.get(role)
+        return live.endpoint if self._is_live(live, now_ns) else ""
+
+    # ------------------------------------------------------------------ topics
+
+    def _on_create_topic(self, request: CreateTopicRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self._check_new_topic(request)
+        if problem is not None:
+            code, text = problem
+            return [Send(sender, CreateTopicResponse(
+                correlation_id=request.correlation_id, error=code, error_message=text))]
+        start = self.rng.randrange(len(self.nodes))
+        replicas = place_replicas(self.nodes, 0, request.partitions, request.replication_factor, start)
+        record = TopicRecord(name=request.name, topic_id=self.rng.getrandbits(62) + 1,
+                             config=request.config, replicas=replicas)
+        self.topics[request.name] = record
+        self.topic_born_ns[request.name] = now_ns
+        self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
+        for partition, placed in enumerate(replicas):
+            self._store_partition(request.name, partition, PartitionRecord(leader=placed[0], isr=list(placed)))
+        reply = CreateTopicResponse(correlation_id=request.correlation_id,
+                                    topic=self._topic_metadata(request.name, now_ns))
+        trace = Trace("topic-created", {"topic": request.name, "partitions": request.partitions,
+                                        "replication_factor": request.replication_factor})
+        return [trace, AfterFlush(self.state, (Send(sender, reply),))]
+
+    def _check_new_topic(self, request: CreateTopicRequest) -> tuple[ErrorCode, str] | None:
+        limits = self.limits
+        if not TOPIC_NAME.match(request.name) or len(request.name) > limits.topic_name_length_max \
+                or request.name in (".", ".."):
+            return ErrorCode.INVALID_REQUEST, (
+                f"topic name {request.name!r} must be 1-{limits.topic_name_length_max} characters of "
+                "letters, digits, '.', '_' or '-'")
+        if request.name in self.topics:
+            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
+        if len(self.topics) >= limits.topics_max:
+            return ErrorCode.INVALID_REQUEST, f"the cluster holds its maximum of {limits.topics_max} topics"
+        if not 1 <= request.partitions <= limits.partitions_per_topic_max:
+            return ErrorCode.INVALID_PARTITIONS, (
+                f"partitions must be 1..{limits.partitions_per_topic_max}, got {request.partitions}")
+        if not 1 <= request.replication_factor <= len(self.nodes):
+            return ErrorCode.INVALID_REPLICATION_FACTOR, (
+                f"replication factor {request.replication_factor} needs 1..{len(self.nodes)} nodes")
+        return check_topic_config(request.config, request.replication_factor)
+
+    def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:
+        record = self.topics.pop(request.name, None)
+        if record is None:
+            return [Send(sender, DeleteTopicResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"topic {request.name!r} does not exist"))]
+        self.state.delete(f"topic/{request.name}")
+        for partition in range(len(record.replicas)):
+            self.partitions.pop((request.name, partition), None)
+            self.state.delete(f"partition/{request.name}/{partition}")
+        for key in [key for key in self.liveness if key[0] == request.name]:
+            del self.liveness[key]
+        reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
+        return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
+
+    def _on_create_partitions(self, request: CreatePartitionsRequest, sender: Any, now_ns: int) -> list[Effect]:
+        record = self.topics.get(request.name)
+        current = len(record.replicas) if record else 0
+        if record is None:
+            code, text = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {request.name!r} does not exist"
+        elif not current < request.total_partitions <= self.limits.partitions_per_topic_max:
+            code, text = ErrorCode.INVALID_PARTITIONS, (
+                f"topic {request.name!r} has {current} partitions; the new total must be larger "
+                f"and at most {self.limits.partitions_per_topic_max}")
+        else:
+            code, text = ErrorCode.NONE, ""
+        if code != ErrorCode.NONE:
+            return [Send(sender, CreatePartitionsResponse(
+                correlation_id=request.correlation_id, error=code, error_message=text))]
+        added = place_replicas(self.nodes, current, request.total_partitions - current,
+                               len(record.replicas[0]), self.rng.randrange(len(self.nodes)))
+        record.replicas.extend(added)
+        self.topic_born_ns[request.name] = now_ns
+        self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
+        for offset, placed in enumerate(added):
+            self._store_partition(request.name, current + offset, PartitionRecord(leader=placed[0], isr=list(placed)))
+        reply = Send(sender, CreatePartitionsResponse(correlation_id=request.correlation_id))
+        return [Trace("partitions-created", {"topic": request.name, "total": request.total_partitions}),
+                AfterFlush(self.state, (reply,))]
+
+    def _on_init_producer_id(self, request: InitProducerIdRequest, sender: Any) -> list[Effect]:
+        producer_id = int(self.state.get("producer-id/next", 1))
+        self.state.put("producer-id/next", producer_id + 1)
+        reply = InitProducerIdResponse(correlation_id=request.correlation_id, producer_id=producer_id)
+        return [AfterFlush(self.state, (Send(sender, reply),))]
+
+    def _store_partition(self, topic: str, partition: int, record: PartitionRecord) -> None:
+        self.partitions[(topic, partition)] = record
+        self.state.put(f"partition/{topic}/{partition}", msgspec.to_builtins(record))
+
+    # ------------------------------------------------------------------ views
+
+    def _partition_state(self, topic: str, partition: int, now_ns: int) -> PartitionState:
+        record = self.partitions[(topic, partition)]
+        topic_record = self.topics[topic]
+        return PartitionState(
+            topic=topic, topic_id=topic_record.topic_id, partition=partition, leader=record.leader,
+            leader_endpoint=self._leader_endpoint(topic, partition, record, now_ns),
+            leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
+            replicas=list(topic_record.replicas[partition]), isr=list(record.isr), config=topic_record.config,
+        )
+
+    def _leader_endpoint(self, topic: str, partition: int, record: PartitionRecord, now_ns: int) -> str:
+        if record.leader < 0:
+            return ""
+        live = self.liveness.get((topic, partition, record.leader))
+        return live.endpoint if self._is_live(live, now_ns) else ""
+
+    def _topic_metadata(self, name: str, now_ns: int) -> TopicMetadata:
+        record = self.topics[name]
+        partitions = []
+        for partition, replicas in enumerate(record.replicas):
+            state = self.partitions[(name, partition)]
+            info = []
+            for node in replicas:
+                live = self.liveness.get((name, partition, node))
+                info.append(ReplicaInfo(node=node) if live is None else ReplicaInfo(
+                    node=node, endpoint=live.endpoint, pid=live.pid, alive=self._is_live(live, now_ns),
+                    log_start_offset=live.log_start_offset, log_end_offset=live.log_end_offset,
+                    high_watermark=live.high_watermark))
+            endpoint = self._leader_endpoint(name, partition, state, now_ns)
+            partitions.append(PartitionMetadata(
+                partition=partition, leader=state.leader, leader_endpoint=endpoint,
+                leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
+                replicas=list(replicas), isr=list(state.isr), replica_info=info,
+                error=ErrorCode.NONE if endpoint else ErrorCode.LEADER_NOT_AVAILABLE,
+            ))
+        return TopicMetadata(name=name, topic_id=record.topic_id, config=record.config, partitions=partitions)
+
+    def _metadata(self, request: MetadataRequest, now_ns: int) -> MetadataResponse:
+        names = sorted(self.topics) if request.topics is None else request.topics
+        topics = [
+            self._topic_metadata(name, now_ns) if name in self.topics else TopicMetadata(
+                name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"topic {name!r} does not exist")
+            for name in names
+        ]
+        return MetadataResponse(
+            correlation_id=request.correlation_id, topics=topics, nodes=list(self.nodes),
+            group_coordinator_endpoint=self._service_endpoint("group-coordinator", now_ns),
+        )
+
+    def _assignments(self, request: NodeAssignmentsRequest) -> NodeAssignmentsResponse:
+        wanted = set(request.nodes)
+        replicas = [
+            ReplicaAssignment(topic=name, topic_id=record.topic_id, partition=partition, node=node, config=record.config)
+            for name, record in sorted(self.topics.items())
+            for partition, placed in enumerate(record.replicas)
+            for node in placed if node in wanted
+        ]
+        return NodeAssignmentsResponse(correlation_id=request.correlation_id, replicas=replicas)
+
+
+def place_replicas(nodes: list[int], first_partition: int, count: int, replication_factor: int,
+                   start: int) -> list[list[int]]:
+    """Spread leaders round-robin from a random start; followers are the next nodes in order."""
+    total = len(nodes)
+    return [
+        [nodes[(start + partition + offset) % total] for offset in range(replication_factor)]
+        for partition in range(first_partition, first_partition + count)
+    ]
+
+
+def check_topic_config(config: TopicConfig, replication_factor: int) -> tuple[ErrorCode, str] | None:
+    if not 1 <= config.min_insync_replicas <= replication_factor:
+        return ErrorCode.INVALID_CONFIG, (
+            f"min_insync_replicas {config.min_insync_replicas} must be 1..{replication_factor}")
+    if config.flush_policy not in FLUSH_POLICIES:
+        return ErrorCode.INVALID_CONFIG, f"flush_policy must be one of {', '.join(FLUSH_POLICIES)}"
+    positive = {"segment_bytes": config.segment_bytes, "segment_ms": config.segment_ms,
+                "flush_interval_ms": config.flush_interval_ms, "batch_bytes_max": config.batch_bytes_max}
+    for name, value in positive.items():
+        if value <= 0:
+            return ErrorCode.INVALID_CONFIG, f"{name} must be positive, got {value}"
+    for name, value in {"retention_ms": config.retention_ms, "retention_bytes": config.retention_bytes}.items():
+        if value is not None and value <= 0:
+            return ErrorCode.INVALID_CONFIG, f"{name} must be positive or unset, got {value}"
+    return None

@@ -1,0 +1,105 @@
+"""Idempotent-producer bookkeeping on the broker (Kafka's ProducerStateManager, KIP-98).
+
+An idempotent producer stamps each batch with (producer id, producer epoch, base sequence). The
+partition leader remembers, per producer id, the last few batches it appended, so a retried
+batch (the producer timed out, the ack was lost) is recognised and answered with its original
+offsets instead of being written twice. Followers rebuild the same table from the batches they
+replicate, so a new leader after a failover still recognises retries.
+
+Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer (Kafka's 5, which
+is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
+retention are unknown again. Exactly-once stops here: it is about the broker's log, not about
+side effects a consumer performs (see docs/delivery.md).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from actors.errors import ErrorCode
+
+BATCHES_REMEMBERED_MAX = 5
+PRODUCERS_MAX = 100_000  # producer ids remembered per partition; the oldest is forgotten first
+
+
+class BatchMark(NamedTuple):
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+
+
+class ProducerEntry:
+    __slots__ = ("epoch", "batches")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.batches: deque[BatchMark] = deque(maxlen=BATCHES_REMEMBERED_MAX)
+
+
+class Verdict(NamedTuple):
+    """What to do with an incoming batch: append it, answer it as a duplicate, or refuse it."""
+
+    error: ErrorCode
+    message: str = ""
+    duplicate_of: BatchMark | None = None
+
+
+APPEND = Verdict(ErrorCode.NONE)
+
+
+class ProducerStateTable:
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int) -> Verdict:
+        if producer_id < 0:
+            return APPEND
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return APPEND  # a new producer (or one retention forgot): accept its first batch
+        if producer_epoch < entry.epoch:
+            return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH,
+                           f"producer {producer_id} epoch {producer_epoch} is older than {entry.epoch}")
+        if producer_epoch > entry.epoch:
+            return APPEND if base_sequence == 0 else Verdict(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"a new producer epoch must start at sequence 0, got {base_sequence}")
+        last_sequence = base_sequence + record_count - 1
+        for mark in entry.batches:
+            if mark.base_sequence == base_sequence and mark.last_sequence == last_sequence:
+                return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch", mark)
+        expected = entry.batches[-1].last_sequence + 1 if entry.batches else 0
+        if base_sequence != expected:
+            return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                           f"producer {producer_id} sent sequence {base_sequence}, expected {expected}")
+        return APPEND
+
+    def record(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int,
+               base_offset: int) -> None:
+        """Remember an appended batch (leader after append; follower after replication)."""
+        if producer_id < 0:
+            return
+        entry = self._producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            if entry is None and len(self._producers) >= PRODUCERS_MAX:
+                del self._producers[next(iter(self._producers))]
+            entry = ProducerEntry(producer_epoch)
+            self._producers[producer_id] = entry
+        entry.batches.append(BatchMark(base_sequence, base_sequence + record_count - 1,
+                                       base_offset, base_offset + record_count - 1))
+
+    def truncate(self, end_offset: int) -> None:
+        """Forget batches at or past `end_offset` (the log was truncated there)."""
+        for producer_id in list(self._producers):
+            entry = self._producers[producer_id]
+            kept = [mark for mark in entry.batches if mark.last_offset < end_offset]
+            if not kept:
+                del self._producers[producer_id]
+                continue
+            entry.batches.clear()
+            entry.batches.extend(kept)

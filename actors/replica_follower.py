@@ -1,0 +1,143 @@
+"""The follower role of a partition replica: a long-polling fetch loop from the leader.
+
+One fetch is in flight at a time, carrying the follower's log end offset, the epoch of its last
+batch and the leader epoch it believes current. The leader answers with whole batches (offsets
+kept), its high watermark, or a diverging epoch when the follower's tail does not match its log.
+
+Truncation is by leader epoch (KIP-101/KIP-279), never by high watermark alone: told that epoch
+E ends at offset O in the leader's log, the follower truncates to min(O, where E ends in its own
+log) and asks again with its new last epoch, until the logs agree. A fetch that the follower
+makes next tells the leader what the follower holds, so with `flush_policy=every_batch` the next
+fetch waits for the flush: the leader never counts bytes a follower could still lose.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from actors.actor import MS
+from actors.effects import AfterFlush, CancelTimer, Effect, Send, SetTimer, Trace
+from actors.errors import ErrorCode
+from actors.messages import FetchRequest, FetchResponse
+from storage.batch import iter_batches
+from storage.errors import CorruptBatch, OutOfOrderBatch, StorageError, StorageFull
+
+if TYPE_CHECKING:
+    from actors.partition_replica import PartitionReplica
+
+RETRY_BACKOFF_MS = 50
+DISK_FULL_BACKOFF_MS = 1000
+
+
+class FollowerRole:
+    def __init__(self, replica: "PartitionReplica") -> None:
+        self.replica = replica
+        self.leader_endpoint = replica.state.leader_endpoint
+        self.epoch = replica.state.leader_epoch
+        self.fetch_correlation = 0
+
+    def begin(self, now_ns: int) -> list[Effect]:
+        return self.send_fetch(now_ns)
+
+    def send_fetch(self, now_ns: int) -> list[Effect]:
+        replica = self.replica
+        if not self.leader_endpoint:
+            self.fetch_correlation = 0
+            return [SetTimer("follower-retry", now_ns + RETRY_BACKOFF_MS * MS)]
+        replica.correlation += 1
+        self.fetch_correlation = replica.correlation
+        limits = replica.limits
+        request = FetchRequest(
+            correlation_id=self.fetch_correlation, topic=replica.topic, partition=replica.partition,
+            offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
+            max_wait_ms=limits.replica_fetch_wait_max_ms, leader_epoch=self.epoch, replica=replica.node,
+            last_fetched_epoch=replica.log.latest_epoch(), incarnation=replica.incarnation)
+        deadline = now_ns + (limits.replica_fetch_timeout_ms + limits.replica_fetch_wait_max_ms) * MS
+        return [Send(self.leader_endpoint, request), SetTimer("follower-fetch-timeout", deadline)]
+
+    def retry_later(self, now_ns: int, backoff_ms: int = RETRY_BACKOFF_MS) -> list[Effect]:
+        self.fetch_correlation = 0
+        return [CancelTimer("follower-fetch-timeout"), SetTimer("follower-retry", now_ns + backoff_ms * MS)]
+
+    def on_fetch_response(self, response: FetchResponse, now_ns: int) -> list[Effect]:
+        if response.correlation_id != self.fetch_correlation:
+            return []  # an answer to a fetch we gave up on
+        self.fetch_correlation = 0
+        effects: list[Effect] = [CancelTimer("follower-fetch-timeout")]
+        code = response.error
+        if code == ErrorCode.NONE and response.diverging_epoch is not None:
+            return effects + self._truncate_to_leader(response, now_ns) + self.send_fetch(now_ns)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return effects + self._reset_past_leader_start(response, now_ns)
+        if code != ErrorCode.NONE:
+            # NOT_LEADER, FENCED/UNKNOWN_LEADER_EPOCH, ...: the coordinator will tell us more.
+            return effects + self.retry_later(now_ns)
+        return effects + self._append(response, now_ns)
+
+    def _append(self, response: FetchResponse, now_ns: int) -> list[Effect]:
+        replica = self.replica
+        records = response.records
+        if len(records):
+            try:
+                replica.log.append_replicated_batches(records, now_ns // MS)
+            except StorageFull as error:
+                return [Trace("follower-disk-full", {"error": str(error)})] + self.retry_later(now_ns, DISK_FULL_BACKOFF_MS)
+            except (OutOfOrderBatch, CorruptBatch) as error:
+                return [Trace("follower-rejected-batches", {"error": str(error)})] + self.retry_later(now_ns)
+            except StorageError as error:
+                return replica.storage_failure(error)
+            for _, header in iter_batches(records, verify=False):
+                replica.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                                         header.record_count, header.base_offset)
+        replica.high_watermark = max(replica.high_watermark, min(response.high_watermark, replica.log.log_end_offset))
+        next_fetch = self.send_fetch(now_ns)
+        if len(records) and replica.config.flush_policy == "every_batch":
+            return [AfterFlush(replica.log, tuple(next_fetch))]
+        return next_fetch
+
+    def _truncate_to_leader(self, response: FetchResponse, now_ns: int) -> list[Effect]:
+        replica = self.replica
+        log = replica.log
+        diverging = response.diverging_epoch
+        before = log.log_end_offset
+        if diverging.epoch < 0:
+            target = log.log_start_offset
+        else:
+            _, own_end = log.end_offset_for_epoch(diverging.epoch)
+            target = min(diverging.end_offset, own_end if own_end >= 0 else log.log_start_offset)
+        target = max(target, log.log_start_offset)
+        if target < before:
+            log.truncate_to(target)
+            replica.producers.truncate(log.log_end_offset)
+        replica.high_watermark = min(replica.high_watermark, log.log_end_offset)
+        return [Trace("follower-truncated", {
+            "topic": replica.topic, "partition": replica.partition, "from": before,
+            "to": log.log_end_offset, "leader_epoch": diverging.epoch, "leader_end_offset": diverging.end_offset})]
+
+    def _reset_past_leader_start(self, response: FetchResponse, now_ns: int) -> list[Effect]:
+        replica = self.replica
+        log = replica.log
+        if response.log_start_offset > log.log_end_offset:
+            before = log.log_end_offset
+            log.reset_to(response.log_start_offset)
+            replica.producers.truncate(0)
+            replica.high_watermark = log.log_end_offset
+            return [Trace("follower-reset", {"topic": replica.topic, "partition": replica.partition,
+                                             "from": before, "to": response.log_start_offset})] + self.send_fetch(now_ns)
+        return self.retry_later(now_ns)
+
+    def on_timeout(self, now_ns: int) -> list[Effect]:
+        return [Trace("follower-fetch-timeout", {"leader": self.leader_endpoint})] + self.send_fetch(now_ns)
+
+    def on_retry(self, now_ns: int) -> list[Effect]:
+        if self.fetch_correlation:
+            return []
+        return self.send_fetch(now_ns)
+
+    def leader_moved(self, endpoint: str, now_ns: int) -> list[Effect]:
+        """Same epoch, new endpoint (the leader restarted its socket): fetch from there."""
+        self.leader_endpoint = endpoint
+        return self.send_fetch(now_ns)
+
+    def describe(self) -> dict[str, Any]:
+        return {"leader_endpoint": self.leader_endpoint, "epoch": self.epoch}
