@@ -1,0 +1,129 @@
+"""`Admin`: create, describe, grow and delete topics; read metadata and actor counters.
+
+Synchronous: each call is one request to the coordinator (or a partition leader) and raises
+`RailmqError` with the broker's typed error code and sentence when refused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FaultControlRequest,
+    LinkFault, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    RuntimeStatsRequest, RuntimeStatsResponse, TopicConfig, TopicMetadata,
+)
+from transport.rpc import RequestTimeout, RpcClient
+
+
+def _check(reply: Any) -> Any:
+    if isinstance(reply, ErrorResponse) or getattr(reply, "error", 0) != ErrorCode.NONE:
+        raise RailmqError(reply.error, reply.error_message)
+    return reply
+
+
+class Admin:
+    def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_ms = timeout_ms
+        self.rpc = RpcClient(identity="admin")
+
+    def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None) -> Any:
+        try:
+            return self.rpc.request(endpoint, message, timeout_ms or self.timeout_ms)
+        except RequestTimeout as timeout:
+            raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, str(timeout)) from None
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: TopicConfig | dict | None = None, *, wait: bool = True,
+                     timeout_s: float = 30.0) -> TopicMetadata:
+        """Create a topic; with `wait`, return once every partition has a live leader."""
+        if isinstance(config, dict):
+            config = msgspec.convert(config, TopicConfig)
+        request = CreateTopicRequest(correlation_id=0, name=name, partitions=partitions,
+                                     replication_factor=replication_factor, config=config or TopicConfig())
+        reply = _check(self._request(self.bootstrap, request))
+        return self.wait_for_leaders(name, timeout_s) if wait else reply.topic
+
+    def delete_topic(self, name: str) -> None:
+        _check(self._request(self.bootstrap, DeleteTopicRequest(correlation_id=0, name=name)))
+
+    def create_partitions(self, name: str, total_partitions: int, *, wait: bool = True,
+                          timeout_s: float = 30.0) -> None:
+        _check(self._request(self.bootstrap, CreatePartitionsRequest(
+            correlation_id=0, name=name, total_partitions=total_partitions)))
+        if wait:
+            self.wait_for_leaders(name, timeout_s)
+
+    def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
+        return _check(self._request(self.bootstrap, MetadataRequest(correlation_id=0, topics=topics)))
+
+    def list_topics(self) -> list[str]:
+        return [topic.name for topic in self.metadata().topics]
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        topic = self.metadata([name]).topics[0]
+        if topic.error != ErrorCode.NONE:
+            raise RailmqError(topic.error, topic.error_message)
+        return topic
+
+    def wait_for_leaders(self, name: str, timeout_s: float = 30.0, *, full_isr: bool = False) -> TopicMetadata:
+        """Wait until every partition has a live leader (and, with `full_isr`, every replica in the ISR)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                topic = self.describe_topic(name)
+                ready = all(p.leader_endpoint and (not full_isr or len(p.isr) == len(p.replicas))
+                            for p in topic.partitions)
+                if ready:
+                    return topic
+            except RailmqError as error:
+                if not error.retriable:
+                    raise
+            if time.monotonic() > deadline:
+                raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name!r} has no leader for every partition yet")
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ offsets
+
+    def list_offsets(self, topic: str, partition: int, timestamp_ms: int) -> ListOffsetsResponse:
+        """-2: earliest, -1: latest (high watermark), or the first offset at or after a time."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            leader = self.describe_topic(topic).partitions[partition].leader_endpoint
+            if leader:
+                reply = self._request(leader, ListOffsetsRequest(
+                    correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms))
+                if reply.error == ErrorCode.NONE:
+                    return reply
+                error = RailmqError(reply.error, reply.error_message)
+                if not error.retriable:
+                    raise error
+            if time.monotonic() > deadline:
+                raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader answered for {topic}/{partition}")
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ actors
+
+    def runtime_stats(self, endpoint: str) -> RuntimeStatsResponse:
+        return _check(self._request(endpoint, RuntimeStatsRequest(correlation_id=0)))
+
+    def set_faults(self, endpoint: str, links: list[LinkFault] | None = None, *, disk_full: bool = False,
+                   fail_next_fsync: bool = False) -> None:
+        _check(self._request(endpoint, FaultControlRequest(
+            correlation_id=0, links=links or [], disk_full=disk_full, fail_next_fsync=fail_next_fsync)))
+
+    def close(self) -> None:
+        self.rpc.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,263 @@
+"""The process supervisor: spawns actor processes, watches them, restarts them, stops them all.
+
+Processes come from the `forkserver` context: a clean server process (no ZeroMQ context, modules
+preloaded) forks each actor, which is fast and never forks a process holding sockets. Each actor
+gets a lifeline pipe (see transport/actor_main.py): readiness comes back on it, and its EOF tells
+an actor its supervisor died.
+
+Restart policy: an actor that exits while it is wanted is restarted after `restart_delay_ms`
+(crashed actors recover from their durable state). `stop_all` stops actors gracefully in reverse
+start order (SIGTERM, then SIGKILL after a grace period) and reaps every child, so a stopped
+cluster leaves no process behind. Shared-memory segments recorded with `record_segment` are
+unlinked when their actor dies and when everything stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Callable
+
+import msgspec
+
+from transport.actor_main import ActorSpec
+
+log = logging.getLogger("railmq.supervisor")
+
+_context_lock = threading.Lock()
+_context: multiprocessing.context.BaseContext | None = None
+
+
+def process_context() -> multiprocessing.context.BaseContext:
+    """The forkserver context, with the actor modules preloaded once."""
+    global _context
+    with _context_lock:
+        if _context is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([
+                "transport.actor_main", "transport.runtime", "actors.coordinator",
+                "actors.partition_replica", "actors.group_coordinator", "storage.log", "storage.state",
+            ])
+            _context = context
+        return _context
+
+
+class ManagedActor:
+    def __init__(self, spec: ActorSpec) -> None:
+        self.spec = spec
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.lifeline: Connection | None = None
+        self.endpoint = ""
+        self.pid = 0
+        self.incarnation = 0
+        self.ready = False
+        self.wanted = True
+        self.restarts = 0
+        self.started_ns = 0
+        self.restart_at_ns: int | None = None
+        self.exit_code: int | None = None
+        self.segments: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+
+class ActorStartFailed(RuntimeError):
+    pass
+
+
+class Supervisor:
+    def __init__(self, *, restart_delay_ms: int = 500, ready_timeout_s: float = 30.0,
+                 on_exit: Callable[[ManagedActor], None] | None = None) -> None:
+        self.restart_delay_ms = restart_delay_ms
+        self.ready_timeout_s = ready_timeout_s
+        self.on_exit = on_exit
+        self.actors: dict[str, ManagedActor] = {}
+        self.lock = threading.RLock()
+        self._order: list[str] = []
+
+    # ------------------------------------------------------------------ starting
+
+    def launch(self, spec: ActorSpec) -> ManagedActor:
+        """Start a process for `spec` without waiting for it to be ready."""
+        with self.lock:
+            managed = self.actors.get(spec.name) or ManagedActor(spec)
+            managed.spec = spec
+            managed.wanted = True
+            self.actors[spec.name] = managed
+            if spec.name not in self._order:
+                self._order.append(spec.name)
+            self._spawn(managed)
+            return managed
+
+    def _spawn(self, managed: ManagedActor) -> None:
+        context = process_context()
+        parent_end, child_end = context.Pipe(duplex=True)
+        spec_bytes = msgspec.msgpack.encode(managed.spec)
+        from transport import actor_main
+
+        process = context.Process(target=actor_main.main, args=(spec_bytes, child_end),
+                                  name=f"railmq:{managed.name}", daemon=False)
+        process.start()
+        child_end.close()
+        managed.process, managed.lifeline = process, parent_end
+        managed.pid = process.pid or 0
+        managed.ready = False
+        managed.endpoint = ""
+        managed.exit_code = None
+        managed.restart_at_ns = None
+        managed.started_ns = time.time_ns()
+
+    def start(self, spec: ActorSpec) -> ManagedActor:
+        managed = self.launch(spec)
+        self.wait_ready([managed])
+        return managed
+
+    def wait_ready(self, actors: list[ManagedActor], timeout_s: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.ready_timeout_s)
+        pending = [managed for managed in actors if not managed.ready]
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ActorStartFailed(f"not ready in time: {', '.join(m.name for m in pending)}")
+            for managed in pending:
+                self.check_ready(managed, 0)
+                if managed.process is not None and not managed.process.is_alive() and not managed.ready:
+                    raise ActorStartFailed(f"{managed.name} exited with code {managed.process.exitcode} while starting")
+            pending = [managed for managed in pending if not managed.ready]
+            if pending:
+                wait([managed.lifeline for managed in pending if managed.lifeline is not None]
+                     + [managed.process.sentinel for managed in pending if managed.process is not None],
+                     timeout=min(remaining, 0.2))
+
+    def check_ready(self, managed: ManagedActor, timeout_s: float = 0) -> bool:
+        if managed.ready or managed.lifeline is None:
+            return managed.ready
+        try:
+            if not managed.lifeline.poll(timeout_s):
+                return False
+            message = managed.lifeline.recv()
+        except (EOFError, OSError):
+            return False
+        if isinstance(message, tuple) and message and message[0] == "ready":
+            _, managed.endpoint, managed.pid, managed.incarnation = message
+            managed.ready = True
+        return managed.ready
+
+    # ------------------------------------------------------------------ watching
+
+    def poll(self) -> list[ManagedActor]:
+        """Reap exited actors (scheduling restarts), start due restarts, notice readiness.
+        Returns the actors that exited since the last call."""
+        exited: list[ManagedActor] = []
+        now = time.time_ns()
+        with self.lock:
+            for managed in list(self.actors.values()):
+                process = managed.process
+                if process is None:
+                    if managed.wanted and managed.restart_at_ns is not None and now >= managed.restart_at_ns:
+                        managed.restarts += 1
+                        log.warning("restarting %s (restart %d)", managed.name, managed.restarts)
+                        self._spawn(managed)
+                    continue
+                if process.is_alive():
+                    self.check_ready(managed)
+                    continue
+                self._reap(managed)
+                exited.append(managed)
+                if managed.wanted:
+                    managed.restart_at_ns = now + self.restart_delay_ms * 1_000_000
+                else:
+                    self._forget(managed)
+        for managed in exited:
+            if self.on_exit is not None:
+                self.on_exit(managed)
+        return exited
+
+    def _reap(self, managed: ManagedActor) -> None:
+        process = managed.process
+        process.join(timeout=0)
+        managed.exit_code = process.exitcode
+        if managed.lifeline is not None:
+            managed.lifeline.close()
+        managed.process, managed.lifeline, managed.ready = None, None, False
+        self._unlink_segments(managed)
+        log.info("%s exited with code %s", managed.name, managed.exit_code)
+
+    def _forget(self, managed: ManagedActor) -> None:
+        self.actors.pop(managed.name, None)
+        if managed.name in self._order:
+            self._order.remove(managed.name)
+
+    # ------------------------------------------------------------------ stopping
+
+    def signal(self, name: str, signum: int) -> int:
+        """Send a signal to an actor's process (the chaos harness's kill and pause); returns its pid."""
+        with self.lock:
+            managed = self.actors[name]
+            if managed.process is None or not managed.process.is_alive():
+                raise ProcessLookupError(f"{name} is not running")
+            os.kill(managed.process.pid, signum)
+            return managed.process.pid
+
+    def stop(self, name: str, timeout_s: float = 5.0) -> None:
+        """Stop one actor for good (it is not restarted)."""
+        with self.lock:
+            managed = self.actors.get(name)
+            if managed is None:
+                return
+            managed.wanted = False
+            self._terminate([managed], timeout_s)
+            self._forget(managed)
+
+    def stop_all(self, timeout_s: float = 5.0) -> None:
+        with self.lock:
+            ordered = [self.actors[name] for name in reversed(self._order) if name in self.actors]
+            for managed in ordered:
+                managed.wanted = False
+            self._terminate(ordered, timeout_s)
+            self.actors.clear()
+            self._order.clear()
+
+    def _terminate(self, actors: list[ManagedActor], timeout_s: float) -> None:
+        running = [managed for managed in actors if managed.process is not None]
+        for managed in running:
+            if managed.process.is_alive():
+                try:
+                    os.kill(managed.process.pid, signal.SIGCONT)  # a paused actor cannot stop itself
+                    os.kill(managed.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for managed in running:
+            managed.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if managed.process.is_alive():
+                log.warning("%s did not stop within %.1fs: killing it", managed.name, timeout_s)
+                managed.process.kill()
+                managed.process.join(timeout=5)
+            self._reap(managed)
+
+    # ------------------------------------------------------------------ shared memory
+
+    def record_segment(self, name: str, segment: str) -> None:
+        with self.lock:
+            if name in self.actors:
+                self.actors[name].segments.add(segment)
+
+    def _unlink_segments(self, managed: ManagedActor) -> None:
+        for segment in list(managed.segments):
+            try:
+                os.unlink(os.path.join("/dev/shm", segment.lstrip("/")))
+            except FileNotFoundError:
+                pass
+            managed.segments.discard(segment)
