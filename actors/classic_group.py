@@ -1,0 +1,337 @@
+"""One classic consumer group: membership, generations and rebalances (Kafka's group protocol).
+
+States and transitions (Kafka's GroupMetadata):
+
+    Empty --join--> PreparingRebalance --everyone rejoined (or rebalance timeout)--> CompletingRebalance
+    CompletingRebalance --leader's SyncGroup--> Stable
+    Stable --join / leave / session expiry / metadata change--> PreparingRebalance
+    PreparingRebalance --last member gone--> Empty
+
+Every completed join phase starts a new generation; only requests carrying the current
+generation and a known member id are accepted, which is what fences zombies: a member that
+stalled past its session timeout comes back to ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and its
+commits are refused. Static members (KIP-345, `group_instance_id`) that rejoin while the group is
+Stable take over their old identity and assignment without a rebalance; the identity they
+replaced is fenced (FENCED_INSTANCE_ID).
+
+The group coordinator owns persistence and timers; this class is the per-group state machine.
+It returns effects (replies) and never touches storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Send, Trace
+from actors.errors import ErrorCode
+from actors.messages import (
+    ConsumerAssignment, GroupMember, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberDescription, SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+_assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
+
+
+class Member:
+    __slots__ = ("member_id", "instance_id", "client_id", "session_timeout_ms", "rebalance_timeout_ms",
+                 "protocols", "last_heartbeat_ns", "join_waiter", "sync_waiter", "assignment")
+
+    def __init__(self, member_id: str, request: JoinGroupRequest, now_ns: int) -> None:
+        self.member_id = member_id
+        self.instance_id = request.group_instance_id
+        self.client_id = request.client_id
+        self.session_timeout_ms = request.session_timeout_ms
+        self.rebalance_timeout_ms = request.rebalance_timeout_ms
+        self.protocols: list[GroupProtocol] = list(request.protocols)
+        self.last_heartbeat_ns = now_ns
+        self.join_waiter: tuple[Any, int] | None = None
+        self.sync_waiter: tuple[Any, int] | None = None
+        self.assignment = b""
+
+
+class ClassicGroup:
+    def __init__(self, group_id: str, generation: int = 0, initial_delay_ms: int = 100) -> None:
+        self.group_id = group_id
+        self.state = EMPTY
+        self.generation = generation
+        self.protocol_type = "consumer"
+        self.protocol_name = ""
+        self.leader = ""
+        self.members: dict[str, Member] = {}
+        self.static: dict[str, str] = {}  # group_instance_id -> member_id
+        self.rebalance_deadline_ns = 0
+        self.join_not_before_ns = 0
+        self.initial_delay_ms = initial_delay_ms
+
+    # ------------------------------------------------------------------ join
+
+    def join(self, request: JoinGroupRequest, sender: Any, now_ns: int, new_member_id: str) -> list[Effect]:
+        if request.protocol_type != self.protocol_type or not request.protocols or not self._compatible(request):
+            return [self._join_error(sender, request, ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                                     "no assignor in common with the group's members")]
+        member_id = request.member_id
+        if request.group_instance_id is not None and request.group_instance_id in self.static:
+            known = self.static[request.group_instance_id]
+            if member_id and member_id != known:
+                return [self._join_error(sender, request, ErrorCode.FENCED_INSTANCE_ID,
+                                         f"instance {request.group_instance_id} is now member {known}")]
+            if not member_id:
+                return self._static_rejoin(request, sender, now_ns, known, new_member_id)
+        if member_id and member_id not in self.members:
+            return [self._join_error(sender, request, ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"member {member_id} is not in group {self.group_id}; rejoin without an id")]
+        effects: list[Effect] = []
+        if not member_id:
+            member_id = new_member_id
+            self.members[member_id] = Member(member_id, request, now_ns)
+            if request.group_instance_id is not None:
+                self.static[request.group_instance_id] = member_id
+        member = self.members[member_id]
+        changed = member.protocols != list(request.protocols)
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms, member.rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        member.last_heartbeat_ns = now_ns
+        member.join_waiter = (sender, request.correlation_id)
+        if self.state != PREPARING:
+            reason = f"member {member_id} {'changed its subscription' if changed else 'joined'}"
+            effects += self.prepare_rebalance(now_ns, reason)
+        return effects + self.maybe_complete_join(now_ns)
+
+    def _static_rejoin(self, request: JoinGroupRequest, sender: Any, now_ns: int, old_id: str,
+                       new_id: str) -> list[Effect]:
+        """KIP-345: a restarted static member takes over its identity; no rebalance if Stable."""
+        old = self.members.pop(old_id)
+        effects: list[Effect] = []
+        fenced = "a newer instance with the same group_instance_id joined"
+        if old.join_waiter is not None:
+            effects.append(Send(old.join_waiter[0], JoinGroupResponse(
+                correlation_id=old.join_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
+        if old.sync_waiter is not None:
+            effects.append(Send(old.sync_waiter[0], SyncGroupResponse(
+                correlation_id=old.sync_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
+        member = Member(new_id, request, now_ns)
+        member.assignment = old.assignment
+        self.members[new_id] = member
+        self.static[request.group_instance_id] = new_id
+        if self.leader == old_id:
+            self.leader = new_id
+        effects.append(Trace("static-member-replaced", {"group": self.group_id, "old": old_id, "new": new_id}))
+        if self.state == STABLE and old.protocols == list(request.protocols):
+            effects.append(Send(sender, JoinGroupResponse(
+                correlation_id=request.correlation_id, generation=self.generation, protocol_name=self.protocol_name,
+                leader=self.leader, member_id=new_id)))
+            return effects
+        member.join_waiter = (sender, request.correlation_id)
+        if self.state != PREPARING:
+            effects += self.prepare_rebalance(now_ns, f"static member {new_id} changed its subscription")
+        return effects + self.maybe_complete_join(now_ns)
+
+    def _compatible(self, request: JoinGroupRequest) -> bool:
+        others = [m for m in self.members.values() if m.member_id != request.member_id]
+        if not others:
+            return True
+        names = {protocol.name for protocol in request.protocols}
+        return any(all(name in {p.name for p in m.protocols} for m in others) for name in names)
+
+    def _join_error(self, sender: Any, request: JoinGroupRequest, code: ErrorCode, text: str) -> Send:
+        return Send(sender, JoinGroupResponse(correlation_id=request.correlation_id, error=code, error_message=text,
+                                              member_id=request.member_id))
+
+    def prepare_rebalance(self, now_ns: int, reason: str) -> list[Effect]:
+        effects: list[Effect] = [Trace("rebalance-started", {"group": self.group_id, "reason": reason,
+                                                             "generation": self.generation})]
+        for member in self.members.values():
+            if member.sync_waiter is not None:
+                sender, correlation = member.sync_waiter
+                member.sync_waiter = None
+                effects.append(Send(sender, SyncGroupResponse(
+                    correlation_id=correlation, error=ErrorCode.REBALANCE_IN_PROGRESS,
+                    error_message="the group is rebalancing; rejoin")))
+        timeout_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        if self.state == EMPTY:
+            self.join_not_before_ns = now_ns + self.initial_delay_ms * MS
+        self.state = PREPARING
+        self.rebalance_deadline_ns = now_ns + timeout_ms * MS
+        return effects
+
+    def maybe_complete_join(self, now_ns: int) -> list[Effect]:
+        if self.state != PREPARING:
+            return []
+        everyone = all(member.join_waiter is not None for member in self.members.values())
+        if (everyone and now_ns >= self.join_not_before_ns) or now_ns >= self.rebalance_deadline_ns:
+            return self._complete_join(now_ns)
+        return []
+
+    def _complete_join(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for member_id in [m.member_id for m in self.members.values() if m.join_waiter is None]:
+            effects += self._remove(member_id, "did not rejoin within the rebalance timeout")
+        self.generation += 1
+        if not self.members:
+            self.state, self.leader, self.protocol_name = EMPTY, "", ""
+            return effects + [Trace("group-empty", {"group": self.group_id, "generation": self.generation})]
+        self.protocol_name = self._select_protocol()
+        if self.leader not in self.members:
+            self.leader = next(iter(self.members))
+        self.state = COMPLETING
+        everyone = [GroupMember(member_id=m.member_id, group_instance_id=m.instance_id, metadata=self._metadata(m))
+                    for m in self.members.values()]
+        for member in self.members.values():
+            sender, correlation = member.join_waiter
+            member.join_waiter = None
+            member.assignment = b""
+            effects.append(Send(sender, JoinGroupResponse(
+                correlation_id=correlation, generation=self.generation, protocol_name=self.protocol_name,
+                leader=self.leader, member_id=member.member_id,
+                members=everyone if member.member_id == self.leader else [])))
+        effects.append(Trace("generation-started", {
+            "group": self.group_id, "generation": self.generation, "leader": self.leader,
+            "members": list(self.members), "protocol": self.protocol_name}))
+        return effects
+
+    def _select_protocol(self) -> str:
+        members = list(self.members.values())
+        common = [p.name for p in members[0].protocols if all(p.name in {q.name for q in m.protocols} for m in members)]
+        votes = {name: 0 for name in common}
+        for member in members:
+            for protocol in member.protocols:
+                if protocol.name in votes:
+                    votes[protocol.name] += 1
+                    break
+        return max(common, key=lambda name: (votes[name], -common.index(name)))
+
+    def _metadata(self, member: Member) -> bytes:
+        for protocol in member.protocols:
+            if protocol.name == self.protocol_name:
+                return protocol.metadata
+        return b""
+
+    # ------------------------------------------------------------------ sync, heartbeat, leave
+
+    def check_member(self, member_id: str, instance_id: str | None, generation: int | None) -> tuple[ErrorCode, str] | None:
+        if instance_id is not None and instance_id in self.static and self.static[instance_id] != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} belongs to member {self.static[instance_id]} now"
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {self.group_id}"
+        if generation is not None and generation != self.generation:
+            return ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not the current {self.generation}"
+        return None
+
+    def sync(self, request: SyncGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self.check_member(request.member_id, request.group_instance_id, request.generation)
+        if problem is not None:
+            return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id, error=problem[0],
+                                                   error_message=problem[1]))]
+        member = self.members[request.member_id]
+        member.last_heartbeat_ns = now_ns
+        if self.state == PREPARING:
+            return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id,
+                                                   error=ErrorCode.REBALANCE_IN_PROGRESS, error_message="rejoin"))]
+        if self.state == STABLE:
+            return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id, assignment=member.assignment))]
+        member.sync_waiter = (sender, request.correlation_id)
+        if request.member_id != self.leader:
+            return []
+        given = {entry.member_id: entry.assignment for entry in request.assignments}
+        for other in self.members.values():
+            other.assignment = given.get(other.member_id, b"")
+        self.state = STABLE
+        effects: list[Effect] = [Trace("group-stable", {"group": self.group_id, "generation": self.generation})]
+        for other in self.members.values():
+            if other.sync_waiter is not None:
+                waiter_sender, correlation = other.sync_waiter
+                other.sync_waiter = None
+                effects.append(Send(waiter_sender, SyncGroupResponse(correlation_id=correlation,
+                                                                     assignment=other.assignment)))
+        return effects
+
+    def heartbeat(self, request: HeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self.check_member(request.member_id, request.group_instance_id, request.generation)
+        if problem is None and self.state == PREPARING:
+            problem = (ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing; rejoin")
+        if request.member_id in self.members and (problem is None or problem[0] == ErrorCode.REBALANCE_IN_PROGRESS):
+            self.members[request.member_id].last_heartbeat_ns = now_ns
+        code, text = problem if problem is not None else (ErrorCode.NONE, "")
+        return [Send(sender, HeartbeatResponse(correlation_id=request.correlation_id, error=code, error_message=text))]
+
+    def leave(self, request: LeaveGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
+        member_id = request.member_id
+        if not member_id and request.group_instance_id in self.static:
+            member_id = self.static[request.group_instance_id]
+        problem = self.check_member(member_id, request.group_instance_id, None)
+        if problem is not None:
+            return [Send(sender, LeaveGroupResponse(correlation_id=request.correlation_id, error=problem[0],
+                                                    error_message=problem[1]))]
+        effects = self._remove(member_id, request.reason or "left the group")
+        effects += self._after_departure(now_ns, f"member {member_id} left")
+        return effects + [Send(sender, LeaveGroupResponse(correlation_id=request.correlation_id))]
+
+    def _remove(self, member_id: str, reason: str) -> list[Effect]:
+        member = self.members.pop(member_id)
+        if member.instance_id is not None and self.static.get(member.instance_id) == member_id:
+            del self.static[member.instance_id]
+        effects: list[Effect] = [Trace("member-removed", {"group": self.group_id, "member": member_id, "reason": reason})]
+        if member.join_waiter is not None:
+            effects.append(Send(member.join_waiter[0], JoinGroupResponse(
+                correlation_id=member.join_waiter[1], error=ErrorCode.UNKNOWN_MEMBER_ID, error_message=reason)))
+        if member.sync_waiter is not None:
+            effects.append(Send(member.sync_waiter[0], SyncGroupResponse(
+                correlation_id=member.sync_waiter[1], error=ErrorCode.UNKNOWN_MEMBER_ID, error_message=reason)))
+        return effects
+
+    def _after_departure(self, now_ns: int, reason: str) -> list[Effect]:
+        if not self.members:
+            if self.state != EMPTY:
+                self.generation += 1
+            self.state, self.leader, self.protocol_name = EMPTY, "", ""
+            return [Trace("group-empty", {"group": self.group_id, "generation": self.generation})]
+        if self.state in (STABLE, COMPLETING):
+            return self.prepare_rebalance(now_ns, reason)
+        return self.maybe_complete_join(now_ns)
+
+    def rebalance_for_metadata(self, now_ns: int) -> list[Effect]:
+        if self.state == STABLE:
+            return self.prepare_rebalance(now_ns, "topic metadata changed")
+        return []
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for member in list(self.members.values()):
+            if self.state == PREPARING and member.join_waiter is not None:
+                continue  # waiting for the others: the rebalance timeout covers it
+            if now_ns - member.last_heartbeat_ns > member.session_timeout_ms * MS:
+                effects += self._remove(member.member_id, "session timed out")
+                effects += self._after_departure(now_ns, f"member {member.member_id} timed out")
+        return effects + self.maybe_complete_join(now_ns)
+
+    # ------------------------------------------------------------------ views
+
+    def describe(self, now_ns: int) -> list[MemberDescription]:
+        described = []
+        for member in self.members.values():
+            partitions: list[tuple[str, int]] = []
+            if member.assignment:
+                try:
+                    partitions = [tuple(tp) for tp in _assignment_decoder.decode(member.assignment).partitions]
+                except msgspec.DecodeError:
+                    partitions = []
+            described.append(MemberDescription(
+                member_id=member.member_id, group_instance_id=member.instance_id, client_id=member.client_id,
+                assignment=partitions, last_heartbeat_ms_ago=(now_ns - member.last_heartbeat_ns) // MS,
+                session_timeout_ms=member.session_timeout_ms))
+        return described
+
+    def invariants(self) -> None:
+        assert (self.state == EMPTY) == (not self.members) or self.state == PREPARING, (
+            f"group {self.group_id}: state {self.state} with {len(self.members)} members")
+        if self.state in (COMPLETING, STABLE):
+            assert self.leader in self.members, f"group {self.group_id}: leader {self.leader} is not a member"
+        for instance_id, member_id in self.static.items():
+            assert member_id in self.members and self.members[member_id].instance_id == instance_id

@@ -1,0 +1,351 @@
+"""The consumer's fetch logic: keep one long-poll fetch in flight per assigned partition.
+
+The user-facing `railmq.Consumer` owns the *consumed* position of each partition (what `poll`
+has returned). This actor owns the *fetch* position (how far it has asked the leader) and the
+buffer in between, which is bounded: it stops fetching when `buffer_bytes_max` bytes are
+waiting for `poll` and resumes when the shell reports them consumed (the broker never pushes;
+a slow consumer only slows itself).
+
+Each partition has a `session` number that every seek bumps; fetched data carries it, so data
+fetched before a seek is dropped by the shell instead of being returned. Positions that are not
+known yet (a new assignment, `seek_to_beginning`, an out-of-range offset with an
+`auto_offset_reset` policy) are resolved with ListOffsets at the leader.
+
+Commands from the shell arrive as `ClientCommand`; results go back as `Notify` effects:
+("records", (topic, partition, session, batches, high_watermark)), ("position", (topic,
+partition, session, offset)), ("result", (token, value, error)), ("partition-error",
+(topic, partition, error)), ("metadata", topics).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Notify, Send, SetTimer
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, RefreshMetadata, Stop, TimerFired, TopicMetadata,
+)
+from storage.batch import iter_batches
+
+EARLIEST, LATEST = -2, -1
+RETRY_BACKOFF_MS = 100
+
+
+class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    auto_offset_reset: str = "latest"  # earliest | latest | none
+    fetch_max_wait_ms: int = 500
+    fetch_partition_bytes_max: int = 4 * 1024 * 1024
+    buffer_bytes_max: int = 64 * 1024 * 1024
+    request_timeout_ms: int = 30_000
+
+
+class PartitionFetch:
+    __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
+                 "retry_at_ns", "reset_correlation")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = -1  # next offset to fetch; -1: unknown, see `reset`
+        self.reset: int | None = None  # a ListOffsets timestamp to resolve the position with
+        self.paused = False
+        self.session = (0, 0)  # (seek epoch from the shell, resets done here since): see railmq/consumer.py
+        self.correlation = 0  # the fetch in flight, 0 if none
+        self.sent_ns = 0
+        self.retry_at_ns = 0
+        self.reset_correlation = 0
+
+
+class ConsumerClient:
+    def __init__(self, *, bootstrap: str, settings: ConsumerSettings, name: str = "consumer") -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.topics: dict[str, TopicMetadata] = {}
+        self.fetches: dict[tuple[str, int], PartitionFetch] = {}
+        self.by_correlation: dict[int, tuple[str, Any]] = {}
+        self.buffered_bytes = 0
+        self.correlation = 0
+        self.metadata_correlation = 0
+        self.member: Any = None  # the group membership state machine, when the consumer is in a group
+
+    def start(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
+        if self.member is not None:
+            effects += self.member.start(now_ns)
+        return effects
+
+    def invariants(self) -> None:
+        assert self.buffered_bytes >= 0, "negative buffered bytes"
+        for fetch in self.fetches.values():
+            assert fetch.position >= 0 or fetch.reset is not None or fetch.position == -1
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        match message:
+            case FetchResponse():
+                return self._on_fetch_response(message, now_ns)
+            case ListOffsetsResponse():
+                return self._on_list_offsets(message, now_ns)
+            case MetadataResponse():
+                return self._on_metadata(message, now_ns)
+            case ClientCommand():
+                return self._on_command(message, now_ns)
+            case RefreshMetadata():
+                return self.request_metadata(message.topics)
+            case TimerFired(name="tick"):
+                return self._on_tick(now_ns)
+            case ErrorResponse():
+                return self._on_error_response(message, now_ns)
+            case Stop():
+                return self.member.stop(now_ns) if self.member is not None else []
+        if self.member is not None:
+            return self.member.handle(message, sender, now_ns)
+        return []
+
+    def _on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
+        arguments = command.arguments
+        match command.command:
+            case "assign":
+                return self.assign([tuple(tp) for tp in arguments["partitions"]], now_ns,
+                                   epoch=arguments.get("epoch", 0))
+            case "seek":
+                return self.seek(arguments["topic"], arguments["partition"], arguments["offset"], now_ns,
+                                 arguments["epoch"])
+            case "reset":
+                return self.seek_reset(arguments["topic"], arguments["partition"], arguments["timestamp"], now_ns,
+                                       arguments["epoch"])
+            case "pause" | "resume":
+                for topic, partition in arguments["partitions"]:
+                    fetch = self.fetches.get((topic, partition))
+                    if fetch is not None:
+                        fetch.paused = command.command == "pause"
+                return self._fetch_all(now_ns)
+            case "consumed":
+                self.buffered_bytes -= arguments["bytes"]
+                return self._fetch_all(now_ns)
+            case "list-offsets":
+                return self._list_offsets_for_user(command, now_ns)
+        if self.member is not None:
+            return self.member.on_command(command, now_ns)
+        return [Notify("result", (command.token, None, RailmqError(ErrorCode.INVALID_REQUEST,
+                                                                     f"unknown command {command.command!r}")))]
+
+    # ------------------------------------------------------------------ assignment and positions
+
+    def assign(self, partitions: list[tuple[str, int]], now_ns: int,
+               positions: dict[tuple[str, int], int] | None = None, epoch: int = 0) -> list[Effect]:
+        """Replace the assignment. Kept partitions keep their position; new ones start from
+        `positions` or from `auto_offset_reset`."""
+        wanted = set(partitions)
+        for key in [key for key in self.fetches if key not in wanted]:
+            fetch = self.fetches.pop(key)
+            if fetch.correlation:
+                self.by_correlation.pop(fetch.correlation, None)
+        for key in sorted(wanted):
+            if key not in self.fetches:
+                fetch = self.fetches[key] = PartitionFetch(*key)
+                fetch.session = (epoch, 0)
+                position = (positions or {}).get(key)
+                if position is not None and position >= 0:
+                    fetch.position = position
+                else:
+                    fetch.reset = self._default_reset()
+        topics = sorted({topic for topic, _ in wanted if topic not in self.topics})
+        return (self.request_metadata(topics) if topics else []) + self._fetch_all(now_ns)
+
+    def _default_reset(self) -> int | None:
+        return {"earliest": EARLIEST, "latest": LATEST}.get(self.settings.auto_offset_reset)
+
+    def seek(self, topic: str, partition: int, offset: int, now_ns: int, epoch: int) -> list[Effect]:
+        fetch = self.fetches.get((topic, partition))
+        if fetch is None:
+            return [Notify("partition-error", (topic, partition, RailmqError(
+                ErrorCode.INVALID_REQUEST, f"{topic}/{partition} is not assigned to this consumer")))]
+        self._new_session(fetch, epoch)
+        fetch.position, fetch.reset = offset, None
+        return [Notify("position", (topic, partition, fetch.session, offset))] + self._fetch_all(now_ns)
+
+    def seek_reset(self, topic: str, partition: int, timestamp: int, now_ns: int, epoch: int) -> list[Effect]:
+        fetch = self.fetches.get((topic, partition))
+        if fetch is None:
+            return []
+        self._new_session(fetch, epoch)
+        fetch.position, fetch.reset = -1, timestamp
+        return self._fetch_all(now_ns)
+
+    def _new_session(self, fetch: PartitionFetch, epoch: int | None = None) -> None:
+        """A seek from the shell starts session (epoch, 0); a reset decided here bumps the second part."""
+        fetch.session = (epoch, 0) if epoch is not None else (fetch.session[0], fetch.session[1] + 1)
+        if fetch.correlation:
+            self.by_correlation.pop(fetch.correlation, None)
+            fetch.correlation = 0
+        if fetch.reset_correlation:
+            self.by_correlation.pop(fetch.reset_correlation, None)
+            fetch.reset_correlation = 0
+
+    # ------------------------------------------------------------------ fetching
+
+    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+        metadata = self.topics.get(topic)
+        if metadata is None or partition >= len(metadata.partitions):
+            return "", -1
+        entry = metadata.partitions[partition]
+        return entry.leader_endpoint, entry.leader_epoch
+
+    def _fetch_all(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        missing: set[str] = set()
+        for fetch in self.fetches.values():
+            if fetch.paused or fetch.correlation or fetch.reset_correlation or now_ns < fetch.retry_at_ns:
+                continue
+            endpoint, epoch = self._leader(fetch.topic, fetch.partition)
+            if not endpoint:
+                missing.add(fetch.topic)
+                continue
+            if fetch.position < 0:
+                if fetch.reset is None:
+                    continue
+                effects.append(self._send_reset(fetch, endpoint, epoch))
+                continue
+            if self.buffered_bytes >= self.settings.buffer_bytes_max:
+                continue
+            self.correlation += 1
+            fetch.correlation, fetch.sent_ns = self.correlation, now_ns
+            self.by_correlation[self.correlation] = ("fetch", fetch)
+            effects.append(Send(endpoint, FetchRequest(
+                correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
+                offset=fetch.position, max_bytes=self.settings.fetch_partition_bytes_max,
+                max_wait_ms=self.settings.fetch_max_wait_ms, leader_epoch=epoch)))
+        if missing:
+            effects += self.request_metadata(sorted(missing))
+        return effects
+
+    def _send_reset(self, fetch: PartitionFetch, endpoint: str, epoch: int) -> Send:
+        self.correlation += 1
+        fetch.reset_correlation = self.correlation
+        self.by_correlation[self.correlation] = ("reset", fetch)
+        return Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=fetch.topic,
+                                                 partition=fetch.partition, timestamp_ms=fetch.reset,
+                                                 leader_epoch=epoch))
+
+    def _on_fetch_response(self, response: FetchResponse, now_ns: int) -> list[Effect]:
+        entry = self.by_correlation.pop(response.correlation_id, None)
+        if entry is None:
+            return []
+        fetch: PartitionFetch = entry[1]
+        fetch.correlation = 0
+        if response.error == ErrorCode.NONE:
+            effects: list[Effect] = []
+            records = response.records
+            if len(records):
+                last = None
+                for _, header in iter_batches(records, verify=False):
+                    last = header
+                if last is not None and last.next_offset > fetch.position:
+                    fetch.position = last.next_offset
+                    self.buffered_bytes += len(records)
+                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session, records,
+                                                      response.high_watermark)))
+            return effects + self._fetch_all(now_ns)
+        return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
+
+    def _on_partition_error(self, fetch: PartitionFetch, code: int, text: str, now_ns: int) -> list[Effect]:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            reset = self._default_reset()
+            if reset is None:
+                fetch.retry_at_ns = now_ns + 10 * RETRY_BACKOFF_MS * MS
+                return [Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(
+                    code, f"{text}; auto_offset_reset=none, so seek somewhere valid")))]
+            self._new_session(fetch)
+            fetch.position, fetch.reset = -1, reset
+            return self._fetch_all(now_ns)
+        fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+        self._forget_leader(fetch.topic, fetch.partition)
+        return self.request_metadata([fetch.topic])
+
+    def _on_list_offsets(self, response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
+        entry = self.by_correlation.pop(response.correlation_id, None)
+        if entry is None:
+            return []
+        kind, target = entry
+        if kind == "user":
+            token, = target
+            if response.error != ErrorCode.NONE:
+                return [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
+            return [Notify("result", (token, (response.offset, response.timestamp_ms), None))]
+        fetch: PartitionFetch = target
+        fetch.reset_correlation = 0
+        if response.error != ErrorCode.NONE:
+            return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
+        fetch.position, fetch.reset = response.offset, None
+        return [Notify("position", (fetch.topic, fetch.partition, fetch.session, response.offset))] + self._fetch_all(now_ns)
+
+    def _list_offsets_for_user(self, command: ClientCommand, now_ns: int) -> list[Effect]:
+        arguments = command.arguments
+        endpoint, epoch = self._leader(arguments["topic"], arguments["partition"])
+        if not endpoint:
+            effects = self.request_metadata([arguments["topic"]])
+            return effects + [Notify("result", (command.token, None, RailmqError(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"no known leader for {arguments['topic']}/{arguments['partition']}")))]
+        self.correlation += 1
+        self.by_correlation[self.correlation] = ("user", (command.token,))
+        return [Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=arguments["topic"],
+                                                  partition=arguments["partition"], timestamp_ms=arguments["timestamp"],
+                                                  leader_epoch=epoch))]
+
+    def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+        entry = self.by_correlation.pop(response.correlation_id, None)
+        if entry is None:
+            return self.member.handle(response, b"", now_ns) if self.member is not None else []
+        kind, target = entry
+        if kind == "user":
+            return [Notify("result", (target[0], None, RailmqError(response.error, response.error_message)))]
+        target.correlation = target.reset_correlation = 0
+        return self._on_partition_error(target, response.error, response.error_message, now_ns)
+
+    def _on_tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
+        limit_ns = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) * MS
+        for fetch in self.fetches.values():
+            if fetch.correlation and now_ns - fetch.sent_ns > limit_ns:
+                self.by_correlation.pop(fetch.correlation, None)
+                fetch.correlation = 0
+                self._forget_leader(fetch.topic, fetch.partition)
+        if self.metadata_correlation:
+            self.metadata_correlation = 0
+        effects += self._fetch_all(now_ns)
+        if self.member is not None:
+            effects += self.member.tick(now_ns)
+        return effects
+
+    # ------------------------------------------------------------------ metadata
+
+    def request_metadata(self, topics: list[str]) -> list[Effect]:
+        if self.metadata_correlation:
+            return []
+        self.correlation += 1
+        self.metadata_correlation = self.correlation
+        return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=topics or None))]
+
+    def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        if response.correlation_id == self.metadata_correlation:
+            self.metadata_correlation = 0
+        for topic in response.topics:
+            if topic.error == ErrorCode.NONE:
+                self.topics[topic.name] = topic
+        effects: list[Effect] = [Notify("metadata", response.topics)]
+        if self.member is not None:
+            effects += self.member.on_metadata(response, now_ns)
+        return effects + self._fetch_all(now_ns)
+
+    def _forget_leader(self, topic: str, partition: int) -> None:
+        metadata = self.topics.get(topic)
+        if metadata is not None and partition < len(metadata.partitions):
+            metadata.partitions[partition].leader_endpoint = ""

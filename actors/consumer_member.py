@@ -1,0 +1,389 @@
+"""A consumer's life as a member of a classic group (the client side of Kafka's group protocol).
+
+    unjoined --coordinator known--> joining --JoinGroup ok--> syncing --SyncGroup ok--> stable
+    stable --REBALANCE_IN_PROGRESS / subscription or partition-count change--> revoking --> joining
+    stable --ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID--> (partitions lost) joining
+    any --leave/close--> left          any --FENCED_INSTANCE_ID--> fenced (fatal)
+
+Revocation happens in the user's thread (the `on_revoke` callback, and the last commit of an
+auto-committing consumer), so before rejoining the member asks the shell with a
+("revoke", ...) notification and waits for its "revoked" command. With an eager assignor
+(`range`, `round-robin`) every partition is revoked before each rebalance; with
+`cooperative-sticky` (KIP-429) a member keeps what it owns, revokes only what the new assignment
+moves away, and rejoins once more so the moved partitions reach their new owner.
+
+The leader member runs the assignor (actors/assignors.py) with the members' subscriptions and the
+partition counts from metadata, and hands the result to the coordinator in SyncGroup. Positions
+of newly assigned partitions come from the group's committed offsets, or `auto_offset_reset`.
+`max_poll_interval_ms` without a poll from the user makes the member leave the group (its
+partitions go to members that are making progress) until the next poll.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.assignors import COOPERATIVE_ASSIGNORS, Subscription, assign, cooperative_adjust
+from actors.effects import Effect, Notify, Send, Trace
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    ClientCommand, ConsumerAssignment, ErrorResponse, GroupProtocol, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberAssignment,
+    MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+)
+
+if TYPE_CHECKING:
+    from actors.consumer_client import ConsumerClient
+
+_subscription_codec = msgspec.msgpack.Decoder(Subscription)
+_assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
+_encoder = msgspec.msgpack.Encoder()
+
+
+class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
+    group_id: str
+    group_instance_id: str | None = None
+    client_id: str = "consumer"
+    assignor: str = "range"
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    request_timeout_ms: int = 30_000
+    metadata_refresh_ms: int = 1_000
+
+
+class ConsumerMember:
+    def __init__(self, client: "ConsumerClient", settings: GroupSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.state = "unjoined"
+        self.topics: list[str] = []
+        self.pattern: re.Pattern | None = None
+        self.member_id = ""
+        self.generation = -1
+        self.leader = ""
+        self.protocol = ""
+        self.owned: list[tuple[str, int]] = []
+        self.coordinator = ""
+        self.pending: dict[int, tuple[str, Any, int]] = {}  # correlation -> (kind, token/extra, deadline)
+        self.last_heartbeat_ns = 0
+        self.last_poll_ns = 0
+        self.last_metadata_ns = 0
+        self.assigned_counts: dict[str, int] = {}
+        self.rejoin_reason = ""
+        self.join_after_revoke = False
+        self.left_for_poll_timeout = False
+        self.joined_members: list = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, now_ns: int) -> list[Effect]:
+        self.last_poll_ns = now_ns
+        return []
+
+    def stop(self, now_ns: int) -> list[Effect]:
+        return self._leave("the consumer closed", now_ns)
+
+    def _send(self, kind: str, message: Any, now_ns: int, token: Any = None, timeout_ms: int | None = None) -> list[Effect]:
+        client = self.client
+        client.correlation += 1
+        message = msgspec.structs.replace(message, correlation_id=client.correlation)
+        deadline = now_ns + (timeout_ms or self.settings.request_timeout_ms) * MS
+        self.pending[client.correlation] = (kind, token, deadline)
+        return [Send(self.coordinator, message)]
+
+    # ------------------------------------------------------------------ commands from the shell
+
+    def on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
+        arguments = command.arguments
+        match command.command:
+            case "subscribe":
+                self.topics = sorted(arguments.get("topics") or [])
+                self.pattern = re.compile(arguments["pattern"]) if arguments.get("pattern") else None
+                return self._request_rejoin("subscription changed", now_ns) + self.client.request_metadata([])
+            case "polled":
+                self.last_poll_ns = now_ns
+                if self.left_for_poll_timeout:
+                    self.left_for_poll_timeout = False
+                    return self._join(now_ns)
+                return []
+            case "revoked":
+                return self._on_revoked(now_ns)
+            case "commit":
+                return self._commit(command, now_ns)
+            case "committed":
+                partitions = [tuple(tp) for tp in arguments["partitions"]]
+                return self._with_coordinator(command, lambda: self._send(
+                    "user-fetch", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
+                                                     partitions=partitions), now_ns, command.token))
+            case "leave":
+                effects = self._leave(arguments.get("reason", "the consumer left"), now_ns)
+                return effects + [Notify("result", (command.token, None, None))]
+        return [Notify("result", (command.token, None, RailmqError(ErrorCode.INVALID_REQUEST,
+                                                                     f"unknown command {command.command!r}")))]
+
+    def _with_coordinator(self, command: ClientCommand, action: Any) -> list[Effect]:
+        if not self.coordinator:
+            return [Notify("result", (command.token, None, RailmqError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not known yet")))]
+        return action()
+
+    def _commit(self, command: ClientCommand, now_ns: int) -> list[Effect]:
+        offsets = [OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata)
+                   for topic, partition, offset, metadata in command.arguments["offsets"]]
+        if self.state not in ("stable", "revoking") or self.generation < 0:
+            return [Notify("result", (command.token, None, RailmqError(
+                ErrorCode.REBALANCE_IN_PROGRESS, f"cannot commit while {self.state}; the group is rebalancing")))]
+        request = OffsetCommitRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
+                                      member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
+                                      offsets=offsets)
+        return self._with_coordinator(command, lambda: self._send("commit", request, now_ns, command.token))
+
+    # ------------------------------------------------------------------ metadata
+
+    def on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        self.last_metadata_ns = now_ns
+        effects: list[Effect] = []
+        if response.group_coordinator_endpoint and response.group_coordinator_endpoint != self.coordinator:
+            self.coordinator = response.group_coordinator_endpoint
+            effects.append(Trace("group-coordinator-found", {"endpoint": self.coordinator}))
+        if self.pattern is not None:
+            matched = sorted(t.name for t in response.topics if self.pattern.fullmatch(t.name) and t.error == 0)
+            if matched and matched != self.topics:
+                self.topics = matched
+                effects += self._request_rejoin("pattern matched new topics", now_ns)
+        if self.state == "stable" and self.member_id == self.leader and self._counts_changed():
+            effects += self._request_rejoin("partition count changed", now_ns)
+        if self.state == "unjoined" and self.coordinator and self.topics:
+            effects += self._join(now_ns)
+        if self.state == "awaiting-metadata":
+            effects += self._lead_assignment(now_ns)
+        return effects
+
+    def _counts_changed(self) -> bool:
+        for topic, count in self.assigned_counts.items():
+            metadata = self.client.topics.get(topic)
+            if metadata is not None and len(metadata.partitions) != count:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ joining
+
+    def _request_rejoin(self, reason: str, now_ns: int) -> list[Effect]:
+        self.rejoin_reason = reason
+        if self.state in ("stable", "syncing", "joining"):
+            return self._begin_rebalance(reason, now_ns)
+        return []
+
+    def _begin_rebalance(self, reason: str, now_ns: int) -> list[Effect]:
+        """Revoke what must go (in the user's thread), then join."""
+        cooperative = self.settings.assignor in COOPERATIVE_ASSIGNORS
+        to_revoke = [] if cooperative else list(self.owned)
+        if not to_revoke:
+            return self._join(now_ns)
+        self.state = "revoking"
+        self.join_after_revoke = True
+        return [Notify("revoke", (to_revoke, False)), Trace("member-revoking", {"reason": reason, "partitions": to_revoke})]
+
+    def _on_revoked(self, now_ns: int) -> list[Effect]:
+        if self.state != "revoking":
+            return []
+        if self.settings.assignor not in COOPERATIVE_ASSIGNORS:
+            self.owned = []
+            self.client.assign([], now_ns)
+        if self.join_after_revoke:
+            return self._join(now_ns)
+        self.state = "stable"
+        return []
+
+    def _join(self, now_ns: int) -> list[Effect]:
+        if not self.coordinator or not self.topics:
+            self.state = "unjoined"
+            return []
+        self.state = "joining"
+        subscription = Subscription(topics=list(self.topics), owned=[tuple(tp) for tp in self.owned])
+        request = JoinGroupRequest(
+            correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+            group_instance_id=self.settings.group_instance_id, client_id=self.settings.client_id,
+            session_timeout_ms=self.settings.session_timeout_ms, rebalance_timeout_ms=self.settings.max_poll_interval_ms,
+            protocols=[GroupProtocol(name=self.settings.assignor, metadata=_encoder.encode(subscription))],
+            reason=self.rejoin_reason)
+        timeout = self.settings.max_poll_interval_ms + self.settings.request_timeout_ms
+        return self._send("join", request, now_ns, timeout_ms=timeout)
+
+    def _on_join_response(self, response: JoinGroupResponse, now_ns: int) -> list[Effect]:
+        code = response.error
+        if code == ErrorCode.NONE:
+            self.member_id, self.generation = response.member_id, response.generation
+            self.leader, self.protocol = response.leader, response.protocol_name
+            self.joined_members = response.members
+            if self.member_id == self.leader and response.members:
+                self.state = "awaiting-metadata"
+                return self._lead_assignment(now_ns)
+            return self._sync(now_ns, [])
+        return self._on_group_error(code, response.error_message, now_ns)
+
+    def _lead_assignment(self, now_ns: int) -> list[Effect]:
+        """As leader: run the assignor once metadata covers every subscribed topic."""
+        subscriptions = {m.member_id: _subscription_codec.decode(m.metadata) for m in self.joined_members}
+        topics = sorted({topic for sub in subscriptions.values() for topic in sub.topics})
+        counts = {t: len(self.client.topics[t].partitions) for t in topics if t in self.client.topics}
+        missing = [t for t in topics if t not in counts]
+        if missing and now_ns - self.last_metadata_ns > 50 * MS:
+            self.state = "awaiting-metadata"
+            return self.client.request_metadata(missing)
+        target = assign(self.protocol, subscriptions, counts)
+        if self.protocol in COOPERATIVE_ASSIGNORS:
+            owned = {member: list(sub.owned) for member, sub in subscriptions.items()}
+            target = cooperative_adjust(target, owned).assignment
+        assignments = [MemberAssignment(member_id=member, assignment=_encoder.encode(
+            ConsumerAssignment(partitions=[tuple(tp) for tp in partitions]))) for member, partitions in sorted(target.items())]
+        self.assigned_counts = counts
+        return [Trace("assignment-computed", {"generation": self.generation, "assignor": self.protocol,
+                                              "assignment": {m: list(p) for m, p in target.items()}})] + self._sync(now_ns, assignments)
+
+    def _sync(self, now_ns: int, assignments: list[MemberAssignment]) -> list[Effect]:
+        self.state = "syncing"
+        request = SyncGroupRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
+                                   member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
+                                   assignments=assignments)
+        return self._send("sync", request, now_ns, timeout_ms=self.settings.max_poll_interval_ms + self.settings.request_timeout_ms)
+
+    def _on_sync_response(self, response: SyncGroupResponse, now_ns: int) -> list[Effect]:
+        if response.error != ErrorCode.NONE:
+            return self._on_group_error(response.error, response.error_message, now_ns)
+        partitions = sorted(tuple(tp) for tp in _assignment_decoder.decode(response.assignment).partitions) if response.assignment else []
+        previous = set(self.owned)
+        added = [tp for tp in partitions if tp not in previous]
+        revoked = [tp for tp in self.owned if tp not in set(partitions)]
+        self.state = "stable"
+        self.last_heartbeat_ns = now_ns
+        effects: list[Effect] = [Trace("member-assigned", {"generation": self.generation, "member": self.member_id,
+                                                           "partitions": partitions})]
+        if revoked:
+            # Cooperative: give up what moved away, then rejoin so the new owner can have it.
+            self.owned = [tp for tp in self.owned if tp not in set(revoked)]
+            self.client.assign(self.owned, now_ns)
+            self.state = "revoking"
+            self.join_after_revoke = True
+            effects.append(Notify("revoke", (revoked, False)))
+        kept = [tp for tp in partitions if tp in previous]
+        if added:
+            effects += self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
+                                                                  partitions=added), now_ns, (self.generation, kept, added))
+        else:
+            effects.append(Notify("assigned", (self.generation, self.member_id, list(self.owned), [])))
+        return effects
+
+    def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:
+        generation, kept, added = extra
+        if generation != self.generation or self.state not in ("stable", "revoking"):
+            return []
+        positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
+        self.owned = sorted(set(self.owned) | set(added))
+        effects = self.client.assign(self.owned, now_ns, positions)
+        return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects
+
+    # ------------------------------------------------------------------ staying in
+
+    def tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for correlation, (kind, token, deadline) in list(self.pending.items()):
+            if now_ns > deadline:
+                del self.pending[correlation]
+                effects += self._on_timeout(kind, token, now_ns)
+        if now_ns - self.last_metadata_ns > self.settings.metadata_refresh_ms * MS and (self.topics or self.pattern):
+            effects += self.client.request_metadata([] if self.pattern else list(self.topics))
+        if self.state == "stable" and now_ns - self.last_poll_ns > self.settings.max_poll_interval_ms * MS:
+            effects += self._leave("max_poll_interval_ms passed without a poll", now_ns)
+            self.left_for_poll_timeout = True
+            return effects
+        if self.state in ("stable", "revoking") and now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
+            self.last_heartbeat_ns = now_ns
+            effects += self._send("heartbeat", HeartbeatRequest(
+                correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
+                member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns)
+        return effects
+
+    def _on_timeout(self, kind: str, token: Any, now_ns: int) -> list[Effect]:
+        self.coordinator = ""  # rediscover it: it may have restarted elsewhere
+        effects = self.client.request_metadata(list(self.topics))
+        if kind in ("commit", "user-fetch"):
+            effects.append(Notify("result", (token, None, RailmqError(ErrorCode.REQUEST_TIMED_OUT,
+                                                                        "the group coordinator did not answer"))))
+        if kind in ("join", "sync", "positions"):
+            self.state = "unjoined"
+        return effects
+
+    def _on_group_error(self, code: int, text: str, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [Trace("member-error", {"error": code, "message": text, "state": self.state})]
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self.state = "fenced"
+            return effects + [Notify("fatal", RailmqError(code, text))]
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            lost = list(self.owned)
+            self.owned, self.generation = [], -1
+            self.client.assign([], now_ns)
+            if lost:
+                effects.append(Notify("revoke", (lost, True)))  # lost, not revoked: no commit is possible
+            return effects + self._join(now_ns)
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            return effects + self._begin_rebalance("the coordinator started a rebalance", now_ns)
+        if code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.UNKNOWN_MESSAGE):
+            self.coordinator = ""
+            self.state = "unjoined"
+            return effects + self.client.request_metadata(list(self.topics))
+        self.state = "unjoined"
+        if code in (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_SESSION_TIMEOUT, ErrorCode.INVALID_REQUEST):
+            effects.append(Notify("fatal", RailmqError(code, text)))
+        return effects
+
+    def _leave(self, reason: str, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        if self.member_id and self.coordinator and self.settings.group_instance_id is None:
+            effects += self._send("leave", LeaveGroupRequest(correlation_id=0, group_id=self.settings.group_id,
+                                                             member_id=self.member_id, reason=reason), now_ns)
+        self.owned, self.generation, self.state = [], -1, "left"
+        if self.settings.group_instance_id is None:
+            self.member_id = ""
+        self.client.assign([], now_ns)
+        return effects + [Trace("member-left", {"reason": reason})]
+
+    # ------------------------------------------------------------------ responses
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        entry = self.pending.pop(getattr(message, "correlation_id", -1), None)
+        if entry is None:
+            return []
+        kind, token, _ = entry
+        if isinstance(message, ErrorResponse):
+            if kind in ("commit", "user-fetch"):
+                return [Notify("result", (token, None, RailmqError(message.error, message.error_message)))]
+            return self._on_group_error(message.error, message.error_message, now_ns)
+        match kind, message:
+            case "join", JoinGroupResponse():
+                return self._on_join_response(message, now_ns)
+            case "sync", SyncGroupResponse():
+                return self._on_sync_response(message, now_ns)
+            case "heartbeat", HeartbeatResponse():
+                return [] if message.error == ErrorCode.NONE else self._on_group_error(message.error, message.error_message, now_ns)
+            case "positions", OffsetFetchResponse():
+                return self._on_positions(message, token, now_ns)
+            case "commit", OffsetCommitResponse():
+                error = RailmqError(message.error, message.error_message) if message.error else None
+                effects: list[Effect] = [Notify("result", (token, message.offsets, error))]
+                if message.error in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
+                    effects += self._on_group_error(message.error, message.error_message, now_ns)
+                return effects
+            case "user-fetch", OffsetFetchResponse():
+                return [Notify("result", (token, message.offsets, None))]
+            case "leave", LeaveGroupResponse():
+                return []
+        return [Trace("member-unexpected", {"kind": kind, "message": type(message).__name__})]

@@ -1,0 +1,270 @@
+"""The group coordinator: consumer groups' membership and their committed offsets.
+
+It hosts every group of the cluster (one process; Kafka spreads groups over brokers by hashing
+the group id, which a local cluster does not need). Per-group membership logic is in
+`classic_group.py` (and `share_group.py` for share groups); this module dispatches requests,
+runs the timers, and owns durability:
+
+- committed offsets and each group's generation are written to the durable state and flushed
+  before the reply (`AfterFlush`), so a restarted coordinator has every acknowledged commit and
+  never reuses a generation (zombies from before the restart stay fenced);
+- membership is soft state: after a restart members get UNKNOWN_MEMBER_ID and rejoin.
+
+Commit fencing (the zombie rule): a commit must come from a current member with the current
+generation; a commit with generation -1 and no member id is an administrative commit (offset
+reset) and is only accepted while the group has no members.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.classic_group import EMPTY, PREPARING, ClassicGroup
+from actors.effects import AfterFlush, Effect, Send, SetTimer
+from actors.errors import ErrorCode
+from actors.limits import DEFAULT_LIMITS, Limits
+from actors.messages import (
+    DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
+    GroupSummary, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
+    ServiceHeartbeat, ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
+)
+
+TICK_INTERVAL_MS = 50
+GROUP_ID_LENGTH_MAX = 255
+
+
+class GroupCoordinator:
+    def __init__(self, *, state: Any, coordinator: str, endpoint: str, incarnation: int, pid: int = 0,
+                 limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
+                 name: str = "group-coordinator") -> None:
+        self.name = name
+        self.state = state
+        self.coordinator = coordinator
+        self.endpoint = endpoint
+        self.incarnation = incarnation
+        self.pid = pid
+        self.limits = limits
+        self.rng = rng or random.Random(incarnation)
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        self.share: Any = None  # share groups (actors/share_group.py), attached when present
+        self._load()
+
+    def _load(self) -> None:
+        for key, value in self.state.items("group/"):
+            group_id = key[len("group/"):]
+            self.groups[group_id] = self._new_group(group_id, int(value["generation"]))
+        for key, value in self.state.items("offset/"):
+            group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
+            offset, metadata, timestamp = value
+            self.offsets.setdefault(group_id, {})[(topic, int(partition))] = OffsetEntry(
+                topic=topic, partition=int(partition), offset=offset, metadata=metadata,
+                commit_timestamp_ms=timestamp)
+
+    def _new_group(self, group_id: str, generation: int = 0) -> ClassicGroup:
+        return ClassicGroup(group_id, generation, self.limits.group_initial_rebalance_delay_ms)
+
+    def start(self, now_ns: int) -> list[Effect]:
+        return [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
+
+    def invariants(self) -> None:
+        for group in self.groups.values():
+            group.invariants()
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        match message:
+            case HeartbeatRequest():
+                return self._with_group(message, sender, lambda group: group.heartbeat(message, sender, now_ns))
+            case OffsetCommitRequest():
+                return self._on_commit(message, sender, now_ns)
+            case OffsetFetchRequest():
+                return [Send(sender, self._fetch_offsets(message))]
+            case JoinGroupRequest():
+                return self._on_join(message, sender, now_ns)
+            case SyncGroupRequest():
+                return self._with_group(message, sender, lambda group: group.sync(message, sender, now_ns))
+            case LeaveGroupRequest():
+                return self._with_group(message, sender, lambda group: group.leave(message, sender, now_ns))
+            case TimerFired(name="tick"):
+                return self._on_tick(now_ns)
+            case TimerFired(name="announce"):
+                return self._announce(now_ns)
+            case ListGroupsRequest():
+                return [Send(sender, self._list_groups(message))]
+            case DescribeGroupRequest():
+                return [Send(sender, self._describe(message, now_ns))]
+            case DeleteGroupRequest():
+                return self._on_delete(message, sender)
+            case ServiceHeartbeatResponse():
+                return []
+            case Stop():
+                self.state.flush()
+                return []
+        if self.share is not None:
+            handled = self.share.handle(message, sender, now_ns)
+            if handled is not None:
+                return handled
+        return [Send(sender, ErrorResponse(
+            correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.UNKNOWN_MESSAGE,
+            error_message=f"the group coordinator does not handle {type(message).__name__}"))]
+
+    def _announce(self, now_ns: int) -> list[Effect]:
+        beat = ServiceHeartbeat(role="group-coordinator", endpoint=self.endpoint, pid=self.pid,
+                                incarnation=self.incarnation)
+        interval = self.limits.replica_heartbeat_interval_ms
+        return [Send(self.coordinator, beat), SetTimer("announce", now_ns + interval * MS)]
+
+    def _with_group(self, message: Any, sender: Any, action: Any) -> list[Effect]:
+        group = self.groups.get(message.group_id)
+        if group is None:
+            return [Send(sender, ErrorResponse(correlation_id=message.correlation_id, error=ErrorCode.UNKNOWN_MEMBER_ID,
+                                               error_message=f"group {message.group_id!r} has no members"))]
+        before = group.generation
+        return self._persist_generation(group, before, action(group))
+
+    def _persist_generation(self, group: ClassicGroup, before: int, effects: list[Effect]) -> list[Effect]:
+        """A new generation is durable before any member hears of it."""
+        if group.generation == before:
+            return effects
+        self.state.put(f"group/{group.group_id}", {"generation": group.generation})
+        return [AfterFlush(self.state, tuple(effects))]
+
+    # ------------------------------------------------------------------ membership
+
+    def _on_join(self, request: JoinGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
+        limits = self.limits
+        problem = None
+        if not request.group_id or len(request.group_id) > GROUP_ID_LENGTH_MAX or "/" in request.group_id:
+            problem = (ErrorCode.INVALID_REQUEST, f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'")
+        elif not limits.group_session_timeout_min_ms <= request.session_timeout_ms <= limits.group_session_timeout_max_ms:
+            problem = (ErrorCode.INVALID_SESSION_TIMEOUT, (
+                f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
+                f"{limits.group_session_timeout_max_ms}, got {request.session_timeout_ms}"))
+        elif self.share is not None and self.share.owns(request.group_id):
+            problem = (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{request.group_id!r} is a share group")
+        group = self.groups.get(request.group_id)
+        if problem is None and group is not None and not request.member_id and len(group.members) >= limits.group_members_max:
+            problem = (ErrorCode.BUSY, f"group {request.group_id!r} has its maximum of {limits.group_members_max} members")
+        if problem is not None:
+            from actors.messages import JoinGroupResponse
+
+            return [Send(sender, JoinGroupResponse(correlation_id=request.correlation_id, error=problem[0],
+                                                   error_message=problem[1], member_id=request.member_id))]
+        if group is None:
+            group = self.groups[request.group_id] = self._new_group(request.group_id)
+        before = group.generation
+        member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
+        return self._persist_generation(group, before, group.join(request, sender, now_ns, member_id))
+
+    def _on_tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS)]
+        for group in self.groups.values():
+            before = group.generation
+            effects += self._persist_generation(group, before, group.tick(now_ns))
+        if self.share is not None:
+            effects += self.share.tick(now_ns)
+        return effects
+
+    # ------------------------------------------------------------------ offsets
+
+    def _on_commit(self, request: OffsetCommitRequest, sender: Any, now_ns: int) -> list[Effect]:
+        group = self.groups.get(request.group_id)
+        problem = self._check_commit(request, group)
+        if problem is not None:
+            code, text = problem
+            results = [msgspec.structs.replace(entry, error=code) for entry in request.offsets]
+            return [Send(sender, OffsetCommitResponse(correlation_id=request.correlation_id, error=code,
+                                                      error_message=text, offsets=results))]
+        stored = self.offsets.setdefault(request.group_id, {})
+        results = []
+        timestamp = now_ns // MS
+        for entry in request.offsets:
+            if len(entry.metadata) > self.limits.offset_metadata_length_max or entry.offset < 0:
+                results.append(msgspec.structs.replace(entry, error=ErrorCode.INVALID_REQUEST))
+                continue
+            kept = OffsetEntry(topic=entry.topic, partition=entry.partition, offset=entry.offset,
+                               metadata=entry.metadata, commit_timestamp_ms=timestamp)
+            stored[(entry.topic, entry.partition)] = kept
+            self.state.put(f"offset/{request.group_id}/{entry.topic}/{entry.partition}",
+                           [entry.offset, entry.metadata, timestamp])
+            results.append(kept)
+        if group is None:
+            group = self.groups[request.group_id] = self._new_group(request.group_id)
+            self.state.put(f"group/{request.group_id}", {"generation": group.generation})
+        reply = OffsetCommitResponse(correlation_id=request.correlation_id, offsets=results)
+        return [AfterFlush(self.state, (Send(sender, reply),))]
+
+    def _check_commit(self, request: OffsetCommitRequest, group: ClassicGroup | None) -> tuple[ErrorCode, str] | None:
+        if not request.group_id or "/" in request.group_id:
+            return ErrorCode.INVALID_REQUEST, "invalid group id"
+        if request.generation < 0 and not request.member_id:
+            if group is not None and group.members:
+                return ErrorCode.NON_EMPTY_GROUP, (
+                    f"group {request.group_id!r} has {len(group.members)} active members; stop them before resetting offsets")
+            return None
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, f"group {request.group_id!r} has no members"
+        problem = group.check_member(request.member_id, request.group_instance_id, request.generation)
+        if problem is not None:
+            return problem
+        if group.state not in (PREPARING, "Stable"):
+            return ErrorCode.REBALANCE_IN_PROGRESS, "the group is completing a rebalance; commit after it"
+        return None
+
+    def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        stored = self.offsets.get(request.group_id, {})
+        if request.partitions is None:
+            entries = [stored[key] for key in sorted(stored)]
+        else:
+            entries = [stored.get((topic, partition)) or OffsetEntry(topic=topic, partition=partition, offset=-1)
+                       for topic, partition in request.partitions]
+        return OffsetFetchResponse(correlation_id=request.correlation_id, offsets=entries)
+
+    # ------------------------------------------------------------------ admin
+
+    def _list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        groups = [GroupSummary(group_id=group_id, state=group.state, members=len(group.members))
+                  for group_id, group in sorted(self.groups.items())]
+        if self.share is not None:
+            groups += self.share.summaries()
+        return ListGroupsResponse(correlation_id=request.correlation_id, groups=groups)
+
+    def _describe(self, request: DescribeGroupRequest, now_ns: int) -> DescribeGroupResponse:
+        if self.share is not None and self.share.owns(request.group_id):
+            return self.share.describe(request, now_ns)
+        group = self.groups.get(request.group_id)
+        stored = self.offsets.get(request.group_id, {})
+        offsets = [stored[key] for key in sorted(stored)]
+        if group is None:
+            if not stored:
+                return DescribeGroupResponse(correlation_id=request.correlation_id, error=ErrorCode.GROUP_ID_NOT_FOUND,
+                                             error_message=f"group {request.group_id!r} does not exist",
+                                             group_id=request.group_id)
+            return DescribeGroupResponse(correlation_id=request.correlation_id, group_id=request.group_id,
+                                         state=EMPTY, offsets=offsets)
+        return DescribeGroupResponse(
+            correlation_id=request.correlation_id, group_id=request.group_id, state=group.state,
+            protocol_name=group.protocol_name, generation=group.generation, leader=group.leader,
+            members=group.describe(now_ns), offsets=offsets)
+
+    def _on_delete(self, request: DeleteGroupRequest, sender: Any) -> list[Effect]:
+        group = self.groups.get(request.group_id)
+        if group is None and request.group_id not in self.offsets:
+            return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id,
+                                                     error=ErrorCode.GROUP_ID_NOT_FOUND,
+                                                     error_message=f"group {request.group_id!r} does not exist"))]
+        if group is not None and group.members:
+            return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id, error=ErrorCode.NON_EMPTY_GROUP,
+                                                     error_message=f"group {request.group_id!r} still has members"))]
+        self.groups.pop(request.group_id, None)
+        for topic, partition in self.offsets.pop(request.group_id, {}):
+            self.state.delete(f"offset/{request.group_id}/{topic}/{partition}")
+        self.state.delete(f"group/{request.group_id}")
+        return [AfterFlush(self.state, (Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id)),))]

@@ -1,0 +1,283 @@
+"""The producer's logic: sealed batches in, produce requests out, acknowledgements back.
+
+The user-facing `railmq.Producer` accumulates records into per-partition batches (in the
+caller's thread) and hands each sealed batch to this actor as `SendBatch`. The actor encodes the
+batch once (storage/batch.py), sends it to the partition's leader, keeps at most
+`max_in_flight` requests per partition, and reports each batch's fate with a `Notify` effect:
+("batch-done", (batch_id, partition, base_offset, error or None)).
+
+Retries: a retriable error (NOT_LEADER, a timeout, NOT_ENOUGH_REPLICAS, ...) refreshes metadata
+and re-sends after `retry_backoff_ms`, until the batch's delivery deadline. Without idempotence a
+retry after a timeout can write the batch twice — the original may have been appended before the
+answer was lost — and with several requests in flight a retried batch can land after a later one.
+With `idempotent=True` the actor asks the coordinator for a producer id, numbers each
+partition's batches, and the leader drops duplicates (actors/producer_state.py); re-sends then
+go out in sequence order, so order per partition holds across retries.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Notify, Send, SetTimer
+from actors.errors import RETRIABLE, ErrorCode, RailmqError
+from actors.messages import (
+    ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
+)
+from storage.batch import encode_batch
+
+
+class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    acks: int = 1
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    max_in_flight: int = 5
+    idempotent: bool = False
+    metadata_max_age_ms: int = 5 * 60_000
+
+
+class Pending:
+    """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry."""
+
+    __slots__ = ("batch", "encoded", "sequence", "attempts", "correlation_id", "sent_ns", "retry_at_ns")
+
+    def __init__(self, batch: SendBatch) -> None:
+        self.batch = batch
+        self.encoded: bytearray | None = None
+        self.sequence = -1
+        self.attempts = 0
+        self.correlation_id = 0
+        self.sent_ns = 0
+        self.retry_at_ns = 0
+
+
+class ProducerClient:
+    def __init__(self, *, bootstrap: str, settings: ProducerSettings, name: str = "producer") -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.topics: dict[str, TopicMetadata] = {}
+        self.waiting: dict[tuple[str, int], deque[Pending]] = {}
+        self.in_flight: dict[int, Pending] = {}
+        self.in_flight_count: dict[tuple[str, int], int] = {}
+        self.next_sequence: dict[tuple[str, int], int] = {}
+        self.correlation = 0
+        self.metadata_correlation = 0
+        self.metadata_wanted: set[str] = set()
+        self.producer_id = -1
+        self.producer_epoch = 0
+        self.producer_id_correlation = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
+        if self.settings.idempotent:
+            self.correlation += 1
+            self.producer_id_correlation = self.correlation
+            effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.correlation)))
+        return effects
+
+    def invariants(self) -> None:
+        for key, count in self.in_flight_count.items():
+            assert 0 <= count <= self.settings.max_in_flight, f"{key}: {count} requests in flight"
+        assert sum(self.in_flight_count.values()) == len(self.in_flight)
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        match message:
+            case SendBatch():
+                return self._on_send_batch(message, now_ns)
+            case ProduceResponse():
+                return self._on_produce_response(message, now_ns)
+            case MetadataResponse():
+                return self._on_metadata(message, now_ns)
+            case InitProducerIdResponse():
+                return self._on_producer_id(message, now_ns)
+            case RefreshMetadata():
+                return self._request_metadata(message.topics)
+            case TimerFired():
+                return self._on_tick(now_ns)
+            case ErrorResponse():
+                return self._on_error_response(message, now_ns)
+            case Stop():
+                return self._fail_everything(ErrorCode.REQUEST_TIMED_OUT, "the producer closed before delivery")
+        return []
+
+    # ------------------------------------------------------------------ sending
+
+    def _on_send_batch(self, batch: SendBatch, now_ns: int) -> list[Effect]:
+        key = (batch.topic, batch.partition)
+        self.waiting.setdefault(key, deque()).append(Pending(batch))
+        return self._dispatch(key, now_ns)
+
+    def _dispatch(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
+        """Send waiting batches of one partition while there is room in flight."""
+        queue = self.waiting.get(key)
+        if not queue:
+            return []
+        if self.settings.idempotent and self.producer_id < 0:
+            return []
+        endpoint = self._leader_endpoint(key)
+        if not endpoint:
+            return self._request_metadata([key[0]])
+        effects: list[Effect] = []
+        while queue and self.in_flight_count.get(key, 0) < self.settings.max_in_flight:
+            if queue[0].retry_at_ns > now_ns:
+                break
+            pending = queue.popleft()
+            effects += self._send(pending, endpoint, now_ns)
+        return effects
+
+    def _send(self, pending: Pending, endpoint: str, now_ns: int) -> list[Effect]:
+        batch = pending.batch
+        key = (batch.topic, batch.partition)
+        if pending.encoded is None:
+            if self.settings.idempotent:
+                pending.sequence = self.next_sequence.get(key, 0)
+                self.next_sequence[key] = pending.sequence + len(batch.records)
+            pending.encoded = encode_batch(
+                batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
+                producer_id=self.producer_id if self.settings.idempotent else -1,
+                producer_epoch=self.producer_epoch if self.settings.idempotent else -1,
+                base_sequence=pending.sequence)
+            batch.records = []  # encoded now: let the tuples go
+        self.correlation += 1
+        pending.correlation_id = self.correlation
+        pending.attempts += 1
+        pending.sent_ns = now_ns
+        self.in_flight[pending.correlation_id] = pending
+        self.in_flight_count[key] = self.in_flight_count.get(key, 0) + 1
+        request = ProduceRequest(
+            correlation_id=pending.correlation_id, topic=batch.topic, partition=batch.partition,
+            acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded)
+        effects: list[Effect] = [Send(endpoint, request)]
+        if self.settings.acks == 0:
+            effects += self._finish(pending, -1, None, now_ns)
+        return effects
+
+    def _finish(self, pending: Pending, base_offset: int, error: RailmqError | None, now_ns: int) -> list[Effect]:
+        self.in_flight.pop(pending.correlation_id, None)
+        key = (pending.batch.topic, pending.batch.partition)
+        self.in_flight_count[key] -= 1
+        done = Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, base_offset, error))
+        return [done] + self._dispatch(key, now_ns)
+
+    # ------------------------------------------------------------------ answers
+
+    def _on_produce_response(self, response: ProduceResponse, now_ns: int) -> list[Effect]:
+        pending = self.in_flight.get(response.correlation_id)
+        if pending is None:
+            return []  # answer to a request we already gave up on
+        code = response.error
+        if code == ErrorCode.NONE:
+            return self._finish(pending, response.base_offset, None, now_ns)
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.settings.idempotent:
+            code = ErrorCode.NOT_LEADER  # an earlier batch is being retried: go again, in order
+        return self._retry_or_fail(pending, code, response.error_message, now_ns)
+
+    def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+        pending = self.in_flight.get(response.correlation_id)
+        if pending is None:
+            return []
+        return self._retry_or_fail(pending, response.error, response.error_message, now_ns)
+
+    def _retry_or_fail(self, pending: Pending, code: int, text: str, now_ns: int) -> list[Effect]:
+        batch = pending.batch
+        if code not in RETRIABLE or now_ns >= batch.deadline_ns:
+            if code in RETRIABLE:
+                text = f"delivery timed out after {pending.attempts} attempts; last error: {text}"
+            return self._finish(pending, -1, RailmqError(code, text), now_ns)
+        self.in_flight.pop(pending.correlation_id, None)
+        key = (batch.topic, batch.partition)
+        self.in_flight_count[key] -= 1
+        pending.retry_at_ns = now_ns + self.settings.retry_backoff_ms * MS
+        queue = self.waiting.setdefault(key, deque())
+        queue.append(pending)
+        if self.settings.idempotent:
+            ordered = sorted(queue, key=lambda item: (item.sequence < 0, item.sequence))
+            queue.clear()
+            queue.extend(ordered)
+        else:
+            queue.rotate(1)  # the retried batch goes first
+        self._forget_leader(key)
+        return self._request_metadata([batch.topic])
+
+    def _on_tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + 50 * MS)]
+        timeout_ns = self.settings.request_timeout_ms * MS
+        for pending in [p for p in self.in_flight.values() if now_ns - p.sent_ns > timeout_ns]:
+            effects += self._retry_or_fail(pending, ErrorCode.REQUEST_TIMED_OUT,
+                                           "no answer from the leader in time; the batch may have been written", now_ns)
+        for key, queue in list(self.waiting.items()):
+            expired = [p for p in queue if now_ns >= p.batch.deadline_ns]
+            for pending in expired:
+                queue.remove(pending)
+                effects.append(Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, -1, RailmqError(
+                    ErrorCode.REQUEST_TIMED_OUT, f"not delivered before the delivery timeout ({pending.attempts} attempts)"))))
+            effects += self._dispatch(key, now_ns)
+        if self.metadata_wanted:
+            self.metadata_correlation = 0  # re-ask: the previous answer may be lost or stale
+            effects += self._request_metadata([])
+        if self.settings.idempotent and self.producer_id < 0:
+            effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
+        return effects
+
+    def _fail_everything(self, code: ErrorCode, text: str) -> list[Effect]:
+        effects: list[Effect] = []
+        for pending in list(self.in_flight.values()) + [p for queue in self.waiting.values() for p in queue]:
+            effects.append(Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, -1, RailmqError(code, text))))
+        self.in_flight.clear()
+        self.waiting.clear()
+        self.in_flight_count.clear()
+        return effects
+
+    # ------------------------------------------------------------------ metadata
+
+    def _request_metadata(self, topics: list[str]) -> list[Effect]:
+        new = set(topics) - self.metadata_wanted
+        self.metadata_wanted |= set(topics)
+        if self.metadata_correlation and not new:
+            return []  # one request at a time; the tick re-asks if it is lost
+        self.correlation += 1
+        self.metadata_correlation = self.correlation
+        return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=sorted(self.metadata_wanted)))]
+
+    def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        if response.correlation_id == self.metadata_correlation:
+            self.metadata_correlation = 0
+        effects: list[Effect] = []
+        for topic in response.topics:
+            self.topics[topic.name] = topic
+            if topic.error == ErrorCode.NONE:
+                self.metadata_wanted.discard(topic.name)
+        effects.append(Notify("metadata", response.topics))
+        for key in list(self.waiting):
+            effects += self._dispatch(key, now_ns)
+        if self.metadata_wanted and not self.metadata_correlation:
+            effects.append(SetTimer("tick", now_ns + self.settings.retry_backoff_ms * MS))
+        return effects
+
+    def _on_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:
+        if response.error != ErrorCode.NONE:
+            return [Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation))]
+        self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+        effects: list[Effect] = []
+        for key in list(self.waiting):
+            effects += self._dispatch(key, now_ns)
+        return effects
+
+    def _leader_endpoint(self, key: tuple[str, int]) -> str:
+        topic = self.topics.get(key[0])
+        if topic is None or key[1] >= len(topic.partitions):
+            return ""
+        return topic.partitions[key[1]].leader_endpoint
+
+    def _forget_leader(self, key: tuple[str, int]) -> None:
+        topic = self.topics.get(key[0])
+        if topic is not None and key[1] < len(topic.partitions):
+            topic.partitions[key[1]].leader_endpoint = ""

@@ -1,0 +1,374 @@
+"""`Consumer`: read records from partitions you assign, or (with `group_id`) that a group gives you.
+
+The consumer pulls. A background I/O thread (transport/client_engine.py) runs the fetch logic
+(actors/consumer_client.py), keeping one long-poll fetch in flight per partition and at most
+`buffer_bytes_max` fetched bytes waiting; `poll` decodes and returns records from that buffer in
+offset order per partition, and advances the consumed position.
+
+Positions: `position(tp)` is the offset of the next record `poll` will return for `tp`. After
+`seek`, data fetched before the seek is discarded (each seek opens a new fetch session).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any, Iterable
+
+from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import ClientCommand, TopicMetadata
+from railmq.records import ConsumerRecord, TopicPartition, decode_fetched
+from transport.client_engine import ClientEngine
+
+Session = tuple[int, int]
+
+
+def _tp(value: Any) -> TopicPartition:
+    return value if isinstance(value, TopicPartition) else TopicPartition(str(value[0]), int(value[1]))
+
+
+class Consumer:
+    def __init__(self, bootstrap: str, *, group_id: str | None = None, auto_offset_reset: str = "latest",
+                 fetch_max_wait_ms: int = 500, fetch_partition_bytes_max: int = 4 * 1024 * 1024,
+                 buffer_bytes_max: int = 64 * 1024 * 1024, max_poll_records: int = 500,
+                 check_crcs: bool = True, request_timeout_ms: int = 30_000, client_id: str = "consumer",
+                 **group_options: Any) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
+        if max_poll_records <= 0:
+            raise ValueError("max_poll_records must be positive")
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.max_poll_records = max_poll_records
+        self.check_crcs = check_crcs
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._ready = threading.Condition()
+        self._chunks: deque = deque()
+        self._current: list[ConsumerRecord] = []
+        self._current_index = 0
+        self._current_key: tuple[TopicPartition, Session] | None = None
+        self._positions: dict[TopicPartition, int] = {}
+        self._sessions: dict[TopicPartition, Session] = {}
+        self._assignment: list[TopicPartition] = []
+        self._paused: set[TopicPartition] = set()
+        self._errors: deque = deque()
+        self._results: dict[int, list] = {}
+        self._tokens = itertools.count(1)
+        self._seek_epoch = 0
+        self._partition_counts: dict[str, int] = {}
+        self._closed = False
+        settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
+                                    fetch_partition_bytes_max=fetch_partition_bytes_max,
+                                    buffer_bytes_max=buffer_bytes_max, request_timeout_ms=request_timeout_ms)
+        self._actor = ConsumerClient(bootstrap=bootstrap, settings=settings, name=client_id)
+        self._group = None
+        if group_id is not None:
+            from railmq.group_consumer import attach_group
+
+            self._group = attach_group(self, self._actor, group_id, group_options)
+        elif group_options:
+            raise TypeError(f"group options need a group_id: {sorted(group_options)}")
+        self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify)
+        self._engine.start()
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, partitions: Iterable[Any]) -> None:
+        if self._group is not None:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, "a group member gets its partitions from the group")
+        self._set_assignment([_tp(tp) for tp in partitions])
+
+    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+        with self._ready:
+            self._seek_epoch += 1
+            epoch = self._seek_epoch
+            added = [tp for tp in partitions if tp not in self._assignment]
+            self._assignment = list(partitions)
+            for tp in list(self._positions):
+                if tp not in partitions:
+                    del self._positions[tp]
+            for tp in list(self._sessions):
+                if tp not in partitions:
+                    del self._sessions[tp]
+            for tp in added:
+                self._sessions[tp] = (epoch, 0)
+            self._paused &= set(partitions)
+        self._command("assign", partitions=[list(tp) for tp in partitions], epoch=epoch)
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assignment)
+
+    # ------------------------------------------------------------------ groups
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None) -> None:
+        """Join the consumer's group for these topics (or every topic matching `pattern`).
+
+        Callbacks run inside `poll`, in this thread: `on_revoke(partitions)` before partitions
+        move away (commit there to avoid redelivery), `on_assign(partitions)` after new ones
+        arrive, `on_lost(partitions)` when membership was lost and committing is impossible.
+        """
+        group = self._require_group()
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe to a list of topics or to a pattern, not both or neither")
+        group.subscribe(sorted(topics) if topics is not None else None, pattern, on_assign, on_revoke, on_lost)
+
+    def commit(self, offsets: dict[Any, int] | None = None, *, metadata: str = "") -> None:
+        """Commit (synchronously) the given next-offsets, or the current positions of every
+        assigned partition. Raises ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID if this member was
+        fenced: its partitions belong to someone else now."""
+        group = self._require_group()
+        group.commit({_tp(k): v for k, v in offsets.items()} if offsets is not None else None, metadata=metadata)
+
+    def commit_async(self, offsets: dict[Any, int] | None = None, *, metadata: str = "") -> None:
+        group = self._require_group()
+        group.commit({_tp(k): v for k, v in offsets.items()} if offsets is not None else None,
+                     metadata=metadata, asynchronous=True)
+
+    def committed(self, partitions: Iterable[Any]) -> dict[TopicPartition, int | None]:
+        return self._require_group().committed([_tp(p) for p in partitions])
+
+    def member_id(self) -> str:
+        return self._require_group().member_id
+
+    def generation(self) -> int:
+        return self._require_group().generation
+
+    def _require_group(self) -> Any:
+        if self._group is None:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, "this consumer has no group_id")
+        return self._group
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: Any, offset: int) -> None:
+        tp = _tp(partition)
+        self._require_assigned(tp)
+        if offset < 0:
+            raise ValueError(f"offsets are not negative, got {offset}")
+        epoch = self._next_seek_epoch(tp)
+        with self._ready:
+            self._positions[tp] = offset
+        self._command("seek", topic=tp.topic, partition=tp.partition, offset=offset, epoch=epoch)
+
+    def seek_to_beginning(self, partitions: Iterable[Any] | None = None) -> None:
+        self._seek_reset(partitions, EARLIEST)
+
+    def seek_to_end(self, partitions: Iterable[Any] | None = None) -> None:
+        self._seek_reset(partitions, LATEST)
+
+    def _seek_reset(self, partitions: Iterable[Any] | None, timestamp: int) -> None:
+        for tp in [_tp(p) for p in partitions] if partitions is not None else list(self._assignment):
+            self._require_assigned(tp)
+            epoch = self._next_seek_epoch(tp)
+            with self._ready:
+                self._positions.pop(tp, None)
+            self._command("reset", topic=tp.topic, partition=tp.partition, timestamp=timestamp, epoch=epoch)
+
+    def _next_seek_epoch(self, tp: TopicPartition) -> int:
+        with self._ready:
+            self._seek_epoch += 1
+            self._sessions[tp] = (self._seek_epoch, 0)
+            return self._seek_epoch
+
+    def position(self, partition: Any, timeout: float | None = None) -> int:
+        """The offset of the next record `poll` returns for this partition (waits for a reset)."""
+        tp = _tp(partition)
+        self._require_assigned(tp)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
+        with self._ready:
+            while tp not in self._positions:
+                self._raise_errors()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"the position of {tp} is not known yet")
+                self._ready.wait(min(remaining, 0.1))
+            return self._positions[tp]
+
+    def _require_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._assignment:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, f"{tp.topic}/{tp.partition} is not assigned to this consumer")
+
+    def offsets_for_times(self, timestamps: dict[Any, int]) -> dict[TopicPartition, tuple[int, int] | None]:
+        """For each partition, the earliest (offset, timestamp_ms) at or after the time, or None."""
+        out: dict[TopicPartition, tuple[int, int] | None] = {}
+        for partition, timestamp in timestamps.items():
+            tp = _tp(partition)
+            offset, found = self._list_offsets(tp, int(timestamp))
+            out[tp] = None if found < 0 else (offset, found)
+        return out
+
+    def beginning_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
+        return {_tp(p): self._list_offsets(_tp(p), EARLIEST)[0] for p in partitions}
+
+    def end_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: the offset the next visible record will get."""
+        return {_tp(p): self._list_offsets(_tp(p), LATEST)[0] for p in partitions}
+
+    def _list_offsets(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            try:
+                return self.call("list-offsets", topic=tp.topic, partition=tp.partition, timestamp=timestamp)
+            except RailmqError as error:
+                if not error.retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    # ------------------------------------------------------------------ pause / resume
+
+    def pause(self, partitions: Iterable[Any]) -> None:
+        tps = [_tp(p) for p in partitions]
+        self._paused |= set(tps)
+        self._command("pause", partitions=[list(tp) for tp in tps])
+
+    def resume(self, partitions: Iterable[Any]) -> None:
+        tps = [_tp(p) for p in partitions]
+        self._paused -= set(tps)
+        self._command("resume", partitions=[list(tp) for tp in tps])
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    # ------------------------------------------------------------------ polling
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Return up to `max_records` records, waiting up to `timeout_ms` for the first."""
+        self._check_usable()
+        if self._group is not None:
+            self._group.before_poll()
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        out: list[ConsumerRecord] = []
+        consumed = 0
+        with self._ready:
+            while len(out) < limit:
+                self._raise_errors()
+                if self._take_current(out, limit):
+                    continue
+                if self._chunks:
+                    consumed += self._open_chunk(self._chunks.popleft())
+                    continue
+                remaining = deadline - time.monotonic()
+                if out or remaining <= 0:
+                    break
+                self._ready.wait(min(remaining, 0.1))
+                if self._group is not None and self._group.needs_attention():
+                    break
+        if consumed:
+            self._engine.submit(ClientCommand(command="consumed", arguments={"bytes": consumed}))
+        if self._group is not None:
+            self._group.after_poll(out)
+        return out
+
+    def _take_current(self, out: list[ConsumerRecord], limit: int) -> bool:
+        if self._current_key is None:
+            return False
+        tp, session = self._current_key
+        if self._sessions.get(tp, (0, 0)) > session or tp not in self._positions or tp in self._paused:
+            self._current, self._current_key = [], None
+            return True
+        start = self._current_index
+        take = self._current[start: start + (limit - len(out))]
+        out.extend(take)
+        self._current_index += len(take)
+        if take:
+            self._positions[tp] = take[-1].offset + 1
+        if self._current_index >= len(self._current):
+            self._current, self._current_key = [], None
+        return bool(take) or self._current_key is None
+
+    def _open_chunk(self, chunk: tuple) -> int:
+        topic, partition, session, records, _ = chunk
+        tp = TopicPartition(topic, partition)
+        known = self._sessions.get(tp, (0, 0))
+        if session < known or tp not in self._positions or tp not in self._assignment:
+            return len(records)
+        self._sessions[tp] = session
+        decoded = decode_fetched(topic, partition, records, self._positions[tp], check_crcs=self.check_crcs)
+        if decoded:
+            self._current, self._current_index, self._current_key = decoded, 0, (tp, session)
+        return len(records)
+
+    def _raise_errors(self) -> None:
+        if self._errors:
+            raise self._errors.popleft()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, "the consumer is closed")
+        if self._engine.failure is not None:
+            raise RuntimeError("the consumer's I/O thread failed") from self._engine.failure
+
+    # ------------------------------------------------------------------ engine plumbing
+
+    def _command(self, name: str, token: int = 0, **arguments: Any) -> None:
+        self._check_usable()
+        self._engine.submit(ClientCommand(command=name, arguments=arguments, token=token))
+
+    def call(self, name: str, timeout: float | None = None, **arguments: Any) -> Any:
+        """Send a command to the I/O thread and wait for its result."""
+        token = next(self._tokens)
+        slot: list = []
+        self._results[token] = slot
+        self._command(name, token=token, **arguments)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
+        with self._ready:
+            while not slot:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._results.pop(token, None)
+                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"{name} got no answer in time")
+                self._ready.wait(min(remaining, 0.1))
+        self._results.pop(token, None)
+        value, error = slot[0]
+        if error is not None:
+            raise error
+        return value
+
+    def _on_notify(self, kind: str, payload: Any) -> None:
+        with self._ready:
+            if kind == "records":
+                self._chunks.append(payload)
+            elif kind == "position":
+                topic, partition, session, offset = payload
+                tp = TopicPartition(topic, partition)
+                if session >= self._sessions.get(tp, (0, 0)):
+                    self._sessions[tp] = session
+                    self._positions[tp] = offset
+            elif kind == "result":
+                token, value, error = payload
+                slot = self._results.get(token)
+                if slot is not None:
+                    slot.append((value, error))
+            elif kind == "partition-error":
+                self._errors.append(payload[2])
+            elif kind == "metadata":
+                self._metadata(payload)
+            elif self._group is not None:
+                self._group.on_notify(kind, payload)
+            self._ready.notify_all()
+
+    def _metadata(self, topics: list[TopicMetadata]) -> None:
+        for topic in topics:
+            if topic.error == ErrorCode.NONE:
+                self._partition_counts[topic.name] = len(topic.partitions)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                self._group.close()
+        finally:
+            self._closed = True
+            self._engine.stop()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,59 @@
+"""What a consumer gets back: `ConsumerRecord`, decoded from whole batches in one msgspec call.
+
+A fetch returns whole batches starting at the batch that holds the requested offset, so the
+first batch can begin before the position: `decode_fetched` skips those records. Each batch's
+CRC is checked before its records are decoded (Kafka's check.crcs), unless the caller opts out.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from storage.batch import HEADER_SIZE, iter_batches
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ConsumerRecord(msgspec.Struct, array_like=True, gc=False):
+    """One record. The first four fields are the wire layout of a record inside a batch."""
+
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+
+    @property
+    def text(self) -> str | None:
+        """The value as UTF-8 text (None for a null value); raises on non-UTF-8 bytes."""
+        return None if self.value is None else self.value.decode("utf-8")
+
+
+_records_decoder = msgspec.msgpack.Decoder(list[ConsumerRecord])
+
+
+def decode_fetched(topic: str, partition: int, batches: bytes | memoryview, position: int,
+                   *, check_crcs: bool = True) -> list[ConsumerRecord]:
+    """Records at or after `position` from concatenated whole batches."""
+    view = memoryview(batches)
+    out: list[ConsumerRecord] = []
+    for start, header in iter_batches(view, verify=check_crcs):
+        if header.next_offset <= position or header.is_control:
+            continue
+        records = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
+        base, first_timestamp = header.base_offset, header.first_timestamp_ms
+        for index, record in enumerate(records):
+            record.timestamp_ms += first_timestamp
+            record.topic = topic
+            record.partition = partition
+            record.offset = base + index
+        skip = position - base
+        out.extend(records[skip:] if skip > 0 else records)
+    return out
