@@ -114,6 +114,21 @@ class MemoryFileSystem:
         file = self._durable_files.get(path)
         return b"" if file is None else file.durable
 
+    def clone(self) -> "MemoryFileSystem":
+        """An independent copy (current and durable contents, names, faults off): one starting
+        point for many what-if runs."""
+        twin = MemoryFileSystem()
+        twin._directories = set(self._directories)
+        copies: dict[int, _MemoryFile] = {}
+        for source, target in ((self._files, twin._files), (self._durable_files, twin._durable_files)):
+            for path, file in source.items():
+                copy = copies.get(id(file))
+                if copy is None:
+                    copy = copies[id(file)] = _MemoryFile()
+                    copy.content, copy.durable = bytearray(file.content), file.durable
+                target[path] = copy
+        return twin
+
     # -- test helpers that reach under the API, like a disk that rots ----------------------
     def corrupt(self, path: str, position: int, xor_mask: int = 0xFF) -> None:
         """Flip bits of one byte in both the current and the durable content of `path`."""
@@ -123,6 +138,12 @@ class MemoryFileSystem:
             durable = bytearray(file.durable)
             durable[position] ^= xor_mask
             file.durable = bytes(durable)
+
+    def cut(self, path: str, length: int) -> None:
+        """Shorten `path` to `length` bytes, current and durable alike (a torn write)."""
+        file = self._files[path]
+        del file.content[length:]
+        file.durable = file.durable[:length]
 
     def set_content(self, path: str, data: bytes) -> None:
         """Replace `path` with `data` as if it had been written and synced (creating it)."""

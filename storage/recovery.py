@@ -16,10 +16,11 @@ Segments that overlap are not guessed at: open raises `CorruptLog` and an operat
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import NamedTuple
 
-from storage.batch import HEADER_SIZE, parse_header
+from storage.batch import HEADER_SIZE, BatchHeader, compute_crc
 from storage.checkpoint import RecoveryPoint
 from storage.config import LogConfig, RecoveryReport
 from storage.epochs import LeaderEpochCache
@@ -31,6 +32,8 @@ from storage.segment import (SCAN_WINDOW_BYTES, WALK_WINDOW_BYTES, RefusedRange,
 logger = logging.getLogger("railmq.storage")
 
 _BAD_BATCH = (CorruptBatch, BatchTooLarge)
+_PAYLOAD_LENGTH = struct.Struct("<I")
+_PAYLOAD_LENGTH_AT = 20  # storage/batch.py's header layout
 
 
 class RecoveredLog(NamedTuple):
@@ -103,8 +106,8 @@ class _Recovery:
             raise CorruptLog(f"{self.directory}: segment {segment.base_offset} overlaps the previous one, which "
                              f"ends at {self.expected_offset}; refusing to guess which is right",
                              segment.base_offset, self.expected_offset - 1)
-        if self.expected_offset < self.recovery_offset:
-            previous = self.segments[index - 1]
+        if self.point is not None and segment.base_offset <= self.point.segment_base_offset:
+            previous = self.segments[index - 1]  # the gap lies below the recovery point
             self._refuse(previous, RefusedRange(self.expected_offset, segment.base_offset - 1,
                                                 previous.size_bytes, previous.size_bytes),
                          f"offsets {self.expected_offset}..{segment.base_offset - 1} are missing (no segment holds them)")
@@ -118,10 +121,11 @@ class _Recovery:
     def _walk_segment(self, index: int) -> bool:
         """Walk one segment in its phases; False when the log was cut here (the pass stops)."""
         segment = self.segments[index]
+        flushed_end = self._flushed_end(segment)
         position = 0
         while position < segment.size_bytes:
-            verify = self.expected_offset >= self.recovery_offset
-            position, error = self._walk(segment, position, verify)
+            verify = position >= flushed_end
+            position, error = self._walk(segment, position, flushed_end)
             if error is None:
                 continue  # reached the end, or the recovery point: go on verifying
             if verify:
@@ -130,27 +134,60 @@ class _Recovery:
             position = self._refuse_flushed(index, position, error)
         return True
 
-    def _walk(self, segment: Segment, position: int, verify: bool) -> tuple[int, str | None]:
-        """Walk batches from `position`; returns (where it stopped, why or None)."""
+    def _flushed_end(self, segment: Segment) -> int:
+        """Byte position below which `segment` was covered by the checkpointed flush.
+
+        Decided by position, not by offsets: a corrupted record count must not make flushed
+        bytes look like an unflushed tail that may be cut."""
+        point = self.point
+        if point is None or segment.base_offset > point.segment_base_offset:
+            return 0
+        if segment.base_offset < point.segment_base_offset:
+            return segment.size_bytes
+        return min(point.position, segment.size_bytes)
+
+    def _walk(self, segment: Segment, position: int, flushed_end: int) -> tuple[int, str | None]:
+        """Walk batches from `position`: headers only below `flushed_end`, CRCs too from there.
+        Returns (where it stopped, why or None); a header walk stops at `flushed_end`."""
+        verify = position >= flushed_end
         window = SCAN_WINDOW_BYTES if verify else WALK_WINDOW_BYTES
         batches = iter_batches_in_file(segment.handle, position, segment.size_bytes, verify=verify,
                                        batch_bytes_max=self.config.batch_bytes_max, window_bytes=window)
+        previous: tuple[int, BatchHeader] | None = None
         try:
             for batch_position, header in batches:
                 position = batch_position
-                if not verify and self.expected_offset >= self.recovery_offset:
+                if not verify and position >= flushed_end:
                     return position, None  # the recovery point: from here on, CRCs are checked
                 problem = self._check_header(header)
+                if problem is None and not verify and position + header.size > flushed_end:
+                    problem = f"batch at byte {position} runs past the recovery point at byte {flushed_end}"
                 if problem is not None:
-                    return position, problem
+                    return self._blame(segment, position, previous, verify), problem
                 segment.record(position, header, force_index=self.force_index)
                 self.force_index = False
                 self.expected_offset = header.next_offset
                 self.report.scanned_bytes += header.size if verify else HEADER_SIZE
+                previous = (position, header)
                 position += header.size
         except _BAD_BATCH as error:
-            return position, str(error)
+            if not verify and position >= flushed_end:
+                return position, None  # the failing batch is past the recovery point: verify it
+            return self._blame(segment, position, previous, verify), str(error)
         return position, None
+
+    def _blame(self, segment: Segment, position: int, previous: tuple[int, BatchHeader] | None,
+               verify: bool) -> int:
+        """Where the damage starts. In the flushed region a bad record count or length in one
+        batch shows up as a bad next batch, so a previous batch that fails its CRC is blamed."""
+        if verify or previous is None:
+            return position
+        previous_position, header = previous
+        data = segment.handle.read_at(previous_position, header.size)
+        if len(data) == header.size and compute_crc(data, 0, header) == header.crc:
+            return position
+        self.expected_offset = header.base_offset
+        return previous_position
 
     def _check_header(self, header) -> str | None:
         if header.base_offset != self.expected_offset:
@@ -180,7 +217,7 @@ class _Recovery:
         else:
             last, end, resume = max(self.recovery_offset, first + 1) - 1, segment.size_bytes, segment.size_bytes
         self._refuse(segment, RefusedRange(first, max(first, last), position, end), error)
-        self.expected_offset = max(first, last) + 1
+        self.expected_offset = segment.next_offset = max(first, last) + 1
         self.force_index = True
         return resume
 
@@ -235,17 +272,16 @@ class _Recovery:
 
 
 def _count_batches(segment: Segment, position: int) -> int:
-    """How many batches (the last possibly torn) sit from `position` on, as far as headers parse."""
+    """How many batches (the last possibly torn) sit from `position` on, stepping by each
+    header's length field alone: the count of what was cut, not a validation."""
     count = 0
     end = segment.size_bytes
     while position < end:
         count += 1
-        try:
-            header = parse_header(segment.handle.read_at(position, HEADER_SIZE), 0, available=end - position,
-                                  batch_bytes_max=segment.batch_bytes_max)
-        except _BAD_BATCH:
+        raw = segment.handle.read_at(position, HEADER_SIZE)
+        if len(raw) < HEADER_SIZE:
             break
-        position += header.size
+        position += HEADER_SIZE + _PAYLOAD_LENGTH.unpack_from(raw, _PAYLOAD_LENGTH_AT)[0]
     return count
 
 

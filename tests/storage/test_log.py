@@ -11,7 +11,7 @@ from storage.fs import OsFileSystem
 from storage.log import FlushPolicy, LogConfig, PartitionLog
 from storage.memory import MemoryFileSystem, open_memory_log
 
-from storage_helpers import make_batch, offsets_of
+from .storage_helpers import make_batch, offsets_of
 
 
 @pytest.fixture(params=["memory", "os"])
