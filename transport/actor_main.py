@@ -130,10 +130,21 @@ class TraceFile:
         self.handle.write(json.dumps(line, default=str) + "\n")
 
 
+def _name_process(name: str) -> None:
+    """Show the actor's name in ps/top (Linux keeps 15 bytes); best effort elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def main(spec_bytes: bytes, lifeline: Connection) -> None:
     from transport.runtime import ActorCrashed, Runtime
 
     spec = msgspec.msgpack.decode(spec_bytes, type=ActorSpec)
+    _name_process(spec.name.replace("replica/", "r/"))
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     incarnation = random.SystemRandom().getrandbits(62) + 1

@@ -1,0 +1,212 @@
+"""A running cluster: keyed round trips, typed errors, malformed frames, restarts.
+
+Given a 3-node cluster of real actor processes, when clients produce and consume, then records
+come back in per-key order with their offsets, and bad input gets typed errors without harming
+anyone."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import pytest
+import zmq
+
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import ErrorResponse, MetadataRequest, MetadataResponse
+from railmq.admin import Admin
+from railmq.consumer import Consumer
+from railmq.partitioner import partition_for_key
+from railmq.producer import Producer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 20) -> list:
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        records: list = []
+        deadline = time.monotonic() + timeout_s
+        while len(records) < expected and time.monotonic() < deadline:
+            records += consumer.poll(200)
+        return records
+
+
+def test_keyed_records_round_trip_in_per_key_order(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=3, replication_factor=1)
+    with Producer(cluster.bootstrap, acks=1, linger_ms=2) as producer:
+        futures = [(f"k{i % 7}", i, producer.send(topic, f"{i}", key=f"k{i % 7}")) for i in range(700)]
+        producer.flush(20)
+        acks = [(key, i, future.result(5)) for key, i, future in futures]
+    for key, _, ack in acks:
+        assert ack.partition == partition_for_key(key.encode(), 3), "the key picks the partition (murmur2)"
+    records = consume_all(cluster.bootstrap, topic, 3, 700)
+    assert len(records) == 700
+    by_key: dict[bytes, list[int]] = {}
+    for record in records:
+        by_key.setdefault(record.key, []).append(int(record.value))
+    for key, values in by_key.items():
+        assert values == sorted(values), f"key {key!r} out of order"
+    acked = {(ack.partition, ack.offset): str(i) for _, i, ack in acks}
+    for record in records:
+        assert acked[(record.partition, record.offset)] == record.value.decode()
+
+
+def test_headers_timestamps_and_null_values_survive(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    with Producer(cluster.bootstrap) as producer:
+        producer.send(topic, None, key="tombstone", headers=[("trace", b"abc")], timestamp_ms=1234).result(10)
+        producer.send(topic, b"\x00\xff", timestamp_ms=5678).result(10)
+    first, second = consume_all(cluster.bootstrap, topic, 1, 2)
+    assert (first.key, first.value, first.headers, first.timestamp_ms) == (b"tombstone", None, [("trace", b"abc")], 1234)
+    assert (second.key, second.value, second.timestamp_ms) == (None, b"\x00\xff", 5678)
+
+
+def test_unknown_topic_and_partition_are_typed_errors(cluster, admin, unique_name):
+    with Producer(cluster.bootstrap, max_block_ms=3000) as producer:
+        with pytest.raises(RailmqError) as unknown:
+            producer.send(unique_name("missing"), b"x")
+        assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        topic = unique_name()
+        admin.create_topic(topic, partitions=2)
+        with pytest.raises(RailmqError) as bad_partition:
+            producer.send(topic, b"x", partition=5)
+        assert bad_partition.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(RailmqError) as described:
+        admin.describe_topic(unique_name("missing"))
+    assert described.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_admin_refuses_bad_topic_requests(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    cases = [
+        (dict(name=topic, partitions=1), ErrorCode.TOPIC_ALREADY_EXISTS),
+        (dict(name="bad name!", partitions=1), ErrorCode.INVALID_REQUEST),
+        (dict(name=unique_name(), partitions=0), ErrorCode.INVALID_PARTITIONS),
+        (dict(name=unique_name(), partitions=1, replication_factor=4), ErrorCode.INVALID_REPLICATION_FACTOR),
+        (dict(name=unique_name(), partitions=1, replication_factor=2, config={"min_insync_replicas": 3}),
+         ErrorCode.INVALID_CONFIG),
+    ]
+    for arguments, code in cases:
+        with pytest.raises(RailmqError) as refused:
+            admin.create_topic(**arguments, wait=False)
+        assert refused.value.code == code, arguments
+    assert topic in admin.list_topics()
+
+
+def test_offsets_seek_and_list_offsets(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    with Producer(cluster.bootstrap) as producer:
+        for i in range(10):
+            producer.send(topic, f"{i}", timestamp_ms=1000 + i * 100)
+        producer.flush(10)
+    with Consumer(cluster.bootstrap, auto_offset_reset="latest") as consumer:
+        consumer.assign([(topic, 0)])
+        assert consumer.position((topic, 0)) == 10
+        assert consumer.beginning_offsets([(topic, 0)]) == {(topic, 0): 0}
+        assert consumer.end_offsets([(topic, 0)]) == {(topic, 0): 10}
+        assert consumer.offsets_for_times({(topic, 0): 1450})[(topic, 0)][0] >= 0
+        consumer.seek((topic, 0), 7)
+        records = []
+        deadline = time.monotonic() + 10
+        while len(records) < 3 and time.monotonic() < deadline:
+            records += consumer.poll(200)
+        assert [r.offset for r in records] == [7, 8, 9]
+        consumer.seek_to_beginning()
+        assert consumer.position((topic, 0)) == 0
+
+
+def _raw_request(endpoint: str, frames: list[bytes], timeout_ms: int = 3000) -> list[bytes]:
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(endpoint)
+    try:
+        socket.send_multipart(frames)
+        assert socket.poll(timeout_ms), f"{endpoint} did not answer"
+        return socket.recv_multipart()
+    finally:
+        socket.close()
+
+
+@pytest.mark.parametrize("frames, code", [
+    ([b"\xc1not msgpack"], ErrorCode.MALFORMED_FRAME),
+    ([msgspec.msgpack.encode([1, 2, 3])], ErrorCode.MALFORMED_FRAME),
+    ([msgspec.msgpack.encode({"type": "NoSuchMessage", "correlation_id": 9})], ErrorCode.UNKNOWN_MESSAGE),
+    ([msgspec.msgpack.encode({"type": "TimerFired", "name": "heartbeat"})], ErrorCode.UNKNOWN_MESSAGE),
+    ([msgspec.msgpack.encode({"type": "FetchRequest", "correlation_id": 4, "topic": 5})], ErrorCode.INVALID_REQUEST),
+    ([msgspec.msgpack.encode({"type": "ProduceRequest", "correlation_id": 5, "topic": "x", "partition": 0})],
+     ErrorCode.INVALID_REQUEST),  # a produce request without its batch frame
+    ([msgspec.msgpack.encode({"type": "ProduceRequest", "correlation_id": 6, "topic": "x", "partition": 0}),
+      b"garbage batch"], None),  # decodes; the actor itself refuses it
+])
+def test_malformed_frames_get_typed_errors_from_every_actor(cluster, admin, unique_name, frames, code):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1, replication_factor=3)
+    deadline = time.monotonic() + 10
+    while True:
+        actors = [actor for actor in cluster.actors() if actor["alive"]]
+        if all(actor["endpoint"] for actor in actors) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    endpoints = [actor["endpoint"] for actor in actors]
+    assert len(endpoints) >= 5 and all(endpoints)  # coordinator, group coordinator, three replicas
+    for endpoint in endpoints:
+        reply = msgspec.msgpack.decode(_raw_request(endpoint, frames)[0])
+        if code is None:
+            assert reply["error"] != 0, (endpoint, reply)
+        else:
+            assert reply["error"] == code, (endpoint, reply)
+            assert reply["type"] == "ErrorResponse" and reply["error_message"]
+        if "correlation_id" in reply and code in (ErrorCode.UNKNOWN_MESSAGE, ErrorCode.INVALID_REQUEST):
+            assert reply["correlation_id"] in (-1, 4, 5, 9)
+    # every actor still serves
+    for endpoint in endpoints:
+        stats = admin.runtime_stats(endpoint)
+        assert stats.pid > 0
+    assert admin.describe_topic(topic).partitions[0].leader_endpoint
+
+
+def test_oversized_message_is_refused_with_a_typed_error(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    leader = admin.describe_topic(topic).partitions[0].leader_endpoint
+    header = msgspec.msgpack.encode({"type": "ProduceRequest", "correlation_id": 77, "topic": topic, "partition": 0})
+    reply = msgspec.msgpack.decode(_raw_request(leader, [header, b"x" * (33 * 1024 * 1024)], timeout_ms=10_000)[0])
+    assert reply["error"] == ErrorCode.MESSAGE_TOO_LARGE and reply["correlation_id"] == 77
+    counters = admin.runtime_stats(leader).counters
+    assert counters.get("decode_error_message_too_large", 0) >= 1
+
+
+def test_restarting_the_cluster_keeps_topics_and_data(fresh_cluster, unique_name):
+    first = fresh_cluster(nodes=2)
+    data_dir, port = first.data_dir, int(first.bootstrap.rsplit(":", 1)[1])
+    topic = unique_name()
+    with Admin(first.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2, replication_factor=2)
+    with Producer(first.bootstrap, acks="all") as producer:
+        for i in range(50):
+            producer.send(topic, f"{i}", key=f"k{i % 3}")
+        producer.flush(20)
+    first.stop()
+    second = fresh_cluster(nodes=2, data_dir=data_dir, port=port)
+    with Admin(second.bootstrap) as admin:
+        assert topic in admin.list_topics()
+        admin.wait_for_leaders(topic, 30)
+    records = consume_all(second.bootstrap, topic, 2, 50, timeout_s=30)
+    assert sorted(int(r.value) for r in records) == list(range(50))
+
+
+def test_metadata_request_over_raw_zeromq_matches_the_protocol_document(cluster, admin, unique_name):
+    """A client in another language speaks MessagePack maps with a "type" field (docs/protocol.md)."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=2)
+    request = msgspec.msgpack.encode({"type": "MetadataRequest", "correlation_id": 42, "topics": [topic]})
+    reply = msgspec.msgpack.decode(_raw_request(cluster.bootstrap, [request])[0], type=MetadataResponse | ErrorResponse)
+    assert isinstance(reply, MetadataResponse) and reply.correlation_id == 42
+    assert [p.partition for p in reply.topics[0].partitions] == [0, 1]
+    assert MetadataRequest(correlation_id=1).topics is None
