@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-import ring_children
+from tests.ring import ring_children
 from transport.shm import (
     SEGMENT_NAME_CHARS_MAX,
     SEGMENT_PREFIX,

@@ -1,0 +1,148 @@
+"""Nobody spins: a sleeping end is woken by its peer's doorbell, and only a sleeping end is rung.
+
+The waiting end runs in a thread with a liveness interval of ten seconds, so if it woke up
+promptly, it was the doorbell that woke it, not the periodic look at the peer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from transport.ring import RingClosed, RingFull, RingReader, RingWriter, ZmqDoorbell
+
+SLOW_LIVENESS_MS = 10_000
+WAKE_WITHIN_S = 2.0
+
+
+class Waiting(threading.Thread):
+    """Runs `call` in a thread and keeps what it returned or raised, and when it finished."""
+
+    def __init__(self, call) -> None:
+        super().__init__(daemon=True)
+        self.call = call
+        self.result = None
+        self.error: BaseException | None = None
+        self.finished_at = 0.0
+
+    def run(self) -> None:
+        try:
+            self.result = self.call()
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            self.error = error
+        self.finished_at = time.monotonic()
+
+
+@pytest.fixture
+def slow_ring(ring_name):
+    writer = RingWriter.create(ring_name, 1024, liveness_check_interval_ms=SLOW_LIVENESS_MS)
+    reader = RingReader.attach(ring_name, liveness_check_interval_ms=SLOW_LIVENESS_MS)
+    try:
+        yield writer, reader
+    finally:
+        reader.close()
+        writer.close()
+        writer.unlink()
+
+
+def _start_and_let_it_sleep(thread: Waiting, end) -> None:
+    thread.start()
+    deadline = time.monotonic() + WAKE_WITHIN_S
+    while end.stats.wait_slices == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert end.stats.wait_slices == 1, "the waiting end should be asleep on its doorbell"
+
+
+def test_a_sleeping_reader_is_woken_by_the_writer(slow_ring):
+    writer, reader = slow_ring
+    waiting = Waiting(lambda: bytes(reader.read(timeout_ms=SLOW_LIVENESS_MS)))
+    _start_and_let_it_sleep(waiting, reader)
+
+    written_at = time.monotonic()
+    assert writer.try_write(b"wake up")
+    waiting.join(SLOW_LIVENESS_MS / 1000)
+
+    assert waiting.error is None and waiting.result == b"wake up"
+    assert waiting.finished_at - written_at < WAKE_WITHIN_S
+    assert writer.stats.doorbells_rung == 1
+    assert reader.stats.wait_slices == 1
+
+
+def test_a_writer_blocked_on_a_full_ring_is_woken_by_a_release(slow_ring):
+    writer, reader = slow_ring
+    assert writer.try_write(b"x" * writer.record_bytes_max)
+    waiting = Waiting(lambda: writer.write(b"next", timeout_ms=SLOW_LIVENESS_MS))
+    _start_and_let_it_sleep(waiting, writer)
+
+    reader.try_read()
+    released_at = time.monotonic()
+    reader.release()
+    waiting.join(SLOW_LIVENESS_MS / 1000)
+
+    assert waiting.error is None
+    assert waiting.finished_at - released_at < WAKE_WITHIN_S
+    assert reader.stats.doorbells_rung == 1
+    assert bytes(reader.try_read()) == b"next"
+
+
+def test_an_awake_peer_is_never_rung(slow_ring):
+    writer, reader = slow_ring
+    for _ in range(100):
+        assert writer.try_write(b"record")
+        reader.try_read()
+        reader.release()
+    assert writer.stats.doorbells_rung == 0
+    assert reader.stats.doorbells_rung == 0
+
+
+def test_closing_the_writer_wakes_a_sleeping_reader_with_ring_closed(slow_ring):
+    writer, reader = slow_ring
+    waiting = Waiting(lambda: reader.read(timeout_ms=SLOW_LIVENESS_MS))
+    _start_and_let_it_sleep(waiting, reader)
+
+    closed_at = time.monotonic()
+    writer.close()
+    waiting.join(SLOW_LIVENESS_MS / 1000)
+
+    assert isinstance(waiting.error, RingClosed)
+    assert waiting.finished_at - closed_at < WAKE_WITHIN_S
+
+
+def test_a_read_with_nothing_to_read_times_out_with_none(slow_ring):
+    _, reader = slow_ring
+    started = time.monotonic()
+    assert reader.read(timeout_ms=150) is None
+    assert time.monotonic() - started >= 0.14
+
+
+def test_a_write_into_a_full_ring_times_out_with_ring_full(slow_ring):
+    writer, _ = slow_ring
+    writer.try_write(b"x" * writer.record_bytes_max)
+    started = time.monotonic()
+    with pytest.raises(RingFull):
+        writer.write(b"y", timeout_ms=150)
+    assert time.monotonic() - started >= 0.14
+
+
+def test_one_doorbell_can_serve_several_rings(segments):
+    shared = ZmqDoorbell()
+    try:
+        names = [segments.name("a"), segments.name("b")]
+        writers = [RingWriter.create(name, 256) for name in names]
+        readers = [RingReader.attach(name, doorbell=shared) for name in names]
+        for reader in readers:
+            assert reader.arm_doorbell() is False
+        writers[1].try_write(b"for b")
+
+        assert shared.wait(WAKE_WITHIN_S * 1000) is True
+        for reader in readers:
+            reader.disarm_doorbell(rung=True)
+        assert readers[0].try_read() is None
+        assert bytes(readers[1].try_read()) == b"for b"
+        for end in readers + writers:
+            end.close()
+        assert not shared.socket.closed  # an end closes only the doorbell it made itself
+    finally:
+        shared.close()
