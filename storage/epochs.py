@@ -110,6 +110,12 @@ class LeaderEpochCache:
         """Drop entries that start at or past `end_offset` (after a log truncation)."""
         return self._set([entry for entry in self.entries if entry[1] < end_offset])
 
+    def drop_beyond(self, end_offset: int) -> bool:
+        """Drop entries that start past `end_offset` (on open: their batches were lost). An
+        entry starting exactly at the end stays: a leader assigns its epoch there before it has
+        written anything, and a restart does not change which epoch it led."""
+        return self._set([entry for entry in self.entries if entry[1] <= end_offset])
+
     def truncate_from_start(self, log_start_offset: int) -> bool:
         """Drop entries wholly below the log start; the one that spans it now starts there."""
         kept = [entry for entry in self.entries if entry[1] >= log_start_offset]

@@ -78,7 +78,7 @@ class PartitionLog(ShrinkOperations):
         log._flushed = recovered.flushed_offset
         if not log._segments or log._segments[-1].sealed:
             log._roll(recovered.log_end_offset, now_ms)
-        changed = epochs.truncate_from_end(log.log_end_offset) | epochs.truncate_from_start(log._log_start)
+        changed = epochs.drop_beyond(log.log_end_offset) | epochs.truncate_from_start(log._log_start)
         if changed or not trusted:
             epochs.persist()
         return log

@@ -4,7 +4,8 @@ A mixin of `PartitionLog` (storage/log.py), kept apart because removing data has
 ordering rules, each chosen so that a crash in the middle leaves a log that recovery accepts
 without refusing good data or resurrecting removed data:
 - truncation cuts the data first and fsyncs the cut (so removed batches cannot reappear after a
-  crash), then lowers the recovery point, then drops epoch entries at or past the new end;
+  crash) and the kept prefix, then moves the recovery point to the new end, then drops epoch
+  entries at or past the new end;
 - whole segments are removed newest first, so a crash leaves a contiguous prefix;
 - only whole segments that are not the active one are ever deleted by retention; the log start
   moves to the next segment's base offset (or, for DeleteRecords, to the requested offset,
@@ -49,7 +50,10 @@ class ShrinkOperations:
             segment.truncate_at(cut_position, new_end)
             segment.handle.sync()  # the shorter length must be durable before anything else
             segment.synced_bytes = segment.size_bytes
+        # The kept prefix is made durable too, so the recovery point can sit exactly at the new
+        # end: a truncation is rare (a failover), and a follower refetches from there anyway.
         self._flushed = min(self._flushed, new_end)
+        self._sync_segments()
         self._store_checkpoint()
         if self._epochs.truncate_from_end(new_end):
             self._epochs.persist()
