@@ -67,9 +67,16 @@ class PartitionLog(ShrinkOperations):
             trusted = fs.exists(epochs_path)
         except EpochCheckpointCorrupt as error:
             epochs, trusted, problem = LeaderEpochCache(fs, epochs_path), False, str(error)
-        recovered = recover(fs, directory, config, checkpoint.point, epochs, epochs_trusted=trusted, now_ms=now_ms)
+        try:
+            recovered = recover(fs, directory, config, checkpoint.point, epochs, epochs_trusted=trusted,
+                                now_ms=now_ms)
+        except BaseException:
+            checkpoint.close()
+            raise
         log = cls(fs, directory, config, checkpoint, epochs, now_ms)
         log.recovery = recovered.report
+        if problem is None and not trusted and epochs.entries:
+            problem = "the file was missing"
         if problem is not None:
             log._report_problem(f"leader-epoch checkpoint rebuilt from the batches: {problem}")
         log._segments = recovered.segments

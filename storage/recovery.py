@@ -68,11 +68,16 @@ class _Recovery:
         self.segments = self._open_segments()
         if self.segments:
             self.expected_offset = self.segments[0].base_offset
-        index = 0
-        while index < len(self.segments):
-            if not self._enter(index) or not self._walk_segment(index):
-                break
-            index += 1
+        try:
+            index = 0
+            while index < len(self.segments):
+                if not self._enter(index) or not self._walk_segment(index):
+                    break
+                index += 1
+        except BaseException:
+            for segment in self.segments:
+                segment.handle.close()
+            raise
         log_start, log_end = self._finish()
         self.report.seconds = time.perf_counter() - started
         self.report.segments = len(self.segments)

@@ -131,6 +131,8 @@ def test_header_corruption_in_the_flushed_middle_is_refused_not_truncated(byte):
     assert (raised.value.first_offset, raised.value.last_offset) == (batch_base, next_segment - 1)
     assert read_all(log) == everything[:position]  # a read from before stops before the damage
     assert log.read(next_segment, 1 << 30) == everything[len(fs.read_file(segment_path(base))):]
+    walked = [header.base_offset for header in log.iter_headers(0)]  # header walks step over it
+    assert walked == [entry[3] for entry in positions if not batch_base <= entry[3] < next_segment]
 
 
 def test_payload_corruption_in_the_flushed_middle_is_refused_when_read():
@@ -237,3 +239,17 @@ def test_crash_loses_exactly_the_unflushed_suffix(policy):
     assert read_all(recovered) == expected
     assert recovered.recovery.corrupt_ranges == []
     recovered.append_producer_batch(make_batch(), 9, 0)  # and the log goes on
+
+
+def test_missing_epoch_checkpoint_is_rebuilt_and_reported():
+    fs, positions, everything = build(batches=8, flushed_batches=8)
+    fs.remove(f"/log/{EPOCH_CHECKPOINT_NAME}")
+    log = open_memory_log(CONFIG, fs=fs)
+    assert log.epoch_entries() == [(0, 0), (3, 8)]
+    assert any("missing" in problem for problem in log.recovery.problems)
+
+
+def test_a_new_log_reports_no_problems():
+    log = open_memory_log(CONFIG)
+    assert log.recovery.problems == [] and log.recovery.corrupt_ranges == []
+    assert (log.log_start_offset, log.log_end_offset, log.flushed_offset) == (0, 0, 0)
