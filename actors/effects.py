@@ -16,6 +16,8 @@ and the simulator (virtual network, memory disk) carry them out with the same ru
 - `Trace` is an observation for logs, chaos fault logs and learners; it changes nothing.
 - `Notify` hands a result to the code that embeds a client actor (a producer's future, a
   consumer's records); servers never use it.
+- `Exit` stops the actor gracefully (it still gets `Stop`, so it closes its storage): the topic
+  it served was deleted, or it was moved elsewhere.
 - `Crash` stops the actor at once as if killed (e.g. after a failed fsync, whose page-cache state
   is unknown: retrying could acknowledge data that is not on disk). The supervisor restarts it.
 """
@@ -65,8 +67,12 @@ class Notify(NamedTuple):
     payload: Any
 
 
+class Exit(NamedTuple):
+    reason: str
+
+
 class Crash(NamedTuple):
     reason: str
 
 
-Effect = Union[Send, AfterFlush, SetTimer, CancelTimer, Trace, Notify, Crash]
+Effect = Union[Send, AfterFlush, SetTimer, CancelTimer, Trace, Notify, Exit, Crash]

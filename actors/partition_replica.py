@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actor import MS
-from actors.effects import AfterFlush, Crash, Effect, Send, SetTimer, Trace
+from actors.effects import AfterFlush, Crash, Effect, Exit, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
@@ -226,7 +226,7 @@ class PartitionReplica:
     def _stop_for_good(self, reason: str) -> list[Effect]:
         effects = self._leave_role(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, reason)
         self.role = "stopped"
-        return effects + [Trace("replica-stopped", {"reason": reason}), Crash(reason)]
+        return effects + [Trace("replica-stopped", {"reason": reason}), Exit(reason)]
 
     def _on_alter_isr_response(self, response: AlterIsrResponse, now_ns: int) -> list[Effect]:
         if self.leader is None or not self.leader.isr_answered(response.correlation_id):

@@ -9,7 +9,9 @@ Waking the engine costs a pipe write, so callers that produce many small events 
 it at most once per sleep: `wake()` writes only when the engine is asleep and not yet woken.
 `pump` is a hook the owner provides to move work from its own structures (the producer's
 accumulator) into the actor just before the engine sleeps; it returns the next deadline at which
-it wants to be asked again (a linger timer), or None.
+it wants to be asked again (a linger timer), or None. `has_work` is asked after the engine has
+marked itself asleep: work that raced in between `pump` and the sleep cancels the sleep, so no
+wake-up is ever lost.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from transport.runtime import Runtime
 
 class ClientEngine:
     def __init__(self, actor: Any, *, name: str, on_notify: Callable[[str, Any], None],
-                 pump: Callable[[int], int | None] | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
+                 pump: Callable[[int], int | None] | None = None, has_work: Callable[[], bool] | None = None,
+                 limits: Limits = DEFAULT_LIMITS) -> None:
         self.context = zmq.Context()
         self.runtime = Runtime(actor, identity=name, limits=limits, context=self.context, on_notify=on_notify)
         self.pump = pump
+        self.has_work = has_work
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
@@ -97,7 +101,7 @@ class ClientEngine:
     def _before_sleep(self) -> bool:
         """Mark asleep, then re-check for work that raced in; False cancels the sleep."""
         self.asleep = True
-        return self.commands.empty()
+        return self.commands.empty() and not (self.has_work is not None and self.has_work())
 
     def _after_sleep(self) -> None:
         self.asleep = False

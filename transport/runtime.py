@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import zmq
 
-from actors.effects import AfterFlush, CancelTimer, Crash, Notify, Send, SetTimer, Trace
+from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
@@ -231,6 +231,9 @@ class Runtime:
                 if self.on_notify is None:
                     raise AssertionError(f"{self.identity}: Notify effect with no client attached")
                 self.on_notify(effect.kind, effect.payload)
+            elif kind is Exit:
+                log.info("%s stops: %s", self.identity, effect.reason)
+                self.request_stop()
             elif kind is Crash:
                 log.error("%s crashes on purpose: %s", self.identity, effect.reason)
                 raise ActorCrashed(effect.reason)

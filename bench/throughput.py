@@ -1,0 +1,147 @@
+"""Produce and consume throughput through a real cluster, beside a raw pyzmq baseline.
+
+    python -m bench.throughput [--json PATH] [--records N] [--quick]
+
+Figures (medians over --repeat runs):
+- produce_records_per_s / consume_records_per_s: 1 KB records, acks=1, batched (`send_batch`,
+  1,000 records a call), through a 3-node LocalCluster, for a 1-partition and a 4-partition
+  topic (the headline figures are the better of the two, each also reported);
+  produce_send_per_record_records_per_s_*: the same with one `send` call per record;
+- produce_ack_p50_us / produce_ack_p99_us: one small record at a time, send -> acknowledgement;
+- zmq_pushpull_records_per_s: the same 1 KB payloads through a bare PUSH/PULL pair over
+  tcp://127.0.0.1 between two processes, one record per message (the cost of moving the bytes
+  with no broker at all), and zmq_pushpull_batched_mb_per_s with 1 MiB messages.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import zmq
+
+from bench.common import median_of, parse_args, percentile, report
+
+RECORD_BYTES = 1000
+
+
+def _pull(endpoint: str, count: int, ready) -> None:
+    context = zmq.Context()
+    socket = context.socket(zmq.PULL)
+    socket.connect(endpoint)
+    ready.set()
+    for _ in range(count):
+        socket.recv(copy=False)
+    socket.close()
+    context.term()
+
+
+def zmq_pushpull(count: int, size: int) -> float:
+    """Messages per second from one process to another through PUSH/PULL over loopback TCP."""
+    context = zmq.Context()
+    socket = context.socket(zmq.PUSH)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    child = spawn.Process(target=_pull, args=(f"tcp://127.0.0.1:{port}", count, ready))
+    child.start()
+    ready.wait(30)
+    payload = os.urandom(size)
+    started = time.perf_counter()
+    for _ in range(count):
+        socket.send(payload, copy=size < 65536)
+    child.join()
+    elapsed = time.perf_counter() - started
+    socket.close(linger=0)
+    context.term()
+    return count / elapsed
+
+
+def produce(bootstrap: str, topic: str, count: int, payload: bytes, *, bulk: bool = True) -> float:
+    """Records per second with `send_batch` (1,000 records a call) or one `send` per record."""
+    from railmq.producer import Producer
+
+    with Producer(bootstrap, acks=1, linger_ms=5, batch_bytes_max=1024 * 1024) as producer:
+        producer.partitions_for(topic)
+        started = time.perf_counter()
+        if bulk:
+            values = [payload] * 1000
+            for _ in range(count // 1000):
+                producer.send_batch(topic, values)
+        else:
+            send = producer.send
+            for _ in range(count):
+                send(topic, payload)
+        producer.flush(120)
+        return count / (time.perf_counter() - started)
+
+
+def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
+    from railmq.consumer import Consumer
+
+    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=10_000,
+                  fetch_partition_bytes_max=8 * 1024 * 1024) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        for p in range(partitions):
+            consumer.position((topic, p))
+        started = time.perf_counter()
+        seen = 0
+        while seen < count:
+            seen += len(consumer.poll(1000))
+        return seen / (time.perf_counter() - started)
+
+
+def ack_latency(bootstrap: str, topic: str, samples: int) -> list[float]:
+    from railmq.producer import Producer
+
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        for _ in range(50):
+            producer.send(topic, b"warm").result(10)
+        latencies = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            producer.send(topic, b"x" * 100).result(10)
+            latencies.append((time.perf_counter() - started) * 1e6)
+        return latencies
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], lambda p: p.add_argument("--records", type=int, default=0))
+    from railmq.admin import Admin
+    from railmq.cluster import LocalCluster
+
+    count = args.records or (50_000 if args.quick else 300_000)
+    payload = os.urandom(RECORD_BYTES)
+    figures: dict[str, float] = {}
+    figures["zmq_pushpull_records_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(count, RECORD_BYTES))
+    figures["zmq_pushpull_batched_mb_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(300, 1 << 20)) * (1 << 20) / 1e6
+    with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
+        for partitions in (1, 4):
+            runs = []
+            for run in range(args.repeat):
+                topic = f"bench-{partitions}p-{run}"
+                admin.create_topic(topic, partitions=partitions, replication_factor=1,
+                                   config={"segment_bytes": 256 * 1024 * 1024})
+                produced = produce(cluster.bootstrap, topic, count, payload)
+                consumed = consume(cluster.bootstrap, topic, partitions, count)
+                single = produce(cluster.bootstrap, topic, count // 2, payload, bulk=False)
+                runs.append((produced, consumed, single))
+                admin.delete_topic(topic)
+            figures[f"produce_records_per_s_{partitions}p"] = sorted(r[0] for r in runs)[len(runs) // 2]
+            figures[f"consume_records_per_s_{partitions}p"] = sorted(r[1] for r in runs)[len(runs) // 2]
+            figures[f"produce_send_per_record_records_per_s_{partitions}p"] = sorted(r[2] for r in runs)[len(runs) // 2]
+        admin.create_topic("bench-latency", partitions=1, replication_factor=1)
+        latencies = ack_latency(cluster.bootstrap, "bench-latency", 500 if args.quick else 3000)
+    figures["produce_records_per_s"] = max(figures["produce_records_per_s_1p"], figures["produce_records_per_s_4p"])
+    figures["consume_records_per_s"] = max(figures["consume_records_per_s_1p"], figures["consume_records_per_s_4p"])
+    figures["produce_mb_per_s"] = figures["produce_records_per_s"] * RECORD_BYTES / 1e6
+    figures["produce_ack_p50_us"] = percentile(latencies, 0.50)
+    figures["produce_ack_p99_us"] = percentile(latencies, 0.99)
+    figures["produce_ratio_to_zmq_pushpull"] = figures["produce_records_per_s"] / figures["zmq_pushpull_records_per_s"]
+    figures["consume_ratio_to_zmq_pushpull"] = figures["consume_records_per_s"] / figures["zmq_pushpull_records_per_s"]
+    report("bench.throughput", figures, args, {"record_bytes": RECORD_BYTES, "records_per_run": count})
+
+
+if __name__ == "__main__":
+    main()
