@@ -30,11 +30,11 @@ header's lengths, count and version without touching the payload; `verify_batch`
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Iterator, NamedTuple, Sequence
 
 import msgspec
 
+from storage.checksum import crc32
 from storage.errors import BatchTooLarge, CorruptBatch, UnsupportedVersion
 
 FORMAT_VERSION = 1
@@ -122,7 +122,7 @@ def encode_batch(
         batch, 0, base_offset, leader_epoch, 0, FORMAT_VERSION, attributes, producer_epoch,
         payload_length, producer_id, base_sequence, len(records), first_timestamp_ms, max_timestamp_ms,
     )
-    CRC_FIELD.pack_into(batch, 12, zlib.crc32(memoryview(batch)[CRC_START:]))
+    CRC_FIELD.pack_into(batch, 12, crc32(memoryview(batch)[CRC_START:]))
     return batch
 
 
@@ -162,7 +162,7 @@ def parse_header(
 
 def compute_crc(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> int:
     view = memoryview(buffer)[position + CRC_START: position + header.size]
-    return zlib.crc32(view)
+    return crc32(view)
 
 
 def verify_batch(
