@@ -199,17 +199,22 @@ class ZmqDoorbell:
             pass  # the peer is gone or not listening: its wait times out and it looks again
 
     def wait(self, timeout_ms: int) -> bool:
-        return bool(self._inbox.poll(max(0, timeout_ms))) and self.drain() > 0
+        # A blocking recv with a timeout wakes faster than poll(), which builds a Poller per call.
+        self._inbox.setsockopt(zmq.RCVTIMEO, max(0, int(timeout_ms)))
+        try:
+            self._inbox.recv()
+        except zmq.Again:
+            return False
+        self.drain()
+        return True
 
     def drain(self) -> int:
-        """Consume every pending ring; returns how many there were."""
+        """Consume every pending ring without blocking; returns how many there were."""
         drained = 0
-        while True:
-            try:
-                self._inbox.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return drained
+        while self._inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._inbox.recv(zmq.NOBLOCK)
             drained += 1
+        return drained
 
     def _outbox(self, peer_endpoint: str) -> zmq.Socket:
         outbox = self._outboxes.get(peer_endpoint)
@@ -689,11 +694,8 @@ class RingReader(_RingEnd):
         index = position % self.capacity_bytes
         if index + payload_bytes <= self.capacity_bytes:
             return self._data[index:index + payload_bytes]
-        first_bytes = self.capacity_bytes - index
-        joined = bytearray(payload_bytes)
-        joined[:first_bytes] = self._data[index:]
-        joined[first_bytes:] = self._data[:payload_bytes - first_bytes]
-        return memoryview(joined)
+        wrapped_bytes = index + payload_bytes - self.capacity_bytes
+        return memoryview(b"".join((self._data[index:], self._data[:wrapped_bytes])))  # one copy
 
     def _release_views(self) -> None:
         for view in self._unreleased:

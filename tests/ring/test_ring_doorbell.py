@@ -128,21 +128,24 @@ def test_a_write_into_a_full_ring_times_out_with_ring_full(slow_ring):
 
 def test_one_doorbell_can_serve_several_rings(segments):
     shared = ZmqDoorbell()
+    ends = []
     try:
         names = [segments.name("a"), segments.name("b")]
         writers = [RingWriter.create(name, 256) for name in names]
+        ends += writers
         readers = [RingReader.attach(name, doorbell=shared) for name in names]
+        ends += readers
         for reader in readers:
             assert reader.arm_doorbell() is False
         writers[1].try_write(b"for b")
 
-        assert shared.wait(WAKE_WITHIN_S * 1000) is True
+        assert shared.wait(int(WAKE_WITHIN_S * 1000)) is True
         for reader in readers:
             reader.disarm_doorbell(rung=True)
         assert readers[0].try_read() is None
         assert bytes(readers[1].try_read()) == b"for b"
-        for end in readers + writers:
+    finally:
+        for end in ends:
             end.close()
         assert not shared.socket.closed  # an end closes only the doorbell it made itself
-    finally:
         shared.close()

@@ -99,7 +99,7 @@ def test_only_a_record_that_wraps_is_joined_into_a_private_buffer(ring):
     reader.release()
     writer.try_write(b"wrapped payload")
     record = reader.try_read()
-    assert isinstance(record.obj, bytearray)
+    assert isinstance(record.obj, bytes)
     assert bytes(record) == b"wrapped payload"
 
 
