@@ -14,9 +14,10 @@ Segment layout. Header fields are aligned u64 words, one cache line per owner:
 
 Positions are byte counters that only grow (index = position % capacity). A record is a 24-byte
 header (payload length u32, CRC-32 of the payload or 0, the record's own position u64, CRC-32
-of those 16 bytes u32, 4 bytes padding) and the payload, padded to 8 bytes, wrapping around the
-end of the data area when it must (split copy). The position stamp makes a stale record from an
-earlier lap, or a torn header, fail the check instead of being delivered.
+of those 16 bytes u32, 4 bytes padding; CRCs from storage.checksum, which uses ISA-L when it is
+installed) and the payload, padded to 8 bytes, wrapping around the end of the data area when it
+must (split copy). The position stamp makes a stale record from an earlier lap, or a torn
+header, fail the check instead of being delivered.
 
 Invariants: 0 <= write - read <= capacity; only the writer stores the write position, only the
 reader the read position; a record's bytes are all written before the write position covers
@@ -46,7 +47,6 @@ import secrets
 import struct
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
@@ -54,6 +54,7 @@ from typing import Callable, ClassVar, NamedTuple, Protocol
 
 import zmq
 
+from storage.checksum import crc32
 from transport.shm import (
     ProcessIdentity,
     attach_segment,
@@ -569,8 +570,8 @@ class RingWriter(_RingEnd):
         payload_crc = 0
         if self.payload_crc:
             for part in parts:
-                payload_crc = zlib.crc32(part, payload_crc)
-        header_crc = zlib.crc32(RECORD_CHECKED.pack(payload_bytes, payload_crc, position))
+                payload_crc = crc32(part, payload_crc)
+        header_crc = crc32(RECORD_CHECKED.pack(payload_bytes, payload_crc, position))
         header = RECORD_HEADER.pack(payload_bytes, payload_crc, position, header_crc)
         index = position % self.capacity_bytes
         if index + RECORD_HEADER_BYTES + payload_bytes <= self.capacity_bytes:
@@ -629,7 +630,7 @@ class RingReader(_RingEnd):
         self._ordering_fence()
         payload_bytes, payload_crc = self._read_record_header(cursor, available)
         payload = self._payload_view(cursor + RECORD_HEADER_BYTES, payload_bytes)
-        if self.payload_crc and zlib.crc32(payload) != payload_crc:
+        if self.payload_crc and crc32(payload) != payload_crc:
             payload.release()
             raise RingCorrupt(f"record at position {cursor} of {self.name} fails its payload CRC")
         self._cursor = cursor + record_footprint(payload_bytes)
@@ -680,7 +681,7 @@ class RingReader(_RingEnd):
             wrapped_bytes = index + RECORD_HEADER_BYTES - self.capacity_bytes
             fields = RECORD_HEADER.unpack(bytes(self._data[index:]) + bytes(self._data[:wrapped_bytes]))
         payload_bytes, payload_crc, stamp, header_crc = fields
-        if zlib.crc32(RECORD_CHECKED.pack(payload_bytes, payload_crc, stamp)) != header_crc:
+        if crc32(RECORD_CHECKED.pack(payload_bytes, payload_crc, stamp)) != header_crc:
             raise RingCorrupt(f"record header at position {cursor} of {self.name} fails its CRC")
         if stamp != cursor:
             raise RingCorrupt(f"record at position {cursor} of {self.name} is stamped {stamp} "
