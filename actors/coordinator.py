@@ -175,15 +175,22 @@ class Coordinator:
                 and now_ns - live.last_seen_ns <= self.limits.replica_session_timeout_ms * MS)
 
     def _views(self, topic: str, partition: int, now_ns: int) -> dict[int, ReplicaView]:
+        """What we know of each replica. During the grace period (after this coordinator starts,
+        or after the partition is created) a replica we have not heard from yet is presumed alive
+        with the incarnation on record: nobody is judged before they had a chance to report."""
         views = {}
+        record = self.partitions[(topic, partition)]
+        presume = not self._settled(topic, now_ns)
         for node in self.topics[topic].replicas[partition]:
             live = self.liveness.get((topic, partition, node))
             if live is not None:
                 views[node] = ReplicaView(self._is_live(live, now_ns), live.incarnation, live.log_end_offset)
+            elif presume:
+                recorded = record.leader_incarnation if node == record.leader else record.isr_incarnations.get(node, 0)
+                views[node] = ReplicaView(True, recorded, 0)
         return views
 
     def _settled(self, topic: str, now_ns: int) -> bool:
-        """Judge nobody during the grace period after a restart or a topic's creation."""
         grace_ns = self.limits.coordinator_election_grace_ms * MS
         born = self.topic_born_ns.get(topic, 0)
         return now_ns - self.started_ns >= grace_ns and now_ns - born >= self.limits.replica_session_timeout_ms * MS
@@ -191,8 +198,6 @@ class Coordinator:
     def _reconcile(self, topic: str, partition: int, now_ns: int) -> list[Effect]:
         """Run the election rules; persist and announce any change. Returns effects to apply
         after the state is flushed (the caller wraps them with `_after_persist`)."""
-        if not self._settled(topic, now_ns):
-            return []
         record = self.partitions[(topic, partition)]
         decision = reconcile(
             record, self.topics[topic].replicas[partition], self._views(topic, partition, now_ns),

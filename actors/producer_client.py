@@ -44,7 +44,7 @@ class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class Pending:
     """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry."""
 
-    __slots__ = ("batch", "encoded", "sequence", "attempts", "correlation_id", "sent_ns", "retry_at_ns")
+    __slots__ = ("batch", "encoded", "sequence", "attempts", "correlation_id", "sent_ns", "retry_at_ns", "last_error")
 
     def __init__(self, batch: SendBatch) -> None:
         self.batch = batch
@@ -54,6 +54,7 @@ class Pending:
         self.correlation_id = 0
         self.sent_ns = 0
         self.retry_at_ns = 0
+        self.last_error = ""
 
 
 class ProducerClient:
@@ -188,6 +189,7 @@ class ProducerClient:
 
     def _retry_or_fail(self, pending: Pending, code: int, text: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
+        pending.last_error = f"{RailmqError(code, text)}"
         if code not in RETRIABLE or now_ns >= batch.deadline_ns:
             if code in RETRIABLE:
                 text = f"delivery timed out after {pending.attempts} attempts; last error: {text}"
@@ -217,8 +219,10 @@ class ProducerClient:
             expired = [p for p in queue if now_ns >= p.batch.deadline_ns]
             for pending in expired:
                 queue.remove(pending)
+                last = f"; last error: {pending.last_error}" if pending.last_error else ""
                 effects.append(Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, -1, RailmqError(
-                    ErrorCode.REQUEST_TIMED_OUT, f"not delivered before the delivery timeout ({pending.attempts} attempts)"))))
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"not delivered before the delivery timeout ({pending.attempts} attempts){last}"))))
             effects += self._dispatch(key, now_ns)
         if self.metadata_wanted:
             self.metadata_correlation = 0  # re-ask: the previous answer may be lost or stale
