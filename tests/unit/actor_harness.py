@@ -33,6 +33,14 @@ class Envelope(NamedTuple):
     message: Message
 
 
+class Step(NamedTuple):
+    """One `handle` call: who handled what, and the effects it returned."""
+
+    address: Any
+    message: Message
+    effects: list
+
+
 # ---------------------------------------------------------------------------- reading effects
 
 
@@ -63,16 +71,24 @@ def only(effects: Iterable[Any], kind: type, to: Any = None) -> Any:
     return found[0]
 
 
+def flushed(effects: Iterable[Any]) -> list[Any]:
+    """The effects that wait for a flush (inside an `AfterFlush`, at any depth)."""
+    return [effect for outer in effects if isinstance(outer, AfterFlush) for effect in expand(outer.effects)]
+
+
+def at_once(effects: Iterable[Any]) -> list[Any]:
+    """The effects applied at once, not waiting for any flush."""
+    return [effect for effect in effects if not isinstance(effect, AfterFlush)]
+
+
 def flushed_messages(effects: Iterable[Any], kind: type | None = None) -> list[Any]:
-    """Messages sent only after a flush (inside an `AfterFlush`)."""
-    inner = [effect for outer in effects if isinstance(outer, AfterFlush) for effect in outer.effects]
-    return messages(inner, kind)
+    """Messages sent only after a flush."""
+    return messages(flushed(effects), kind)
 
 
 def unflushed_messages(effects: Iterable[Any], kind: type | None = None) -> list[Any]:
     """Messages sent at once, not waiting for any flush."""
-    return [effect.message for effect in effects
-            if isinstance(effect, Send) and (kind is None or isinstance(effect.message, kind))]
+    return messages(at_once(effects), kind)
 
 
 def traces(effects: Iterable[Any], event: str | None = None) -> list[dict]:
@@ -81,7 +97,8 @@ def traces(effects: Iterable[Any], event: str | None = None) -> list[dict]:
 
 
 def notices(effects: Iterable[Any], kind: str) -> list[Any]:
-    return [effect.payload for effect in expand(effects) if isinstance(effect, Notify) and effect.kind == kind]
+    return [effect.payload for effect in expand(effects)
+            if isinstance(effect, Notify) and effect.kind == kind]
 
 
 def timers_set(effects: Iterable[Any]) -> dict[str, int]:
@@ -112,6 +129,7 @@ class Harness:
         self.flushes = 0
         self.delivered = 0
         self.dropped: list[Envelope] = []
+        self.steps: list[Step] = []
         self._cut: set[frozenset] = set()
         self._drop_rule: Callable[[Envelope], bool] | None = None
 
@@ -140,6 +158,7 @@ class Harness:
         if self.codec is not None:
             message = wire_round_trip(self.codec, message)
         effects = actor.handle(message, sender, self.now_ns)
+        self.steps.append(Step(to, message, effects))
         actor.invariants()
         self._apply(to, effects)
         return effects
@@ -213,9 +232,14 @@ class Harness:
     def take(self, address: Any, kind: type | None = None) -> list[Any]:
         """Like `received`, and forget them."""
         taken = self.received(address, kind)
-        self.outbox = [envelope for envelope in self.outbox
-                       if not (envelope.to == address and (kind is None or isinstance(envelope.message, kind)))]
+        self.outbox = [envelope for envelope in self.outbox if not (
+            envelope.to == address and (kind is None or isinstance(envelope.message, kind)))]
         return taken
+
+    def steps_of(self, address: Any, kind: type | None = None) -> list[Step]:
+        """The steps an actor took, for the messages of `kind` (None: all)."""
+        return [step for step in self.steps
+                if step.address == address and (kind is None or isinstance(step.message, kind))]
 
     def trace_events(self, event: str | None = None) -> list[dict]:
         return [trace.details for _, trace in self.traced if event is None or trace.event == event]
