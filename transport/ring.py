@@ -106,6 +106,7 @@ class _EndWords(NamedTuple):
 
 _WRITER = _EndWords(8, 9, 10, 11, 12, 256)
 _READER = _EndWords(16, 17, 18, 19, 20, 320)
+_WRITE_POSITION, _READ_POSITION = _WRITER.position, _READER.position  # the hot words, as plain ints
 
 
 class RingError(Exception):
@@ -468,10 +469,6 @@ class _RingEnd:
         self._fence_lock.release()
         self._fence_lock.acquire()
 
-    def _ordering_fence(self) -> None:
-        if _FENCE_ORDERS_MEMORY:
-            self._full_fence()
-
     def close(self) -> None:
         """Mark this end closed, wake the peer so it notices, unmap. Does not unlink."""
         if self._closed:
@@ -531,13 +528,14 @@ class RingWriter(_RingEnd):
         if footprint > self.capacity_bytes:
             raise RecordTooLarge(payload_bytes, self.record_bytes_max)
         position = self._position
-        if footprint > self.capacity_bytes - self._used_between(position, self._words[_READER.position]):
+        if footprint > self.capacity_bytes - self._used_between(position, self._words[_READ_POSITION]):
             self.stats.full_refusals += 1
             return False
         self._copy_record(position, parts, payload_bytes)
-        self._ordering_fence()
+        if _FENCE_ORDERS_MEMORY:
+            self._full_fence()
         self._position = position + footprint
-        self._words[_WRITER.position] = self._position
+        self._words[_WRITE_POSITION] = self._position
         self.stats.records += 1
         self.stats.payload_bytes += payload_bytes
         self._notify_peer_if_waiting()
@@ -624,10 +622,11 @@ class RingReader(_RingEnd):
         Raises RingCorrupt if the record fails its check.
         """
         cursor = self._cursor
-        available = self._used_between(self._words[_WRITER.position], cursor)
+        available = self._used_between(self._words[_WRITE_POSITION], cursor)
         if available == 0:
             return None
-        self._ordering_fence()
+        if _FENCE_ORDERS_MEMORY:
+            self._full_fence()
         payload_bytes, payload_crc = self._read_record_header(cursor, available)
         payload = self._payload_view(cursor + RECORD_HEADER_BYTES, payload_bytes)
         if self.payload_crc and crc32(payload) != payload_crc:
@@ -653,10 +652,11 @@ class RingReader(_RingEnd):
     def release(self) -> None:
         """Hand every record read so far back to the writer; their views become unusable."""
         self._release_views()
-        if self._cursor == self._words[_READER.position]:
+        if self._cursor == self._words[_READ_POSITION]:
             return
-        self._ordering_fence()
-        self._words[_READER.position] = self._cursor
+        if _FENCE_ORDERS_MEMORY:
+            self._full_fence()
+        self._words[_READ_POSITION] = self._cursor
         self._notify_peer_if_waiting()
 
     def arm_doorbell(self) -> bool:
