@@ -81,9 +81,9 @@ RING_CAPACITY_BYTES_MAX = 1 << 30
 # How often a waiting end checks that its peer still runs: how late a SIGKILL is noticed, versus
 # reading /proc (about 50 µs) too often. A lost doorbell ring also costs at most this long.
 LIVENESS_CHECK_INTERVAL_MS = 100
-# At most one ring is in flight between two ends (see `_arm_generation`), so this bound is never
-# reached in practice. It stays at ZeroMQ's default because with a small one (16) we observed
-# sends refused with EAGAIN while a single ring was queued, which lost wake-ups.
+# Rings are rare (at most one per sleep of the peer, see `_arm_generation`), so this bound only
+# has to be loose: with 16, stress runs saw sends refused with EAGAIN although every waiter
+# drains its doorbell whenever it wakes. ZeroMQ's default of 1000 never refused one.
 DOORBELL_QUEUE_MAX = 1000
 # Distinct peers one doorbell keeps a connected PUSH socket for; older ones are closed.
 DOORBELL_PEERS_MAX = 64
@@ -159,7 +159,7 @@ class Doorbell(Protocol):
     @property
     def endpoint(self) -> str: ...  # where peers ring this end; recorded in the ring header
 
-    def ring(self, peer_endpoint: str) -> None: ...  # never blocks
+    def ring(self, peer_endpoint: str) -> bool: ...  # never blocks; False if it could not send
 
     def wait(self, timeout_ms: int) -> bool: ...  # True if rung (and the rings consumed)
 
@@ -170,8 +170,10 @@ class ZmqDoorbell:
     """A PULL socket that peers ring with an empty message, and PUSH sockets to ring them.
 
     On Linux it binds an abstract-namespace ipc address (no file to leave behind), elsewhere
-    127.0.0.1 on an ephemeral port. A runtime can register `socket` in its own poller; one
-    doorbell may serve several rings of one actor. Use it from one thread.
+    127.0.0.1 on an ephemeral port. One doorbell may serve several rings of one actor. A runtime
+    that sleeps in its own poller registers `socket` there: it calls `arm_doorbell` on its ring
+    ends before polling, and `drain()` then `disarm_doorbell(slept=True)` when it wakes.
+    Use it from one thread.
     """
 
     def __init__(self, context: zmq.Context | None = None) -> None:
@@ -194,11 +196,12 @@ class ZmqDoorbell:
     def socket(self) -> zmq.Socket:
         return self._inbox
 
-    def ring(self, peer_endpoint: str) -> None:
+    def ring(self, peer_endpoint: str) -> bool:
         try:
             self._outbox(peer_endpoint).send(b"", zmq.NOBLOCK)
         except zmq.Again:
-            pass  # the peer is gone or not listening: its wait times out and it looks again
+            return False  # the peer is gone or not listening: its wait times out and it looks again
+        return True
 
     def wait(self, timeout_ms: int) -> bool:
         # A blocking recv with a timeout wakes faster than poll(), which builds a Poller per call.
@@ -301,9 +304,9 @@ class _RingEnd:
         self._liveness_interval_ms = liveness_check_interval_ms
         self._clock_ns = clock_ns
         self._next_liveness_check_ns = 0
-        # A waiter re-arms with the same generation until it has consumed a ring, and the peer
-        # rings once per generation: at most one ring is in flight between two ends, and a stale
-        # one costs a single spurious wake-up.
+        # The peer rings at most once per arm generation, and a waiter moves to a new generation
+        # only after it has slept: so rings cannot pile up (one is in flight at most, a stale one
+        # costs a single spurious wake-up), and a ring that got lost costs one sleep, not more.
         self._arm_generation = secrets.randbits(48) + 1  # unique across restarts
         self._last_rung_generation = 0
         self._fence_lock = threading.Lock()
@@ -421,10 +424,10 @@ class _RingEnd:
         self._words[self._own.wants_doorbell] = self._arm_generation
         self._full_fence()
 
-    def disarm_doorbell(self, rung: bool) -> None:
-        """This end stopped sleeping; `rung`: it consumed a ring from its doorbell meanwhile."""
+    def disarm_doorbell(self, slept: bool) -> None:
+        """This end is awake again; `slept`: it did sleep on its doorbell since it armed."""
         self._words[self._own.wants_doorbell] = 0
-        if rung:
+        if slept:
             self._arm_generation += 1
 
     def _wait_until(self, ready: Callable[[], bool], timeout_ms: int) -> bool:
@@ -441,29 +444,30 @@ class _RingEnd:
             if remaining_ms <= 0:
                 return False
             self._arm()
-            rung = False
+            slept = False
             try:
                 if ready():
                     return True
                 self.stats.wait_slices += 1
-                rung = self.doorbell.wait(min(remaining_ms, self._liveness_interval_ms))
+                slept = True
+                self.doorbell.wait(min(remaining_ms, self._liveness_interval_ms))
             finally:
-                self.disarm_doorbell(rung)
+                self.disarm_doorbell(slept)
         return True
 
     def _notify_peer_if_waiting(self) -> None:
         self._full_fence()
         wanted = self._words[self._peer.wants_doorbell]
-        if wanted and wanted != self._last_rung_generation:
+        if wanted and wanted != self._last_rung_generation and self._ring_peer():
             self._last_rung_generation = wanted
-            self._ring_peer()
 
-    def _ring_peer(self) -> None:
+    def _ring_peer(self) -> bool:
         offset = self._peer.endpoint_offset
         endpoint = bytes(self._segment.buf[offset:offset + ENDPOINT_BYTES_MAX]).rstrip(b"\0")
-        if endpoint:
-            self.doorbell.ring(endpoint.decode("ascii"))
-            self.stats.doorbells_rung += 1
+        if not endpoint or not self.doorbell.ring(endpoint.decode("ascii")):
+            return False
+        self.stats.doorbells_rung += 1
+        return True
 
     def _full_fence(self) -> None:
         self._fence_lock.release()
@@ -669,7 +673,7 @@ class RingReader(_RingEnd):
         return self._readable()
 
     def _readable(self) -> bool:
-        return self._words[_WRITER.position] != self._cursor
+        return self._words[_WRITE_POSITION] != self._cursor
 
     def _read_record_header(self, cursor: int, available: int) -> tuple[int, int]:
         if available < RECORD_HEADER_BYTES:

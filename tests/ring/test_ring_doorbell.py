@@ -141,7 +141,7 @@ def test_one_doorbell_can_serve_several_rings(segments):
 
         assert shared.wait(int(WAKE_WITHIN_S * 1000)) is True
         for reader in readers:
-            reader.disarm_doorbell(rung=True)
+            reader.disarm_doorbell(slept=True)
         assert readers[0].try_read() is None
         assert bytes(readers[1].try_read()) == b"for b"
     finally:

@@ -104,5 +104,5 @@ class RingAgainstQueue(RuleBasedStateMachine):
             unlink_segments(cluster_prefix(CLUSTER_ID))
 
 
-RingAgainstQueue.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+RingAgainstQueue.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
 TestRingAgainstQueue = RingAgainstQueue.TestCase
