@@ -149,3 +149,82 @@ def test_one_doorbell_can_serve_several_rings(segments):
             end.close()
         assert not shared.socket.closed  # an end closes only the doorbell it made itself
         shared.close()
+
+
+class FlakyDoorbell:
+    """A real doorbell whose first ring goes wrong: `lost` on the way (reported as sent), or
+    `refused` (reported as not sent, as a full socket queue would)."""
+
+    def __init__(self, first_ring: str) -> None:
+        self.inner = ZmqDoorbell()
+        self.first_ring = first_ring
+        self.rings = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self.inner.endpoint
+
+    def ring(self, peer_endpoint: str) -> bool:
+        self.rings += 1
+        if self.rings == 1:
+            return self.first_ring == "lost"
+        return self.inner.ring(peer_endpoint)
+
+    def wait(self, timeout_ms: int) -> bool:
+        return self.inner.wait(timeout_ms)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+SLICE_MS = 1000
+
+
+@pytest.fixture
+def flaky_ring(ring_name, request):
+    doorbell = FlakyDoorbell(request.param)
+    writer = RingWriter.create(ring_name, 1024, doorbell=doorbell, liveness_check_interval_ms=SLICE_MS)
+    reader = RingReader.attach(ring_name, liveness_check_interval_ms=SLICE_MS)
+    try:
+        yield writer, reader
+    finally:
+        reader.close()
+        writer.close()
+        writer.unlink()
+        doorbell.close()
+
+
+def _timed_read(reader, writer, payload: bytes) -> float:
+    """Let the reader fall asleep, write `payload`, return how long the reader took to get it."""
+    slices_before = reader.stats.wait_slices
+    waiting = Waiting(lambda: bytes(reader.read(timeout_ms=10 * SLICE_MS)))
+    waiting.start()
+    deadline = time.monotonic() + WAKE_WITHIN_S
+    while reader.stats.wait_slices == slices_before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    written_at = time.monotonic()
+    writer.try_write(payload)
+    waiting.join(10 * SLICE_MS / 1000)
+    assert waiting.error is None and waiting.result == payload
+    return waiting.finished_at - written_at
+
+
+@pytest.mark.parametrize("flaky_ring", ["lost"], indirect=True)
+def test_a_ring_lost_on_the_way_costs_one_sleep_and_later_rings_arrive(flaky_ring):
+    writer, reader = flaky_ring
+    assert _timed_read(reader, writer, b"first") >= SLICE_MS / 1000 * 0.5  # woke at the end of its sleep
+    assert _timed_read(reader, writer, b"second") < SLICE_MS / 1000 * 0.5  # the doorbell works again
+
+
+@pytest.mark.parametrize("flaky_ring", ["refused"], indirect=True)
+def test_a_ring_the_doorbell_refused_is_sent_again_on_the_next_record(flaky_ring):
+    writer, reader = flaky_ring
+    waiting = Waiting(lambda: bytes(reader.read(timeout_ms=10 * SLICE_MS)))
+    _start_and_let_it_sleep(waiting, reader)
+    writer.try_write(b"")  # an empty record: the reader wakes on the next one at the latest
+    assert writer.doorbell.rings == 1
+    written_at = time.monotonic()
+    writer.try_write(b"again")
+    waiting.join(10 * SLICE_MS / 1000)
+    assert writer.doorbell.rings == 2
+    assert waiting.finished_at - written_at < SLICE_MS / 1000 * 0.5
