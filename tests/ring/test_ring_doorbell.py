@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from transport.ring import RingClosed, RingFull, RingReader, RingWriter, ZmqDoorbell
+from transport.ring import DOORBELL_PEERS_MAX, RingClosed, RingFull, RingReader, RingWriter, ZmqDoorbell
 
 SLOW_LIVENESS_MS = 10_000
 WAKE_WITHIN_S = 2.0
@@ -228,3 +228,37 @@ def test_a_ring_the_doorbell_refused_is_sent_again_on_the_next_record(flaky_ring
     waiting.join(10 * SLICE_MS / 1000)
     assert writer.doorbell.rings == 2
     assert waiting.finished_at - written_at < SLICE_MS / 1000 * 0.5
+
+
+def test_a_writer_sleeping_in_its_own_poller_is_rung_when_room_appears(slow_ring):
+    writer, reader = slow_ring
+    writer.try_write(b"x" * writer.record_bytes_max)
+    assert writer.arm_doorbell(10) is False  # no room yet: the runtime would now poll its sockets
+    reader.try_read()
+    reader.release()
+    assert writer.doorbell.wait(int(WAKE_WITHIN_S * 1000)) is True
+    writer.disarm_doorbell(slept=True)
+    assert writer.arm_doorbell(10) is True  # room now: no need to sleep
+    writer.disarm_doorbell(slept=False)
+
+
+def test_a_doorbell_keeps_a_bounded_number_of_peer_sockets():
+    ringer = ZmqDoorbell()
+    peers = [ZmqDoorbell() for _ in range(DOORBELL_PEERS_MAX + 2)]
+    try:
+        for peer in peers:
+            assert ringer.ring(peer.endpoint)
+        assert all(peer.wait(int(WAKE_WITHIN_S * 1000)) for peer in peers[-DOORBELL_PEERS_MAX:])
+        assert len(ringer._outboxes) == DOORBELL_PEERS_MAX  # the oldest sockets were closed
+    finally:
+        for doorbell in [ringer, *peers]:
+            doorbell.close()
+
+
+def test_the_peer_process_is_looked_up_at_most_once_per_liveness_interval(slow_ring, monkeypatch):
+    writer, _ = slow_ring
+    lookups = []
+    monkeypatch.setattr("transport.ring.process_alive", lambda identity: lookups.append(identity) or True)
+    for _ in range(50):
+        writer.check_peer()
+    assert len(lookups) == 1

@@ -135,3 +135,12 @@ def _wait_for_zombie(pid: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"pid {pid} did not die")
+
+
+def test_a_new_segment_has_its_pages_reserved_up_front(ring_name):
+    size_bytes = 4 * 1024 * 1024
+    segment = create_segment(ring_name, size_bytes)
+    try:
+        assert os.stat(f"/dev/shm/{ring_name}").st_blocks * 512 >= size_bytes  # not a sparse file
+    finally:
+        segment.close()
