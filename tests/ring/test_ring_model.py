@@ -42,7 +42,8 @@ class RingAgainstQueue(RuleBasedStateMachine):
         self.reader = RingReader.attach(self.name)
 
     def used_by_model(self) -> int:
-        return sum(model_footprint(len(record)) for record in [*self.unread, *(held for _, held in self.held)])
+        records = [*self.unread, *(expected for _, expected in self.held)]
+        return sum(model_footprint(len(record)) for record in records)
 
     @rule(data=st.data())
     def write(self, data) -> None:

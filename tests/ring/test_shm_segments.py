@@ -40,7 +40,8 @@ def test_names_are_short_recognizable_and_derived_from_the_ids():
 
 
 def test_every_id_changes_the_name():
-    names = {segment_name(*ids) for ids in [("c", "a", "p"), ("c2", "a", "p"), ("c", "a2", "p"), ("c", "a", "p2")]}
+    variants = [("c", "a", "p"), ("c2", "a", "p"), ("c", "a2", "p"), ("c", "a", "p2")]
+    names = {segment_name(*ids) for ids in variants}
     assert len(names) == 4
     assert not segment_name("c", "a2", "p").startswith(actor_prefix("c", "a"))
 
