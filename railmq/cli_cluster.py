@@ -1,0 +1,192 @@
+"""`railmq up` (a local cluster in the foreground) and `railmq demo` (the main job, end to end).
+
+Both own a `LocalCluster` for their whole life and always stop it — on Ctrl-C, SIGTERM, an error
+or a normal end — so no actor process and (for the demo) no temporary directory outlives them.
+Actor processes ignore SIGINT (transport/actor_main.py): the terminal's Ctrl-C reaches only this
+process's handler, which stops the actors in order.
+
+The demo's claim is the README's: records with the same key land on the same partition and are
+read back in the order they were sent. It checks that claim on what it reads and exits 1 if it
+did not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+import time
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from actors.errors import ErrorCode, RailmqError
+from railmq.admin import Admin
+from railmq.cli_common import DEFAULT_PORT, EXIT_FAILED, EXIT_OK, non_negative_int, positive_int, print_error
+from railmq.cluster import LocalCluster
+from railmq.consumer import Consumer
+from railmq.member_process import StopSignal
+from railmq.producer import Producer
+
+# How often `up` wakes while waiting for a stop signal (signals also interrupt the wait).
+UP_WAKE_INTERVAL_S = 1.0
+DEMO_TOPIC = "orders"
+DEMO_KEYS = ("alice", "bob", "carol", "dave", "erin")  # user ids that cover all 3 partitions
+DEMO_MESSAGES_PER_KEY = 6
+# Reading the demo's 30 records back takes well under a second; this bounds a broken cluster.
+DEMO_READ_TIMEOUT_S = 10.0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    up = commands.add_parser("up", help="run a local cluster in the foreground (Ctrl-C stops it)")
+    up.add_argument("--nodes", type=positive_int, default=3, metavar="N", help="broker nodes (default 3)")
+    up.add_argument("--data-dir", default="./railmq-data", metavar="DIR",
+                    help="where data lives (default ./railmq-data)")
+    up.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, metavar="P",
+                    help=f"the coordinator's port; clients use tcp://127.0.0.1:P (default {DEFAULT_PORT})")
+    up.set_defaults(handler=run_up)
+    demo = commands.add_parser("demo", help="start a cluster, send keyed messages, show per-key order, stop")
+    demo.set_defaults(handler=run_demo)
+
+
+# --------------------------------------------------------------------------- up
+
+
+def tcp_port(text: str) -> int:
+    port = non_negative_int(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0..65535; 0 picks a free one)")
+    return port
+
+
+def port_is_free(port: int) -> bool:
+    if port == 0:
+        return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def run_up(args: argparse.Namespace) -> int:
+    if not port_is_free(args.port):
+        print_error("INVALID_CONFIG", f"port {args.port} on 127.0.0.1 is in use; choose another with --port")
+        return EXIT_FAILED
+    console = Console()
+    with StopSignal() as stopping:
+        cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port)
+        try:
+            with console.status(f"starting {args.nodes} nodes..."):
+                cluster.start()
+            _announce(console, cluster)
+            while not stopping.is_set():
+                stopping.wait(UP_WAKE_INTERVAL_S)
+            console.print("stopping...")
+        finally:
+            cluster.stop()
+    console.print("stopped")
+    return EXIT_OK
+
+
+def _announce(console: Console, cluster: LocalCluster) -> None:
+    endpoints = {actor["kind"]: actor["endpoint"] for actor in cluster.actors()}
+    bootstrap = cluster.bootstrap
+    lines = [
+        f"coordinator        {bootstrap}",
+        f"group coordinator  {endpoints.get('group-coordinator', '-')}",
+        f"nodes              {', '.join(map(str, cluster.node_ids))}",
+        f"data               {cluster.data_dir}",
+    ]
+    console.print(Panel("\n".join(lines), title="railmq is up", subtitle="Ctrl-C stops it", expand=False))
+    flag = "" if bootstrap.endswith(f":{DEFAULT_PORT}") else f" --bootstrap {bootstrap}"
+    replication = min(3, len(cluster.node_ids))
+    console.print(f"try: railmq topics create demo --partitions 3 --replication-factor {replication}{flag}"
+                  f" && railmq produce demo hello{flag} && railmq consume demo --from-beginning{flag}",
+                  soft_wrap=True, highlight=False)
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    console = Console()
+    started = time.monotonic()
+    cluster = LocalCluster(nodes=3)  # in a temporary directory, removed on stop
+    with console.status("starting a 3-node cluster...") as status:
+        try:
+            cluster.start()
+            status.update(f"creating topic {DEMO_TOPIC!r}: 3 partitions, replication factor 3, "
+                          "min in-sync 2...")
+            with Admin(cluster.bootstrap) as admin:
+                admin.create_topic(DEMO_TOPIC, partitions=3, replication_factor=3,
+                                   config={"min_insync_replicas": 2})
+            status.update(f"sending {len(DEMO_KEYS) * DEMO_MESSAGES_PER_KEY} keyed messages with acks=all...")
+            landed = _send_demo_messages(cluster.bootstrap)
+            status.update("reading everything back from the beginning...")
+            read = _read_demo_messages(cluster.bootstrap, len(landed))
+            processes = cluster.actors()
+        finally:
+            status.update("stopping the cluster...")
+            cluster.stop()
+    in_order = _show_demo(console, landed, read, processes)
+    elapsed_s = time.monotonic() - started
+    console.print(f"done in {elapsed_s:.1f} s; the cluster is stopped and its files are gone")
+    return EXIT_OK if in_order else EXIT_FAILED
+
+
+def _send_demo_messages(bootstrap: str) -> list[tuple[str, int, int, int]]:
+    """(key, sequence, partition, offset) per acknowledged message, keys interleaved."""
+    with Producer(bootstrap, acks="all", linger_ms=5, client_id="railmq-demo") as producer:
+        sent = [(key, sequence, producer.send(DEMO_TOPIC, f"{key}:{sequence}", key=key))
+                for sequence in range(DEMO_MESSAGES_PER_KEY) for key in DEMO_KEYS]
+        producer.flush(DEMO_READ_TIMEOUT_S)
+        acknowledged = [(key, sequence, future.result(0)) for key, sequence, future in sent]
+        return [(key, sequence, ack.partition, ack.offset) for key, sequence, ack in acknowledged]
+
+
+def _read_demo_messages(bootstrap: str, expected: int) -> list[tuple[str, int, int]]:
+    """(key, sequence, partition) in the order a consumer reads them."""
+    with Consumer(bootstrap, auto_offset_reset="earliest", client_id="railmq-demo") as consumer:
+        consumer.assign([(DEMO_TOPIC, partition) for partition in range(3)])
+        records = []
+        deadline = time.monotonic() + DEMO_READ_TIMEOUT_S
+        while len(records) < expected and time.monotonic() < deadline:
+            records += consumer.poll(200)
+    if len(records) < expected:
+        raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"read {len(records)} of {expected} messages back")
+    out = []
+    for record in records:
+        key, _, sequence = record.value.decode().rpartition(":")
+        out.append((key, int(sequence), record.partition))
+    return out
+
+
+def _show_demo(console: Console, landed: list, read: list, processes: list[dict]) -> bool:
+    table = Table(title=f"where each key landed (topic {DEMO_TOPIC})", title_justify="left")
+    for column in ("key", "partition", "sent", "read back in this order", "per-key order"):
+        table.add_column(column, justify="left")
+    in_order = True
+    for key in DEMO_KEYS:
+        partitions = sorted({partition for k, _, partition, _ in landed if k == key})
+        sequences = [sequence for k, sequence, _ in read if k == key]
+        held = (sequences == sorted(sequences) and len(sequences) == DEMO_MESSAGES_PER_KEY
+                and len(partitions) == 1)
+        in_order &= held
+        table.add_row(key, ",".join(map(str, partitions)), str(DEMO_MESSAGES_PER_KEY),
+                      " ".join(map(str, sequences)), "[green]held[/]" if held else "[bold red]BROKEN[/]")
+    console.print(table)
+    actors = Table(title="the cluster's processes", title_justify="left")
+    for column in ("name", "kind", "pid"):
+        actors.add_column(column, justify="right" if column == "pid" else "left")
+    for actor in sorted(processes, key=lambda actor: actor["name"]):
+        actors.add_row(actor["name"], actor["kind"], str(actor["pid"]))
+    console.print(actors)
+    return in_order

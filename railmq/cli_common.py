@@ -1,0 +1,150 @@
+"""What every `railmq` command shares: exit codes, the cluster flags, error lines, record rendering.
+
+The cluster flags are `--bootstrap` (default from `RAILMQ_BOOTSTRAP`, else the address `railmq up`
+listens on by default) and `--request-timeout-ms` (how long one request may wait for an answer;
+a cluster that is not there is reported as REQUEST_TIMED_OUT after it).
+
+Record rendering is one pure function per format, so `consume` and a group member print the same
+lines: `record_to_json` (one JSON object, bytes as UTF-8 text or base64 with an `*_encoding`
+field) and `record_to_line` (a compact human line).
+
+This module is a leaf (it imports only `railmq.records`), so `railmq.member_process`, which the
+chaos harness and tests import, can use it without importing the command line itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from railmq.records import ConsumerRecord
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+DEFAULT_PORT = 7411
+DEFAULT_BOOTSTRAP = f"tcp://127.0.0.1:{DEFAULT_PORT}"
+BOOTSTRAP_ENVIRONMENT = "RAILMQ_BOOTSTRAP"
+REQUEST_TIMEOUT_DEFAULT_MS = 10_000
+# A human line shows at most this many characters of a value; --json shows everything.
+LINE_VALUE_CHARS_MAX = 200
+
+_ENDPOINT = re.compile(r"^(tcp://[^:/\s]+:\d{1,5}|ipc://\S+)$")
+
+
+class UsageError(Exception):
+    """A bad combination of flags found after parsing: reported like argparse's own errors (exit 2)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+def print_error(name: str, sentence: str) -> None:
+    print(f"error: {name}: {sentence}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def endpoint(text: str) -> str:
+    if not _ENDPOINT.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an endpoint like tcp://127.0.0.1:{DEFAULT_PORT}")
+    return text
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def key_value(text: str) -> tuple[str, str]:
+    name, separator, value = text.partition("=")
+    if not separator or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value")
+    return name, value
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap", type=endpoint, default=os.environ.get(BOOTSTRAP_ENVIRONMENT) or DEFAULT_BOOTSTRAP,
+        help=f"the cluster's coordinator endpoint (default: ${BOOTSTRAP_ENVIRONMENT} or {DEFAULT_BOOTSTRAP})")
+    # argparse passes a string default through `type` too, so a bad RAILMQ_BOOTSTRAP exits 2.
+    parser.add_argument(
+        "--request-timeout-ms", type=positive_int, default=REQUEST_TIMEOUT_DEFAULT_MS, metavar="MS",
+        help=f"how long one request waits for an answer (default {REQUEST_TIMEOUT_DEFAULT_MS})")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _encoded(data: bytes | None, field: str, into: dict[str, Any]) -> None:
+    if data is None:
+        into[field] = None
+        return
+    try:
+        into[field] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        into[field] = base64.b64encode(data).decode("ascii")
+        into[f"{field}_encoding"] = "base64"
+
+
+def record_to_dict(record: ConsumerRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+    _encoded(record.key, "key", out)
+    _encoded(record.value, "value", out)
+    headers = []
+    for name, data in record.headers or []:
+        header: dict[str, Any] = {"key": name}
+        _encoded(data, "value", header)
+        headers.append(header)
+    out["headers"] = headers
+    out["timestamp"] = record.timestamp_ms
+    return out
+
+
+def record_to_json(record: ConsumerRecord) -> str:
+    return json.dumps(record_to_dict(record), ensure_ascii=False)
+
+
+def _shown(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(data)} bytes>"
+    return text if len(text) <= LINE_VALUE_CHARS_MAX else text[:LINE_VALUE_CHARS_MAX] + "…"
+
+
+def record_to_line(record: ConsumerRecord) -> str:
+    key = "" if record.key is None else f" key={_shown(record.key)}"
+    headers = "".join(f" {name}={_shown(data)}" for name, data in record.headers or [])
+    header_text = f" [{headers.strip()}]" if headers else ""
+    return f"{record.topic}/{record.partition}@{record.offset}{key}{header_text} {_shown(record.value)}"
+
+
+def render_record(record: ConsumerRecord, as_json: bool) -> str:
+    return record_to_json(record) if as_json else record_to_line(record)
