@@ -1,0 +1,105 @@
+"""Fixtures for running the real `railmq` command as a subprocess.
+
+`railmq(...)` runs one command to completion (`python -m railmq`, or the installed script with
+`script=True`) from the repository root, so `--handler tests.cli.handlers:...` imports.
+`background(...)` starts a long-running command (`up`, a group member) in a session of its own
+and, whatever the test did, kills that session's processes at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+COMMAND_TIMEOUT_S = 60
+
+
+def installed_script() -> str:
+    found = shutil.which("railmq", path=os.path.join(sys.prefix, "bin")) or shutil.which("railmq")
+    if found is None:
+        pytest.fail("the railmq console script is not installed (pip install -e .)")
+    return found
+
+
+def command_line(args: tuple, script: bool) -> list[str]:
+    head = [installed_script()] if script else [sys.executable, "-m", "railmq"]
+    return head + [str(arg) for arg in args]
+
+
+@pytest.fixture
+def railmq():
+    def run(*args, input: str | None = None, env: dict | None = None, script: bool = False,
+            timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+        return subprocess.run(command_line(args, script), input=input, capture_output=True, text=True,
+                              cwd=REPOSITORY, env={**os.environ, **(env or {})}, timeout=timeout)
+    return run
+
+
+@pytest.fixture
+def background():
+    started: list[subprocess.Popen] = []
+
+    def start(*args, env: dict | None = None, script: bool = False) -> subprocess.Popen:
+        process = subprocess.Popen(command_line(args, script), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, cwd=REPOSITORY, env={**os.environ, **(env or {})},
+                                   start_new_session=True)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            process.communicate(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def port_listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(interval_s)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def handler_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
