@@ -61,11 +61,18 @@ def sends(effects: Iterable[Any], kind: type | None = None, to: Any = None) -> l
 
 
 def messages(effects: Iterable[Any], kind: type | None = None, to: Any = None) -> list[Any]:
-    return [send.message for send in sends(effects, kind, to)]
+    """The messages the effects send. Bare messages in the list (from `Harness.received`) count
+    as sent to anyone."""
+    effects = list(effects)
+    found = [send.message for send in sends(effects, kind, to)]
+    if to is None:
+        found += [item for item in effects
+                  if isinstance(item, Message) and (kind is None or isinstance(item, kind))]
+    return found
 
 
 def only(effects: Iterable[Any], kind: type, to: Any = None) -> Any:
-    """The one message of `kind` the effects send; fails loudly when there are none or several."""
+    """The one message of `kind` among effects (or messages); fails loudly on none or several."""
     found = messages(effects, kind, to)
     assert len(found) == 1, f"expected one {kind.__name__}, found {len(found)}: {found}"
     return found[0]

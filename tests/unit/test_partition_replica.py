@@ -1,0 +1,679 @@
+"""A partition replica leading its partition (actors/partition_replica.py, actors/replica_leader.py).
+
+Node 1 leads `orders/0` (replicas [1, 2, 3], leader epoch 1) over an in-memory log. The test plays
+everyone else: the coordinator sends states and answers ISR changes, followers 2 and 3 send their
+fetches by hand (so the test decides exactly how far each has copied), and clients produce,
+fetch and list offsets. Replies to clients land in the harness outbox.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.effects import AfterFlush, Crash, Exit
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import (
+    AlterIsrRequest, AlterIsrResponse, ErrorResponse, FetchRequest, FetchResponse, JoinGroupRequest,
+    ListOffsetsRequest, ListOffsetsResponse, PartitionState, ProduceRequest, ProduceResponse,
+    ReplicaHeartbeat, ReplicaHeartbeatResponse, TopicConfig,
+)
+from actors.partition_replica import PartitionReplica
+from storage.batch import encode_batch, iter_batches
+from storage.log import LogConfig
+from storage.memory import MemoryFileSystem, open_memory_log
+from tests.unit.actor_harness import MS, Harness, at_once, flushed, messages, only
+
+LEADER, COORDINATOR, CLIENT = "tcp://127.0.0.1:1/orders/0/n1", "coordinator", "client"
+TOPIC_ID = 4242
+LIMITS = Limits()  # lag 1500 ms, ISR check every 100 ms, heartbeat every 100 ms
+
+
+def follower(node: int) -> str:
+    return f"tcp://127.0.0.1:1/orders/0/n{node}"
+
+
+def records(count: int, tag: str = "r", timestamp_step_ms: int = 0) -> list:
+    return [(i * timestamp_step_ms, f"{tag}-key-{i}".encode(), f"{tag}-value-{i}".encode(), None)
+            for i in range(count)]
+
+
+def batch(count: int = 1, *, first_timestamp_ms: int = 1_000, tag: str = "r", **producer) -> bytes:
+    return bytes(encode_batch(records(count, tag), first_timestamp_ms, **producer))
+
+
+class Stage:
+    """Node 1 leading orders/0, with the coordinator, followers and clients played by the test."""
+
+    def __init__(self, *, isr=(1, 2, 3), min_insync_replicas: int = 2, limits: Limits = LIMITS,
+                 **config) -> None:
+        self.fs = MemoryFileSystem()
+        self.log = open_memory_log(LogConfig(), now_ms=0, fs=self.fs)
+        self.config = TopicConfig(min_insync_replicas=min_insync_replicas, **config)
+        self.harness = Harness()
+        self.replica = PartitionReplica(
+            topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER, coordinator=COORDINATOR,
+            log=self.log, config=self.config, incarnation=101, limits=limits)
+        self.harness.add(LEADER, self.replica)
+        self.correlation = 100
+        self.leader_epoch, self.partition_epoch = 1, 1
+        self.set_state(leader=1, isr=list(isr))
+
+    def set_state(self, *, leader: int, isr: list[int], leader_epoch: int | None = None,
+                  partition_epoch: int | None = None) -> list:
+        self.leader_epoch = leader_epoch if leader_epoch is not None else self.leader_epoch
+        self.partition_epoch = partition_epoch if partition_epoch is not None else self.partition_epoch
+        state = self.state(leader=leader, isr=isr)
+        return self.harness.deliver(LEADER, ReplicaHeartbeatResponse(state=state), COORDINATOR)
+
+    def state(self, *, leader: int, isr: list[int]) -> PartitionState:
+        endpoint = LEADER if leader == 1 else (follower(leader) if leader > 0 else "")
+        return PartitionState(topic="orders", topic_id=TOPIC_ID, partition=0, leader=leader,
+                              leader_endpoint=endpoint, leader_epoch=self.leader_epoch,
+                              partition_epoch=self.partition_epoch, replicas=[1, 2, 3], isr=list(isr),
+                              config=self.config)
+
+    def next_correlation(self) -> int:
+        self.correlation += 1
+        return self.correlation
+
+    def produce(self, payload: bytes | None = None, *, acks: int = 1, timeout_ms: int = 30_000,
+                count: int = 1, sender: str = CLIENT) -> list:
+        request = ProduceRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
+                                 acks=acks, timeout_ms=timeout_ms,
+                                 batch=payload if payload is not None else batch(count))
+        return self.harness.deliver(LEADER, request, sender)
+
+    def follower_fetch(self, node: int, offset: int | None = None, *, last_fetched_epoch: int | None = None,
+                       max_wait_ms: int = 0, leader_epoch: int | None = None, incarnation: int = 0) -> list:
+        """Follower `node` reports it holds everything below `offset` (default: the leader's end)."""
+        request = FetchRequest(
+            correlation_id=self.next_correlation(), topic="orders", partition=0,
+            offset=self.log.log_end_offset if offset is None else offset, max_wait_ms=max_wait_ms,
+            leader_epoch=self.leader_epoch if leader_epoch is None else leader_epoch, replica=node,
+            last_fetched_epoch=self.leader_epoch if last_fetched_epoch is None else last_fetched_epoch,
+            incarnation=incarnation or 200 + node)
+        return self.harness.deliver(LEADER, request, follower(node))
+
+    def catch_up(self, *nodes: int) -> None:
+        for node in nodes or (2, 3):
+            self.follower_fetch(node)
+
+    def consumer_fetch(self, offset: int, *, max_wait_ms: int = 0, leader_epoch: int = -1,
+                       max_bytes: int = 1 << 20) -> list:
+        request = FetchRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
+                               offset=offset, max_wait_ms=max_wait_ms, leader_epoch=leader_epoch,
+                               max_bytes=max_bytes)
+        return self.harness.deliver(LEADER, request, CLIENT)
+
+    def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
+        request = ListOffsetsRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
+                                     timestamp_ms=timestamp_ms)
+        return only(self.harness.deliver(LEADER, request, CLIENT), ListOffsetsResponse)
+
+    def replies(self, kind=ProduceResponse) -> list:
+        return self.harness.take(CLIENT, kind)
+
+    def alter_requests(self) -> list[AlterIsrRequest]:
+        return self.harness.take(COORDINATOR, AlterIsrRequest)
+
+
+def offsets_in(records_bytes) -> list[int]:
+    return [offset for _, header in iter_batches(records_bytes, verify=True)
+            for offset in range(header.base_offset, header.next_offset)]
+
+
+def only_alter(stage: Stage) -> AlterIsrRequest:
+    requests = stage.alter_requests()
+    assert len(requests) == 1, f"expected one ISR change request, got {requests}"
+    return requests[0]
+
+
+@pytest.fixture
+def stage() -> Stage:
+    return Stage()
+
+
+# ---------------------------------------------------------------------------- roles
+
+
+def test_a_new_replica_heartbeats_and_refuses_produce_until_it_learns_its_role():
+    harness = Harness()
+    log = open_memory_log(LogConfig(), fs=MemoryFileSystem())
+    replica = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
+                               coordinator=COORDINATOR, log=log, config=TopicConfig(), incarnation=7)
+    harness.add(LEADER, replica)
+
+    beat = only(harness.received(COORDINATOR), ReplicaHeartbeat)
+    request = ProduceRequest(correlation_id=1, topic="orders", partition=0, batch=batch())
+    effects = harness.deliver(LEADER, request)
+
+    assert (beat.node, beat.incarnation, beat.endpoint, beat.leader_epoch) == (1, 7, LEADER, -1)
+    assert only(effects, ProduceResponse).error == ErrorCode.NOT_LEADER
+    assert log.log_end_offset == 0
+
+
+def test_the_leader_records_its_epoch_at_the_log_end_when_it_takes_over(stage):
+    assert stage.replica.role == "leader"
+    assert stage.log.epoch_entries() == [(1, 0)]
+
+
+def test_an_older_state_is_ignored(stage):
+    stage.set_state(leader=1, isr=[1, 2, 3], leader_epoch=3, partition_epoch=5)
+
+    stage.set_state(leader=2, isr=[1, 2, 3], leader_epoch=2, partition_epoch=9)
+
+    assert stage.replica.role == "leader"
+    assert stage.replica.state.leader_epoch == 3
+
+
+def test_a_deleted_topic_stops_the_replica_for_good(stage):
+    effects = stage.harness.deliver(LEADER, ReplicaHeartbeatResponse(deleted=True), COORDINATOR)
+
+    assert any(isinstance(effect, Exit) for effect in effects)
+    assert stage.replica.role == "stopped"
+
+
+def test_an_unknown_message_from_a_peer_gets_a_typed_error(stage):
+    request = JoinGroupRequest(correlation_id=5, group_id="g")
+
+    response = only(stage.harness.deliver(LEADER, request, b"peer-routing-id"), ErrorResponse)
+
+    assert (response.correlation_id, response.error) == (5, ErrorCode.UNKNOWN_MESSAGE)
+
+
+# ---------------------------------------------------------------------------- produce
+
+
+def test_acks_1_is_answered_once_the_leader_has_appended(stage):
+    effects = stage.produce(count=3, acks=1)
+
+    response = only(effects, ProduceResponse)
+    assert (response.error, response.base_offset, response.last_offset, response.leader_epoch) == (0, 0, 2, 1)
+    assert stage.log.log_end_offset == 3
+    assert stage.replica.high_watermark == 0
+
+
+def test_acks_0_appends_and_never_answers(stage):
+    effects = stage.produce(count=2, acks=0)
+
+    assert messages(effects) == []
+    assert stage.log.log_end_offset == 2
+
+
+def test_acks_0_refusals_are_not_answered_either(stage):
+    effects = stage.produce(b"not a batch", acks=0)
+
+    assert messages(effects) == []
+    assert stage.log.log_end_offset == 0
+
+
+def test_acks_all_waits_until_every_isr_member_has_fetched_past_the_batch(stage):
+    stage.produce(count=2, acks=-1)
+    assert stage.replies() == []
+
+    stage.follower_fetch(2)
+    assert stage.replies() == [], "answered before follower 3 had the batch"
+    assert stage.replica.high_watermark == 0
+
+    stage.follower_fetch(3)
+    response = only(stage.harness.steps[-1].effects, ProduceResponse)
+    assert (response.error, response.base_offset, response.last_offset) == (0, 0, 1)
+    assert stage.replica.high_watermark == 2
+
+
+def test_the_high_watermark_is_the_slowest_isr_members_position(stage):
+    stage.produce(count=5, acks=1)
+    stage.follower_fetch(2, 5)
+    stage.follower_fetch(3, 2)
+
+    assert stage.replica.high_watermark == 2
+
+
+def test_acks_all_is_refused_without_appending_when_the_isr_is_below_min_insync():
+    stage = Stage(isr=[1], min_insync_replicas=2)
+
+    refused = only(stage.produce(acks=-1), ProduceResponse)
+    accepted = only(stage.produce(acks=1), ProduceResponse)
+
+    assert refused.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert accepted.error == ErrorCode.NONE and accepted.base_offset == 0
+    assert stage.log.log_end_offset == 1
+
+
+def test_an_acks_all_request_not_replicated_in_time_times_out(stage):
+    stage.produce(acks=-1, timeout_ms=300)
+
+    stage.harness.advance(299)
+    assert stage.replies() == []
+    stage.harness.advance(1)
+
+    response = only(stage.replies(), ProduceResponse)
+    assert response.error == ErrorCode.REQUEST_TIMED_OUT
+    assert response.base_offset == 0
+
+
+def test_acks_all_written_before_the_isr_shrank_below_min_insync_gets_not_enough_replicas_after_append(stage):
+    stage.produce(acks=-1)
+
+    stage.set_state(leader=1, isr=[1], partition_epoch=2)
+
+    response = only(stage.replies(), ProduceResponse)
+    assert response.error == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert response.base_offset == 0
+
+
+def test_a_batch_whose_crc_does_not_match_is_refused_as_corrupt(stage):
+    damaged = bytearray(batch(2))
+    damaged[-1] ^= 0xFF
+
+    response = only(stage.produce(bytes(damaged)), ProduceResponse)
+
+    assert response.error == ErrorCode.CORRUPT_MESSAGE
+    assert stage.log.log_end_offset == 0
+
+
+@pytest.mark.parametrize("payload", [b"", b"short", batch() + b"trailing bytes"])
+def test_malformed_batches_are_refused_as_corrupt(stage, payload):
+    assert only(stage.produce(payload), ProduceResponse).error == ErrorCode.CORRUPT_MESSAGE
+    assert stage.log.log_end_offset == 0
+
+
+def test_a_batch_over_the_topics_limit_is_refused_as_too_large():
+    stage = Stage(batch_bytes_max=200)
+
+    response = only(stage.produce(batch(20)), ProduceResponse)
+
+    assert response.error == ErrorCode.MESSAGE_TOO_LARGE
+    assert stage.log.log_end_offset == 0
+
+
+@pytest.mark.parametrize("acks", [2, -2])
+def test_acks_outside_0_1_all_is_an_invalid_request(stage, acks):
+    assert only(stage.produce(acks=acks), ProduceResponse).error == ErrorCode.INVALID_REQUEST
+    assert stage.log.log_end_offset == 0
+
+
+def test_too_many_waiting_acks_all_requests_are_refused_as_busy():
+    stage = Stage(limits=Limits(purgatory_produce_max=2))
+    stage.produce(acks=-1)
+    stage.produce(acks=-1)
+
+    response = only(stage.produce(acks=-1), ProduceResponse)
+
+    assert response.error == ErrorCode.BUSY
+    assert stage.log.log_end_offset == 2
+
+
+def test_a_follower_refuses_produce_and_names_the_leader(stage):
+    stage.set_state(leader=2, isr=[1, 2, 3], leader_epoch=2, partition_epoch=2)
+
+    response = only(stage.produce(), ProduceResponse)
+
+    assert response.error == ErrorCode.NOT_LEADER
+    assert "node 2" in response.error_message
+
+
+# ---------------------------------------------------------------------------- idempotence
+
+
+def idempotent(count: int, sequence: int, *, producer_id: int = 77, producer_epoch: int = 0,
+               tag: str = "r") -> bytes:
+    return batch(count, tag=tag, producer_id=producer_id, producer_epoch=producer_epoch,
+                 base_sequence=sequence)
+
+
+def test_a_retried_idempotent_batch_is_answered_with_its_original_offsets_and_not_rewritten(stage):
+    stage.produce(batch(2))
+    first = only(stage.produce(idempotent(3, 0)), ProduceResponse)
+    end = stage.log.log_end_offset
+
+    again = only(stage.produce(idempotent(3, 0)), ProduceResponse)
+
+    assert (again.error, again.base_offset, again.last_offset) == (0, first.base_offset, first.last_offset)
+    assert (first.base_offset, first.last_offset) == (2, 4)
+    assert stage.log.log_end_offset == end
+
+
+def test_a_retried_acks_all_duplicate_waits_for_replication_like_the_original(stage):
+    stage.produce(idempotent(1, 0), acks=-1)
+    stage.produce(idempotent(1, 0), acks=-1)
+    assert stage.replies() == []
+
+    stage.catch_up()
+
+    replies = stage.replies()
+    assert [(r.error, r.base_offset) for r in replies] == [(0, 0), (0, 0)]
+    assert stage.log.log_end_offset == 1
+
+
+def test_an_idempotent_batch_with_a_gap_in_its_sequence_is_refused(stage):
+    stage.produce(idempotent(2, 0))
+
+    response = only(stage.produce(idempotent(1, 5)), ProduceResponse)
+
+    assert response.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert stage.log.log_end_offset == 2
+
+
+def test_an_older_producer_epoch_is_fenced(stage):
+    stage.produce(idempotent(1, 0, producer_epoch=3))
+
+    response = only(stage.produce(idempotent(1, 1, producer_epoch=2)), ProduceResponse)
+
+    assert response.error == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_producer_state_is_rebuilt_from_the_log_so_a_new_replica_recognises_retries():
+    stage = Stage()
+    first = only(stage.produce(idempotent(2, 0)), ProduceResponse)
+    reopened = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
+                                coordinator=COORDINATOR, log=stage.log, config=stage.config, incarnation=102)
+    harness = Harness()
+    harness.add(LEADER, reopened)
+    stage.leader_epoch += 1
+    harness.deliver(LEADER, ReplicaHeartbeatResponse(state=stage.state(leader=1, isr=[1, 2, 3])), COORDINATOR)
+
+    again = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
+                                                        batch=idempotent(2, 0))), ProduceResponse)
+
+    assert (again.base_offset, again.last_offset) == (first.base_offset, first.last_offset)
+    assert stage.log.log_end_offset == 2
+
+
+# ---------------------------------------------------------------------------- consumer fetch
+
+
+def test_consumers_see_only_offsets_below_the_high_watermark(stage):
+    stage.produce(count=3)
+    stage.produce(count=2)
+
+    before = only(stage.consumer_fetch(0), FetchResponse)
+    stage.follower_fetch(2, 3)
+    stage.follower_fetch(3, 3)
+    partly = only(stage.consumer_fetch(0), FetchResponse)
+
+    assert before.error == ErrorCode.NONE and len(before.records) == 0
+    assert (partly.high_watermark, partly.log_end_offset) == (3, 5)
+    assert offsets_in(partly.records) == [0, 1, 2]
+
+
+def test_followers_read_past_the_high_watermark(stage):
+    stage.produce(count=3)
+
+    response = only(stage.follower_fetch(2, 0), FetchResponse)
+
+    assert offsets_in(response.records) == [0, 1, 2]
+    assert response.high_watermark == 0
+
+
+def test_a_consumer_long_poll_parks_and_wakes_when_the_high_watermark_passes_it(stage):
+    effects = stage.consumer_fetch(0, max_wait_ms=5_000)
+    assert messages(effects, FetchResponse) == []
+    stage.produce(count=2)
+    assert stage.replies(FetchResponse) == [], "woken before the records were committed"
+
+    stage.catch_up()
+
+    woken = only(stage.replies(FetchResponse), FetchResponse)
+    assert offsets_in(woken.records) == [0, 1]
+    assert woken.high_watermark == 2
+
+
+def test_a_parked_fetch_with_nothing_new_is_answered_empty_when_its_wait_ends(stage):
+    stage.consumer_fetch(0, max_wait_ms=400)
+
+    stage.harness.advance(399)
+    assert stage.replies(FetchResponse) == []
+    stage.harness.advance(1)
+
+    response = only(stage.replies(FetchResponse), FetchResponse)
+    assert response.error == ErrorCode.NONE and len(response.records) == 0
+
+
+def test_a_parked_follower_fetch_wakes_when_the_log_grows(stage):
+    stage.follower_fetch(2, max_wait_ms=1_000)
+
+    stage.produce(count=1)
+
+    woken = only(stage.harness.received(follower(2), FetchResponse), FetchResponse)
+    assert offsets_in(woken.records) == [0]
+
+
+def test_too_many_parked_fetches_are_refused_as_busy():
+    stage = Stage(limits=Limits(purgatory_fetch_max=1))
+    stage.consumer_fetch(0, max_wait_ms=1_000)
+
+    response = only(stage.consumer_fetch(0, max_wait_ms=1_000), FetchResponse)
+
+    assert response.error == ErrorCode.BUSY
+
+
+@pytest.mark.parametrize("epoch, code", [(0, ErrorCode.FENCED_LEADER_EPOCH),
+                                         (2, ErrorCode.UNKNOWN_LEADER_EPOCH)])
+def test_a_fetch_naming_another_leader_epoch_is_refused(stage, epoch, code):
+    stage.produce()
+    stage.catch_up()
+
+    response = only(stage.consumer_fetch(0, leader_epoch=epoch), FetchResponse)
+
+    assert response.error == code
+    assert len(response.records) == 0
+
+
+def test_a_fetch_with_the_current_epoch_or_none_is_served(stage):
+    stage.produce()
+    stage.catch_up()
+
+    assert offsets_in(only(stage.consumer_fetch(0, leader_epoch=1), FetchResponse).records) == [0]
+    assert offsets_in(only(stage.consumer_fetch(0, leader_epoch=-1), FetchResponse).records) == [0]
+
+
+@pytest.mark.parametrize("offset", [-1, 4])
+def test_a_consumer_fetch_outside_the_log_is_out_of_range(stage, offset):
+    stage.produce(count=3)
+
+    response = only(stage.consumer_fetch(offset), FetchResponse)
+
+    assert response.error == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert (response.log_start_offset, response.log_end_offset) == (0, 3)
+
+
+def test_a_fetch_from_a_node_that_is_not_a_follower_is_invalid(stage):
+    response = only(stage.follower_fetch(9, 0), FetchResponse)
+
+    assert response.error == ErrorCode.INVALID_REQUEST
+
+
+def test_a_follower_can_fetch_from_a_follower_only_to_be_told_it_is_not_the_leader(stage):
+    stage.set_state(leader=2, isr=[1, 2, 3], leader_epoch=2, partition_epoch=2)
+
+    assert only(stage.consumer_fetch(0), FetchResponse).error == ErrorCode.NOT_LEADER
+
+
+# ---------------------------------------------------------------------------- list offsets
+
+
+def test_list_offsets_finds_the_earliest_the_latest_and_by_time(stage):
+    stage.produce(batch(2, first_timestamp_ms=1_000))
+    stage.produce(batch(2, first_timestamp_ms=5_000))
+    stage.produce(batch(2, first_timestamp_ms=9_000))
+    stage.follower_fetch(2, 4)
+    stage.follower_fetch(3, 4)
+
+    earliest, latest = stage.list_offsets(-2), stage.list_offsets(-1)
+    by_time, late, past_end = stage.list_offsets(4_000), stage.list_offsets(8_000), stage.list_offsets(99_000)
+
+    assert (earliest.offset, earliest.timestamp_ms) == (0, 1_000)
+    assert latest.offset == 4 and latest.timestamp_ms == -1
+    assert (by_time.offset, by_time.timestamp_ms) == (2, 5_000)
+    assert late.offset == 4, "a batch above the high watermark is not revealed"
+    assert past_end.offset == 4
+    assert latest.high_watermark == 4 and latest.log_end_offset == 6
+
+
+def test_list_offsets_with_a_negative_time_other_than_the_two_markers_is_invalid(stage):
+    assert stage.list_offsets(-3).error == ErrorCode.INVALID_REQUEST
+
+
+def test_list_offsets_at_a_follower_is_not_leader(stage):
+    stage.set_state(leader=2, isr=[1, 2, 3], leader_epoch=2, partition_epoch=2)
+
+    assert stage.list_offsets(-1).error == ErrorCode.NOT_LEADER
+
+
+# ---------------------------------------------------------------------------- ISR maintenance
+
+
+def test_a_follower_lagging_longer_than_the_lag_time_is_proposed_out_of_the_isr(stage):
+    for _ in range(LIMITS.replica_lag_time_max_ms // 100):
+        stage.follower_fetch(2)
+        stage.harness.advance(100)
+    assert stage.alter_requests() == [], "proposed before the lag time passed"
+
+    stage.follower_fetch(2)
+    stage.harness.advance(200)
+
+    requests = stage.alter_requests()
+    assert len(requests) == 1
+    request = requests[0]
+    assert request.isr == [1, 2]
+    assert (request.leader, request.leader_epoch, request.partition_epoch) == (1, 1, 1)
+    assert request.isr_incarnations == [101, 202]
+    assert stage.replica.state.isr == [1, 2, 3], "the ISR changes only when the coordinator confirms it"
+
+
+def test_a_follower_that_caught_up_is_proposed_back_into_the_isr_with_its_incarnation():
+    stage = Stage(isr=[1, 2])
+    stage.produce(count=3)
+    stage.follower_fetch(2, 3)
+    stage.follower_fetch(3, 3, incarnation=333)
+
+    stage.harness.advance(LIMITS.isr_check_interval_ms)
+
+    request = only_alter(stage)
+    assert request.isr == [1, 2, 3]
+    assert request.isr_incarnations == [101, 202, 333]
+
+
+def test_a_joining_follower_already_counts_for_the_high_watermark_while_its_join_is_pending():
+    stage = Stage(isr=[1, 2], min_insync_replicas=1)
+    stage.produce(count=2)
+    stage.follower_fetch(2, 2)
+    stage.follower_fetch(3, 2)
+    stage.harness.advance(LIMITS.isr_check_interval_ms)
+    assert only_alter(stage).isr == [1, 2, 3]
+
+    stage.produce(count=2)
+    stage.follower_fetch(2, 4)
+
+    assert stage.replica.high_watermark == 2, "the high watermark passed a pending ISR member"
+
+
+def test_a_confirmed_shrink_lets_waiting_acks_all_requests_complete(stage):
+    stage.produce(acks=-1)
+    stage.follower_fetch(2)
+
+    stage.set_state(leader=1, isr=[1, 2], partition_epoch=2)
+
+    response = only(stage.replies(), ProduceResponse)
+    assert response.error == ErrorCode.NONE
+    assert stage.replica.high_watermark == 1
+
+
+def test_an_unanswered_isr_change_is_asked_again_after_the_timeout(stage):
+    stage.harness.advance(LIMITS.replica_lag_time_max_ms + 100)
+    assert len(stage.alter_requests()) == 1
+
+    stage.harness.advance(LIMITS.alter_isr_timeout_ms + 100)
+
+    assert len(stage.alter_requests()) >= 1
+
+
+# ---------------------------------------------------------------------------- zombie leaders
+
+
+def test_a_newer_state_naming_another_leader_answers_waiting_acks_all_requests_with_not_leader(stage):
+    stage.produce(count=2, acks=-1)
+    stage.follower_fetch(2)
+
+    stage.set_state(leader=2, isr=[1, 2, 3], leader_epoch=2, partition_epoch=2)
+
+    response = only(stage.replies(), ProduceResponse)
+    assert response.error == ErrorCode.NOT_LEADER
+    assert stage.replica.role == "follower"
+    stage.follower_fetch(3)
+    assert stage.replies() == [], "a deposed leader acknowledged a write"
+
+
+def test_a_zombie_leader_cannot_shrink_the_isr_to_itself_and_acknowledge_alone(stage):
+    stage.produce(acks=-1)
+    stage.harness.advance(LIMITS.replica_lag_time_max_ms + 100)  # followers moved on to a new leader
+    request = stage.alter_requests()[0]
+    assert request.isr == [1]
+    assert stage.replies() == [], "acknowledged on an ISR the coordinator never confirmed"
+
+    stage.leader_epoch, stage.partition_epoch = 2, 2
+    refusal = AlterIsrResponse(correlation_id=request.correlation_id, error=ErrorCode.FENCED_LEADER_EPOCH,
+                               state=stage.state(leader=2, isr=[2, 3]))
+    stage.harness.deliver(LEADER, refusal, COORDINATOR)
+
+    response = only(stage.replies(), ProduceResponse)
+    assert response.error == ErrorCode.NOT_LEADER
+    assert stage.replica.role == "follower"
+
+
+def test_an_answer_to_an_isr_change_the_leader_no_longer_waits_for_is_ignored(stage):
+    stale_state = stage.state(leader=2, isr=[2])
+    stale_state.leader_epoch = 7
+
+    answer = AlterIsrResponse(correlation_id=999, state=stale_state)
+
+    effects = stage.harness.deliver(LEADER, answer, COORDINATOR)
+
+    assert effects == []
+    assert stage.replica.role == "leader"
+
+
+# ---------------------------------------------------------------------------- durability
+
+
+def test_with_flush_policy_every_batch_replies_wait_for_the_log_flush():
+    stage = Stage(flush_policy="every_batch", min_insync_replicas=1, isr=[1])
+
+    effects = stage.produce(count=2, acks=1)
+
+    assert messages(at_once(effects), ProduceResponse) == []
+    flush = [effect for effect in effects if isinstance(effect, AfterFlush)]
+    assert len(flush) == 1 and flush[0].store is stage.log
+    assert only(flushed(effects), ProduceResponse).base_offset == 0
+    assert stage.log.flushed_offset == 2
+
+
+def test_with_flush_policy_never_replies_go_out_at_once(stage):
+    effects = stage.produce(acks=1)
+
+    assert not any(isinstance(effect, AfterFlush) for effect in effects)
+
+
+def test_a_failed_fsync_crashes_the_replica_instead_of_retrying():
+    stage = Stage(flush_policy="interval", flush_interval_ms=100)
+    stage.produce(count=1)
+    stage.fs.faults.fail_next_fsync()
+
+    stage.harness.advance(100)
+
+    assert isinstance(stage.harness.stopped.get(LEADER), Crash)
+    assert LEADER not in stage.harness.actors
+
+
+def test_heartbeats_report_the_position_every_interval(stage):
+    stage.harness.take(COORDINATOR)
+    stage.produce(count=4)
+    stage.catch_up()
+
+    stage.harness.advance(LIMITS.replica_heartbeat_interval_ms)
+
+    beat = stage.harness.take(COORDINATOR, ReplicaHeartbeat)[-1]
+    assert (beat.log_end_offset, beat.high_watermark, beat.leader_epoch, beat.partition_epoch) == (4, 4, 1, 1)
+    assert stage.harness.now_ns == LIMITS.replica_heartbeat_interval_ms * MS
