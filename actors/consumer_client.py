@@ -28,7 +28,7 @@ from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, RefreshMetadata, Stop, TimerFired, TopicMetadata,
+    MetadataRequest, MetadataResponse, PeerDisconnected, RefreshMetadata, Stop, TimerFired, TopicMetadata,
 )
 from storage.batch import iter_batches
 
@@ -46,7 +46,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
-                 "retry_at_ns", "reset_correlation")
+                 "retry_at_ns", "reset_correlation", "endpoint")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -59,6 +59,7 @@ class PartitionFetch:
         self.sent_ns = 0
         self.retry_at_ns = 0
         self.reset_correlation = 0
+        self.endpoint = ""  # where the fetch or reset in flight went
 
 
 class ConsumerClient:
@@ -73,6 +74,7 @@ class ConsumerClient:
         self.correlation = 0
         self.metadata_correlation = 0
         self.member: Any = None  # the group membership state machine, when the consumer is in a group
+        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
 
     def start(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
@@ -103,6 +105,8 @@ class ConsumerClient:
                 return self._on_tick(now_ns)
             case ErrorResponse():
                 return self._on_error_response(message, now_ns)
+            case PeerDisconnected():
+                return self._on_disconnect(message, now_ns)
             case Stop():
                 return self.member.stop(now_ns) if self.member is not None else []
         if self.member is not None:
@@ -192,11 +196,13 @@ class ConsumerClient:
 
     # ------------------------------------------------------------------ fetching
 
-    def _leader(self, topic: str, partition: int) -> tuple[str, int]:
+    def _leader(self, topic: str, partition: int, now_ns: int = 0) -> tuple[str, int]:
         metadata = self.topics.get(topic)
         if metadata is None or partition >= len(metadata.partitions):
             return "", -1
         entry = metadata.partitions[partition]
+        if self.unreachable.get(entry.leader_endpoint, 0) > now_ns:
+            return "", -1
         return entry.leader_endpoint, entry.leader_epoch
 
     def _fetch_all(self, now_ns: int) -> list[Effect]:
@@ -205,7 +211,7 @@ class ConsumerClient:
         for fetch in self.fetches.values():
             if fetch.paused or fetch.correlation or fetch.reset_correlation or now_ns < fetch.retry_at_ns:
                 continue
-            endpoint, epoch = self._leader(fetch.topic, fetch.partition)
+            endpoint, epoch = self._leader(fetch.topic, fetch.partition, now_ns)
             if not endpoint:
                 missing.add(fetch.topic)
                 continue
@@ -217,7 +223,7 @@ class ConsumerClient:
             if self.buffered_bytes >= self.settings.buffer_bytes_max:
                 continue
             self.correlation += 1
-            fetch.correlation, fetch.sent_ns = self.correlation, now_ns
+            fetch.correlation, fetch.sent_ns, fetch.endpoint = self.correlation, now_ns, endpoint
             self.by_correlation[self.correlation] = ("fetch", fetch)
             effects.append(Send(endpoint, FetchRequest(
                 correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
@@ -228,6 +234,7 @@ class ConsumerClient:
         return effects
 
     def _send_reset(self, fetch: PartitionFetch, endpoint: str, epoch: int) -> Send:
+        fetch.endpoint = endpoint
         self.correlation += 1
         fetch.reset_correlation = self.correlation
         self.by_correlation[self.correlation] = ("reset", fetch)
@@ -309,6 +316,22 @@ class ConsumerClient:
             return [Notify("result", (target[0], None, RailmqError(response.error, response.error_message)))]
         target.correlation = target.reset_correlation = 0
         return self._on_partition_error(target, response.error, response.error_message, now_ns)
+
+    def _on_disconnect(self, message: PeerDisconnected, now_ns: int) -> list[Effect]:
+        """A leader's process is gone: refetch from whoever leads now."""
+        self.unreachable[message.endpoint] = now_ns + 3000 * MS
+        effects: list[Effect] = []
+        for fetch in self.fetches.values():
+            if fetch.endpoint == message.endpoint and (fetch.correlation or fetch.reset_correlation):
+                self.by_correlation.pop(fetch.correlation, None)
+                self.by_correlation.pop(fetch.reset_correlation, None)
+                fetch.correlation = fetch.reset_correlation = 0
+                fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+                self._forget_leader(fetch.topic, fetch.partition)
+                effects = self.request_metadata([fetch.topic])
+        if self.member is not None:
+            effects += self.member.on_disconnect(message.endpoint, now_ns)
+        return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]

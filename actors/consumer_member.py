@@ -310,6 +310,17 @@ class ConsumerMember:
                 member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns)
         return effects
 
+    def on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
+        """The group coordinator's process is gone: its answers will never come."""
+        if endpoint != self.coordinator:
+            return []
+        effects: list[Effect] = []
+        for correlation, (kind, token, _) in list(self.pending.items()):
+            del self.pending[correlation]
+            effects += self._on_timeout(kind, token, now_ns)
+        self.coordinator = ""
+        return effects
+
     def _on_timeout(self, kind: str, token: Any, now_ns: int) -> list[Effect]:
         self.coordinator = ""  # rediscover it: it may have restarted elsewhere
         effects = self.client.request_metadata(list(self.topics))

@@ -596,6 +596,13 @@ class TimerFired(Message, kw_only=True):
     name: str
 
 
+class PeerDisconnected(Message, kw_only=True):
+    """The connection to a peer endpoint dropped (the peer process died or closed its socket):
+    requests in flight to it will never be answered. Never accepted from the network."""
+
+    endpoint: str
+
+
 class Stop(Message, kw_only=True):
     """The runtime is stopping the actor (graceful shutdown); never accepted from the network."""
 
@@ -628,7 +635,7 @@ class ClientCommand(Message, kw_only=True):
     token: int = 0  # the shell's future to complete, 0 if none
 
 
-INTERNAL_TYPES: frozenset[type] = frozenset({TimerFired, Stop, SendBatch, RefreshMetadata, ClientCommand})
+INTERNAL_TYPES: frozenset[type] = frozenset({TimerFired, Stop, PeerDisconnected, SendBatch, RefreshMetadata, ClientCommand})
 
 
 def all_message_types() -> list[type[Message]]:

@@ -26,7 +26,7 @@ from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     AlterIsrResponse, EpochEndOffset, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, PartitionState, ProduceRequest, ProduceResponse, ReplicaHeartbeat,
+    ListOffsetsResponse, PartitionState, PeerDisconnected, ProduceRequest, ProduceResponse, ReplicaHeartbeat,
     ReplicaHeartbeatResponse, Stop, TimerFired, TopicConfig,
 )
 from actors.producer_state import ProducerStateTable
@@ -116,6 +116,10 @@ class PartitionReplica:
                 return self._on_timer(message.name, now_ns)
             case ErrorResponse():
                 return [Trace("peer-error", {"error": message.error, "message": message.error_message})]
+            case PeerDisconnected():
+                if self.follower is not None and message.endpoint == self.follower.leader_endpoint:
+                    return self.follower.retry_later(now_ns)
+                return []
             case Stop():
                 return self._on_stop()
             case _:

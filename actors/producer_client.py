@@ -27,9 +27,12 @@ from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
+    PeerDisconnected, ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
 )
 from storage.batch import encode_batch
+
+
+UNREACHABLE_MS = 3000  # a dead leader's endpoint is distrusted this long (ports are not reused sooner)
 
 
 class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +69,8 @@ class ProducerClient:
         self.waiting: dict[tuple[str, int], deque[Pending]] = {}
         self.in_flight: dict[int, Pending] = {}
         self.in_flight_count: dict[tuple[str, int], int] = {}
+        self.sent_to: dict[int, str] = {}  # correlation id -> endpoint
+        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
         self.next_sequence: dict[tuple[str, int], int] = {}
         self.correlation = 0
         self.metadata_correlation = 0
@@ -105,6 +110,8 @@ class ProducerClient:
                 return self._on_tick(now_ns)
             case ErrorResponse():
                 return self._on_error_response(message, now_ns)
+            case PeerDisconnected():
+                return self._on_disconnect(message.endpoint, now_ns)
             case Stop():
                 return self._fail_everything(ErrorCode.REQUEST_TIMED_OUT, "the producer closed before delivery")
         return []
@@ -123,7 +130,7 @@ class ProducerClient:
             return []
         if self.settings.idempotent and self.producer_id < 0:
             return []
-        endpoint = self._leader_endpoint(key)
+        endpoint = self._leader_endpoint(key, now_ns)
         if not endpoint:
             return self._request_metadata([key[0]])
         effects: list[Effect] = []
@@ -152,6 +159,7 @@ class ProducerClient:
         pending.attempts += 1
         pending.sent_ns = now_ns
         self.in_flight[pending.correlation_id] = pending
+        self.sent_to[pending.correlation_id] = endpoint
         self.in_flight_count[key] = self.in_flight_count.get(key, 0) + 1
         request = ProduceRequest(
             correlation_id=pending.correlation_id, topic=batch.topic, partition=batch.partition,
@@ -163,6 +171,7 @@ class ProducerClient:
 
     def _finish(self, pending: Pending, base_offset: int, error: RailmqError | None, now_ns: int) -> list[Effect]:
         self.in_flight.pop(pending.correlation_id, None)
+        self.sent_to.pop(pending.correlation_id, None)
         key = (pending.batch.topic, pending.batch.partition)
         self.in_flight_count[key] -= 1
         done = Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, base_offset, error))
@@ -195,6 +204,7 @@ class ProducerClient:
                 text = f"delivery timed out after {pending.attempts} attempts; last error: {text}"
             return self._finish(pending, -1, RailmqError(code, text), now_ns)
         self.in_flight.pop(pending.correlation_id, None)
+        self.sent_to.pop(pending.correlation_id, None)
         key = (batch.topic, batch.partition)
         self.in_flight_count[key] -= 1
         pending.retry_at_ns = now_ns + self.settings.retry_backoff_ms * MS
@@ -208,6 +218,20 @@ class ProducerClient:
             queue.rotate(1)  # the retried batch goes first
         self._forget_leader(key)
         return self._request_metadata([batch.topic])
+
+    def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
+        """The leader's process is gone: its in-flight requests will never be answered, and
+        metadata still naming it (the coordinator may not know yet) is not trusted for a while."""
+        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
+        if len(self.unreachable) > 1000:
+            self.unreachable = {e: t for e, t in self.unreachable.items() if t > now_ns}
+        effects: list[Effect] = []
+        for correlation_id in [c for c, sent in self.sent_to.items() if sent == endpoint]:
+            pending = self.in_flight.get(correlation_id)
+            if pending is not None:
+                effects += self._retry_or_fail(pending, ErrorCode.NOT_LEADER,
+                                               f"lost the connection to {endpoint}; the batch may have been written", now_ns)
+        return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + 50 * MS)]
@@ -236,6 +260,7 @@ class ProducerClient:
         for pending in list(self.in_flight.values()) + [p for queue in self.waiting.values() for p in queue]:
             effects.append(Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, -1, RailmqError(code, text))))
         self.in_flight.clear()
+        self.sent_to.clear()
         self.waiting.clear()
         self.in_flight_count.clear()
         return effects
@@ -275,11 +300,14 @@ class ProducerClient:
             effects += self._dispatch(key, now_ns)
         return effects
 
-    def _leader_endpoint(self, key: tuple[str, int]) -> str:
+    def _leader_endpoint(self, key: tuple[str, int], now_ns: int) -> str:
         topic = self.topics.get(key[0])
         if topic is None or key[1] >= len(topic.partitions):
             return ""
-        return topic.partitions[key[1]].leader_endpoint
+        endpoint = topic.partitions[key[1]].leader_endpoint
+        if self.unreachable.get(endpoint, 0) > now_ns:
+            return ""  # metadata older than the disconnect we saw: wait for the new leader
+        return endpoint
 
     def _forget_leader(self, key: tuple[str, int]) -> None:
         topic = self.topics.get(key[0])

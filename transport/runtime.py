@@ -28,7 +28,7 @@ from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, S
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
-    ErrorResponse, FaultControlRequest, FaultControlResponse, Message, RuntimeStatsRequest,
+    ErrorResponse, FaultControlRequest, FaultControlResponse, Message, PeerDisconnected, RuntimeStatsRequest,
     RuntimeStatsResponse, Stop, TimerFired,
 )
 from transport.codec import Codec, DecodeFailure
@@ -74,6 +74,8 @@ class Runtime:
         self._router: zmq.Socket | None = None
         self._dealers: dict[str, zmq.Socket] = {}
         self._socket_peer: dict[zmq.Socket, str] = {}
+        self._monitors: dict[str, zmq.Socket] = {}
+        self._monitor_peer: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
         self._watched_fds: dict[int, Callable[[], None]] = {}
         self._pending_flush: list[AfterFlush] = []
@@ -145,6 +147,8 @@ class Runtime:
                 self._watched_fds[socket]()
             elif socket is self._router:
                 self._drain(socket, from_router=True)
+            elif socket in self._monitor_peer:
+                self._on_monitor_event(socket)
             else:
                 self._drain(socket, from_router=False)
         self._fire_due()
@@ -301,16 +305,42 @@ class Runtime:
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
         socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{len(self._socket_peer)}".encode())
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         socket.connect(endpoint)
         self._dealers[endpoint] = socket
         self._socket_peer[socket] = endpoint
+        self._monitors[endpoint] = monitor
+        self._monitor_peer[monitor] = endpoint
         self._poller.register(socket, zmq.POLLIN)
+        self._poller.register(monitor, zmq.POLLIN)
         return socket
+
+    def _on_monitor_event(self, monitor: zmq.Socket) -> None:
+        """A DEALER lost its connection: tell the actor, so it fails over without waiting for a
+        request timeout (the zguide's "any inbound message is proof of life" has a converse: a
+        dropped TCP connection is proof of death of that process, not of the node)."""
+        endpoint = self._monitor_peer[monitor]
+        disconnected = False
+        while True:
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            disconnected = disconnected or len(frames[0]) >= 2 and int.from_bytes(frames[0][:2], "little") == zmq.EVENT_DISCONNECTED
+        if disconnected:
+            self.count("peer_disconnects")
+            self.apply(self.actor.handle(PeerDisconnected(endpoint=endpoint), b"", self.clock()))
 
     def _close_dealer(self, endpoint: str) -> None:
         socket = self._dealers.pop(endpoint)
         self._poller.unregister(socket)
         del self._socket_peer[socket]
+        monitor = self._monitors.pop(endpoint, None)
+        if monitor is not None:
+            self._poller.unregister(monitor)
+            del self._monitor_peer[monitor]
+            socket.disable_monitor()
+            monitor.close(linger=0)
         socket.close(linger=0)
 
     def forget_peer(self, endpoint: str) -> None:
