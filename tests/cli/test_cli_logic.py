@@ -10,12 +10,15 @@ import threading
 import pytest
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import DescribeGroupResponse, MemberDescription, OffsetEntry, TopicConfig
+from actors.messages import (
+    DescribeGroupResponse, MemberDescription, OffsetEntry, PartitionMetadata, TopicConfig, TopicMetadata,
+)
 from railmq import cli
 from railmq.cli_common import record_to_dict, record_to_line
 from railmq.cli_topics import topic_config
 from railmq.lag import (
-    HotRule, ResetTarget, arrival_rates, build_group_lag, hot_flags, lag_messages, lag_seconds, plan_reset,
+    HotRule, ResetTarget, arrival_rates, build_group_lag, hot_flags, lag_messages, lag_seconds,
+    measure_group_lag, plan_reset,
 )
 from railmq.member_process import (
     GroupMember, MemberOptions, check_options, load_handler, parse_commit_every,
@@ -88,6 +91,54 @@ def test_group_lag_flags_hot_partitions_by_lag_and_by_arrival_rate_within_a_topi
                              rule=HotRule(), sample_ms=500)
     hot = {(row.topic, row.partition): row.hot_reasons for row in report.partitions if row.hot}
     assert hot == {("t", 0): ["lag"], ("t", 3): ["rate"]}  # topic u's big lag is shared by both partitions
+
+
+class FakeGroupClient:
+    """The facts `measure_group_lag` gathers, served from memory; the log grows while it sleeps."""
+
+    def __init__(self, ends: dict[int, int], growth: dict[int, int], timestamps: dict[int, int]) -> None:
+        self.ends, self.growth, self.timestamps = dict(ends), growth, timestamps
+        self.now_ms = 50_000
+        self.timestamp_requests: list[tuple[int, int]] = []
+
+    def clock_ms(self) -> int:
+        return self.now_ms
+
+    def sleep(self, seconds: float) -> None:
+        self.now_ms += int(seconds * 1000)
+        for partition, added in self.growth.items():
+            self.ends[partition] += added
+
+    def describe_group(self, group_id: str) -> DescribeGroupResponse:
+        offsets = [OffsetEntry(topic="t", partition=p, offset=10) for p in (0, 1, 2)]
+        return _description(state="Empty", offsets=offsets)
+
+    def topic(self, name: str):
+        if name != "t":
+            raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+        return TopicMetadata(name="t", partitions=[PartitionMetadata(partition=p) for p in range(4)])
+
+    def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        assert timestamp_ms == -1, "lag is measured against the latest offset"
+        return self.ends[partition]
+
+    def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
+        self.timestamp_requests.append((partition, offset))
+        return self.timestamps.get(partition)
+
+
+def test_measuring_a_group_samples_arrival_rates_over_the_injected_clock():
+    client = FakeGroupClient(ends={0: 30, 1: 20, 2: 10, 3: 5}, growth={0: 500, 1: 10, 2: 5, 3: 20},
+                             timestamps={0: 45_000, 1: 47_000})
+    report = measure_group_lag(client, "g", sample_ms=1000, sleep=client.sleep)
+    rows = {row.partition: row for row in report.partitions}
+    assert [rows[p].arrival_rate_per_s for p in range(4)] == [500.0, 10.0, 5.0, 20.0]
+    assert [rows[p].lag_messages for p in range(4)] == [520, 20, 5, None]  # partition 3 has no commit
+    assert rows[0].hot and rows[0].hot_reasons == ["lag", "rate"]
+    assert not any(rows[p].hot for p in (1, 2, 3))
+    assert rows[0].lag_seconds == 6.0 and rows[1].lag_seconds == 4.0
+    assert sorted(client.timestamp_requests) == [(0, 10), (1, 10), (2, 10)], "only lagging partitions"
+    assert report.sample_ms == 1000
 
 
 def test_a_group_with_commits_on_a_deleted_topic_still_describes():

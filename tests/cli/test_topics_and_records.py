@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import select
+import signal
+import time
 
 import pytest
 
@@ -142,3 +145,25 @@ def test_bootstrap_comes_from_the_environment_and_bad_flags_exit_2(cluster, rail
         finished = railmq(*argv, "--bootstrap", cluster.bootstrap)
         assert finished.returncode == 2, (argv, finished.stderr)
         assert words in finished.stderr and finished.stderr.startswith("usage:"), (argv, finished.stderr)
+
+
+
+def _has_output(process, wait_s: float) -> bool:
+    return bool(select.select([process.stdout], [], [], wait_s)[0])
+
+
+def test_consume_follows_new_records_until_sigint_and_exits_0(cluster, background, unique_name):
+    topic = unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1)
+    with Producer(cluster.bootstrap) as producer:
+        producer.send(topic, b"old").result(10)
+        follower = background("consume", topic, "--json", "--bootstrap", cluster.bootstrap)
+        deadline = time.monotonic() + 20
+        # It starts at the end of the log: send until it has started and printed one.
+        while not _has_output(follower, 0.2) and time.monotonic() < deadline:
+            producer.send(topic, b"new").result(10)
+    follower.send_signal(signal.SIGINT)
+    assert follower.wait(timeout=20) == 0, follower.stderr.read()
+    values = [json.loads(line)["value"] for line in follower.stdout.read().splitlines()]
+    assert values and set(values) == {"new"}, "from the end: only records sent after it started"
