@@ -152,6 +152,7 @@ class ConsumerClient:
             fetch = self.fetches.pop(key)
             if fetch.correlation:
                 self.by_correlation.pop(fetch.correlation, None)
+        effects: list[Effect] = []
         for key in sorted(wanted):
             if key not in self.fetches:
                 fetch = self.fetches[key] = PartitionFetch(*key)
@@ -159,10 +160,11 @@ class ConsumerClient:
                 position = (positions or {}).get(key)
                 if position is not None and position >= 0:
                     fetch.position = position
+                    effects.append(Notify("position", (key[0], key[1], fetch.session, position)))
                 else:
                     fetch.reset = self._default_reset()
         topics = sorted({topic for topic, _ in wanted if topic not in self.topics})
-        return (self.request_metadata(topics) if topics else []) + self._fetch_all(now_ns)
+        return effects + (self.request_metadata(topics) if topics else []) + self._fetch_all(now_ns)
 
     def _default_reset(self) -> int | None:
         return {"earliest": EARLIEST, "latest": LATEST}.get(self.settings.auto_offset_reset)

@@ -201,7 +201,7 @@ class GroupMember:
         self._check_topics()
         self.consumer = self._open_consumer()
         try:
-            self.consumer.subscribe(self.options.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+            self.consumer.subscribe(self.options.topics, on_revoke=self._on_revoke,
                                     on_lost=self._on_lost)
             self._loop()
             self._commit_processed()
@@ -292,19 +292,6 @@ class GroupMember:
             print(f"warning: commit not accepted ({error}); those records will be delivered again",
                   file=sys.stderr)
             return False
-
-    def _on_assign(self, partitions: list[TopicPartition]) -> None:
-        """Start newly assigned partitions at the group's committed offsets.
-
-        The consumer's group membership fetches these offsets itself, but (as of this writing) the
-        fetch position it takes from them never reaches `Consumer.poll`, which then drops every
-        record of those partitions; seeking here makes the position explicit. Partitions without
-        a commit start from auto_offset_reset as usual."""
-        if not partitions:
-            return
-        for tp, offset in self.consumer.committed(partitions).items():
-            if offset is not None:
-                self.consumer.seek(tp, offset)
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         revoked = {tp: self.processed.pop(tp) for tp in partitions if tp in self.processed}

@@ -1,0 +1,235 @@
+"""Consumer groups on a real cluster: queue and pub/sub from one log, replay, crashes and zombies.
+
+Members that must die by SIGKILL or freeze by SIGSTOP run as child processes (`group_member`
+below) that log every processed record and every commit outcome to a JSON-lines file, so the test
+can count exactly what was processed, committed and redelivered."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+from actors.errors import RailmqError
+from railmq.admin import Admin
+from railmq.consumer import Consumer
+from railmq.producer import Producer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+GROUP_OPTIONS = dict(session_timeout_ms=1000, heartbeat_interval_ms=100, auto_offset_reset="earliest",
+                     enable_auto_commit=False)
+
+
+def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    with Producer(bootstrap, acks="all") as producer:
+        for i in range(count):
+            producer.send(topic, f"{i}", partition=i % partitions)
+        producer.flush(30)
+
+
+def drain(consumer: Consumer, expected: int, timeout_s: float = 30.0) -> list:
+    records: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(records) < expected and time.monotonic() < deadline:
+        records += consumer.poll(100)
+    return records
+
+
+def group_member(bootstrap: str, topic: str, group: str, log_path: str, mode: str, stop_after: int,
+                 commit_every: int) -> None:
+    """A member in its own process. mode: 'after' commits after processing (at-least-once),
+    'before' commits before processing (at-most-once). After `stop_after` records it logs
+    'parked' and keeps heartbeating without processing more, waiting to be killed or paused."""
+    log = open(log_path, "a", buffering=1)
+    consumer = Consumer(bootstrap, group_id=group, client_id="child", **GROUP_OPTIONS)
+    consumer.subscribe([topic])
+    processed = 0
+    uncommitted: dict = {}
+    while True:
+        records = consumer.poll(100, max_records=commit_every)
+        if processed >= stop_after:
+            log.write(json.dumps({"event": "parked"}) + "\n")
+            while True:
+                try:
+                    consumer.commit({tp: offset for tp, offset in uncommitted.items()}) if mode == "late" else None
+                    if mode == "late":
+                        log.write(json.dumps({"event": "late-commit", "ok": True}) + "\n")
+                        mode = "done"
+                except RailmqError as error:
+                    log.write(json.dumps({"event": "late-commit", "ok": False, "error": error.name}) + "\n")
+                    mode = "done"
+                time.sleep(0.05)
+        if not records:
+            continue
+        if mode == "before":
+            consumer.commit({(r.topic, r.partition): r.offset + 1 for r in records})
+            log.write(json.dumps({"event": "committed", "upto": [[r.partition, r.offset + 1] for r in records]}) + "\n")
+        for record in records:
+            log.write(json.dumps({"event": "processed", "partition": record.partition, "offset": record.offset}) + "\n")
+            processed += 1
+            uncommitted[(record.topic, record.partition)] = record.offset + 1
+            if processed >= stop_after:
+                break
+        if mode in ("after", "late") and processed < stop_after:
+            consumer.commit(dict(uncommitted))
+            log.write(json.dumps({"event": "committed", "upto": [[tp[1], o] for tp, o in uncommitted.items()]}) + "\n")
+            uncommitted.clear()
+
+
+def start_member(*arguments) -> multiprocessing.Process:
+    process = multiprocessing.get_context("spawn").Process(target=group_member, args=arguments, daemon=True)
+    process.start()
+    return process
+
+
+def read_log(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def stop_process(process: multiprocessing.Process) -> None:
+    if process.is_alive():
+        os.kill(process.pid, signal.SIGCONT)
+        process.kill()
+    process.join(10)
+
+
+def test_two_groups_each_receive_every_message_and_a_new_group_replays(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=3)
+    produce(cluster.bootstrap, topic, 300, 3)
+    groups = {}
+    for name in ("billing", "audit"):
+        members = [Consumer(cluster.bootstrap, group_id=f"{topic}-{name}", client_id=f"{name}-{i}", **GROUP_OPTIONS)
+                   for i in range(2)]
+        for member in members:
+            member.subscribe([topic])
+        records: list = []
+        deadline = time.monotonic() + 30
+        while len(records) < 300 and time.monotonic() < deadline:
+            for member in members:
+                records += member.poll(50)
+        groups[name] = records
+        assignments = [set(member.assignment()) for member in members]
+        assert not (assignments[0] & assignments[1]), "a partition belongs to one member of a group"
+        for member in members:
+            member.commit()
+            member.close()
+    for name, records in groups.items():
+        assert sorted(int(r.value) for r in records) == list(range(300)), f"group {name} got every message once"
+    with Consumer(cluster.bootstrap, group_id=f"{topic}-replay", **GROUP_OPTIONS) as replay:
+        replay.subscribe([topic])
+        assert sorted(int(r.value) for r in drain(replay, 300)) == list(range(300)), "a new group replays history"
+
+
+def test_members_beyond_the_partition_count_are_idle(cluster, admin, unique_name):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=2)
+    members = [Consumer(cluster.bootstrap, group_id=topic, client_id=f"m{i}", **GROUP_OPTIONS) for i in range(3)]
+    try:
+        for member in members:
+            member.subscribe([topic])
+        wait_for(lambda: [m.poll(20) for m in members] and sum(len(m.assignment()) for m in members) == 2
+                 and len({m.generation() for m in members}) == 1, what="a stable assignment")
+        sizes = sorted(len(member.assignment()) for member in members)
+        assert sizes == [0, 1, 1], "two partitions, three members: one is idle"
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_sigkill_mid_batch_redelivers_exactly_the_processed_but_uncommitted(cluster, admin, unique_name, tmp_path):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=2)
+    produce(cluster.bootstrap, topic, 200, 2)
+    log_path = str(tmp_path / "member.jsonl")
+    child = start_member(cluster.bootstrap, topic, topic, log_path, "after", 55, 10)
+    try:
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to process 55")
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        stop_process(child)
+    entries = read_log(log_path)
+    processed = {(e["partition"], e["offset"]) for e in entries if e["event"] == "processed"}
+    committed: dict[int, int] = {}
+    for entry in entries:
+        if entry["event"] == "committed":
+            for partition, offset in entry["upto"]:
+                committed[partition] = max(committed.get(partition, 0), offset)
+    uncommitted = {(p, o) for p, o in processed if o >= committed.get(p, 0)}
+    assert len(processed) == 55 and len(uncommitted) == 5
+    with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
+        survivor.subscribe([topic])
+        records = drain(survivor, 200 - len(processed) + len(uncommitted))
+    redelivered = {(r.partition, r.offset) for r in records} & processed
+    assert redelivered == uncommitted, "exactly the processed-but-uncommitted records come again"
+    assert {(r.partition, r.offset) for r in records} | processed == {(p, o) for p in range(2) for o in range(100)}
+
+
+def test_at_most_once_loses_exactly_the_in_flight_records(cluster, admin, unique_name, tmp_path):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    produce(cluster.bootstrap, topic, 100, 1)
+    log_path = str(tmp_path / "member.jsonl")
+    child = start_member(cluster.bootstrap, topic, topic, log_path, "before", 25, 10)
+    try:
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to process 25")
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        stop_process(child)
+    entries = read_log(log_path)
+    processed = {e["offset"] for e in entries if e["event"] == "processed"}
+    committed = max(offset for e in entries if e["event"] == "committed" for _, offset in e["upto"])
+    in_flight = set(range(max(processed) + 1, committed))
+    assert processed == set(range(25)) and committed == 30 and len(in_flight) == 5
+    with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
+        survivor.subscribe([topic])
+        records = drain(survivor, 100 - committed)
+    seen = {r.offset for r in records}
+    assert seen == set(range(committed, 100)), "the survivor resumes at the commit made before processing"
+    assert not (seen | processed) & in_flight, "the in-flight records are lost: nobody processes them"
+
+
+def test_a_paused_member_is_fenced_and_its_late_commit_refused(cluster, admin, unique_name, tmp_path):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    produce(cluster.bootstrap, topic, 60, 1)
+    log_path = str(tmp_path / "member.jsonl")
+    child = start_member(cluster.bootstrap, topic, topic, log_path, "late", 20, 10)
+    try:
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to park")
+        os.kill(child.pid, signal.SIGSTOP)
+        with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
+            survivor.subscribe([topic])
+            records = drain(survivor, 50)
+            assert {r.offset for r in records} == set(range(10, 60)), "the survivor starts at the last commit"
+            survivor.commit()
+            os.kill(child.pid, signal.SIGCONT)
+            late = wait_for(lambda: [e for e in read_log(log_path) if e["event"] == "late-commit"],
+                            what="the zombie's late commit")
+            assert late[0]["ok"] is False and late[0]["error"] in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID",
+                                                                    "REBALANCE_IN_PROGRESS")
+            committed = survivor.committed([(topic, 0)])[(topic, 0)]
+            assert committed == 60, "the zombie's commit did not move the group's offset back"
+    finally:
+        stop_process(child)
