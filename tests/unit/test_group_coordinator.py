@@ -1,0 +1,380 @@
+"""The group coordinator (actors/group_coordinator.py): requests, durability and commit fencing.
+
+The group coordinator runs in the harness over a DurableState on a MemoryFileSystem; consumers
+are played by the test from their own addresses. A "restart" crashes the file system (what was
+never flushed is lost) and builds a new GroupCoordinator over it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from actors.errors import ErrorCode
+from actors.group_coordinator import GroupCoordinator
+from actors.limits import Limits
+from actors.messages import (
+    DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
+    FetchRequest, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse, MemberAssignment, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, ServiceHeartbeat,
+    SyncGroupRequest, SyncGroupResponse,
+)
+from storage.memory import MemoryFileSystem
+from storage.state import DurableState
+from tests.unit.actor_harness import Harness, at_once, flushed, messages, only
+
+GROUPS, COORDINATOR = "groups", "coordinator"
+LIMITS = Limits(group_initial_rebalance_delay_ms=100, group_members_max=3)
+STATE_PATH = "/groups/groups.state"
+
+
+class Stage:
+    def __init__(self) -> None:
+        self.fs = MemoryFileSystem()
+        self.harness = Harness()
+        self.coordinator = self._build()
+        self.harness.add(GROUPS, self.coordinator)
+        self.ids: dict[str, str] = {}
+        self.correlation = 0
+
+    def _build(self) -> GroupCoordinator:
+        return GroupCoordinator(state=DurableState.open(STATE_PATH, fs=self.fs), coordinator=COORDINATOR,
+                                endpoint="tcp://127.0.0.1:5/groups", incarnation=1, limits=LIMITS,
+                                rng=random.Random(4))
+
+    def restart(self) -> None:
+        self.harness.remove(GROUPS)
+        self.fs.crash()
+        self.coordinator = self._build()
+        self.harness.add(GROUPS, self.coordinator)
+
+    def ask(self, sender: str, message) -> list:
+        return self.harness.deliver(GROUPS, message, sender)
+
+    def next_correlation(self) -> int:
+        self.correlation += 1
+        return self.correlation
+
+    def join(self, name: str, *, group: str = "g", instance: str | None = None, session_ms: int = 10_000,
+             member_id: str | None = None) -> list:
+        request = JoinGroupRequest(
+            correlation_id=self.next_correlation(), group_id=group,
+            member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
+            client_id=name, session_timeout_ms=session_ms, rebalance_timeout_ms=5_000,
+            protocols=[GroupProtocol(name="range", metadata=name.encode())])
+        return self.ask(name, request)
+
+    def joined(self, name: str) -> JoinGroupResponse:
+        response = self.harness.received(name, JoinGroupResponse)[-1]
+        if response.error == ErrorCode.NONE:
+            self.ids[name] = response.member_id
+        return response
+
+    def stable(self, *names: str, instances: dict[str, str] | None = None) -> int:
+        """The named members form generation N of group g; returns N."""
+        instances = instances or {}
+        for name in names:
+            self.join(name, instance=instances.get(name))
+        self.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+        for name in names:
+            self.joined(name)
+        leader = next(name for name in names if self.ids[name] == self.coordinator.groups["g"].leader)
+        generation = self.coordinator.groups["g"].generation
+        assignments = [MemberAssignment(member_id=self.ids[name], assignment=name.encode()) for name in names]
+        self.ask(leader, SyncGroupRequest(
+            correlation_id=self.next_correlation(), group_id="g", generation=generation,
+            member_id=self.ids[leader], group_instance_id=instances.get(leader), assignments=assignments))
+        return generation
+
+    def commit(self, name: str, offsets: dict[tuple[str, int], int], *, generation: int | None = None,
+               member_id: str | None = None, instance: str | None = None, group: str = "g",
+               metadata: str = "") -> list:
+        request = OffsetCommitRequest(
+            correlation_id=self.next_correlation(), group_id=group,
+            generation=self.coordinator.groups[group].generation if generation is None else generation,
+            member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
+            offsets=[OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata)
+                     for (topic, partition), offset in offsets.items()])
+        return self.ask(name, request)
+
+    def committed(self, group: str = "g", partitions=None) -> dict[tuple[str, int], int]:
+        request = OffsetFetchRequest(correlation_id=self.next_correlation(), group_id=group, partitions=partitions)
+        response = only(self.ask("admin", request), OffsetFetchResponse)
+        return {(entry.topic, entry.partition): entry.offset for entry in response.offsets}
+
+
+@pytest.fixture
+def stage() -> Stage:
+    return Stage()
+
+
+def admin_commit(stage: Stage, offsets: dict[tuple[str, int], int], group: str = "g") -> OffsetCommitResponse:
+    effects = stage.commit("admin", offsets, generation=-1, member_id="", group=group)
+    return only(effects, OffsetCommitResponse)
+
+
+# ---------------------------------------------------------------------------- lifecycle
+
+
+def test_it_announces_itself_to_the_coordinator_every_heartbeat_interval(stage):
+    stage.harness.advance(LIMITS.replica_heartbeat_interval_ms * 3)
+
+    beats = stage.harness.received(COORDINATOR, ServiceHeartbeat)
+    assert len(beats) == 4
+    assert {(b.role, b.endpoint) for b in beats} == {("group-coordinator", "tcp://127.0.0.1:5/groups")}
+
+
+def test_an_unknown_message_gets_a_typed_error(stage):
+    request = FetchRequest(correlation_id=8, topic="t", partition=0, offset=0)
+
+    response = only(stage.ask("x", request), ErrorResponse)
+
+    assert (response.correlation_id, response.error) == (8, ErrorCode.UNKNOWN_MESSAGE)
+
+
+# ---------------------------------------------------------------------------- joining
+
+
+@pytest.mark.parametrize("group", ["", "a/b", "g" * 256])
+def test_an_invalid_group_id_is_refused(stage, group):
+    only(stage.join("a", group=group), JoinGroupResponse)
+
+    assert stage.joined("a").error == ErrorCode.INVALID_REQUEST
+    assert stage.coordinator.groups == {}
+
+
+@pytest.mark.parametrize("session_ms", [LIMITS.group_session_timeout_min_ms - 1,
+                                        LIMITS.group_session_timeout_max_ms + 1])
+def test_a_session_timeout_outside_the_limits_is_refused(stage, session_ms):
+    stage.join("a", session_ms=session_ms)
+
+    assert stage.joined("a").error == ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+def test_a_group_refuses_members_beyond_its_maximum(stage):
+    for name in ("a", "b", "c"):
+        stage.join(name)
+
+    stage.join("d")
+
+    assert stage.joined("d").error == ErrorCode.BUSY
+    assert len(stage.coordinator.groups["g"].members) == 3
+
+
+def test_a_new_generation_is_flushed_before_any_member_hears_of_it(stage):
+    stage.join("a")
+    stage.join("b")
+
+    stage.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+
+    [step] = [step for step in stage.harness.steps_of(GROUPS) if messages(step.effects, JoinGroupResponse)]
+    assert messages(at_once(step.effects), JoinGroupResponse) == []
+    assert {m.generation for m in messages(flushed(step.effects), JoinGroupResponse)} == {1}
+    assert stage.fs.durable_content(STATE_PATH)  # the journal reached the disk
+
+
+def test_join_sync_and_heartbeat_through_the_coordinator(stage):
+    generation = stage.stable("a", "b")
+
+    assert generation == 1
+    assert only(stage.harness.received("a", SyncGroupResponse), SyncGroupResponse).assignment == b"a"
+    stage.ask("b", SyncGroupRequest(correlation_id=50, group_id="g", generation=1, member_id=stage.ids["b"]))
+    assert stage.harness.received("b", SyncGroupResponse)[-1].assignment == b"b"
+    heartbeat = only(stage.ask("a", HeartbeatRequest(correlation_id=51, group_id="g", generation=1,
+                                                     member_id=stage.ids["a"])), HeartbeatResponse)
+    assert heartbeat.error == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("request_", [
+    SyncGroupRequest(correlation_id=3, group_id="nobody", generation=1, member_id="m"),
+    HeartbeatRequest(correlation_id=3, group_id="nobody", generation=1, member_id="m"),
+    LeaveGroupRequest(correlation_id=3, group_id="nobody", member_id="m"),
+])
+def test_requests_for_a_group_that_does_not_exist_are_unknown_member(stage, request_):
+    response = only(stage.ask("a", request_), ErrorResponse)
+
+    assert (response.correlation_id, response.error) == (3, ErrorCode.UNKNOWN_MEMBER_ID)
+
+
+def test_a_member_whose_session_expires_is_removed_on_a_tick(stage):
+    stage.join("a", session_ms=200)
+    stage.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+    stage.joined("a")
+
+    stage.harness.advance(300)
+
+    assert stage.coordinator.groups["g"].members == {}
+    assert stage.coordinator.groups["g"].state == "Empty"
+
+
+# ---------------------------------------------------------------------------- commits and fencing
+
+
+def test_a_member_commit_is_flushed_before_it_is_acknowledged_and_can_be_fetched(stage):
+    generation = stage.stable("a")
+
+    effects = stage.commit("a", {("orders", 0): 42, ("orders", 1): 7}, generation=generation, metadata="m")
+
+    assert messages(at_once(effects), OffsetCommitResponse) == []
+    response = only(flushed(effects), OffsetCommitResponse)
+    assert response.error == ErrorCode.NONE
+    assert [(e.partition, e.offset, e.error) for e in response.offsets] == [(0, 42, 0), (1, 7, 0)]
+    assert stage.committed() == {("orders", 0): 42, ("orders", 1): 7}
+    assert stage.committed(partitions=[("orders", 1), ("orders", 9)]) == {("orders", 1): 7, ("orders", 9): -1}
+
+
+def test_a_commit_from_an_older_generation_is_illegal(stage):
+    stage.stable("a")
+    stage.join("b")  # rebalance: generation 2 is coming
+
+    response = only(stage.commit("a", {("orders", 0): 5}, generation=0), OffsetCommitResponse)
+
+    assert response.error == ErrorCode.ILLEGAL_GENERATION
+    assert [entry.error for entry in response.offsets] == [ErrorCode.ILLEGAL_GENERATION]
+    assert stage.committed() == {}
+
+
+def test_a_commit_from_an_unknown_member_is_refused(stage):
+    stage.stable("a")
+
+    response = only(stage.commit("zombie", {("orders", 0): 5}, generation=1, member_id="zombie-1"),
+                    OffsetCommitResponse)
+
+    assert response.error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert stage.committed() == {}
+
+
+def test_a_member_commit_to_a_group_that_does_not_exist_is_refused(stage):
+    request = OffsetCommitRequest(correlation_id=1, group_id="other", generation=3, member_id="a-1",
+                                  offsets=[OffsetEntry(topic="orders", partition=0, offset=5)])
+    response = only(stage.ask("a", request), OffsetCommitResponse)
+
+    assert response.error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_commit_from_a_replaced_static_instance_is_fenced(stage):
+    generation = stage.stable("a", instances={"a": "host-a"})
+    old_id = stage.ids["a"]
+    stage.join("a", instance="host-a", member_id="")  # the restarted process takes over
+    assert stage.joined("a").member_id != old_id
+
+    response = only(stage.commit("a", {("orders", 0): 5}, generation=generation, member_id=old_id,
+                                 instance="host-a"), OffsetCommitResponse)
+
+    assert response.error == ErrorCode.FENCED_INSTANCE_ID
+
+
+def test_a_commit_while_the_group_awaits_its_leaders_assignment_is_refused(stage):
+    stage.join("a")
+    stage.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+    stage.joined("a")
+
+    response = only(stage.commit("a", {("orders", 0): 5}), OffsetCommitResponse)
+
+    assert response.error == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_an_admin_commit_is_refused_while_the_group_has_members(stage):
+    stage.stable("a")
+
+    response = admin_commit(stage, {("orders", 0): 0})
+
+    assert response.error == ErrorCode.NON_EMPTY_GROUP
+    assert stage.committed() == {}
+
+
+def test_an_admin_commit_to_an_empty_or_new_group_is_accepted(stage):
+    assert admin_commit(stage, {("orders", 0): 100}, group="fresh").error == ErrorCode.NONE
+
+    assert stage.committed("fresh") == {("orders", 0): 100}
+    assert "fresh" in stage.coordinator.groups
+
+
+def test_invalid_entries_are_refused_one_by_one_and_the_rest_is_stored(stage):
+    request = OffsetCommitRequest(correlation_id=1, group_id="g", generation=-1, offsets=[
+        OffsetEntry(topic="orders", partition=0, offset=-5),
+        OffsetEntry(topic="orders", partition=1, offset=3,
+                    metadata="x" * (LIMITS.offset_metadata_length_max + 1)),
+        OffsetEntry(topic="orders", partition=2, offset=9)])
+
+    response = only(stage.ask("admin", request), OffsetCommitResponse)
+
+    assert [entry.error for entry in response.offsets] == [
+        ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST, ErrorCode.NONE]
+    assert stage.committed() == {("orders", 2): 9}
+
+
+# ---------------------------------------------------------------------------- restarts
+
+
+def test_offsets_and_generations_survive_a_restart_and_old_members_must_rejoin(stage):
+    generation = stage.stable("a")
+    stage.commit("a", {("orders", 0): 42}, generation=generation)
+    old_id = stage.ids["a"]
+
+    stage.restart()
+
+    assert stage.committed() == {("orders", 0): 42}
+    assert stage.coordinator.groups["g"].generation == generation
+    heartbeat = only(stage.ask("a", HeartbeatRequest(correlation_id=9, group_id="g", generation=generation,
+                                                     member_id=old_id)), HeartbeatResponse)
+    assert heartbeat.error == ErrorCode.UNKNOWN_MEMBER_ID
+    zombie = only(stage.commit("a", {("orders", 0): 1}, generation=generation, member_id=old_id),
+                  OffsetCommitResponse)
+    assert zombie.error == ErrorCode.UNKNOWN_MEMBER_ID
+    stage.ids.clear()
+    stage.join("a")
+    stage.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+    assert stage.joined("a").generation == generation + 1, "a generation was reused after the restart"
+
+
+def test_a_group_emptied_before_a_restart_remembers_the_generation_it_ended(stage):
+    stage.stable("a")
+    stage.ask("a", LeaveGroupRequest(correlation_id=1, group_id="g", member_id=stage.ids["a"]))
+    ended = stage.coordinator.groups["g"].generation
+
+    stage.restart()
+
+    assert stage.coordinator.groups["g"].generation == ended
+
+
+# ---------------------------------------------------------------------------- admin
+
+
+def test_list_and_describe_groups(stage):
+    stage.stable("a", "b")
+    stage.commit("a", {("orders", 0): 3})
+    admin_commit(stage, {("orders", 0): 1}, group="idle")
+
+    listed = only(stage.ask("admin", ListGroupsRequest(correlation_id=1)), ListGroupsResponse)
+    described = only(stage.ask("admin", DescribeGroupRequest(correlation_id=2, group_id="g")),
+                     DescribeGroupResponse)
+    missing = only(stage.ask("admin", DescribeGroupRequest(correlation_id=3, group_id="nope")),
+                   DescribeGroupResponse)
+
+    assert [(g.group_id, g.state, g.members) for g in listed.groups] == [
+        ("g", "Stable", 2), ("idle", "Empty", 0)]
+    assert (described.state, described.generation, described.protocol_name) == ("Stable", 1, "range")
+    assert sorted(m.member_id for m in described.members) == sorted(stage.ids.values())
+    assert [(o.partition, o.offset) for o in described.offsets] == [(0, 3)]
+    assert missing.error == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_deleting_a_group_needs_it_empty_and_removes_its_offsets_durably(stage):
+    stage.stable("a")
+    stage.commit("a", {("orders", 0): 3})
+
+    busy = only(stage.ask("admin", DeleteGroupRequest(correlation_id=1, group_id="g")), DeleteGroupResponse)
+    stage.ask("a", LeaveGroupRequest(correlation_id=2, group_id="g", member_id=stage.ids["a"]))
+    effects = stage.ask("admin", DeleteGroupRequest(correlation_id=3, group_id="g"))
+    stage.restart()
+
+    assert busy.error == ErrorCode.NON_EMPTY_GROUP
+    assert only(flushed(effects), DeleteGroupResponse).error == ErrorCode.NONE
+    assert "g" not in stage.coordinator.groups
+    assert stage.committed() == {}
+    unknown = only(stage.ask("admin", DeleteGroupRequest(correlation_id=4, group_id="g")),
+                   DeleteGroupResponse)
+    assert unknown.error == ErrorCode.GROUP_ID_NOT_FOUND
