@@ -100,7 +100,8 @@ class Stage:
         return self.ask(name, request)
 
     def committed(self, group: str = "g", partitions=None) -> dict[tuple[str, int], int]:
-        request = OffsetFetchRequest(correlation_id=self.next_correlation(), group_id=group, partitions=partitions)
+        request = OffsetFetchRequest(correlation_id=self.next_correlation(), group_id=group,
+                                     partitions=partitions)
         response = only(self.ask("admin", request), OffsetFetchResponse)
         return {(entry.topic, entry.partition): entry.offset for entry in response.offsets}
 
