@@ -39,7 +39,7 @@ _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 
 class Member:
     __slots__ = ("member_id", "instance_id", "client_id", "session_timeout_ms", "rebalance_timeout_ms",
-                 "protocols", "last_heartbeat_ns", "join_waiter", "sync_waiter", "assignment")
+                 "protocols", "last_heartbeat_ns", "join_waiter", "sync_waiter", "assignment", "address")
 
     def __init__(self, member_id: str, request: JoinGroupRequest, now_ns: int) -> None:
         self.member_id = member_id
@@ -52,6 +52,7 @@ class Member:
         self.join_waiter: tuple[Any, int] | None = None
         self.sync_waiter: tuple[Any, int] | None = None
         self.assignment = b""
+        self.address: Any = None  # where the member's last request came from
 
 
 class ClassicGroup:
@@ -96,6 +97,7 @@ class ClassicGroup:
         member.protocols = list(request.protocols)
         member.session_timeout_ms, member.rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
         member.last_heartbeat_ns = now_ns
+        member.address = sender
         member.join_waiter = (sender, request.correlation_id)
         if self.state != PREPARING:
             reason = f"member {member_id} {'changed its subscription' if changed else 'joined'}"
@@ -152,6 +154,13 @@ class ClassicGroup:
                 effects.append(Send(sender, SyncGroupResponse(
                     correlation_id=correlation, error=ErrorCode.REBALANCE_IN_PROGRESS,
                     error_message="the group is rebalancing; rejoin")))
+        for member in self.members.values():
+            if member.join_waiter is None and member.address is not None:
+                # Tell members now instead of at their next heartbeat (correlation id 0: unsolicited).
+                # Kafka's classic protocol waits for the heartbeat; this only shortens the pause.
+                effects.append(Send(member.address, HeartbeatResponse(
+                    correlation_id=0, error=ErrorCode.REBALANCE_IN_PROGRESS,
+                    error_message=f"generation {self.generation} is rebalancing: {reason}")))
         timeout_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         if self.state == EMPTY:
             self.join_not_before_ns = now_ns + self.initial_delay_ms * MS
@@ -229,6 +238,7 @@ class ClassicGroup:
                                                    error_message=problem[1]))]
         member = self.members[request.member_id]
         member.last_heartbeat_ns = now_ns
+        member.address = sender
         if self.state == PREPARING:
             return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id,
                                                    error=ErrorCode.REBALANCE_IN_PROGRESS, error_message="rejoin"))]
@@ -256,6 +266,7 @@ class ClassicGroup:
             problem = (ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing; rejoin")
         if request.member_id in self.members and (problem is None or problem[0] == ErrorCode.REBALANCE_IN_PROGRESS):
             self.members[request.member_id].last_heartbeat_ns = now_ns
+            self.members[request.member_id].address = sender
         code, text = problem if problem is not None else (ErrorCode.NONE, "")
         return [Send(sender, HeartbeatResponse(correlation_id=request.correlation_id, error=code, error_message=text))]
 

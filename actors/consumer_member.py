@@ -51,7 +51,7 @@ class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
     client_id: str = "consumer"
     assignor: str = "range"
     session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3_000
+    heartbeat_interval_ms: int = 1_000
     max_poll_interval_ms: int = 300_000
     request_timeout_ms: int = 30_000
     metadata_refresh_ms: int = 1_000
@@ -370,6 +370,11 @@ class ConsumerMember:
     # ------------------------------------------------------------------ responses
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        if isinstance(message, HeartbeatResponse) and message.correlation_id == 0:
+            # The coordinator's unsolicited "rebalancing" notice (actors/classic_group.py).
+            if message.error == ErrorCode.REBALANCE_IN_PROGRESS and self.state == "stable":
+                return self._begin_rebalance("the coordinator announced a rebalance", now_ns)
+            return []
         entry = self.pending.pop(getattr(message, "correlation_id", -1), None)
         if entry is None:
             return []
