@@ -54,8 +54,10 @@ def drain(consumer: Consumer, expected: int, timeout_s: float = 30.0) -> list:
 def group_member(bootstrap: str, topic: str, group: str, log_path: str, mode: str, stop_after: int,
                  commit_every: int) -> None:
     """A member in its own process. mode: 'after' commits after processing (at-least-once),
-    'before' commits before processing (at-most-once). After `stop_after` records it logs
-    'parked' and keeps heartbeating without processing more, waiting to be killed or paused."""
+    'before' commits before processing (at-most-once), 'late' is 'after' except that the last
+    batch is committed only when the process notices it was paused (a zombie's late commit).
+    After `stop_after` records it logs 'parked' and processes nothing more, waiting to be killed
+    or paused."""
     log = open(log_path, "a", buffering=1)
     consumer = Consumer(bootstrap, group_id=group, client_id="child", **GROUP_OPTIONS)
     consumer.subscribe([topic])
@@ -65,16 +67,19 @@ def group_member(bootstrap: str, topic: str, group: str, log_path: str, mode: st
         records = consumer.poll(100, max_records=commit_every)
         if processed >= stop_after:
             log.write(json.dumps({"event": "parked"}) + "\n")
+            last = time.monotonic()
             while True:
+                time.sleep(0.05)
+                now, paused = time.monotonic(), time.monotonic() - last > 1.0
+                last = now
+                if mode != "late" or not paused:
+                    continue
+                mode = "done"  # woke up from a pause: try to commit what it processed before
                 try:
-                    consumer.commit({tp: offset for tp, offset in uncommitted.items()}) if mode == "late" else None
-                    if mode == "late":
-                        log.write(json.dumps({"event": "late-commit", "ok": True}) + "\n")
-                        mode = "done"
+                    consumer.commit(dict(uncommitted))
+                    log.write(json.dumps({"event": "late-commit", "ok": True}) + "\n")
                 except RailmqError as error:
                     log.write(json.dumps({"event": "late-commit", "ok": False, "error": error.name}) + "\n")
-                    mode = "done"
-                time.sleep(0.05)
         if not records:
             continue
         if mode == "before":
