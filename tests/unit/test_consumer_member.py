@@ -92,7 +92,8 @@ class Stage:
         join = self.to_groups(JoinGroupRequest)
         myself = GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)
         self.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation,
-                                      protocol_name="range", leader="c1-m", member_id="c1-m", members=[myself]))
+                                      protocol_name="range", leader="c1-m", member_id="c1-m",
+                                      members=[myself]))
         sync = self.to_groups(SyncGroupRequest)
         self.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(*partitions)))
         fetch = self.to_groups(OffsetFetchRequest)
