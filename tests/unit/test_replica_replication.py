@@ -247,6 +247,33 @@ def test_an_exited_leader_is_replaced_at_once_and_a_restarted_one_rejoins_as_a_f
     assert [r.error for r in cluster.acknowledged()] == [0, 0]
 
 
+def test_a_new_leader_recognises_a_retry_of_an_idempotent_batch_the_old_leader_acknowledged(cluster):
+    old = cluster.leader
+    cluster.produce("a", count=2)
+    retried = bytes(encode_batch([(0, b"id-key", b"v", None)], 1_000, producer_id=55, producer_epoch=0,
+                                 base_sequence=0))
+    first = ProduceRequest(correlation_id=100, topic="orders", partition=0, acks=-1, batch=retried)
+    cluster.harness.deliver(endpoint(old), first, CLIENT)
+    cluster.harness.run()
+    original = cluster.acknowledged()[-1]
+    cluster.harness.remove(endpoint(old))
+    incarnation = cluster.replicas[old].incarnation
+    notice = ReplicaExited(topic="orders", partition=0, node=old, incarnation=incarnation)
+    cluster.harness.deliver(COORDINATOR, notice)
+    cluster.harness.run()
+    new = cluster.leader
+    end = cluster.logs[new].log_end_offset
+
+    again = ProduceRequest(correlation_id=101, topic="orders", partition=0, acks=-1, batch=retried)
+    cluster.harness.deliver(endpoint(new), again, CLIENT)
+    cluster.harness.run()
+
+    answer = cluster.acknowledged()[-1]
+    assert (original.error, original.base_offset) == (ErrorCode.NONE, 2)
+    assert (answer.correlation_id, answer.error, answer.base_offset) == (101, ErrorCode.NONE, 2)
+    assert cluster.logs[new].log_end_offset == end == 3
+
+
 # ---------------------------------------------------------------------------- KIP-279 by hand
 
 
