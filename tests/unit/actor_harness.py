@@ -3,8 +3,9 @@
 It owns a virtual clock, the messages in flight between in-process actors (routed by address,
 first sent first delivered), each actor's named timers (the runtime's own `transport.timers.Timers`,
 so timers fire the same way), and the effect rules of `actors/effects.py` as the runtime applies
-them: `Send` goes out at once, `AfterFlush` flushes its store before its effects apply, `SetTimer`
-replaces a timer of the same name, `Exit` and `Crash` stop the actor.
+them: `Send` goes out at once, `AfterFlush` flushes its store before its effects apply (at once:
+there is no group commit here), `SetTimer` replaces a timer of the same name, `Exit` stops the
+actor after handing it `Stop`, `Crash` removes it as if killed.
 
 Invariants it keeps: every actor's `invariants()` runs after every step it takes; a message reaches
 an actor only by being encoded and decoded by the wire codec (internal messages excepted), so tests
@@ -16,10 +17,10 @@ test to read. Nothing here is random: the same calls give the same run.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
-from actors.messages import INTERNAL_TYPES, Message, TimerFired
+from actors.messages import INTERNAL_TYPES, Message, Stop, TimerFired
 from transport.codec import Codec
 from transport.timers import Timers
 
@@ -108,10 +109,6 @@ def notices(effects: Iterable[Any], kind: str) -> list[Any]:
             if isinstance(effect, Notify) and effect.kind == kind]
 
 
-def timers_set(effects: Iterable[Any]) -> dict[str, int]:
-    return {effect.name: effect.deadline_ns for effect in expand(effects) if isinstance(effect, SetTimer)}
-
-
 def wire_round_trip(codec: Codec, message: Message) -> Message:
     """What the receiving end would decode; internal messages never cross the wire."""
     if type(message) in INTERNAL_TYPES:
@@ -133,12 +130,9 @@ class Harness:
         self.notified: list[tuple[Any, Notify]] = []
         self.traced: list[tuple[Any, Trace]] = []
         self.stopped: dict[Any, Exit | Crash] = {}
-        self.flushes = 0
-        self.delivered = 0
         self.dropped: list[Envelope] = []
         self.steps: list[Step] = []
         self._cut: set[frozenset] = set()
-        self._drop_rule: Callable[[Envelope], bool] | None = None
 
     # -- actors ---------------------------------------------------------------------------------
     def add(self, address: Any, actor: Any, *, start: bool = True) -> Any:
@@ -168,12 +162,16 @@ class Harness:
         self.steps.append(Step(to, message, effects))
         actor.invariants()
         self._apply(to, effects)
+        if isinstance(self.stopped.get(to), Exit) and self.actors.get(to) is actor:
+            self._stop(to, actor)
         return effects
 
-    def fire(self, address: Any, name: str) -> list[Any]:
-        """Fire one of an actor's timers now, whatever its deadline (it is forgotten)."""
-        self.timers[address].cancel(name)
-        return self.deliver(address, TimerFired(name=name), b"")
+    def _stop(self, address: Any, actor: Any) -> None:
+        """A graceful exit, as the runtime does it: the actor still gets `Stop`, then it is gone."""
+        effects = actor.handle(Stop(reason="the actor exited"), b"", self.now_ns)
+        self.steps.append(Step(address, Stop(), effects))
+        self._apply(address, effects)
+        self.remove(address)
 
     def run(self, steps_max: int = STEPS_MAX) -> int:
         """Deliver messages in flight until none is left (time stands still). Returns how many."""
@@ -185,7 +183,6 @@ class Harness:
                 continue
             self.deliver(envelope.to, envelope.message, envelope.sender)
             count += 1
-            self.delivered += 1
             assert count < steps_max, f"no quiet point after {count} messages: a message loop?"
         return count
 
@@ -224,11 +221,6 @@ class Harness:
 
     def heal(self) -> None:
         self._cut.clear()
-        self._drop_rule = None
-
-    def drop_when(self, rule: Callable[[Envelope], bool]) -> None:
-        """Drop the messages `rule` picks (until `heal`)."""
-        self._drop_rule = rule
 
     # -- what happened --------------------------------------------------------------------------
     def received(self, address: Any, kind: type | None = None) -> list[Any]:
@@ -259,7 +251,6 @@ class Harness:
                     self._send(Envelope(address, to, message))
                 case AfterFlush(store=store, effects=inner):
                     store.flush()
-                    self.flushes += 1
                     self._apply(address, list(inner))
                 case SetTimer(name=name, deadline_ns=deadline_ns):
                     if address in self.timers:
@@ -271,7 +262,9 @@ class Harness:
                     self.traced.append((address, effect))
                 case Notify():
                     self.notified.append((address, effect))
-                case Exit() | Crash():
+                case Exit():
+                    self.stopped[address] = effect  # `deliver` hands it `Stop` once its effects are out
+                case Crash():
                     self.stopped[address] = effect
                     if address in self.actors:
                         self.remove(address)
@@ -279,8 +272,7 @@ class Harness:
                     raise AssertionError(f"{address!r} returned an unknown effect {effect!r}")
 
     def _send(self, envelope: Envelope) -> None:
-        if frozenset((envelope.sender, envelope.to)) in self._cut or (
-                self._drop_rule is not None and self._drop_rule(envelope)):
+        if frozenset((envelope.sender, envelope.to)) in self._cut:
             self.dropped.append(envelope)
             return
         if envelope.to in self.actors:

@@ -20,6 +20,7 @@ from actors.messages import (
 )
 from actors.partition_replica import PartitionReplica
 from storage.batch import encode_batch, iter_batches
+from storage.errors import LogClosed
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
 from tests.unit.actor_harness import MS, Harness, at_once, flushed, messages, only
@@ -172,6 +173,9 @@ def test_a_deleted_topic_stops_the_replica_for_good(stage):
 
     assert any(isinstance(effect, Exit) for effect in effects)
     assert stage.replica.role == "stopped"
+    assert LEADER not in stage.harness.actors
+    with pytest.raises(LogClosed):  # the graceful stop closed the log
+        stage.log.read(0, 1)
 
 
 def test_an_unknown_message_from_a_peer_gets_a_typed_error(stage):
