@@ -99,7 +99,6 @@ def test_bulk_fields_travel_as_their_own_frames_and_the_header_frame_stays_small
 
 def test_the_wire_union_is_every_message_except_the_internal_ones():
     assert set(wire_message_types()) == set(all_message_types()) - INTERNAL_TYPES
-    assert all(issubclass(cls, Message) for cls in INTERNAL_TYPES)
 
 
 # ---------------------------------------------------------------------------- decode failures
