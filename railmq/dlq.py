@@ -371,21 +371,27 @@ def redrive(bootstrap: str, dlq_topic: str, *, to_topic: str | None = None, rate
     record before it was acknowledged (acks=all) at its destination, so a redrive that dies loses
     nothing and resumes where it was; it may move the last unacknowledged batch twice. It stops at
     the high watermark seen when it started (a record that fails again and returns to the DLQ
-    waits for the next redrive), or after `max_messages`. Run one redrive per DLQ at a time.
+    waits for the next redrive), or after `max_messages`. One redrive per DLQ topic runs at a time.
     `on_progress(moved, remaining)` is called after each batch."""
     options = RedriveOptions(dlq_topic=dlq_topic, to_topic=to_topic, rate_per_s=rate_per_s,
                              max_messages=max_messages, group=group, idle_timeout_ms=idle_timeout_ms,
                              request_timeout_ms=request_timeout_ms)
     with Admin(bootstrap, timeout_ms=request_timeout_ms) as admin:
         ends = _check_redrive(admin, options)
-    consumer = Consumer(bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+    # One static member per DLQ topic (KIP-345): a redrive restarted after a crash takes over its
+    # partitions at once instead of waiting out the dead one's session, and a second redrive of
+    # the same topic running at the same time fences the first one out (FENCED_INSTANCE_ID).
+    consumer = Consumer(bootstrap, group_id=group, group_instance_id=f"redrive:{dlq_topic}",
+                        auto_offset_reset="earliest", enable_auto_commit=False,
                         max_poll_records=burst_for(rate_per_s), request_timeout_ms=request_timeout_ms,
                         client_id="railmq-redrive")
     try:
         from railmq.producer import Producer
 
+        # A client id of its own: two clients of one process with the same id share socket
+        # routing ids, and the coordinator's replies reach only one of them.
         with Producer(bootstrap, acks="all", idempotent=True, max_block_ms=request_timeout_ms,
-                      client_id="railmq-redrive") as producer:
+                      client_id="railmq-redrive-producer") as producer:
             consumer.subscribe([dlq_topic], on_assign=lambda partitions: start_at_committed(consumer, partitions))
             return _Redrive(options, consumer, producer, ends, clock, sleep, on_progress).run()
     finally:

@@ -1,0 +1,239 @@
+"""`railmq dlq list|inspect|redrive`: dead-letter topics from the operator's chair.
+
+Rendering only: the facts come from `railmq.dlq` (depth, `inspect`, `redrive`), so the numbers
+printed here are the ones tests and other tools compute.
+
+- `list`: every `*.dlq` topic with its depth and how many of those records the redrive group has
+  not moved back yet (the log is append-only: a redriven record stays until retention).
+- `inspect TOPIC`: dead letters with their source, group, reason, attempts and last error
+  (`--json`: one object per line, bytes as UTF-8 text or base64 like `railmq consume --json`).
+- `redrive TOPIC`: move them back to their source topics (or `--to`), at most `--rate` a second.
+
+`dlq_warning(admin, group_topics)` gives `railmq groups describe` its dead-letter lines: the
+depth of each DLQ topic of the group's topics, as a warning when it is not zero (a dead-letter
+topic nobody looks at is data loss on a delay). The depth is the topic's, whichever group
+dead-lettered the records.
+
+Operating errors print `error: NAME: sentence` on stderr and exit 1, whether or not the command
+runs under `railmq.cli.main` (which reports them the same way); bad flags exit 2 (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Callable, Iterable
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from actors.errors import ErrorCode, RailmqError
+from railmq.admin import Admin
+from railmq.cli_common import (
+    EXIT_FAILED, EXIT_OK, UsageError, add_cluster_arguments, non_negative_int, positive_int, print_error,
+    record_to_dict,
+)
+from railmq.dlq import (
+    DEFAULT_REDRIVE_GROUP, DeadLetter, DeadLetterTopicInfo, RedriveResult, default_dlq_topic,
+    describe_dead_letter_topic, inspect, list_dead_letter_topics, redrive,
+)
+from railmq.records import ConsumerRecord
+
+INSPECT_LIMIT_DEFAULT = 20
+# A table cell shows this much of a value or an error; --json shows everything.
+CELL_CHARS_MAX = 60
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    dlq = commands.add_parser("dlq", help="list, inspect and redrive dead-letter topics")
+    actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="every dead-letter topic (*.dlq) with its depth")
+    add_cluster_arguments(listing)
+    listing.set_defaults(handler=run_list)
+    reading = actions.add_parser("inspect", help="dead letters: source, group, reason, attempts, last error")
+    reading.add_argument("topic", metavar="TOPIC", help="the dead-letter topic")
+    reading.add_argument("--limit", type=positive_int, default=INSPECT_LIMIT_DEFAULT, metavar="N",
+                         help=f"show at most N dead letters (default {INSPECT_LIMIT_DEFAULT})")
+    reading.add_argument("--from-offset", type=non_negative_int, default=0, metavar="N",
+                         help="start at this offset in each partition")
+    reading.add_argument("--partition", type=non_negative_int, default=None, metavar="P",
+                         help="only this partition")
+    reading.add_argument("--json", action="store_true", help="one JSON object per dead letter")
+    add_cluster_arguments(reading)
+    reading.set_defaults(handler=run_inspect)
+    moving = actions.add_parser("redrive", help="move dead letters back to their source topic at a bounded rate")
+    moving.add_argument("topic", metavar="TOPIC", help="the dead-letter topic")
+    moving.add_argument("--to", dest="to_topic", metavar="TOPIC",
+                        help="move them here instead of to each record's source topic")
+    moving.add_argument("--rate", type=positive_int, default=100, metavar="N", help="at most N messages a second")
+    moving.add_argument("--max", dest="max_messages", type=positive_int, default=None, metavar="N",
+                        help="stop after N messages")
+    moving.add_argument("--group", default=DEFAULT_REDRIVE_GROUP, metavar="G",
+                        help=f"the group that remembers how far redrives got (default {DEFAULT_REDRIVE_GROUP})")
+    add_cluster_arguments(moving)
+    moving.set_defaults(handler=run_redrive, parser=moving)
+
+
+def reporting_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn an operating error into `error: NAME: sentence` on stderr and exit code 1."""
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except RailmqError as error:
+            print_error(error.name, str(error).removeprefix(f"{error.name}: "))
+        except TimeoutError as error:
+            print_error(ErrorCode.REQUEST_TIMED_OUT.name, str(error))
+        return EXIT_FAILED
+    return run
+
+
+# --------------------------------------------------------------------------- list
+
+
+@reporting_errors
+def run_list(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap, timeout_ms=args.request_timeout_ms) as admin:
+        topics = list_dead_letter_topics(admin)
+    Console().print(depth_table(topics) if topics else "no dead-letter topics")
+    return EXIT_OK
+
+
+def depth_table(topics: list[DeadLetterTopicInfo]) -> Table:
+    table = Table(title="dead-letter topics", title_justify="left")
+    for column in ("topic", "source", "partitions", "depth", "not redriven"):
+        table.add_column(column, justify="left" if column in ("topic", "source") else "right")
+    for info in topics:
+        depth = f"[bold red]{info.depth}[/]" if info.depth else "0"
+        table.add_row(info.topic, info.source_topic, str(info.partitions), depth, str(info.pending))
+    return table
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+@reporting_errors
+def run_inspect(args: argparse.Namespace) -> int:
+    letters = inspect(args.bootstrap, args.topic, args.limit, args.from_offset, partition=args.partition,
+                      timeout_ms=args.request_timeout_ms)
+    if args.json:
+        sys.stdout.write("".join(json.dumps(letter_to_dict(letter), ensure_ascii=False) + "\n" for letter in letters))
+    else:
+        Console().print(letters_table(args.topic, letters) if letters else f"no dead letters in {args.topic}")
+    return EXIT_OK
+
+
+def letter_to_dict(letter: DeadLetter) -> dict:
+    """The dead letter as JSON-ready data: where it is, why it is there, and the source record
+    (key, value and headers encoded as `railmq consume --json` encodes them)."""
+    source = ConsumerRecord(timestamp_ms=letter.source_timestamp_ms, key=letter.key, value=letter.value,
+                            headers=letter.headers, topic=letter.source_topic, partition=letter.source_partition,
+                            offset=letter.source_offset)
+    record = record_to_dict(source)
+    return {
+        "topic": letter.topic, "partition": letter.partition, "offset": letter.offset,
+        "source_topic": letter.source_topic, "source_partition": letter.source_partition,
+        "source_offset": letter.source_offset, "group": letter.group, "reason": letter.reason,
+        "attempts": letter.attempts, "last_error": letter.last_error,
+        "source_timestamp_ms": letter.source_timestamp_ms, "first_delivery_ms": letter.first_delivery_ms,
+        "dead_lettered_ms": letter.dead_lettered_ms, "malformed": letter.malformed,
+        **{name: value for name, value in record.items() if name not in ("topic", "partition", "offset", "timestamp")},
+    }
+
+
+def letters_table(topic: str, letters: list[DeadLetter]) -> Table:
+    table = Table(title=f"dead letters in {topic}", title_justify="left")
+    for column in ("at", "source", "group", "reason", "attempts", "last error", "dead-lettered", "key", "value"):
+        table.add_column(column, justify="right" if column == "attempts" else "left")
+    for letter in letters:
+        source = "-" if letter.malformed else f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset}"
+        reason = f"[bold red]not a dead letter: {_cut(letter.malformed)}[/]" if letter.malformed else letter.reason
+        table.add_row(f"{letter.partition}@{letter.offset}", source, letter.group or "-", reason,
+                      str(letter.attempts) if letter.attempts >= 0 else "-", _cut(letter.last_error) or "-",
+                      _when(letter.dead_lettered_ms), _shown(letter.key), _shown(letter.value))
+    return table
+
+
+def _when(timestamp_ms: int) -> str:
+    if timestamp_ms < 0:
+        return "-"
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _shown(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    try:
+        return _cut(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"<{len(data)} bytes>"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= CELL_CHARS_MAX else text[:CELL_CHARS_MAX] + "…"
+
+
+# --------------------------------------------------------------------------- redrive
+
+
+@reporting_errors
+def run_redrive(args: argparse.Namespace) -> int:
+    if args.to_topic == args.topic:
+        raise UsageError(args.parser, "--to names the dead-letter topic itself; records would go round in circles")
+    progress = Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+    with progress:
+        task = progress.add_task(f"redriving {args.topic}", total=None)
+
+        def show(moved: int, remaining: int) -> None:
+            progress.update(task, completed=moved, total=moved + remaining)
+        result = redrive(args.bootstrap, args.topic, to_topic=args.to_topic, rate_per_s=args.rate,
+                         max_messages=args.max_messages, group=args.group, request_timeout_ms=args.request_timeout_ms,
+                         on_progress=show)
+    console = Console()
+    console.print(redrive_summary(result))
+    if result.by_destination:
+        console.print(destination_table(result))
+    return EXIT_OK
+
+
+def redrive_summary(result: RedriveResult) -> str:
+    stopped = "nothing left from when it started" if result.stopped == "caught-up" else "--max reached"
+    return (f"redrive of {result.dlq_topic}: {result.moved} moved, {result.remaining} left "
+            f"({stopped}; {result.elapsed_s:.1f} s)")
+
+
+def destination_table(result: RedriveResult) -> Table:
+    table = Table(title_justify="left")
+    table.add_column("destination")
+    table.add_column("messages", justify="right")
+    for topic, count in sorted(result.by_destination.items()):
+        table.add_row(topic, str(count))
+    return table
+
+
+# --------------------------------------------------------------------------- groups describe
+
+
+def dead_letter_topics_of(admin: Admin, source_topics: Iterable[str]) -> list[DeadLetterTopicInfo]:
+    """The DLQ topics (those that exist) of these source topics, with their depth."""
+    existing = set(admin.list_topics())
+    names = sorted({default_dlq_topic(topic) for topic in source_topics} & existing)
+    return [describe_dead_letter_topic(admin, name) for name in names]
+
+
+def dlq_warning(admin: Admin, group_topics: Iterable[str]) -> list[str]:
+    """Lines for `railmq groups describe`: each DLQ topic of the group's topics with its depth, as
+    a warning when the depth is not zero. No lines when none of the topics has a DLQ topic."""
+    lines = []
+    for info in dead_letter_topics_of(admin, group_topics):
+        if info.depth == 0:
+            lines.append(f"dead-letter topic {info.topic}: depth 0")
+            continue
+        lines.append(f"warning: dead-letter topic {info.topic} holds {info.depth} dead-lettered "
+                     f"message{'s' if info.depth != 1 else ''} ({info.pending} not redriven); "
+                     f"see `railmq dlq inspect {info.topic}`")
+    return lines
