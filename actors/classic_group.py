@@ -194,6 +194,7 @@ class ClassicGroup:
             sender, correlation = member.join_waiter
             member.join_waiter = None
             member.assignment = b""
+            member.last_heartbeat_ns = now_ns  # a fresh session: waiting for slow members is not silence
             effects.append(Send(sender, JoinGroupResponse(
                 correlation_id=correlation, generation=self.generation, protocol_name=self.protocol_name,
                 leader=self.leader, member_id=member.member_id,

@@ -46,7 +46,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
-                 "retry_at_ns", "reset_correlation", "endpoint")
+                 "retry_at_ns", "reset_correlation", "endpoint", "reported")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -60,6 +60,7 @@ class PartitionFetch:
         self.retry_at_ns = 0
         self.reset_correlation = 0
         self.endpoint = ""  # where the fetch or reset in flight went
+        self.reported = False  # the shell was told this partition has no position
 
 
 class ConsumerClient:
@@ -219,6 +220,12 @@ class ConsumerClient:
                 continue
             if fetch.position < 0:
                 if fetch.reset is None:
+                    if not fetch.reported:
+                        fetch.reported = True
+                        effects.append(Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"{fetch.topic}/{fetch.partition} has no committed offset and auto_offset_reset=none: "
+                            "seek it to a position"))))
                     continue
                 effects.append(self._send_reset(fetch, endpoint, epoch))
                 continue

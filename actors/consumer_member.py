@@ -45,6 +45,9 @@ _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 _encoder = msgspec.msgpack.Encoder()
 
 
+UNREACHABLE_MS = 3000  # a dead coordinator's endpoint is distrusted this long
+
+
 class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
     group_id: str
     group_instance_id: str | None = None
@@ -79,6 +82,7 @@ class ConsumerMember:
         self.join_after_revoke = False
         self.left_for_poll_timeout = False
         self.joined_members: list = []
+        self.unreachable: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -90,6 +94,8 @@ class ConsumerMember:
         return self._leave("the consumer closed", now_ns)
 
     def _send(self, kind: str, message: Any, now_ns: int, token: Any = None, timeout_ms: int | None = None) -> list[Effect]:
+        if not self.coordinator:
+            return self.client.request_metadata(list(self.topics))  # find the coordinator first
         client = self.client
         client.correlation += 1
         message = msgspec.structs.replace(message, correlation_id=client.correlation)
@@ -149,8 +155,10 @@ class ConsumerMember:
     def on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.last_metadata_ns = now_ns
         effects: list[Effect] = []
-        if response.group_coordinator_endpoint and response.group_coordinator_endpoint != self.coordinator:
-            self.coordinator = response.group_coordinator_endpoint
+        found = response.group_coordinator_endpoint
+        if found and found != self.coordinator and self.unreachable.get(found, 0) <= now_ns:
+            effects += self._abandon_pending(now_ns)  # asked of a coordinator that is gone
+            self.coordinator = found
             effects.append(Trace("group-coordinator-found", {"endpoint": self.coordinator}))
         if self.pattern is not None:
             matched = sorted(t.name for t in response.topics if self.pattern.fullmatch(t.name) and t.error == 0)
@@ -213,8 +221,7 @@ class ConsumerMember:
             session_timeout_ms=self.settings.session_timeout_ms, rebalance_timeout_ms=self.settings.max_poll_interval_ms,
             protocols=[GroupProtocol(name=self.settings.assignor, metadata=_encoder.encode(subscription))],
             reason=self.rejoin_reason)
-        timeout = self.settings.max_poll_interval_ms + self.settings.request_timeout_ms
-        return self._send("join", request, now_ns, timeout_ms=timeout)
+        return self._send("join", request, now_ns, timeout_ms=self._join_retry_ms())
 
     def _on_join_response(self, response: JoinGroupResponse, now_ns: int) -> list[Effect]:
         code = response.error
@@ -252,7 +259,14 @@ class ConsumerMember:
         request = SyncGroupRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
                                    member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
                                    assignments=assignments)
-        return self._send("sync", request, now_ns, timeout_ms=self.settings.max_poll_interval_ms + self.settings.request_timeout_ms)
+        return self._send("sync", request, now_ns, timeout_ms=self._join_retry_ms())
+
+    def _join_retry_ms(self) -> int:
+        """A join may legitimately wait for slower members, but its answer can also be lost (a
+        dropped connection, a coordinator restart): re-asking after a session timeout is safe —
+        the coordinator only replaces this member's waiting request, or starts a new rebalance
+        if the lost answer had completed one."""
+        return max(self.settings.session_timeout_ms, self.settings.request_timeout_ms)
 
     def _on_sync_response(self, response: SyncGroupResponse, now_ns: int) -> list[Effect]:
         if response.error != ErrorCode.NONE:
@@ -303,7 +317,7 @@ class ConsumerMember:
             effects += self._leave("max_poll_interval_ms passed without a poll", now_ns)
             self.left_for_poll_timeout = True
             return effects
-        if self.state in ("stable", "revoking") and now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
+        if self.state in ("stable", "revoking", "syncing") and now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
             self.last_heartbeat_ns = now_ns
             effects += self._send("heartbeat", HeartbeatRequest(
                 correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
@@ -311,17 +325,26 @@ class ConsumerMember:
         return effects
 
     def on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
-        """The group coordinator's process is gone: its answers will never come."""
+        """The group coordinator's process is gone: its answers will never come, and metadata
+        that still names it (the cluster coordinator may not know yet) is not trusted for a while."""
+        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
         if endpoint != self.coordinator:
             return []
+        effects = self._abandon_pending(now_ns)
+        self.coordinator = ""
+        return effects
+
+    def _abandon_pending(self, now_ns: int) -> list[Effect]:
+        self.coordinator = ""  # nothing is re-sent to the coordinator whose answers are lost
         effects: list[Effect] = []
         for correlation, (kind, token, _) in list(self.pending.items()):
             del self.pending[correlation]
             effects += self._on_timeout(kind, token, now_ns)
-        self.coordinator = ""
         return effects
 
     def _on_timeout(self, kind: str, token: Any, now_ns: int) -> list[Effect]:
+        if kind in ("join", "sync") and self.coordinator and self.state in ("joining", "syncing"):
+            return [Trace("member-retrying", {"kind": kind})] + self._join(now_ns)
         self.coordinator = ""  # rediscover it: it may have restarted elsewhere
         effects = self.client.request_metadata(list(self.topics))
         if kind in ("commit", "user-fetch"):

@@ -137,10 +137,13 @@ class Coordinator:
 
     def _on_replica_heartbeat(self, beat: ReplicaHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
         topic = self.topics.get(beat.topic)
-        if topic is None or topic.topic_id != beat.topic_id or beat.partition >= len(topic.replicas):
+        if topic is None or topic.topic_id != beat.topic_id or not 0 <= beat.partition < len(topic.replicas) \
+                or beat.node not in topic.replicas[beat.partition]:
             return [Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, deleted=True))]
         key = (beat.topic, beat.partition, beat.node)
         previous = self.liveness.get(key)
+        if previous is not None and previous.exited and previous.incarnation == beat.incarnation:
+            return []  # sent before the process died, delivered after: the dead stay dead
         self.liveness[key] = Liveness(
             endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns,
             log_start_offset=beat.log_start_offset, log_end_offset=beat.log_end_offset,
@@ -148,9 +151,12 @@ class Coordinator:
         )
         effects: list[Effect] = []
         news = previous is None or previous.incarnation != beat.incarnation or previous.exited
-        if news or (previous is not None and previous.endpoint != beat.endpoint):
+        moved = previous is None or previous.endpoint != beat.endpoint
+        if news or moved:
             effects += self._reconcile(beat.topic, beat.partition, now_ns)
         record = self.partitions[(beat.topic, beat.partition)]
+        if moved and record.leader == beat.node and not effects:
+            effects += self._announce(beat.topic, beat.partition, now_ns)  # followers learn where to fetch
         stale = (beat.leader_epoch, beat.partition_epoch) != (record.leader_epoch, record.partition_epoch)
         state = self._partition_state(beat.topic, beat.partition, now_ns) if stale or news else None
         reply = Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state))

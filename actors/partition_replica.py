@@ -188,9 +188,9 @@ class PartitionReplica:
             return self._leader_isr_updated(now_ns)
         if self.role != "follower" or new_epoch:
             return self._become_follower(now_ns)
-        if state.leader_endpoint != self.follower.leader_endpoint:
+        if state.leader_endpoint and state.leader_endpoint != self.follower.leader_endpoint:
             return self.follower.leader_moved(state.leader_endpoint, now_ns)
-        return []
+        return []  # an empty endpoint only means the coordinator has not heard from the leader yet
 
     def _become_leader(self, now_ns: int) -> list[Effect]:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "leadership moved")

@@ -75,6 +75,7 @@ class ProducerClient:
         self.correlation = 0
         self.metadata_correlation = 0
         self.metadata_wanted: set[str] = set()
+        self.metadata_answered_ns = -(1 << 62)
         self.producer_id = -1
         self.producer_epoch = 0
         self.producer_id_correlation = 0
@@ -132,7 +133,7 @@ class ProducerClient:
             return []
         endpoint = self._leader_endpoint(key, now_ns)
         if not endpoint:
-            return self._request_metadata([key[0]])
+            return self._request_metadata([key[0]], now_ns)
         effects: list[Effect] = []
         while queue and self.in_flight_count.get(key, 0) < self.settings.max_in_flight:
             if queue[0].retry_at_ns > now_ns:
@@ -166,16 +167,17 @@ class ProducerClient:
             acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded)
         effects: list[Effect] = [Send(endpoint, request)]
         if self.settings.acks == 0:
-            effects += self._finish(pending, -1, None, now_ns)
+            effects += self._finish(pending, -1, None, now_ns, dispatch=False)  # the caller's loop sends the next
         return effects
 
-    def _finish(self, pending: Pending, base_offset: int, error: RailmqError | None, now_ns: int) -> list[Effect]:
+    def _finish(self, pending: Pending, base_offset: int, error: RailmqError | None, now_ns: int,
+                dispatch: bool = True) -> list[Effect]:
         self.in_flight.pop(pending.correlation_id, None)
         self.sent_to.pop(pending.correlation_id, None)
         key = (pending.batch.topic, pending.batch.partition)
         self.in_flight_count[key] -= 1
         done = Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, base_offset, error))
-        return [done] + self._dispatch(key, now_ns)
+        return [done] + (self._dispatch(key, now_ns) if dispatch else [])
 
     # ------------------------------------------------------------------ answers
 
@@ -267,11 +269,15 @@ class ProducerClient:
 
     # ------------------------------------------------------------------ metadata
 
-    def _request_metadata(self, topics: list[str]) -> list[Effect]:
+    def _request_metadata(self, topics: list[str], now_ns: int | None = None) -> list[Effect]:
+        """Ask for metadata: one request at a time, and after an answer that did not help (no
+        leader yet) not again before `retry_backoff_ms` (the tick re-asks)."""
         new = set(topics) - self.metadata_wanted
         self.metadata_wanted |= set(topics)
         if self.metadata_correlation and not new:
-            return []  # one request at a time; the tick re-asks if it is lost
+            return []
+        if now_ns is not None and now_ns - self.metadata_answered_ns < self.settings.retry_backoff_ms * MS:
+            return []  # the tick asks for everything still wanted once the backoff has passed
         self.correlation += 1
         self.metadata_correlation = self.correlation
         return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=sorted(self.metadata_wanted)))]
@@ -279,6 +285,7 @@ class ProducerClient:
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         if response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
+            self.metadata_answered_ns = now_ns
         effects: list[Effect] = []
         for topic in response.topics:
             self.topics[topic.name] = topic

@@ -10,7 +10,14 @@ import uuid
 import psutil
 import pytest
 
+from hypothesis import HealthCheck, settings
+
 from actors.limits import Limits
+
+# Property tests judge correctness, never speed: a loaded 2-core CI machine must not turn a slow
+# example into a failure.
+settings.register_profile("railmq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("railmq")
 
 # Timeouts short enough for fast tests, long enough for a loaded 2-core CI machine.
 TEST_LIMITS = Limits(replica_session_timeout_ms=1500, replica_lag_time_max_ms=2000,

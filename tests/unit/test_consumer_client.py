@@ -226,9 +226,6 @@ def test_offset_out_of_range_with_policy_none_is_reported_and_not_reset():
     assert stage.consumer.fetches[("orders", 0)].position == 500
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with auto_offset_reset=none a newly assigned partition with no position is skipped by "
-    "_fetch_all forever without telling the shell"))
 def test_with_policy_none_a_partition_without_a_position_is_reported():
     stage = Stage(auto_offset_reset="none")
     stage.command("assign", partitions=[("orders", 0)])

@@ -271,8 +271,6 @@ def test_a_heartbeat_for_a_partition_the_topic_does_not_have_is_told_to_stop(clu
     assert only(cluster.heartbeat(1, partition=2), ReplicaHeartbeatResponse).deleted
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a heartbeat for partition -1 indexes the partition table "
-                                       "with a negative number and crashes the coordinator with KeyError")
 def test_a_heartbeat_for_a_negative_partition_is_refused_not_a_crash(cluster):
     cluster.create("orders", partitions=2)
 
@@ -463,8 +461,6 @@ def test_an_exit_notice_for_an_older_incarnation_is_ignored(cluster):
     assert cluster.record().leader == leader
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a heartbeat sent before an exit and delivered after the "
-                                       "ReplicaExited notice marks the exited incarnation alive again")
 def test_a_late_heartbeat_from_an_exited_incarnation_does_not_revive_it():
     cluster = Cluster()
     cluster.create("solo", replication_factor=1)

@@ -140,9 +140,6 @@ def test_acks_0_completes_each_batch_as_soon_as_it_is_sent():
     assert stage.producer.in_flight == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with acks=0 _send calls _finish, which calls _dispatch again, so draining N waiting "
-    "batches recurses N levels deep and overflows the stack"))
 def test_acks_0_with_many_batches_waiting_for_metadata_sends_them_all():
     stage = Stage(acks=0, max_in_flight=1)
     waiting = 500  # a burst of small batches sealed while the first metadata request is out
@@ -260,9 +257,6 @@ def test_a_retriable_error_after_the_deadline_fails_the_batch_and_names_the_last
     assert "delivery timed out" in str(error)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: metadata naming no leader makes _dispatch ask for metadata again at once, so the "
-    "producer re-asks without any backoff in a tight loop"))
 def test_metadata_without_a_leader_is_asked_again_only_after_the_retry_backoff():
     stage = Stage(retry_backoff_ms=100)
     stage.send()

@@ -365,9 +365,6 @@ def test_a_follower_already_matching_the_leader_is_not_truncated():
 # ---------------------------------------------------------------------------- coordinator restarts
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: after a coordinator restart a follower that heartbeats before the leader is sent a state "
-    "with an empty leader endpoint, stops fetching and is dropped from the ISR"))
 def test_a_coordinator_restart_does_not_disturb_replication():
     cluster = Cluster(seed=5)
     leader = cluster.leader

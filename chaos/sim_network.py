@@ -1,0 +1,106 @@
+"""The simulator's clock, event queue and faulty network, all driven by one seeded Random.
+
+Every message between simulated actors goes through the real codec (encode to frames, decode
+on arrival), then through `Network.plan`, which decides from the seeded RNG whether the message
+is dropped, duplicated or delayed (random delays reorder messages, as real networks do) and
+whether a partition cuts the link. Partitions are sets of blocked (source, destination) host
+pairs, so one-way cuts are just one direction blocked.
+
+Nothing here reads a real clock: `EventQueue.now_ns` moves only when an event is popped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class NetworkFaults:
+    """Per-message fault probabilities and delays (a link that behaves, by default)."""
+
+    drop_probability: float = 0.0
+    duplicate_probability: float = 0.0
+    delay_min_ms: float = 0.05
+    delay_max_ms: float = 0.5
+    slow_probability: float = 0.0  # a message is occasionally much slower (reordering)
+    slow_delay_ms: float = 50.0
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self.now_ns = 0
+        self._heap: list[tuple[int, int, str, Any]] = []
+        self._sequence = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, at_ns: int, kind: str, payload: Any) -> None:
+        self._sequence += 1
+        heapq.heappush(self._heap, (max(at_ns, self.now_ns), self._sequence, kind, payload))
+
+    def pop(self) -> tuple[int, str, Any]:
+        at_ns, _, kind, payload = heapq.heappop(self._heap)
+        self.now_ns = at_ns
+        return at_ns, kind, payload
+
+    def peek_time(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+
+@dataclass
+class Network:
+    rng: random.Random
+    faults: NetworkFaults = field(default_factory=NetworkFaults)
+    blocked: set[tuple[str, str]] = field(default_factory=set)  # (source host, destination host)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    def plan(self, source: str, destination: str) -> list[int]:
+        """Delays (ns) of the copies of one message that will arrive: [] when it is lost."""
+        if (source, destination) in self.blocked:
+            self.count("cut")
+            return []
+        faults = self.faults
+        rng = self.rng
+        if faults.drop_probability and rng.random() < faults.drop_probability:
+            self.count("dropped")
+            return []
+        copies = 2 if faults.duplicate_probability and rng.random() < faults.duplicate_probability else 1
+        if copies == 2:
+            self.count("duplicated")
+        delays = []
+        for _ in range(copies):
+            delay_ms = rng.uniform(faults.delay_min_ms, faults.delay_max_ms)
+            if faults.slow_probability and rng.random() < faults.slow_probability:
+                delay_ms += rng.uniform(0, faults.slow_delay_ms)
+                self.count("slowed")
+            delays.append(int(delay_ms * MS))
+        return delays
+
+    # ------------------------------------------------------------------ partitions
+
+    def isolate(self, host: str, others: list[str], *, direction: str = "both") -> None:
+        for other in others:
+            if other == host:
+                continue
+            if direction in ("both", "out"):
+                self.blocked.add((host, other))
+            if direction in ("both", "in"):
+                self.blocked.add((other, host))
+
+    def split(self, side_a: list[str], side_b: list[str]) -> None:
+        for a in side_a:
+            for b in side_b:
+                self.blocked.add((a, b))
+                self.blocked.add((b, a))
+
+    def heal(self) -> None:
+        self.blocked.clear()
