@@ -74,6 +74,43 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # group.share.partition.max.record.locks is 200; more lets many members share one partition).
     share_records_in_flight_max: int = 2000
     share_fetch_records_max: int = 500
+    # Share groups and their members per coordinator (KIP-932's group.share.max.groups is 10 and
+    # group.share.max.size 200); each group costs its share-partitions' state in memory and on disk.
+    share_groups_max: int = 1000
+    share_group_members_max: int = 200
+    # Share-partitions (group, topic, partition) per coordinator: each holds up to
+    # `share_records_in_flight_max` records in memory.
+    share_partitions_max: int = 10_000
+    # The visibility timeout a group may ask for (KIP-932's record lock duration is 15 s..1 h,
+    # default 30 s; the floor is lower here so tests of expiry run in a fraction of a second).
+    share_visibility_timeout_min_ms: int = 100
+    share_visibility_timeout_max_ms: int = 3_600_000
+    # KIP-932 caps group.share.delivery.count.limit at 10; a queue user retrying with backoff may
+    # want more, and every attempt costs only one counter per record.
+    share_delivery_attempts_max: int = 100
+    # A release may delay redelivery by at most this: longer waits belong in a delay topic, not in
+    # a lock table that holds the share-partition's start offset back meanwhile.
+    share_release_delay_max_ms: int = 3_600_000
+    # The error text kept per record (the dead-letter header `railmq.dlq.last_error`); longer text
+    # is cut, so a chatty stack trace cannot bloat the coordinator's state.
+    share_error_text_bytes_max: int = 1024
+    # Acknowledgement ranges in one request (a member acknowledges at most what it holds).
+    share_acknowledgements_per_request_max: int = 2000
+    # Acquires waiting for records (long poll) over the whole coordinator. Beyond it: BUSY.
+    share_acquires_parked_max: int = 1000
+    share_acquire_wait_max_ms: int = 30_000
+    # While acquires wait for new records, the coordinator re-reads the partition's high watermark
+    # (ListOffsets to the leader) at most this often: the added delivery latency, bounded.
+    share_high_watermark_refresh_ms: int = 20
+    # Requests the coordinator sends (metadata, ListOffsets, Fetch, Produce) are given up and
+    # retried after this long without an answer.
+    share_request_timeout_ms: int = 5000
+    # Records in one dead-letter write, dead-letter writes in flight (at most one per dead-letter
+    # partition, so the idempotent producer's sequence numbers stay in order) and the bytes one
+    # fetch of source records may return.
+    share_dead_letter_batch_records_max: int = 100
+    share_dead_letter_writes_max: int = 64
+    share_dead_letter_fetch_bytes_max: int = 4 * 1024 * 1024
 
 
 DEFAULT_LIMITS = Limits()

@@ -547,6 +547,139 @@ class DeleteGroupResponse(Message, kw_only=True):
     error_message: str = ""
 
 
+# --------------------------------------------------------------------------- share groups
+# KIP-932 share groups: every member of a share group reads every partition of its topics. Each
+# record a member acquires is locked to it until the group's visibility timeout passes (renewable);
+# the member answers each record with accept, release (redeliver now or after a delay) or reject
+# (dead-letter it now). The group coordinator keeps the share-partition state (delivery counts,
+# locks, the share-partition start offset); record bytes go from the partition leader to the
+# member with the ordinary FetchRequest. Offsets in ranges are inclusive at both ends.
+
+
+class ShareGroupSettings(msgspec.Struct, omit_defaults=True, kw_only=True, frozen=True):
+    """A share group's settings: the first member's join fixes them; later members get them back."""
+
+    visibility_timeout_ms: int = 30_000  # how long an acquired record stays locked to its member
+    max_delivery_attempts: int = 5  # a record delivered this often and not accepted is dead-lettered
+    dead_letter_topic: str = ""  # "" means "<source topic>.dlq"
+    auto_offset_reset: str = "earliest"  # where a new share-partition starts: "earliest" | "latest"
+
+
+class ShareGroupHeartbeatRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    member_id: str = ""  # "" to join
+    client_id: str = ""
+    topics: list[str] = []
+    session_timeout_ms: int = 10_000
+    settings: ShareGroupSettings = ShareGroupSettings()  # used by the join that creates the group
+    leaving: bool = False  # the member leaves: every lock it holds is released
+
+
+class ShareGroupHeartbeatResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    member_id: str = ""
+    partitions: list[tuple[str, int]] = []  # every partition of the member's topics
+    heartbeat_interval_ms: int = 0  # the coordinator's advice: a third of the session timeout
+    settings: ShareGroupSettings = ShareGroupSettings()
+
+
+class AcquiredRecords(msgspec.Struct, omit_defaults=True, kw_only=True):
+    first_offset: int
+    last_offset: int
+    delivery_count: int  # 1 on the first delivery
+
+
+class ShareAcquireRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    member_id: str
+    topic: str
+    partition: int
+    max_records: int = 500
+    max_wait_ms: int = 0  # with nothing to acquire, wait up to this long for records (long poll)
+
+
+class ShareAcquireResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    topic: str = ""
+    partition: int = -1
+    acquired: list[AcquiredRecords] = []
+    lock_deadline_ms: int = 0  # wall-clock time at the coordinator when these locks expire
+
+
+class ShareAcknowledgement(msgspec.Struct, omit_defaults=True, kw_only=True):
+    first_offset: int
+    last_offset: int
+    kind: str = "accept"  # "accept" | "release" | "reject" | "renew"
+    delay_ms: int = 0  # release: not redelivered before this much time has passed
+    error: str = ""  # release / reject: why; kept as the record's last error (dead-letter header)
+
+
+class ShareAcknowledgeRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+    member_id: str
+    topic: str
+    partition: int
+    acknowledgements: list[ShareAcknowledgement] = []
+
+
+class ShareAcknowledgementResult(msgspec.Struct, omit_defaults=True, kw_only=True):
+    first_offset: int
+    last_offset: int
+    error: int = 0  # INVALID_RECORD_STATE: the member does not hold these records (nothing changed)
+    error_message: str = ""
+    lock_deadline_ms: int = 0  # renew: the new deadline
+
+
+class ShareAcknowledgeResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    topic: str = ""
+    partition: int = -1
+    results: list[ShareAcknowledgementResult] = []  # one per acknowledgement, in order
+
+
+class ShareRecordRange(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """Consecutive in-flight offsets in the same state."""
+
+    first_offset: int
+    last_offset: int
+    state: str  # "available" | "acquired" | "accepted" | "dead-lettering" | "archived"
+    delivery_count: int = 0
+    member_id: str = ""  # the lock holder, for "acquired"
+    last_error: str = ""
+
+
+class SharePartitionDescription(msgspec.Struct, omit_defaults=True, kw_only=True):
+    topic: str
+    partition: int
+    start_offset: int = -1  # the share-partition start offset (SPSO); -1 before the first acquire
+    end_offset: int = -1  # the first offset never acquired yet
+    high_watermark: int = -1  # as the coordinator last read it
+    records: list[ShareRecordRange] = []  # the in-flight window [start_offset, end_offset)
+
+
+class DescribeSharePartitionsRequest(Message, kw_only=True):
+    correlation_id: int
+    group_id: str
+
+
+class DescribeSharePartitionsResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    group_id: str = ""
+    settings: ShareGroupSettings = ShareGroupSettings()
+    partitions: list[SharePartitionDescription] = []
+
+
 # --------------------------------------------------------------------------- runtime-level
 # Answered by the runtime that drives an actor, not by the actor: counters for operators and
 # tests, and the fault switch the chaos harness uses to cut links without root.
