@@ -52,7 +52,9 @@ class GroupCoordinator:
         self.rng = rng or random.Random(incarnation)
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
-        self.share: Any = None  # share groups (actors/share_group.py), attached when present
+        from actors.share_group import ShareGroups  # share groups (KIP-932), loaded from the same state
+        self.share: Any = ShareGroups(state=state, coordinator=coordinator, limits=limits, rng=self.rng,
+                                      is_classic_group=lambda group_id: group_id in self.groups or group_id in self.offsets)
         self._load()
 
     def _load(self) -> None:

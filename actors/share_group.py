@@ -1,0 +1,968 @@
+"""Share groups in the group coordinator (KIP-932): membership, acquire and acknowledge, lock
+expiry, long-polled acquires, the partitions' high watermarks, and dead-lettering.
+
+`ShareGroups` is attached to the `GroupCoordinator` (actors/group_coordinator.py), which hands it
+every message it does not handle itself and its 50 ms tick. Per-record delivery state lives in
+`SharePartition` (actors/share_partition.py); this module owns what spans share-partitions:
+
+- Membership is soft state, like the classic protocol's: a member heartbeats; after its session
+  timeout it is removed and every lock it held is released (records available, counts kept). A
+  group id is a share group from its first share join (its settings are stored then); a classic
+  group's id is refused with INCONSISTENT_GROUP_PROTOCOL, and the classic join refuses ours.
+- Durability: every change to a share-partition is put to the coordinator's `DurableState` before
+  the member hears of it (replies go inside `AfterFlush`), so a restarted coordinator has every
+  delivery count and every answer it acknowledged. Locks are not stored: after a restart they are
+  void and the records available again.
+- High watermarks come from the partition leader (ListOffsets, latest); no offset at or above the
+  last one read is ever handed out. Leaders come from metadata (the coordinator's endpoint), and
+  an error or a dropped connection sends the next request through fresh metadata, so a leader
+  failover costs a retry and never share state (that lives here, not at the leader).
+- Dead-lettering is exactly once (`DeadLetterWriter`, below): the coordinator writes dead-letter
+  records itself, as an idempotent producer (KIP-98) with one write in flight per dead-letter
+  partition. The write (producer id, sequence, records) is stored before it is sent, so a
+  restarted coordinator sends it again with the same sequence and the broker drops the copy;
+  records are archived only once a write is acknowledged, in the same stored step that clears it.
+
+Bounded: groups, members per group, share-partitions, parked acquires (BUSY beyond), requests in
+flight (one metadata request, one ListOffsets per partition, one dead-letter write per
+dead-letter partition).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, NamedTuple
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
+from actors.errors import RETRIABLE, ErrorCode
+from actors.limits import Limits
+from actors.messages import (
+    CreateTopicRequest, CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse,
+    DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, ErrorResponse, FetchRequest, FetchResponse,
+    GroupSummary, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MemberDescription, MetadataRequest, MetadataResponse, OffsetEntry, PeerDisconnected, ProduceRequest,
+    ProduceResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired, TopicMetadata,
+)
+from actors.share_partition import DeadLetterItem, SharePartition, dead_letter_batch, source_records
+from storage.errors import CorruptBatch
+
+GROUP_ID_LENGTH_MAX = 255
+# Metadata is re-read this often while share groups have members: partitions added to a topic
+# reach the members' heartbeat answers within it.
+METADATA_REFRESH_MS = 5000
+# Metadata requests are at least this far apart (the tick sends one that had to wait).
+METADATA_INTERVAL_MIN_MS = 50
+# A heartbeat that needs a topic's partition count waits at most this long for metadata.
+HEARTBEAT_METADATA_WAIT_MS = 1000
+REFRESH_TIMER = "share-refresh"
+
+
+class ShareMemberState:
+    __slots__ = ("member_id", "client_id", "topics", "session_timeout_ms", "last_seen_ns")
+
+    def __init__(self, member_id: str, client_id: str) -> None:
+        self.member_id = member_id
+        self.client_id = client_id
+        self.topics: list[str] = []
+        self.session_timeout_ms = 0
+        self.last_seen_ns = 0
+
+
+class ShareGroup:
+    def __init__(self, group_id: str, settings: ShareGroupSettings) -> None:
+        self.group_id = group_id
+        self.settings = settings
+        self.members: dict[str, ShareMemberState] = {}
+        self.partitions: dict[tuple[str, int], SharePartition] = {}
+
+
+class PartitionWatch:
+    """What the coordinator last read of one partition's log bounds at its leader."""
+
+    __slots__ = ("log_start_offset", "high_watermark", "correlation", "sent_ns")
+
+    def __init__(self) -> None:
+        self.log_start_offset = -1
+        self.high_watermark = -1  # -1: never read
+        self.correlation = 0  # the ListOffsets in flight, 0 if none
+        self.sent_ns = 0
+
+
+class ParkedAcquire(NamedTuple):
+    sender: Any
+    request: ShareAcquireRequest
+    deadline_ns: int
+
+
+class Refusal(NamedTuple):
+    code: int
+    text: str
+
+
+class Outbound(NamedTuple):
+    kind: str
+    key: Any
+    endpoint: str
+    deadline_ns: int
+
+
+class ShareGroups:
+    def __init__(self, *, state: Any, coordinator: str, limits: Limits, rng: random.Random,
+                 is_classic_group: Callable[[str], bool]) -> None:
+        self.state = state
+        self.coordinator = coordinator
+        self.limits = limits
+        self.rng = rng
+        self.is_classic_group = is_classic_group
+        self.groups: dict[str, ShareGroup] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self.watches: dict[tuple[str, int], PartitionWatch] = {}
+        self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
+        self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
+        self.pending: dict[int, Outbound] = {}
+        self.correlation = 0
+        self.metadata_correlation = 0
+        self.metadata_wanted: set[str] = set()
+        self.last_metadata_ns = 0
+        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+        self.wrote = False  # something was put during this step: replies wait for the flush
+        self.dead_letters = DeadLetterWriter(self)
+        self._load()
+
+    # ------------------------------------------------------------------ durable state
+
+    def _load(self) -> None:
+        for key, value in self.state.items("share-group/"):
+            group_id = key[len("share-group/"):]
+            self.groups[group_id] = ShareGroup(group_id, msgspec.convert(value, ShareGroupSettings))
+        for key, value in self.state.items("share-partition/"):
+            group_id, topic, partition = key[len("share-partition/"):].rsplit("/", 2)
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.partitions[(topic, int(partition))] = SharePartition.restore(
+                    topic, int(partition), group.settings, self.limits, value)
+        self.dead_letters.load()
+        for group in self.groups.values():
+            for share_partition in group.partitions.values():
+                self.dead_letters.enqueue(group.group_id, share_partition)
+
+    def persist(self, group_id: str, share_partition: SharePartition) -> None:
+        if share_partition.changed:
+            self.state.put(_partition_key(group_id, share_partition), share_partition.stored())
+            share_partition.changed = False
+            self.wrote = True
+
+    def put_many(self, items: list[tuple[str, Any]], touched: list[tuple[str, SharePartition]]) -> None:
+        """Several changes that must survive a crash together (a dead-letter write's outcome)."""
+        for group_id, share_partition in touched:
+            items.append((_partition_key(group_id, share_partition), share_partition.stored()))
+            share_partition.changed = False
+        self.state.put_many(items)
+        self.wrote = True
+
+    def _settle(self, group_id: str, share_partition: SharePartition) -> None:
+        """After any change: persist it and hand new dead letters to the writer."""
+        self.dead_letters.enqueue(group_id, share_partition)
+        self.persist(group_id, share_partition)
+
+    def _finish(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+        effects += self.dead_letters.advance(now_ns)
+        if self.wrote:
+            self.wrote = False
+            return [AfterFlush(self.state, tuple(effects))]
+        return effects
+
+    # ------------------------------------------------------------------ the coordinator's hooks
+
+    def owns(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect] | None:
+        match message:
+            case ShareAcquireRequest():
+                effects = self._on_acquire(message, sender, now_ns)
+            case ShareAcknowledgeRequest():
+                effects = self._on_acknowledge(message, sender, now_ns)
+            case ShareGroupHeartbeatRequest():
+                effects = self._on_heartbeat(message, sender, now_ns)
+            case DescribeSharePartitionsRequest():
+                effects = [Send(sender, self._describe_partitions(message))]
+            case MetadataResponse() | ListOffsetsResponse() | FetchResponse() | ProduceResponse() | \
+                    CreateTopicResponse() | InitProducerIdResponse() | ErrorResponse():
+                effects = self._on_response(message, now_ns)
+            case PeerDisconnected():
+                effects = self._on_disconnect(message.endpoint, now_ns)
+            case TimerFired(name=name) if name == REFRESH_TIMER:
+                effects = self._refresh_waiting(now_ns)
+            case _:
+                return None
+        return self._finish(effects, now_ns)
+
+    def tick(self, now_ns: int) -> list[Effect]:
+        effects = self._expire_members(now_ns)
+        for group in self.groups.values():
+            for share_partition in group.partitions.values():
+                if share_partition.expire_locks(now_ns):
+                    self._settle(group.group_id, share_partition)
+        effects += self._expire_requests(now_ns)
+        effects += self._serve_all_parked(now_ns)
+        effects += self._answer_waiting_heartbeats(now_ns, HEARTBEAT_METADATA_WAIT_MS * MS)
+        effects += self._refresh_waiting(now_ns)
+        stale = any(group.members for group in self.groups.values()) and \
+            now_ns - self.last_metadata_ns > METADATA_REFRESH_MS * MS
+        if stale or self.metadata_wanted:
+            effects += self.request_metadata([], now_ns)
+        return self._finish(effects, now_ns)
+
+    def summaries(self) -> list[GroupSummary]:
+        return [GroupSummary(group_id=group_id, kind="share", state="Stable" if group.members else "Empty",
+                             protocol_type="share", members=len(group.members))
+                for group_id, group in sorted(self.groups.items())]
+
+    def describe(self, request: DescribeGroupRequest, now_ns: int) -> DescribeGroupResponse:
+        group = self.groups[request.group_id]
+        members = [MemberDescription(
+            member_id=member.member_id, client_id=member.client_id, assignment=self._partitions_of(member.topics),
+            last_heartbeat_ms_ago=(now_ns - member.last_seen_ns) // MS, session_timeout_ms=member.session_timeout_ms)
+            for _, member in sorted(group.members.items())]
+        offsets = [OffsetEntry(topic=topic, partition=partition, offset=share_partition.start_offset)
+                   for (topic, partition), share_partition in sorted(group.partitions.items())
+                   if share_partition.initialized]
+        return DescribeGroupResponse(
+            correlation_id=request.correlation_id, group_id=request.group_id, kind="share",
+            state="Stable" if group.members else "Empty", protocol_name="share", members=members, offsets=offsets)
+
+    def _describe_partitions(self, request: DescribeSharePartitionsRequest) -> DescribeSharePartitionsResponse:
+        group = self.groups.get(request.group_id)
+        if group is None:
+            return DescribeSharePartitionsResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.GROUP_ID_NOT_FOUND,
+                error_message=f"{request.group_id!r} is not a share group", group_id=request.group_id)
+        return DescribeSharePartitionsResponse(
+            correlation_id=request.correlation_id, group_id=request.group_id, settings=group.settings,
+            partitions=[share_partition.describe() for _, share_partition in sorted(group.partitions.items())])
+
+    def invariants(self) -> None:
+        parked = sum(len(waiting) for waiting in self.parked.values())
+        assert parked <= self.limits.share_acquires_parked_max, f"{parked} parked acquires"
+        for group in self.groups.values():
+            assert len(group.members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
+            for share_partition in group.partitions.values():
+                share_partition.invariants()
+                for member_id in {record.holder for record in share_partition.records.values() if record.holder}:
+                    assert member_id in group.members, f"{group.group_id}: a lock held by departed {member_id}"
+        self.dead_letters.invariants()
+
+    # ------------------------------------------------------------------ membership
+
+    def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self._check_heartbeat(request)
+        group = self.groups.get(request.group_id)
+        if problem is None and group is None:
+            problem = self._create_group(request)
+            group = self.groups.get(request.group_id)
+        if problem is None:
+            problem = self._check_member(group, request.member_id, joining=not request.leaving)
+        if problem is not None:
+            return [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id, error=problem[0],
+                                                             error_message=problem[1], member_id=request.member_id))]
+        if request.leaving:
+            effects = self._remove_member(group, request.member_id, "left", now_ns) if request.member_id else []
+            return effects + [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id))]
+        member = self._member_for(group, request, now_ns)
+        request = msgspec.structs.replace(request, member_id=member.member_id)
+        missing = [topic for topic in member.topics if topic not in self.topics]
+        if missing:
+            self.waiting_heartbeats.append((sender, request, now_ns))
+            return self.request_metadata(missing, now_ns)
+        return [Send(sender, self._heartbeat_answer(group, member, request))]
+
+    def _check_heartbeat(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
+        limits = self.limits
+        if not request.group_id or len(request.group_id) > GROUP_ID_LENGTH_MAX or "/" in request.group_id:
+            return ErrorCode.INVALID_REQUEST, f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'"
+        if not limits.group_session_timeout_min_ms <= request.session_timeout_ms <= limits.group_session_timeout_max_ms:
+            return ErrorCode.INVALID_SESSION_TIMEOUT, (
+                f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
+                f"{limits.group_session_timeout_max_ms}, got {request.session_timeout_ms}")
+        if self.is_classic_group(request.group_id):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{request.group_id!r} is a classic consumer group"
+        if len(request.topics) > limits.topics_max:
+            return ErrorCode.INVALID_REQUEST, f"a member subscribes to at most {limits.topics_max} topics"
+        return None
+
+    def _create_group(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
+        if request.member_id or request.leaving:
+            return ErrorCode.UNKNOWN_MEMBER_ID, f"share group {request.group_id!r} does not exist; join with no member id"
+        if len(self.groups) >= self.limits.share_groups_max:
+            return ErrorCode.BUSY, f"the coordinator holds its maximum of {self.limits.share_groups_max} share groups"
+        problem = check_settings(request.settings, self.limits)
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, problem
+        self.groups[request.group_id] = ShareGroup(request.group_id, request.settings)
+        self.state.put(f"share-group/{request.group_id}", msgspec.to_builtins(request.settings))
+        self.wrote = True
+        return None
+
+    def _check_member(self, group: ShareGroup, member_id: str, joining: bool) -> tuple[int, str] | None:
+        if member_id and member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group.group_id!r}; join again"
+        if joining and not member_id and len(group.members) >= self.limits.share_group_members_max:
+            return ErrorCode.BUSY, f"share group {group.group_id!r} has its maximum of {len(group.members)} members"
+        return None
+
+    def _member_for(self, group: ShareGroup, request: ShareGroupHeartbeatRequest, now_ns: int) -> ShareMemberState:
+        member = group.members.get(request.member_id)
+        if member is None:
+            member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
+            member = group.members[member_id] = ShareMemberState(member_id, request.client_id)
+        member.topics = sorted(set(request.topics))
+        member.session_timeout_ms = request.session_timeout_ms
+        member.last_seen_ns = now_ns
+        return member
+
+    def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,
+                          request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
+        return ShareGroupHeartbeatResponse(
+            correlation_id=request.correlation_id, member_id=member.member_id,
+            partitions=self._partitions_of(member.topics), heartbeat_interval_ms=member.session_timeout_ms // 3,
+            settings=group.settings)
+
+    def _partitions_of(self, topics: list[str]) -> list[tuple[str, int]]:
+        return [(topic, partition) for topic in topics if topic in self.topics
+                for partition in range(len(self.topics[topic].partitions))]
+
+    def _answer_waiting_heartbeats(self, now_ns: int, older_than_ns: int = 0) -> list[Effect]:
+        effects: list[Effect] = []
+        waiting = []
+        for sender, request, since_ns in self.waiting_heartbeats:
+            group = self.groups.get(request.group_id)
+            member = group.members.get(request.member_id) if group is not None else None
+            if member is None:
+                continue
+            ready = all(topic in self.topics for topic in member.topics)
+            if ready or now_ns - since_ns >= older_than_ns:
+                effects.append(Send(sender, self._heartbeat_answer(group, member, request)))
+            else:
+                waiting.append((sender, request, since_ns))
+        self.waiting_heartbeats = waiting
+        return effects
+
+    def _remove_member(self, group: ShareGroup, member_id: str, why: str, now_ns: int) -> list[Effect]:
+        member = group.members.pop(member_id)
+        for key, share_partition in group.partitions.items():
+            if share_partition.release_member(member_id, now_ns):
+                self._settle(group.group_id, share_partition)
+        trace = Trace("share-member-removed", {"group": group.group_id, "member": member_id, "why": why,
+                                               "client": member.client_id})
+        return [trace] + self._serve_group_parked(group, now_ns)
+
+    def _expire_members(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for group in self.groups.values():
+            expired = [member_id for member_id, member in group.members.items()
+                       if now_ns - member.last_seen_ns > member.session_timeout_ms * MS]
+            for member_id in expired:
+                effects += self._remove_member(group, member_id, "session timeout", now_ns)
+        return effects
+
+    def _touch(self, group: ShareGroup, member_id: str, now_ns: int) -> None:
+        """Any request from a member is proof of life."""
+        member = group.members.get(member_id)
+        if member is not None:
+            member.last_seen_ns = now_ns
+
+    # ------------------------------------------------------------------ acquire
+
+    def _on_acquire(self, request: ShareAcquireRequest, sender: Any, now_ns: int) -> list[Effect]:
+        found = self._share_partition_for(request, now_ns)
+        if isinstance(found, Refusal):
+            code, text = found
+            effects: list[Effect] = [Send(sender, self._acquire_error(request, code, text))]
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                effects += self.refresh_leaders(request.topic, now_ns)
+            return effects
+        group, share_partition = found
+        self._touch(group, request.member_id, now_ns)
+        reply = self._try_acquire(group, share_partition, request, now_ns)
+        effects = self._watch_if_needed(share_partition, now_ns)
+        if reply is not None or request.max_wait_ms <= 0:
+            reply = reply or ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                                  partition=request.partition)
+            return effects + [Send(sender, reply)]
+        if sum(len(waiting) for waiting in self.parked.values()) >= self.limits.share_acquires_parked_max:
+            return effects + [Send(sender, self._acquire_error(request, ErrorCode.BUSY, "too many waiting acquires"))]
+        wait_ms = min(request.max_wait_ms, self.limits.share_acquire_wait_max_ms)
+        key = (group.group_id, request.topic, request.partition)
+        self.parked.setdefault(key, []).append(ParkedAcquire(sender, request, now_ns + wait_ms * MS))
+        return effects
+
+    def _share_partition_for(self, request: ShareAcquireRequest | ShareAcknowledgeRequest,
+                             now_ns: int) -> tuple[ShareGroup, SharePartition] | Refusal:
+        group = self.groups.get(request.group_id)
+        if group is None:
+            return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"{request.group_id!r} is not a share group")
+        member = group.members.get(request.member_id)
+        if member is None:
+            return Refusal(ErrorCode.UNKNOWN_MEMBER_ID, f"{request.member_id!r} is not a member of {group.group_id!r}; join again")
+        if request.topic not in member.topics:
+            return Refusal(ErrorCode.INVALID_REQUEST, f"{request.member_id} does not subscribe to {request.topic!r}")
+        key = (request.topic, request.partition)
+        share_partition = group.partitions.get(key)
+        if share_partition is not None:
+            return group, share_partition
+        metadata = self.topics.get(request.topic)
+        if metadata is None or not 0 <= request.partition < len(metadata.partitions):
+            return Refusal(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}/{request.partition} is not known")
+        if sum(len(each.partitions) for each in self.groups.values()) >= self.limits.share_partitions_max:
+            return Refusal(ErrorCode.BUSY, f"the coordinator holds its maximum of {self.limits.share_partitions_max} share-partitions")
+        share_partition = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
+        watch = self.watches.get(key)
+        if watch is not None and watch.high_watermark >= 0:
+            share_partition.observe_log(watch.log_start_offset, watch.high_watermark)
+            self.persist(group.group_id, share_partition)
+        return group, share_partition
+
+    def _try_acquire(self, group: ShareGroup, share_partition: SharePartition, request: ShareAcquireRequest,
+                     now_ns: int) -> ShareAcquireResponse | None:
+        """The answer if records could be acquired (or the request is bad), None to keep waiting."""
+        if request.max_records <= 0 or request.max_wait_ms < 0:
+            return self._acquire_error(request, ErrorCode.INVALID_REQUEST,
+                                       "max_records must be positive and max_wait_ms not negative")
+        if not share_partition.initialized:
+            return None
+        max_records = min(request.max_records, self.limits.share_fetch_records_max)
+        acquisition = share_partition.acquire(request.member_id, max_records, now_ns)
+        self._settle(group.group_id, share_partition)
+        if not acquisition.acquired:
+            return None
+        return ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                    partition=request.partition, acquired=acquisition.acquired,
+                                    lock_deadline_ms=acquisition.lock_deadline_ns // MS)
+
+    def _acquire_error(self, request: ShareAcquireRequest, code: int, text: str) -> ShareAcquireResponse:
+        return ShareAcquireResponse(correlation_id=request.correlation_id, error=code, error_message=text,
+                                    topic=request.topic, partition=request.partition)
+
+    def _serve_parked(self, key: tuple[str, str, int], now_ns: int) -> list[Effect]:
+        """Answer the parked acquires of one share-partition that can be answered now."""
+        effects: list[Effect] = []
+        still: list[ParkedAcquire] = []
+        group = self.groups[key[0]]
+        share_partition = group.partitions[key[1], key[2]]
+        for parked in self.parked.pop(key, []):
+            request = parked.request
+            if request.member_id not in group.members:
+                effects.append(Send(parked.sender, self._acquire_error(
+                    request, ErrorCode.UNKNOWN_MEMBER_ID, f"{request.member_id!r} left the group")))
+                continue
+            reply = self._try_acquire(group, share_partition, request, now_ns)
+            if reply is None and parked.deadline_ns <= now_ns:
+                reply = ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                             partition=request.partition)
+            if reply is None:
+                still.append(parked)
+            else:
+                effects.append(Send(parked.sender, reply))
+        if still:
+            self.parked[key] = still
+        return effects
+
+    def _serve_group_parked(self, group: ShareGroup, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for key in [key for key in self.parked if key[0] == group.group_id]:
+            effects += self._serve_parked(key, now_ns)
+        return effects
+
+    def _serve_all_parked(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for key in list(self.parked):
+            share_partition = self.groups[key[0]].partitions[key[1], key[2]]
+            waiting = self.parked[key]
+            if share_partition.can_acquire(now_ns) or any(parked.deadline_ns <= now_ns for parked in waiting):
+                effects += self._serve_parked(key, now_ns)
+        return effects
+
+    # ------------------------------------------------------------------ acknowledge
+
+    def _on_acknowledge(self, request: ShareAcknowledgeRequest, sender: Any, now_ns: int) -> list[Effect]:
+        found = self._share_partition_for(request, now_ns)
+        if isinstance(found, Refusal):
+            code, text = found
+            return [Send(sender, ShareAcknowledgeResponse(correlation_id=request.correlation_id, error=code,
+                                                          error_message=text, topic=request.topic,
+                                                          partition=request.partition))]
+        group, share_partition = found
+        self._touch(group, request.member_id, now_ns)
+        if len(request.acknowledgements) > self.limits.share_acknowledgements_per_request_max:
+            return [Send(sender, ShareAcknowledgeResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, topic=request.topic,
+                partition=request.partition, error_message=(
+                    f"at most {self.limits.share_acknowledgements_per_request_max} acknowledgements per request")))]
+        results = [share_partition.acknowledge(request.member_id, acknowledgement, now_ns)
+                   for acknowledgement in request.acknowledgements]
+        self._settle(group.group_id, share_partition)
+        reply = ShareAcknowledgeResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                         partition=request.partition, results=results)
+        return [Send(sender, reply)] + self._serve_parked((group.group_id, request.topic, request.partition), now_ns)
+
+    # ------------------------------------------------------------------ high watermarks and leaders
+
+    def _watch_if_needed(self, share_partition: SharePartition, now_ns: int) -> list[Effect]:
+        """Read the leader's high watermark again when the share-partition has caught up with it."""
+        key = (share_partition.topic, share_partition.partition)
+        watch = self.watches.setdefault(key, PartitionWatch())
+        if share_partition.initialized and share_partition.end_offset < watch.high_watermark:
+            return []
+        return self._refresh_watch(key, watch, now_ns)
+
+    def _refresh_watch(self, key: tuple[str, int], watch: PartitionWatch, now_ns: int) -> list[Effect]:
+        if watch.correlation or now_ns - watch.sent_ns < self.limits.share_high_watermark_refresh_ms * MS:
+            return []
+        endpoint = self.leader_endpoint(*key, now_ns)
+        if not endpoint:
+            return self.refresh_leaders(key[0], now_ns)
+        watch.sent_ns = now_ns
+        request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1)
+        send = self.send_request("list-offsets", key, endpoint, request, now_ns)
+        watch.correlation = send.message.correlation_id
+        return [send]
+
+    def _on_list_offsets(self, key: tuple[str, int], response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
+        watch = self.watches[key]
+        watch.correlation = 0
+        if response.error != ErrorCode.NONE:
+            self.forget_leader(*key)
+            return self.refresh_leaders(key[0], now_ns)
+        grew = response.high_watermark > watch.high_watermark or response.log_start_offset > watch.log_start_offset
+        watch.high_watermark, watch.log_start_offset = response.high_watermark, response.log_start_offset
+        effects: list[Effect] = []
+        for group in self.groups.values():
+            share_partition = group.partitions.get(key)
+            if share_partition is None:
+                continue
+            share_partition.observe_log(response.log_start_offset, response.high_watermark)
+            self._settle(group.group_id, share_partition)
+            if (group.group_id, *key) in self.parked:
+                effects += self._serve_parked((group.group_id, *key), now_ns)
+        if not grew and any(parked_key[1:] == key for parked_key in self.parked):
+            effects.append(SetTimer(REFRESH_TIMER, now_ns + self.limits.share_high_watermark_refresh_ms * MS))
+        return effects
+
+    def _refresh_waiting(self, now_ns: int) -> list[Effect]:
+        """Re-read the high watermark of every partition that acquires are waiting on."""
+        effects: list[Effect] = []
+        for key in sorted({parked_key[1:] for parked_key in self.parked}):
+            effects += self._refresh_watch(key, self.watches.setdefault(key, PartitionWatch()), now_ns)
+        return effects
+
+    def leader_endpoint(self, topic: str, partition: int, now_ns: int) -> str:
+        metadata = self.topics.get(topic)
+        if metadata is None or not 0 <= partition < len(metadata.partitions):
+            return ""
+        endpoint = metadata.partitions[partition].leader_endpoint
+        return "" if self.unreachable.get(endpoint, 0) > now_ns else endpoint
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        metadata = self.topics.get(topic)
+        if metadata is not None and 0 <= partition < len(metadata.partitions):
+            metadata.partitions[partition].leader_endpoint = ""
+
+    def refresh_leaders(self, topic: str, now_ns: int) -> list[Effect]:
+        return self.request_metadata([topic], now_ns)
+
+    def request_metadata(self, topics: list[str], now_ns: int) -> list[Effect]:
+        """One metadata request at a time, at most one per METADATA_INTERVAL_MIN_MS (a leaderless
+        partition must not make a request loop); topics asked for meanwhile go with the next one,
+        which the tick sends if nothing else does."""
+        self.metadata_wanted.update(topics)
+        if self.metadata_correlation or now_ns - self.last_metadata_ns < METADATA_INTERVAL_MIN_MS * MS:
+            self.metadata_wanted.add("")  # something is wanted, even if only a refresh
+            return []
+        in_use = {topic for group in self.groups.values() for member in group.members.values() for topic in member.topics}
+        wanted = sorted((self.metadata_wanted | in_use | set(self.topics)) - {""})
+        self.metadata_wanted.clear()
+        self.last_metadata_ns = now_ns
+        send = self.send_request("metadata", None, self.coordinator, MetadataRequest(correlation_id=0, topics=wanted),
+                                 now_ns)
+        self.metadata_correlation = send.message.correlation_id
+        return [send]
+
+    def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        self.metadata_correlation = 0
+        self.dead_letters.on_metadata(response)
+        for topic in response.topics:
+            if topic.error == ErrorCode.NONE:
+                self.topics[topic.name] = topic
+            elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(topic.name, None)
+        effects = self._answer_waiting_heartbeats(now_ns)
+        return effects + self._refresh_waiting(now_ns)
+
+    # ------------------------------------------------------------------ requests the coordinator sends
+
+    def send_request(self, kind: str, key: Any, endpoint: str, message: Any, now_ns: int) -> Send:
+        self.correlation += 1
+        message = msgspec.structs.replace(message, correlation_id=self.correlation)
+        deadline = now_ns + self.limits.share_request_timeout_ms * MS
+        self.pending[self.correlation] = Outbound(kind, key, endpoint, deadline)
+        return Send(endpoint, message)
+
+    def _on_response(self, response: Any, now_ns: int) -> list[Effect]:
+        outbound = self.pending.pop(response.correlation_id, None)
+        if outbound is None:
+            return []
+        return self._dispatch(outbound, response, now_ns)
+
+    def _dispatch(self, outbound: Outbound, response: Any, now_ns: int) -> list[Effect]:
+        if outbound.kind == "metadata":
+            self.metadata_correlation = 0
+            if isinstance(response, MetadataResponse):
+                return self._on_metadata(response, now_ns)
+            self.metadata_wanted.add("")  # the tick asks again
+            return []
+        if outbound.kind == "list-offsets":
+            if isinstance(response, ErrorResponse):
+                response = ListOffsetsResponse(correlation_id=response.correlation_id, error=response.error,
+                                               error_message=response.error_message)
+            return self._on_list_offsets(outbound.key, response, now_ns)
+        return self.dead_letters.on_response(outbound, response, now_ns)
+
+    def _fail(self, correlation: int, code: int, now_ns: int) -> list[Effect]:
+        """A request that will never be answered: answer it ourselves with a retriable error."""
+        outbound = self.pending.pop(correlation)
+        return self._dispatch(outbound, ErrorResponse(correlation_id=correlation, error=code,
+                                                      error_message="no answer"), now_ns)
+
+    def _expire_requests(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for correlation in [correlation for correlation, outbound in self.pending.items()
+                            if outbound.deadline_ns <= now_ns]:
+            effects += self._fail(correlation, ErrorCode.REQUEST_TIMED_OUT, now_ns)
+        return effects
+
+    def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
+        """A peer's process is gone: its answers will never come."""
+        if endpoint != self.coordinator:
+            self.unreachable[endpoint] = now_ns + self.limits.share_request_timeout_ms * MS
+        effects: list[Effect] = []
+        for correlation in [correlation for correlation, outbound in self.pending.items() if outbound.endpoint == endpoint]:
+            effects += self._fail(correlation, ErrorCode.NOT_LEADER, now_ns)
+        return effects
+
+    # ------------------------------------------------------------------ for the dead-letter writer
+
+    def share_partition_of(self, item: DeadLetterItem) -> SharePartition | None:
+        group = self.groups.get(item.group_id)
+        return group.partitions.get((item.topic, item.partition)) if group is not None else None
+
+    def dead_letter_topic(self, item: DeadLetterItem) -> str:
+        group = self.groups.get(item.group_id)
+        configured = group.settings.dead_letter_topic if group is not None else ""
+        return configured or f"{item.topic}.dlq"
+
+    def after_archive(self, item: DeadLetterItem, now_ns: int) -> list[Effect]:
+        """Archived records may move the start offset, which makes room for parked acquires."""
+        key = (item.group_id, item.topic, item.partition)
+        return self._serve_parked(key, now_ns) if key in self.parked else []
+
+
+class DeadLetterTarget:
+    """One dead-letter partition: its producer id and next sequence, the write in flight (stored
+    before it is sent) and the records queued for the next one."""
+
+    __slots__ = ("topic", "partition", "producer_id", "producer_epoch", "next_sequence", "pending", "batch",
+                 "queue", "stage", "retry_at_ns", "found", "fetching")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = -1  # -1: ask the coordinator for one before writing
+        self.producer_epoch = 0
+        self.next_sequence = 0  # the base sequence of the next write (pending or not)
+        self.pending: list[DeadLetterItem] = []  # the stored write, sent and not yet acknowledged
+        self.batch: bytes | None = None  # the pending write's bytes, None until (re)built
+        self.queue: list[DeadLetterItem] = []
+        self.stage = ""  # the request in flight: "" | "producer-id" | "fetching" | "producing"
+        self.retry_at_ns = 0
+        self.found: dict[int, Any] = {}  # source records fetched for the write being built
+        self.fetching: list[DeadLetterItem] = []
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    def stored(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "next_sequence": self.next_sequence, "pending": [msgspec.to_builtins(item) for item in self.pending]}
+
+
+# A dead-letter step that cannot go on (no leader, no data yet, a refused write) waits this long.
+DEAD_LETTER_RETRY_MS = 200
+NEW_PRODUCER_CODES = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                                 ErrorCode.INVALID_PRODUCER_EPOCH})
+
+
+class DeadLetterWriter:
+    """Writes dead-lettered records to their dead-letter topics, each exactly once.
+
+    Per record: route it to its dead-letter partition (creating the topic if needed: the source's
+    partition count, replication factor min(3, the source's), partition = source partition),
+    fetch its bytes from the source leader, store the write, send it with acks=-1 as an idempotent
+    producer, and archive the record once the write is acknowledged. After OUT_OF_ORDER_SEQUENCE /
+    UNKNOWN_PRODUCER_ID (the broker forgot the producer, so the write was not appended) the target
+    takes a new producer id and starts again at sequence 0.
+    """
+
+    def __init__(self, groups: ShareGroups) -> None:
+        self.groups = groups
+        self.targets: dict[tuple[str, int], DeadLetterTarget] = {}
+        self.unrouted: list[DeadLetterItem] = []  # waiting for their dead-letter topic's metadata
+        self.creating: set[str] = set()  # dead-letter topics with a CreateTopic in flight
+        self.missing: set[str] = set()  # dead-letter topics metadata says do not exist
+
+    def load(self) -> None:
+        for key, value in self.groups.state.items("share-dlq/"):
+            topic, partition = key[len("share-dlq/"):].rsplit("/", 1)
+            target = self.targets[(topic, int(partition))] = DeadLetterTarget(topic, int(partition))
+            target.producer_id, target.producer_epoch = int(value["producer_id"]), int(value["producer_epoch"])
+            target.next_sequence = int(value["next_sequence"])
+            target.pending = [msgspec.convert(item, DeadLetterItem) for item in value["pending"]]
+
+    def _store(self, target: DeadLetterTarget) -> None:
+        self.groups.state.put(f"share-dlq/{target.topic}/{target.partition}", target.stored())
+        self.groups.wrote = True
+
+    def enqueue(self, group_id: str, share_partition: SharePartition) -> None:
+        items = share_partition.take_new_dead_letters(group_id)
+        if not items:
+            return
+        written = {item.source for target in self.targets.values() for item in target.pending}
+        self.unrouted += [item for item in items if item.source not in written]
+
+    def invariants(self) -> None:
+        in_flight = sum(1 for target in self.targets.values() if target.stage)
+        assert in_flight <= self.groups.limits.share_dead_letter_writes_max, f"{in_flight} dead-letter writes in flight"
+        for target in self.targets.values():
+            assert len(target.pending) <= self.groups.limits.share_dead_letter_batch_records_max, "write too large"
+            assert not (target.batch is not None and not target.pending), "a batch with no pending write"
+
+    # ------------------------------------------------------------------ the pipeline
+
+    def advance(self, now_ns: int) -> list[Effect]:
+        """Move every target that can move one step (called after each message and tick)."""
+        effects = self._route(now_ns)
+        busy = sum(1 for target in self.targets.values() if target.stage)
+        for key in sorted(self.targets):
+            target = self.targets[key]
+            if busy >= self.groups.limits.share_dead_letter_writes_max:
+                break
+            if target.stage or now_ns < target.retry_at_ns or not (target.pending or target.queue):
+                continue
+            effects += self._step(target, now_ns)
+            busy += 1 if target.stage else 0
+        return effects
+
+    def _route(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        waiting: list[DeadLetterItem] = []
+        for item in self.unrouted:
+            topic = self.groups.dead_letter_topic(item)
+            metadata = self.groups.topics.get(topic)
+            if metadata is None:
+                waiting.append(item)
+                effects += self._find_topic(topic, item.topic, now_ns)
+                continue
+            key = (topic, item.partition % len(metadata.partitions))
+            self.targets.setdefault(key, DeadLetterTarget(*key)).queue.append(item)
+        self.unrouted = waiting
+        return effects
+
+    def _find_topic(self, topic: str, source_topic: str, now_ns: int) -> list[Effect]:
+        if topic in self.creating:
+            return []
+        source = self.groups.topics.get(source_topic)
+        if topic not in self.missing or source is None:
+            return self.groups.request_metadata([topic, source_topic], now_ns)
+        self.creating.add(topic)
+        replicas = len(source.partitions[0].replicas) if source.partitions else 1
+        request = CreateTopicRequest(correlation_id=0, name=topic, partitions=len(source.partitions),
+                                     replication_factor=max(1, min(3, replicas)))
+        return [Trace("share-dead-letter-topic-created", {"topic": topic, "source": source_topic}),
+                self.groups.send_request("create-topic", topic, self.groups.coordinator, request, now_ns)]
+
+    def on_metadata(self, response: MetadataResponse) -> None:
+        for topic in response.topics:
+            if topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self.missing.add(topic.name)
+            else:
+                self.missing.discard(topic.name)
+
+    def _step(self, target: DeadLetterTarget, now_ns: int) -> list[Effect]:
+        if target.producer_id < 0:
+            target.stage = "producer-id"
+            return [self.groups.send_request("producer-id", target.key, self.groups.coordinator,
+                                             InitProducerIdRequest(correlation_id=0), now_ns)]
+        if target.pending and target.batch is not None:
+            return self._produce(target, now_ns)
+        if target.pending:
+            items = [item for item in target.pending if item.offset not in target.found]
+            if not items:
+                return self._build_if_complete(target)
+        else:
+            items = self._next_items(target)
+        source = items[0]
+        endpoint = self.groups.leader_endpoint(source.topic, source.partition, now_ns)
+        if not endpoint:
+            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            return self.groups.refresh_leaders(source.topic, now_ns)
+        target.stage, target.fetching = "fetching", items
+        request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition,
+                               offset=min(item.offset for item in items), max_wait_ms=0,
+                               max_bytes=self.groups.limits.share_dead_letter_fetch_bytes_max)
+        return [self.groups.send_request("dlq-fetch", target.key, endpoint, request, now_ns)]
+
+    def _next_items(self, target: DeadLetterTarget) -> list[DeadLetterItem]:
+        """Queued records of the first queued record's source partition, lowest offsets first."""
+        first = target.queue[0]
+        same = sorted((item for item in target.queue if (item.topic, item.partition) == (first.topic, first.partition)),
+                      key=lambda item: item.offset)
+        return same[:self.groups.limits.share_dead_letter_batch_records_max]
+
+    def _produce(self, target: DeadLetterTarget, now_ns: int) -> list[Effect]:
+        endpoint = self.groups.leader_endpoint(target.topic, target.partition, now_ns)
+        if not endpoint:
+            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            return self.groups.refresh_leaders(target.topic, now_ns)
+        target.stage = "producing"
+        request = ProduceRequest(correlation_id=0, topic=target.topic, partition=target.partition, acks=-1,
+                                 timeout_ms=self.groups.limits.share_request_timeout_ms, batch=target.batch)
+        return [self.groups.send_request("dlq-produce", target.key, endpoint, request, now_ns)]
+
+    # ------------------------------------------------------------------ answers
+
+    def on_response(self, outbound: Outbound, response: Any, now_ns: int) -> list[Effect]:
+        if outbound.kind == "create-topic":
+            self.creating.discard(outbound.key)
+            if response.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                return [Trace("share-dead-letter-topic-refused", {"topic": outbound.key, "error": response.error,
+                                                                  "message": response.error_message})]
+            self.missing.discard(outbound.key)
+            return self.groups.request_metadata([outbound.key], now_ns)
+        target = self.targets[outbound.key]
+        target.stage = ""
+        if isinstance(response, ErrorResponse) or response.error != ErrorCode.NONE:
+            return self._on_refused(target, outbound.kind, response, now_ns)
+        if outbound.kind == "producer-id":
+            target.producer_id, target.producer_epoch = response.producer_id, response.producer_epoch
+            target.next_sequence, target.batch = 0, None
+            self._store(target)
+            return []
+        if outbound.kind == "dlq-fetch":
+            return self._on_fetched(target, response, now_ns)
+        return self._on_written(target, response, now_ns)
+
+    def _on_refused(self, target: DeadLetterTarget, kind: str, response: Any, now_ns: int) -> list[Effect]:
+        code = response.error
+        target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+        if kind == "dlq-fetch" and code == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
+            return self._source_gone(target, response.log_start_offset, now_ns)
+        if kind == "dlq-produce" and code in NEW_PRODUCER_CODES:
+            target.producer_id, target.next_sequence, target.batch = -1, 0, None
+            self._store(target)
+        trace = Trace("share-dead-letter-retry", {"topic": target.topic, "partition": target.partition, "step": kind,
+                                                  "error": code, "message": response.error_message})
+        if code in RETRIABLE and kind != "producer-id":
+            topic = target.topic if kind == "dlq-produce" else (target.fetching[0].topic if target.fetching else "")
+            partition = target.partition if kind == "dlq-produce" else (target.fetching[0].partition if target.fetching else -1)
+            self.groups.forget_leader(topic, partition)
+            return [trace] + self.groups.refresh_leaders(topic, now_ns)
+        return [trace]
+
+    def _source_gone(self, target: DeadLetterTarget, log_start_offset: int, now_ns: int) -> list[Effect]:
+        """Retention deleted source records before they were dead-lettered: nothing left to write."""
+        gone = [item for item in target.fetching if item.offset < log_start_offset]
+        if target.pending:  # a stored write: it is re-sent with the same record count, gone ones empty
+            for item in gone:
+                target.found.setdefault(item.offset, (-1, None, None, None))
+            target.retry_at_ns = 0
+            return self._build_if_complete(target)
+        target.queue = [item for item in target.queue if item not in gone]
+        return self._archive(gone, now_ns, "source-gone")
+
+    def _on_fetched(self, target: DeadLetterTarget, response: FetchResponse, now_ns: int) -> list[Effect]:
+        wanted = {item.offset for item in target.fetching}
+        try:
+            target.found.update(source_records(response.records, wanted))
+        except CorruptBatch as error:
+            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            return [Trace("share-dead-letter-corrupt-source", {"topic": target.fetching[0].topic, "error": str(error)})]
+        if response.log_start_offset > min(wanted):
+            return self._source_gone(target, response.log_start_offset, now_ns)
+        if target.pending:
+            return self._build_if_complete(target)
+        included = [item for item in target.fetching if item.offset in target.found]
+        if not included:
+            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            return []
+        target.queue = [item for item in target.queue if item not in included]
+        target.pending = included
+        return self._build_if_complete(target)
+
+    def _build_if_complete(self, target: DeadLetterTarget) -> list[Effect]:
+        if any(item.offset not in target.found for item in target.pending):
+            return []  # the next step fetches the rest
+        target.batch = dead_letter_batch(target.pending, target.found, producer_id=target.producer_id,
+                                         producer_epoch=target.producer_epoch, base_sequence=target.next_sequence)
+        target.found = {}
+        self._store(target)  # stored before it is sent: the send waits for the flush
+        return []
+
+    def _on_written(self, target: DeadLetterTarget, response: ProduceResponse, now_ns: int) -> list[Effect]:
+        written, target.pending, target.batch = target.pending, [], None
+        target.next_sequence += len(written)
+        effects = self._archive(written, now_ns, "written", stored_with=target)
+        return effects + [Trace("share-dead-lettered", {
+            "topic": target.topic, "partition": target.partition, "base_offset": response.base_offset,
+            "records": [[item.group_id, item.topic, item.partition, item.offset, item.reason] for item in written]})]
+
+    def _archive(self, items: list[DeadLetterItem], now_ns: int, why: str,
+                 stored_with: DeadLetterTarget | None = None) -> list[Effect]:
+        touched: dict[tuple[str, str, int], tuple[str, SharePartition]] = {}
+        for item in items:
+            share_partition = self.groups.share_partition_of(item)
+            if share_partition is not None:
+                share_partition.archive([item.offset])
+                touched[(item.group_id, item.topic, item.partition)] = (item.group_id, share_partition)
+        stored = [] if stored_with is None else [(f"share-dlq/{stored_with.topic}/{stored_with.partition}",
+                                                  stored_with.stored())]
+        self.groups.put_many(stored, list(touched.values()))
+        effects: list[Effect] = [] if why == "written" else [Trace("share-dead-letter-source-gone", {
+            "records": [[item.group_id, item.topic, item.partition, item.offset] for item in items]})]
+        for item in {(item.group_id, item.topic, item.partition): item for item in items}.values():
+            effects += self.groups.after_archive(item, now_ns)
+        return effects
+
+
+def check_settings(settings: ShareGroupSettings, limits: Limits) -> str | None:
+    """Why these settings cannot make a share group, or None."""
+    if not limits.share_visibility_timeout_min_ms <= settings.visibility_timeout_ms <= limits.share_visibility_timeout_max_ms:
+        return (f"visibility_timeout_ms must be {limits.share_visibility_timeout_min_ms}.."
+                f"{limits.share_visibility_timeout_max_ms}, got {settings.visibility_timeout_ms}")
+    if not 1 <= settings.max_delivery_attempts <= limits.share_delivery_attempts_max:
+        return f"max_delivery_attempts must be 1..{limits.share_delivery_attempts_max}, got {settings.max_delivery_attempts}"
+    if settings.auto_offset_reset not in ("earliest", "latest"):
+        return f"auto_offset_reset must be earliest or latest, not {settings.auto_offset_reset!r}"
+    topic = settings.dead_letter_topic
+    if topic and (len(topic) > limits.topic_name_length_max or topic in (".", "..")
+                  or not all(character.isalnum() or character in "._-" for character in topic)):
+        return f"dead_letter_topic {topic!r} is not a valid topic name"
+    return None
+
+
+def _partition_key(group_id: str, share_partition: SharePartition) -> str:
+    return f"share-partition/{group_id}/{share_partition.topic}/{share_partition.partition}"

@@ -1,0 +1,491 @@
+"""Share groups in the group coordinator (actors/share_group.py), against the real cluster actors.
+
+The world runs in the deterministic harness: the real coordinator, real partition replicas on
+memory logs (started by the test as a node agent would, whenever the coordinator places a new
+topic, dead-letter topics included) and the real group coordinator over a DurableState on a
+MemoryFileSystem. Members are played by the test: it sends their requests and reads the answers.
+A "crash" of the group coordinator forgets everything it never flushed and starts a new one over
+the same file system.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+import pytest
+
+from actors.coordinator import Coordinator
+from actors.errors import ErrorCode
+from actors.group_coordinator import GroupCoordinator
+from actors.limits import Limits
+from actors.messages import (
+    CreateTopicRequest, CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse,
+    DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, JoinGroupRequest, JoinGroupResponse,
+    ListGroupsRequest, ListGroupsResponse, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgement,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TopicConfig,
+)
+from actors.partition_replica import PartitionReplica
+from storage.batch import decode_records, encode_batch, iter_batches
+from storage.log import LogConfig
+from storage.memory import MemoryFileSystem, open_memory_log
+from storage.state import DurableState
+from tests.unit.actor_harness import MS, Envelope, Harness, flushed_messages, only, unflushed_messages
+
+COORDINATOR, GROUP, PRODUCER = "coordinator", "group-coordinator", "producer"
+LIMITS = Limits(group_initial_rebalance_delay_ms=50, share_acquires_parked_max=4)
+VISIBILITY_MS = 1000
+SESSION_MS = 3000
+WHOLE_LOG_BYTES = 1 << 30
+
+
+def replica_endpoint(topic: str, partition: int, node: int) -> str:
+    return f"tcp://replica/{topic}/{partition}/n{node}"
+
+
+class LossyHarness(Harness):
+    """The harness, able to lose the messages a rule picks (until `heal`)."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.lose: Callable[[Envelope], bool] | None = None
+
+    def heal(self) -> None:
+        super().heal()
+        self.lose = None
+
+    def _send(self, envelope: Envelope) -> None:
+        if self.lose is not None and self.lose(envelope):
+            self.dropped.append(envelope)
+            return
+        super()._send(envelope)
+
+
+class World:
+    def __init__(self) -> None:
+        self.harness = LossyHarness(now_ns=1_000_000 * MS)
+        self.coordinator = Coordinator(state=DurableState.open("/c/state", fs=MemoryFileSystem()), nodes=[1, 2, 3],
+                                       rng=random.Random(5), limits=LIMITS)
+        self.harness.add(COORDINATOR, self.coordinator)
+        self.group_fs = MemoryFileSystem()
+        self.group = self._new_group_coordinator(incarnation=1)
+        self.harness.add(GROUP, self.group)
+        self.replicas: dict[tuple[str, int, int], PartitionReplica] = {}
+        self.correlation = 0
+        self.settle(LIMITS.coordinator_election_grace_ms + 100)
+
+    def _new_group_coordinator(self, incarnation: int) -> GroupCoordinator:
+        return GroupCoordinator(state=DurableState.open("/g/groups.state", fs=self.group_fs), coordinator=COORDINATOR,
+                                endpoint=GROUP, incarnation=incarnation, limits=LIMITS,
+                                rng=random.Random(incarnation))
+
+    def crash_group_coordinator(self) -> None:
+        self.harness.remove(GROUP)
+        self.group_fs.crash()
+        self.group = self._new_group_coordinator(incarnation=2)
+        self.harness.add(GROUP, self.group)
+
+    def next_id(self) -> int:
+        self.correlation += 1
+        return self.correlation
+
+    # -- the cluster ----------------------------------------------------------------------------
+    def start_placed_replicas(self) -> None:
+        """What a node agent does: run every replica the coordinator placed."""
+        for name, record in self.coordinator.topics.items():
+            for partition, nodes in enumerate(record.replicas):
+                for node in nodes:
+                    if (name, partition, node) not in self.replicas:
+                        replica = PartitionReplica(
+                            topic=name, topic_id=record.topic_id, partition=partition, node=node,
+                            endpoint=replica_endpoint(name, partition, node), coordinator=COORDINATOR,
+                            log=open_memory_log(LogConfig(), fs=MemoryFileSystem()), config=record.config,
+                            incarnation=node * 1000 + partition, limits=LIMITS)
+                        self.replicas[(name, partition, node)] = replica
+                        self.harness.add(replica.endpoint, replica)
+
+    def settle(self, milliseconds: int) -> None:
+        for _ in range(0, milliseconds, 50):
+            self.start_placed_replicas()
+            self.harness.advance(50)
+            self.group.share.invariants()
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:
+        self.harness.deliver(COORDINATOR, CreateTopicRequest(correlation_id=self.next_id(), name=name,
+                                                             partitions=partitions,
+                                                             replication_factor=replication_factor,
+                                                             config=TopicConfig()), PRODUCER)
+        assert self.harness.take(PRODUCER, CreateTopicResponse)[-1].error == ErrorCode.NONE
+        self.settle(LIMITS.replica_heartbeat_interval_ms * 5)
+
+    def leader(self, topic: str, partition: int = 0) -> PartitionReplica:
+        node = self.coordinator.partitions[(topic, partition)].leader
+        return self.replicas[(topic, partition, node)]
+
+    def produce(self, topic: str, values: list[str], partition: int = 0) -> None:
+        records = [(index, f"k-{value}".encode(), value.encode(), [("origin", b"test")])
+                   for index, value in enumerate(values)]
+        request = ProduceRequest(correlation_id=self.next_id(), topic=topic, partition=partition, acks=-1,
+                                 batch=bytes(encode_batch(records, 1_000)))
+        self.harness.deliver(self.leader(topic, partition).endpoint, request, PRODUCER)
+        self.settle(100)
+        assert self.harness.take(PRODUCER, ProduceResponse)[-1].error == ErrorCode.NONE
+
+    def log_records(self, topic: str, partition: int = 0) -> list[tuple]:
+        log = self.leader(topic, partition).log
+        if log.log_end_offset == log.log_start_offset:
+            return []
+        data = log.read(log.log_start_offset, WHOLE_LOG_BYTES)
+        return [record for position, header in iter_batches(data) for record in decode_records(data, header, position)]
+
+    # -- members --------------------------------------------------------------------------------
+    def join(self, member: str, topics: list[str], group: str = "g", **settings) -> ShareGroupHeartbeatResponse:
+        return self.heartbeat(member, "", topics, group, settings=ShareGroupSettings(
+            **{"visibility_timeout_ms": VISIBILITY_MS, "max_delivery_attempts": 3, **settings}))
+
+    def heartbeat(self, member: str, member_id: str, topics: list[str], group: str = "g",
+                  **extra) -> ShareGroupHeartbeatResponse:
+        self.harness.deliver(GROUP, ShareGroupHeartbeatRequest(
+            correlation_id=self.next_id(), group_id=group, member_id=member_id, client_id=member, topics=topics,
+            session_timeout_ms=SESSION_MS, **extra), member)
+        self.settle(50)
+        return self.harness.take(member, ShareGroupHeartbeatResponse)[-1]
+
+    def keep_alive(self, member: str, member_id: str, topics: list[str], milliseconds: int) -> None:
+        """Let time pass while the member heartbeats."""
+        for _ in range(0, milliseconds, 1000):
+            self.settle(1000)
+            assert self.heartbeat(member, member_id, topics).error == ErrorCode.NONE
+
+    def acquire(self, member: str, member_id: str, topic: str, max_records: int = 100, wait_ms: int = 0,
+                partition: int = 0, group: str = "g") -> list:
+        """Effects of the acquire (the answer may be parked: read it with `acquired`)."""
+        return self.harness.deliver(GROUP, ShareAcquireRequest(
+            correlation_id=self.next_id(), group_id=group, member_id=member_id, topic=topic, partition=partition,
+            max_records=max_records, max_wait_ms=wait_ms), member)
+
+    def acquired(self, member: str) -> list[ShareAcquireResponse]:
+        self.harness.run()
+        return self.harness.take(member, ShareAcquireResponse)
+
+    def acquire_now(self, member: str, member_id: str, topic: str, **options) -> ShareAcquireResponse:
+        """Acquire and wait for the answer (a long poll: the coordinator may have to read the high
+        watermark first)."""
+        self.acquire(member, member_id, topic, **{"wait_ms": 500, **options})
+        self.settle(100)
+        (response,) = self.acquired(member)
+        return response
+
+    def answer(self, member: str, member_id: str, topic: str, first: int, last: int, kind: str,
+               **extra) -> ShareAcknowledgeResponse:
+        self.harness.deliver(GROUP, ShareAcknowledgeRequest(
+            correlation_id=self.next_id(), group_id="g", member_id=member_id, topic=topic, partition=0,
+            acknowledgements=[ShareAcknowledgement(first_offset=first, last_offset=last, kind=kind, **extra)]), member)
+        self.settle(50)
+        return self.harness.take(member, ShareAcknowledgeResponse)[-1]
+
+    def describe(self, group: str = "g") -> DescribeSharePartitionsResponse:
+        self.harness.deliver(GROUP, DescribeSharePartitionsRequest(correlation_id=self.next_id(), group_id=group),
+                             PRODUCER)
+        return self.harness.take(PRODUCER, DescribeSharePartitionsResponse)[-1]
+
+
+def acquired_offsets(response: ShareAcquireResponse) -> list[tuple[int, int]]:
+    return [(offset, ranged.delivery_count) for ranged in response.acquired
+            for offset in range(ranged.first_offset, ranged.last_offset + 1)]
+
+
+@pytest.fixture
+def world() -> World:
+    world = World()
+    world.create_topic("orders")
+    return world
+
+
+# ---------------------------------------------------------------------------- membership
+
+
+def test_the_first_join_fixes_the_settings_and_later_members_get_them_back(world):
+    world.create_topic("wide", partitions=3)
+    first = world.join("a", ["wide"], visibility_timeout_ms=2000, max_delivery_attempts=7)
+    second = world.join("b", ["wide"], visibility_timeout_ms=9999, max_delivery_attempts=2)
+
+    assert first.error == second.error == ErrorCode.NONE
+    assert first.member_id.startswith("a-") and second.member_id.startswith("b-")
+    assert (second.settings.visibility_timeout_ms, second.settings.max_delivery_attempts) == (2000, 7)
+    assert first.partitions == second.partitions == [("wide", 0), ("wide", 1), ("wide", 2)], "everyone reads all"
+    assert first.heartbeat_interval_ms == SESSION_MS // 3
+
+
+def test_a_new_group_is_durable_before_its_first_member_hears_of_it(world):
+    world.join("b", ["orders"], group="other")  # the topic's metadata is known from here on
+    world.harness.deliver(GROUP, ShareGroupHeartbeatRequest(
+        correlation_id=1, group_id="durable", client_id="a", topics=["orders"], session_timeout_ms=SESSION_MS), "a")
+    world.harness.run()
+    step = world.harness.steps_of(GROUP, ShareGroupHeartbeatRequest)[-1]
+    assert flushed_messages(step.effects, ShareGroupHeartbeatResponse)
+    assert not unflushed_messages(step.effects, ShareGroupHeartbeatResponse)
+
+
+def test_share_and_classic_groups_do_not_share_an_id(world):
+    assert world.join("a", ["orders"], group="queue").error == ErrorCode.NONE
+    world.harness.deliver(GROUP, JoinGroupRequest(correlation_id=1, group_id="queue", client_id="c"), "c")
+    assert only(world.harness.take("c"), JoinGroupResponse).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+    world.harness.deliver(GROUP, JoinGroupRequest(correlation_id=2, group_id="classic", client_id="c",
+                                                  session_timeout_ms=SESSION_MS), "c")
+    world.settle(200)
+    assert world.join("a", ["orders"], group="classic").error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_bad_settings_and_unknown_members_are_refused(world):
+    assert world.join("a", ["orders"], group="bad", visibility_timeout_ms=1).error == ErrorCode.INVALID_CONFIG
+    assert world.heartbeat("a", "nobody-1", ["orders"], group="ghost").error == ErrorCode.UNKNOWN_MEMBER_ID
+    member = world.join("a", ["orders"]).member_id
+    assert world.heartbeat("a", "nobody-2", ["orders"]).error == ErrorCode.UNKNOWN_MEMBER_ID
+    world.answer("a", member, "orders", 0, 0, "accept")
+    world.harness.deliver(GROUP, ShareAcknowledgeRequest(correlation_id=9, group_id="g", member_id="nobody-3",
+                                                         topic="orders", partition=0), "x")
+    assert only(world.harness.take("x"), ShareAcknowledgeResponse).error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_describe_and_list_show_share_groups(world):
+    world.produce("orders", ["a", "b"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders", max_records=1)
+    world.harness.deliver(GROUP, DescribeGroupRequest(correlation_id=1, group_id="g"), "admin")
+    world.harness.deliver(GROUP, ListGroupsRequest(correlation_id=2), "admin")
+    described = only(world.harness.received("admin"), DescribeGroupResponse)
+    assert (described.kind, described.state, [m.member_id for m in described.members]) == ("share", "Stable", [member])
+    assert [(o.topic, o.partition, o.offset) for o in described.offsets] == [("orders", 0, 0)]
+    listed = world.harness.take("admin", ListGroupsResponse)[-1]
+    assert [(g.group_id, g.kind, g.members) for g in listed.groups] == [("g", "share", 1)]
+    ranges = world.describe().partitions[0].records
+    assert [(r.first_offset, r.last_offset, r.state, r.member_id) for r in ranges] == [(0, 0, "acquired", member)]
+
+
+# ---------------------------------------------------------------------------- acquire
+
+
+def test_acquire_hands_out_what_the_leader_holds_and_only_after_the_state_is_durable(world):
+    world.produce("orders", ["a", "b", "c"])
+    member = world.join("a", ["orders"]).member_id
+
+    response = world.acquire_now("a", member, "orders", wait_ms=500)
+    assert acquired_offsets(response) == [(0, 1), (1, 1), (2, 1)]
+    assert response.lock_deadline_ms > world.harness.now_ns // MS
+    acquire_steps = [step for step in world.harness.steps if flushed_messages(step.effects, ShareAcquireResponse)]
+    assert acquire_steps and not any(unflushed_messages(step.effects, ShareAcquireResponse)
+                                     for step in world.harness.steps)
+
+
+def test_an_empty_acquire_waits_and_is_answered_when_records_arrive(world):
+    member = world.join("a", ["orders"]).member_id
+    world.acquire("a", member, "orders", wait_ms=5_000)
+    world.settle(300)
+    assert world.acquired("a") == [], "nothing to acquire yet: the acquire is parked"
+
+    world.produce("orders", ["late"])
+    world.settle(100)
+    (response,) = world.acquired("a")
+    assert acquired_offsets(response) == [(0, 1)]
+
+
+def test_a_parked_acquire_with_nothing_to_give_gets_an_empty_answer_at_its_deadline(world):
+    member = world.join("a", ["orders"]).member_id
+    world.acquire("a", member, "orders", wait_ms=400)
+    world.settle(300)
+    assert world.acquired("a") == []
+    world.settle(200)
+    (response,) = world.acquired("a")
+    assert (response.error, response.acquired) == (ErrorCode.NONE, [])
+
+
+def test_parked_acquires_are_bounded(world):
+    member = world.join("a", ["orders"]).member_id
+    for _ in range(LIMITS.share_acquires_parked_max):
+        world.acquire("a", member, "orders", wait_ms=5_000)
+    world.acquire("a", member, "orders", wait_ms=5_000)
+    assert [response.error for response in world.acquired("a")] == [ErrorCode.BUSY]
+
+
+def test_two_members_get_disjoint_records(world):
+    world.produce("orders", [str(n) for n in range(6)])
+    a = world.join("a", ["orders"]).member_id
+    b = world.join("b", ["orders"]).member_id
+    first = acquired_offsets(world.acquire_now("a", a, "orders", max_records=4))
+    second = acquired_offsets(world.acquire_now("b", b, "orders", max_records=4))
+    assert first == [(0, 1), (1, 1), (2, 1), (3, 1)] and second == [(4, 1), (5, 1)]
+
+
+def test_an_expired_lock_is_redelivered_to_anyone_with_its_count_grown(world):
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    b = world.join("b", ["orders"]).member_id
+    world.acquire_now("a", a, "orders")
+    world.settle(VISIBILITY_MS + 100)
+    world.heartbeat("a", a, ["orders"])
+    world.heartbeat("b", b, ["orders"])
+
+    assert acquired_offsets(world.acquire_now("b", b, "orders")) == [(0, 2)]
+    assert world.answer("a", a, "orders", 0, 0, "accept").results[0].error == ErrorCode.INVALID_RECORD_STATE
+    assert world.answer("b", b, "orders", 0, 0, "accept").results[0].error == ErrorCode.NONE
+
+
+def test_a_member_whose_session_ends_loses_its_locks_and_the_records_go_to_others(world):
+    world.produce("orders", ["x", "y"])
+    gone = world.join("gone", ["orders"]).member_id
+    live = world.join("live", ["orders"]).member_id
+    world.acquire_now("gone", gone, "orders")
+    for _ in range(SESSION_MS // 1000 + 1):
+        world.settle(900)
+        world.heartbeat("live", live, ["orders"])
+
+    assert world.heartbeat("gone", gone, ["orders"]).error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert acquired_offsets(world.acquire_now("live", live, "orders")) == [(0, 2), (1, 2)]
+    assert [trace["why"] for trace in world.harness.trace_events("share-member-removed")] == ["session timeout"]
+
+
+def test_a_leaving_member_releases_what_it_held_at_once(world):
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    b = world.join("b", ["orders"]).member_id
+    world.acquire_now("a", a, "orders")
+    assert world.heartbeat("a", a, ["orders"], leaving=True).error == ErrorCode.NONE
+    assert acquired_offsets(world.acquire_now("b", b, "orders")) == [(0, 2)]
+
+
+def test_a_delayed_release_is_not_redelivered_before_its_delay(world):
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", a, "orders")
+    world.answer("a", a, "orders", 0, 0, "release", delay_ms=600)
+    world.acquire("a", a, "orders", wait_ms=2_000)
+    world.settle(500)
+    assert world.acquired("a") == []
+    world.settle(200)
+    (response,) = world.acquired("a")
+    assert acquired_offsets(response) == [(0, 2)]
+
+
+def test_after_a_coordinator_crash_locks_are_void_counts_kept_and_accepted_records_stay_done(world):
+    world.produce("orders", ["a", "b", "c"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "accept")
+
+    world.crash_group_coordinator()
+    world.settle(200)
+    assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.UNKNOWN_MEMBER_ID
+    again = world.join("a", ["orders"]).member_id
+    assert acquired_offsets(world.acquire_now("a", again, "orders")) == [(1, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("connection_drop_seen", [True, False], ids=["disconnect-seen", "silent-death"])
+def test_a_leader_failover_costs_a_retry_never_share_state(connection_drop_seen):
+    world = World()
+    world.create_topic("orders", replication_factor=3)
+    world.produce("orders", ["a", "b"])
+    member = world.join("a", ["orders"]).member_id
+    assert acquired_offsets(world.acquire_now("a", member, "orders", max_records=1)) == [(0, 1)]
+    world.answer("a", member, "orders", 0, 0, "accept")
+    old = world.leader("orders")
+    world.harness.remove(old.endpoint)
+    if connection_drop_seen:  # what the runtime tells an actor whose peer's process died
+        world.harness.deliver(GROUP, PeerDisconnected(endpoint=old.endpoint), b"")
+    world.keep_alive("a", member, ["orders"], LIMITS.replica_session_timeout_ms + 500)
+    assert world.leader("orders") is not old
+    world.produce("orders", ["c"])
+    if not connection_drop_seen:  # the ListOffsets sent to the dead leader times out first
+        world.keep_alive("a", member, ["orders"], LIMITS.share_request_timeout_ms)
+    offsets = acquired_offsets(world.acquire_now("a", member, "orders"))
+    offsets += acquired_offsets(world.acquire_now("a", member, "orders"))
+    assert offsets == [(1, 1), (2, 1)], "offset 2 is read from the new leader"
+    assert world.describe().partitions[0].start_offset == 1
+
+
+# ---------------------------------------------------------------------------- dead letters
+
+
+def dead_letters(world: World, topic: str = "orders.dlq") -> list[tuple]:
+    if (topic, 0) not in world.coordinator.partitions:
+        return []
+    return world.log_records(topic)
+
+
+def test_a_rejected_record_lands_in_the_dead_letter_topic_once_with_its_headers(world):
+    world.produce("orders", ["good", "poison", "good2"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 1, 1, "reject", error="cannot parse")
+    world.answer("a", member, "orders", 0, 0, "accept")
+    world.answer("a", member, "orders", 2, 2, "accept")
+    world.settle(1_500)
+
+    created = world.coordinator.topics["orders.dlq"]
+    assert (len(created.replicas), len(created.replicas[0])) == (1, 1), "source partitions, min(3, source RF)"
+    (record,) = dead_letters(world)
+    _, key, value, headers = record
+    assert (key, value) == (b"k-poison", b"poison")
+    fields = dict(headers)
+    assert {name: fields[f"railmq.dlq.{name}"] for name in ("source_topic", "source_partition", "source_offset",
+                                                            "group", "attempts", "reason", "last_error")} == {
+        "source_topic": b"orders", "source_partition": b"0", "source_offset": b"1", "group": b"g",
+        "attempts": b"1", "reason": b"rejected", "last_error": b"cannot parse"}
+    assert [name for name, _ in headers][-1] == "origin", "the source record's headers follow"
+    assert fields["railmq.dlq.source_timestamp_ms"] == b"1001"
+    assert world.describe().partitions[0].start_offset == 3, "archived: the start moved past it"
+
+
+def test_the_last_attempt_goes_to_the_dead_letter_topic_while_the_partition_keeps_draining(world):
+    world.produce("orders", ["poison", "fine"])
+    member = world.join("a", ["orders"], max_delivery_attempts=2).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "release", error="boom 1")
+    world.answer("a", member, "orders", 1, 1, "accept")
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(0, 2)]
+    world.answer("a", member, "orders", 0, 0, "release", error="boom 2")
+    world.settle(1_500)
+
+    ((_, _, value, headers),) = dead_letters(world)
+    fields = dict(headers)
+    assert (value, fields["railmq.dlq.reason"], fields["railmq.dlq.attempts"], fields["railmq.dlq.last_error"]) == (
+        b"poison", b"max-attempts", b"2", b"boom 2")
+    assert world.describe().partitions[0].start_offset == 2
+
+
+def test_a_dead_letter_write_lost_in_a_crash_is_sent_again_and_stored_once(world):
+    world.produce("orders", ["poison"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.harness.lose = lambda envelope: envelope.to == GROUP and isinstance(envelope.message, ProduceResponse)
+    world.answer("a", member, "orders", 0, 0, "reject", error="bad")
+    world.settle(1_500)
+    assert len(dead_letters(world)) == 1, "the write was appended, its acknowledgement lost"
+    assert world.describe().partitions[0].records[0].state == "dead-lettering"
+
+    world.harness.heal()
+    world.crash_group_coordinator()
+    world.settle(1_500)
+
+    assert len(dead_letters(world)) == 1, "the broker recognised the re-sent write as a duplicate"
+    assert world.describe().partitions[0].start_offset == 1
+    assert world.describe().partitions[0].records == []
+
+
+def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world):
+    world.produce("orders", ["p1", "p2"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "reject")
+    world.settle(1_500)
+    target = world.group.share.dead_letters.targets[("orders.dlq", 0)]
+    first_producer = target.producer_id
+    target.next_sequence += 7  # as if the broker had forgotten this producer's writes
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(1, 2)], "its first lock expired meanwhile"
+    world.answer("a", member, "orders", 1, 1, "reject")
+    world.settle(1_500)
+
+    assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
+    assert target.producer_id != first_producer and target.next_sequence == 1
