@@ -1,29 +1,42 @@
-"""The chaos command line: `python -m chaos check HISTORY [--json]`.
+"""The chaos command line: `python -m chaos list | run SCENARIO | check HISTORY`.
 
 This module owns argument parsing, rendering and exit codes, nothing else: the verdict comes from
-`chaos.checker`, the file format from `chaos.history`. Each subcommand registers itself in
-`build_parser` through one small `_add_*_command` function and sets its handler, so a `run`
-subcommand slots in next to `check`.
+`chaos.checker`, the file format from `chaos.history`, runs from `chaos.runner`, the scenarios
+from `chaos.scenarios`. Each subcommand registers itself through one small `add_*_command`
+function and sets its handler; `railmq chaos` (railmq/cli_chaos.py) registers the same three.
 
-Exit codes: 0 the history is valid, 1 at least one safety violation, 2 the history could not be
-read (missing file, malformed line: the message names the line number).
+- `list` prints every scenario: name, whether it is expected to lose data, what it does;
+- `run SCENARIO --seed N --duration SECONDS [--report DIR]` runs it on real processes with a
+  progress bar, prints the summary table and writes the report folder;
+- `check HISTORY [--json]` judges a recorded history.
+
+Exit codes: 0 valid (for a teaching scenario: the loss is expected and reported), 1 at least one
+safety violation, 2 the history could not be read or the command was misused (an unknown
+scenario, a bad number).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 import msgspec
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from chaos.checker import ANOMALY_FIELDS, SUMMARY_FIELDS, CheckResult, check_file, summary_dict
 from chaos.history import HistoryError, UnreadableHistory
+from chaos.report import render_terminal
+from chaos.runner import RECOVERY_WINDOW_S, run_scenario
+from chaos.runner import Progress as RunProgress
+from chaos.scenarios import SCENARIOS, UnknownScenario, get_scenario
 
 EXIT_VALID = 0
 EXIT_VIOLATION = 1
@@ -32,18 +45,123 @@ EXIT_UNREADABLE = 2
 ANOMALY_ROWS_SHOWN_MAX = 10
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chaos", description="railmq chaos tools")
+def build_parser(prog: str = "python -m chaos") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="railmq chaos tools")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_check_command(commands)
+    add_commands(commands)
     return parser
 
 
-def _add_check_command(commands: Any) -> None:
+def add_commands(commands: Any) -> None:
+    """Add `list`, `run` and `check` to a subparsers object (here, or under `railmq chaos`)."""
+    add_list_command(commands)
+    add_run_command(commands)
+    add_check_command(commands)
+
+
+def add_list_command(commands: Any) -> None:
+    listing = commands.add_parser("list", help="the named chaos scenarios")
+    listing.set_defaults(handler=run_list)
+
+
+def add_run_command(commands: Any) -> None:
+    run = commands.add_parser("run", help="run a scenario on a real cluster and report what broke")
+    run.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `list`)")
+    run.add_argument("--seed", type=_non_negative_int, default=1, metavar="N",
+                     help="drives every random choice: the same seed replays the same schedule (default 1)")
+    run.add_argument("--duration", type=_positive_float, default=20.0, metavar="SECONDS",
+                     help="length of the fault phase (default 20)")
+    run.add_argument("--report", metavar="DIR", default=None,
+                     help="report folder (default chaos-reports/<scenario>-seed<N>-<time>)")
+    run.add_argument("--recovery-window", type=_non_negative_float, default=RECOVERY_WINDOW_S, metavar="SECONDS",
+                     help=f"how long the healed cluster gets to converge (default {RECOVERY_WINDOW_S:g})")
+    run.add_argument("--json", action="store_true", help="print summary.json instead of the tables")
+    run.set_defaults(handler=run_run)
+
+
+def add_check_command(commands: Any) -> None:
     check = commands.add_parser("check", help="judge a recorded history (docs/history.md)")
     check.add_argument("history", metavar="HISTORY", help="path of a JSON Lines history file")
     check.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     check.set_defaults(handler=run_check)
+
+
+def _parsed(kind: Callable[[str], Any], text: str, ok: Callable[[Any], bool], rule: str) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _parsed(int, text, lambda value: value >= 0, "zero or more")
+
+
+def _positive_float(text: str) -> float:
+    return _parsed(float, text, lambda value: 0 < value < float("inf"), "positive")
+
+
+def _non_negative_float(text: str) -> float:
+    return _parsed(float, text, lambda value: 0 <= value < float("inf"), "zero or more")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    table = Table(title="chaos scenarios")
+    for column in ("name", "loses data", "what it does"):
+        table.add_column(column)
+    for scenario in SCENARIOS.values():
+        table.add_row(scenario.name, "expected" if scenario.expect_loss else "never", escape(scenario.summary))
+    Console().print(table)
+    return EXIT_VALID
+
+
+def default_report_dir(scenario: str, seed: int, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return os.path.join("chaos-reports", f"{scenario}-seed{seed}-{stamp}")
+
+
+def run_run(args: argparse.Namespace) -> int:
+    try:
+        scenario = get_scenario(args.scenario)
+    except UnknownScenario as unknown:
+        print(f"error: {unknown}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    report_dir = args.report or default_report_dir(scenario.name, args.seed)
+    console = Console(stderr=args.json)
+    with ProgressDisplay(console, scenario.name, args.duration) as display:
+        outcome = run_scenario(scenario, seed=args.seed, duration_s=args.duration, report_dir=report_dir,
+                               recovery_window_s=args.recovery_window, on_progress=display.update)
+    if args.json:
+        print(json.dumps(outcome.summary, indent=2, default=str))
+    else:
+        render_terminal(outcome.result, outcome.run_info, console)
+        console.print(f"report: {escape(os.path.join(report_dir, 'report.html'))}", highlight=False)
+    return EXIT_VALID if outcome.result.valid else EXIT_VIOLATION
+
+
+class ProgressDisplay:
+    """A rich progress bar over the fault phase, then the run's later phases as its description."""
+
+    def __init__(self, console: Console, scenario: str, duration_s: float) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[acknowledged]:>7,} acked  {task.fields[faults]:>3} faults"),
+                                 console=console, transient=False)
+        self.task = self.progress.add_task(f"{scenario}: starting", total=duration_s, acknowledged=0, faults=0)
+        self.scenario = scenario
+
+    def __enter__(self) -> "ProgressDisplay":
+        self.progress.start()
+        return self
+
+    def update(self, state: RunProgress) -> None:
+        self.progress.update(self.task, completed=state.elapsed_s, description=f"{self.scenario}: {state.phase}",
+                             acknowledged=state.acknowledged, faults=state.faults)
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
 
 
 def run_check(args: argparse.Namespace) -> int:
