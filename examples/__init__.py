@@ -1,0 +1,1 @@
+"""Runnable examples of railmq features (`python -m examples.<name>`)."""
