@@ -44,6 +44,8 @@ from railmq.dlq import (
 from railmq.records import ConsumerRecord
 
 INSPECT_LIMIT_DEFAULT = 20
+# What `letter_to_dict` takes from `record_to_dict` of the source record: its data, encoded.
+_RECORD_FIELDS = ("key", "key_encoding", "value", "value_encoding", "headers")
 # A table cell shows this much of a value or an error; --json shows everything.
 CELL_CHARS_MAX = 60
 
@@ -65,15 +67,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     reading.add_argument("--json", action="store_true", help="one JSON object per dead letter")
     add_cluster_arguments(reading)
     reading.set_defaults(handler=run_inspect)
-    moving = actions.add_parser("redrive", help="move dead letters back to their source topic at a bounded rate")
+    moving = actions.add_parser("redrive", help="move dead letters back to their source at a bounded rate")
     moving.add_argument("topic", metavar="TOPIC", help="the dead-letter topic")
     moving.add_argument("--to", dest="to_topic", metavar="TOPIC",
                         help="move them here instead of to each record's source topic")
-    moving.add_argument("--rate", type=positive_int, default=100, metavar="N", help="at most N messages a second")
+    moving.add_argument("--rate", type=positive_int, default=100, metavar="N",
+                        help="at most N messages a second (default 100)")
     moving.add_argument("--max", dest="max_messages", type=positive_int, default=None, metavar="N",
                         help="stop after N messages")
     moving.add_argument("--group", default=DEFAULT_REDRIVE_GROUP, metavar="G",
-                        help=f"the group that remembers how far redrives got (default {DEFAULT_REDRIVE_GROUP})")
+                        help=f"the group that remembers how far redrives got "
+                             f"(default {DEFAULT_REDRIVE_GROUP})")
     add_cluster_arguments(moving)
     moving.set_defaults(handler=run_redrive, parser=moving)
 
@@ -121,7 +125,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     letters = inspect(args.bootstrap, args.topic, args.limit, args.from_offset, partition=args.partition,
                       timeout_ms=args.request_timeout_ms)
     if args.json:
-        sys.stdout.write("".join(json.dumps(letter_to_dict(letter), ensure_ascii=False) + "\n" for letter in letters))
+        lines = [json.dumps(letter_to_dict(letter), ensure_ascii=False) + "\n" for letter in letters]
+        sys.stdout.write("".join(lines))
     else:
         Console().print(letters_table(args.topic, letters) if letters else f"no dead letters in {args.topic}")
     return EXIT_OK
@@ -131,8 +136,7 @@ def letter_to_dict(letter: DeadLetter) -> dict:
     """The dead letter as JSON-ready data: where it is, why it is there, and the source record
     (key, value and headers encoded as `railmq consume --json` encodes them)."""
     source = ConsumerRecord(timestamp_ms=letter.source_timestamp_ms, key=letter.key, value=letter.value,
-                            headers=letter.headers, topic=letter.source_topic, partition=letter.source_partition,
-                            offset=letter.source_offset)
+                            headers=letter.headers)
     record = record_to_dict(source)
     return {
         "topic": letter.topic, "partition": letter.partition, "offset": letter.offset,
@@ -141,17 +145,21 @@ def letter_to_dict(letter: DeadLetter) -> dict:
         "attempts": letter.attempts, "last_error": letter.last_error,
         "source_timestamp_ms": letter.source_timestamp_ms, "first_delivery_ms": letter.first_delivery_ms,
         "dead_lettered_ms": letter.dead_lettered_ms, "malformed": letter.malformed,
-        **{name: value for name, value in record.items() if name not in ("topic", "partition", "offset", "timestamp")},
+        **{name: value for name, value in record.items() if name in _RECORD_FIELDS},
     }
 
 
 def letters_table(topic: str, letters: list[DeadLetter]) -> Table:
     table = Table(title=f"dead letters in {topic}", title_justify="left")
-    for column in ("at", "source", "group", "reason", "attempts", "last error", "dead-lettered", "key", "value"):
+    for column in ("at", "source", "group", "reason", "attempts", "last error", "dead-lettered", "key",
+                   "value"):
         table.add_column(column, justify="right" if column == "attempts" else "left")
     for letter in letters:
-        source = "-" if letter.malformed else f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset}"
-        reason = f"[bold red]not a dead letter: {_cut(letter.malformed)}[/]" if letter.malformed else letter.reason
+        if letter.malformed:
+            source, reason = "-", f"[bold red]not a dead letter: {_cut(letter.malformed)}[/]"
+        else:
+            source = f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset}"
+            reason = letter.reason
         table.add_row(f"{letter.partition}@{letter.offset}", source, letter.group or "-", reason,
                       str(letter.attempts) if letter.attempts >= 0 else "-", _cut(letter.last_error) or "-",
                       _when(letter.dead_lettered_ms), _shown(letter.key), _shown(letter.value))
@@ -161,7 +169,8 @@ def letters_table(topic: str, letters: list[DeadLetter]) -> Table:
 def _when(timestamp_ms: int) -> str:
     if timestamp_ms < 0:
         return "-"
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def _shown(data: bytes | None) -> str:
@@ -183,7 +192,8 @@ def _cut(text: str) -> str:
 @reporting_errors
 def run_redrive(args: argparse.Namespace) -> int:
     if args.to_topic == args.topic:
-        raise UsageError(args.parser, "--to names the dead-letter topic itself; records would go round in circles")
+        raise UsageError(args.parser,
+                         "--to names the dead-letter topic itself; records would go round in circles")
     progress = Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
     with progress:
         task = progress.add_task(f"redriving {args.topic}", total=None)
@@ -191,8 +201,8 @@ def run_redrive(args: argparse.Namespace) -> int:
         def show(moved: int, remaining: int) -> None:
             progress.update(task, completed=moved, total=moved + remaining)
         result = redrive(args.bootstrap, args.topic, to_topic=args.to_topic, rate_per_s=args.rate,
-                         max_messages=args.max_messages, group=args.group, request_timeout_ms=args.request_timeout_ms,
-                         on_progress=show)
+                         max_messages=args.max_messages, group=args.group,
+                         request_timeout_ms=args.request_timeout_ms, on_progress=show)
     console = Console()
     console.print(redrive_summary(result))
     if result.by_destination:

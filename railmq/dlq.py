@@ -24,7 +24,7 @@ removes it; `pending` says how many the redrive group has not moved yet.
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import msgspec
 
@@ -33,6 +33,7 @@ from actors.messages import ListOffsetsResponse
 from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.lag import GroupAdminClient
+from railmq.producer import Producer
 from railmq.records import ConsumerRecord, TopicPartition
 
 DLQ_SUFFIX = ".dlq"
@@ -98,8 +99,9 @@ class DeadLetter(msgspec.Struct, kw_only=True):
         if reason not in REASONS:
             raise ValueError(f"reason must be one of {', '.join(REASONS)}, not {reason!r}")
         return cls(source_topic=record.topic, source_partition=record.partition, source_offset=record.offset,
-                   group=group, attempts=attempts, reason=reason, last_error=last_error[:LAST_ERROR_CHARS_MAX],
-                   source_timestamp_ms=record.timestamp_ms, first_delivery_ms=first_delivery_ms,
+                   group=group, attempts=attempts, reason=reason,
+                   last_error=last_error[:LAST_ERROR_CHARS_MAX], source_timestamp_ms=record.timestamp_ms,
+                   first_delivery_ms=first_delivery_ms,
                    dead_lettered_ms=dead_lettered_ms, key=record.key, value=record.value,
                    headers=list(record.headers or []))
 
@@ -123,8 +125,8 @@ class DeadLetter(msgspec.Struct, kw_only=True):
                 fields[field] = _decode(raw, kind, name)
             except ValueError as error:
                 if strict:
-                    raise MalformedDeadLetter(
-                        f"{record.topic}/{record.partition}@{record.offset} is not a dead letter: {error}") from None
+                    where = f"{record.topic}/{record.partition}@{record.offset}"
+                    raise MalformedDeadLetter(f"{where} is not a dead letter: {error}") from None
                 problems.append(str(error))
                 fields[field] = "" if kind is str else -1
         return cls(**fields, key=record.key, value=record.value, headers=original, topic=record.topic,
@@ -134,7 +136,8 @@ class DeadLetter(msgspec.Struct, kw_only=True):
 _FIELDS = (
     (HEADER_SOURCE_TOPIC, "source_topic", str), (HEADER_SOURCE_PARTITION, "source_partition", int),
     (HEADER_SOURCE_OFFSET, "source_offset", int), (HEADER_GROUP, "group", str),
-    (HEADER_ATTEMPTS, "attempts", int), (HEADER_REASON, "reason", str), (HEADER_LAST_ERROR, "last_error", str),
+    (HEADER_ATTEMPTS, "attempts", int), (HEADER_REASON, "reason", str),
+    (HEADER_LAST_ERROR, "last_error", str),
     (HEADER_SOURCE_TIMESTAMP_MS, "source_timestamp_ms", int),
     (HEADER_FIRST_DELIVERY_MS, "first_delivery_ms", int), (HEADER_DEAD_LETTERED_MS, "dead_lettered_ms", int),
 )
@@ -160,7 +163,8 @@ def _decode(raw: bytes | None, kind: type, name: str) -> str | int:
         text = raw.decode("utf-8")
         return int(text) if kind is int else text
     except (UnicodeDecodeError, ValueError):
-        raise ValueError(f"header {name} is not {'a decimal number' if kind is int else 'UTF-8'}: {raw[:40]!r}")
+        expected = "a decimal number" if kind is int else "UTF-8"
+        raise ValueError(f"header {name} is not {expected}: {raw[:40]!r}") from None
 
 
 # --------------------------------------------------------------------------- topics
@@ -192,7 +196,8 @@ def partition_bounds(admin: Admin, topic: str) -> list[ListOffsetsResponse]:
 
 
 def dlq_depth(admin: Admin, topic: str) -> int:
-    return sum(max(0, bounds.high_watermark - bounds.log_start_offset) for bounds in partition_bounds(admin, topic))
+    return sum(max(0, bounds.high_watermark - bounds.log_start_offset)
+               for bounds in partition_bounds(admin, topic))
 
 
 def describe_dead_letter_topic(admin: Admin, topic: str, *,
@@ -204,11 +209,12 @@ def describe_dead_letter_topic(admin: Admin, topic: str, *,
         start, end = offsets.log_start_offset, offsets.high_watermark
         depth += max(0, end - start)
         pending += max(0, end - max(start, moved.get(partition, start)))
-    return DeadLetterTopicInfo(topic=topic, source_topic=topic.removesuffix(DLQ_SUFFIX), partitions=len(bounds),
-                               depth=depth, pending=pending)
+    return DeadLetterTopicInfo(topic=topic, source_topic=topic.removesuffix(DLQ_SUFFIX),
+                               partitions=len(bounds), depth=depth, pending=pending)
 
 
-def list_dead_letter_topics(admin: Admin, *, redrive_group: str = DEFAULT_REDRIVE_GROUP) -> list[DeadLetterTopicInfo]:
+def list_dead_letter_topics(admin: Admin, *,
+                            redrive_group: str = DEFAULT_REDRIVE_GROUP) -> list[DeadLetterTopicInfo]:
     """Every topic named `*.dlq`, with its depth."""
     names = sorted(name for name in admin.list_topics() if is_dead_letter_topic(name))
     return [describe_dead_letter_topic(admin, name, redrive_group=redrive_group) for name in names]
@@ -257,23 +263,22 @@ def inspect(bootstrap: str, dlq_topic: str, limit: int = 20, from_offset: int = 
 
 def read_range(consumer: Consumer, tp: TopicPartition, start: int, end: int, count_max: int,
                timeout_ms: int) -> list[ConsumerRecord]:
-    """Records of one partition in [start, end), at most `count_max`, with an assigned consumer."""
+    """Records of one partition in [start, end), at most `count_max`, with a consumer of no group."""
     if start >= end or count_max <= 0:
         return []
     consumer.assign([tp])
     consumer.seek(tp, start)
     records: list[ConsumerRecord] = []
     deadline = time.monotonic() + timeout_ms / 1000
-    while len(records) < count_max:
-        batch = [record for record in consumer.poll(100, max_records=count_max - len(records)) if record.offset < end]
+    while len(records) < count_max and consumer.position(tp) < end:
+        batch = [record for record in consumer.poll(100, max_records=count_max - len(records))
+                 if record.offset < end]
         records += batch
-        if records and records[-1].offset >= end - 1:
-            break
-        if not batch and time.monotonic() > deadline:
-            raise RailmqError(ErrorCode.REQUEST_TIMED_OUT,
-                              f"{tp.topic}/{tp.partition} gave no record between {start} and {end} in time")
         if batch:
             deadline = time.monotonic() + timeout_ms / 1000
+        elif time.monotonic() > deadline:
+            raise RailmqError(ErrorCode.REQUEST_TIMED_OUT,
+                              f"{tp.topic}/{tp.partition} gave no record between {start} and {end} in time")
     return records
 
 
@@ -343,7 +348,8 @@ def redrive_destination(record: ConsumerRecord, to_topic: str | None) -> tuple[s
         topic = str(_decode(found.get(HEADER_SOURCE_TOPIC), str, HEADER_SOURCE_TOPIC))
         partition = int(_decode(found.get(HEADER_SOURCE_PARTITION), int, HEADER_SOURCE_PARTITION))
     except ValueError as error:
-        raise MalformedDeadLetter(f"{where} names no source to go back to ({error}); give a destination topic")
+        raise MalformedDeadLetter(
+            f"{where} names no source to go back to ({error}); give a destination topic") from None
     if topic == record.topic:
         raise MalformedDeadLetter(f"{where} names its own DLQ topic as its source")
     return topic, partition
@@ -360,9 +366,11 @@ class RedriveOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def redrive(bootstrap: str, dlq_topic: str, *, to_topic: str | None = None, rate_per_s: float = 100.0,
-            max_messages: int | None = None, group: str = DEFAULT_REDRIVE_GROUP, idle_timeout_ms: int = 10_000,
-            request_timeout_ms: int = 10_000, on_progress=None, clock=time.monotonic,
-            sleep=time.sleep) -> RedriveResult:
+            max_messages: int | None = None, group: str = DEFAULT_REDRIVE_GROUP,
+            idle_timeout_ms: int = 10_000, request_timeout_ms: int = 10_000,
+            on_progress: Callable[[int, int], None] | None = None,
+            clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> RedriveResult:
     """Move dead letters back to their source topics (or to `to_topic`), at most `rate_per_s`.
 
     Like SQS's message move task: the records are copied with their key, value and original
@@ -386,13 +394,12 @@ def redrive(bootstrap: str, dlq_topic: str, *, to_topic: str | None = None, rate
                         max_poll_records=burst_for(rate_per_s), request_timeout_ms=request_timeout_ms,
                         client_id="railmq-redrive")
     try:
-        from railmq.producer import Producer
-
         # A client id of its own: two clients of one process with the same id share socket
         # routing ids, and the coordinator's replies reach only one of them.
         with Producer(bootstrap, acks="all", idempotent=True, max_block_ms=request_timeout_ms,
                       client_id="railmq-redrive-producer") as producer:
-            consumer.subscribe([dlq_topic], on_assign=lambda partitions: start_at_committed(consumer, partitions))
+            consumer.subscribe([dlq_topic],
+                               on_assign=lambda partitions: start_at_committed(consumer, partitions))
             return _Redrive(options, consumer, producer, ends, clock, sleep, on_progress).run()
     finally:
         consumer.close()
@@ -408,7 +415,8 @@ def _check_redrive(admin: Admin, options: RedriveOptions) -> dict[int, int]:
         raise ValueError("a redrive moves records out of the DLQ topic, not back into it")
     if options.to_topic is not None:
         admin.describe_topic(options.to_topic)  # UNKNOWN_TOPIC_OR_PARTITION before anything moves
-    return {partition: bounds.high_watermark for partition, bounds in enumerate(partition_bounds(admin, options.dlq_topic))}
+    bounds = partition_bounds(admin, options.dlq_topic)
+    return {partition: offsets.high_watermark for partition, offsets in enumerate(bounds)}
 
 
 def start_at_committed(consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -423,8 +431,9 @@ def start_at_committed(consumer: Consumer, partitions: list[TopicPartition]) -> 
 class _Redrive:
     """The poll → wait for tokens → send → wait for acks → commit loop."""
 
-    def __init__(self, options: RedriveOptions, consumer: Consumer, producer, ends: dict[int, int],
-                 clock, sleep, on_progress) -> None:
+    def __init__(self, options: RedriveOptions, consumer: Consumer, producer: Producer, ends: dict[int, int],
+                 clock: Callable[[], float], sleep: Callable[[float], None],
+                 on_progress: Callable[[int, int], None] | None) -> None:
         self.options = options
         self.consumer = consumer
         self.producer = producer
@@ -455,8 +464,9 @@ class _Redrive:
             idle_since_s = self.clock()
             if self.on_progress is not None:
                 self.on_progress(self.moved, self._remaining())
-        return RedriveResult(dlq_topic=self.options.dlq_topic, moved=self.moved, by_destination=self.by_destination,
-                             remaining=self._remaining(), stopped=stopped, elapsed_s=self.clock() - started_s)
+        return RedriveResult(dlq_topic=self.options.dlq_topic, moved=self.moved,
+                             by_destination=self.by_destination, remaining=self._remaining(), stopped=stopped,
+                             elapsed_s=self.clock() - started_s)
 
     def _stop_reason(self) -> str | None:
         if self.options.max_messages is not None and self.moved >= self.options.max_messages:

@@ -83,7 +83,8 @@ class IdempotentStore:
     def __init__(self, path: str, *, message_id: MessageId = offset_message_id, synchronous: str = "FULL",
                  busy_timeout_ms: int = 5_000, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         if synchronous not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
+                             f"not {synchronous!r}")
         self.path = path
         self.message_id = message_id
         self.clock_ms = clock_ms
@@ -97,7 +98,8 @@ class IdempotentStore:
         with self.transaction() as connection:
             connection.execute(f"CREATE TABLE IF NOT EXISTS {IDS_TABLE} "
                                "(message_id TEXT PRIMARY KEY, processed_ms INTEGER NOT NULL)")
-            connection.execute(f"CREATE INDEX IF NOT EXISTS {IDS_TABLE}_by_time ON {IDS_TABLE} (processed_ms)")
+            connection.execute(f"CREATE INDEX IF NOT EXISTS {IDS_TABLE}_by_time "
+                               f"ON {IDS_TABLE} (processed_ms)")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -113,7 +115,8 @@ class IdempotentStore:
                 try:
                     yield self.connection
                     if not self.connection.in_transaction:
-                        raise TransactionEnded("the transaction was ended inside the block; the store commits it")
+                        raise TransactionEnded("the transaction was ended inside the block; "
+                                               "the store commits it")
                     self.connection.execute("COMMIT")
                 except BaseException:
                     if self.connection.in_transaction:
@@ -127,7 +130,8 @@ class IdempotentStore:
         True if it was applied now, False if it was skipped as a redelivery."""
         message_id = self.message_id(record)
         if not isinstance(message_id, str) or not 0 < len(message_id) <= MESSAGE_ID_CHARS_MAX:
-            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_CHARS_MAX} characters, got {message_id!r}")
+            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_CHARS_MAX} characters, "
+                             f"got {message_id!r}")
         with self.transaction() as connection:
             if self._seen(connection, message_id):
                 return False

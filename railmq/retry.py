@@ -66,7 +66,8 @@ class RetryPolicy:
         if not 1 <= self.attempts <= RETRY_ATTEMPTS_MAX:
             raise ValueError(f"attempts must be 1..{RETRY_ATTEMPTS_MAX}, not {self.attempts}")
         if self.backoff_ms < 0 or self.backoff_max_ms < self.backoff_ms:
-            raise ValueError(f"need 0 <= backoff_ms <= backoff_max_ms, got {self.backoff_ms} and {self.backoff_max_ms}")
+            raise ValueError(f"need 0 <= backoff_ms <= backoff_max_ms, got {self.backoff_ms} "
+                             f"and {self.backoff_max_ms}")
         if self.multiplier < 1:
             raise ValueError(f"the multiplier must be at least 1, not {self.multiplier}")
         if not 0 <= self.jitter <= 1:
@@ -100,8 +101,8 @@ class RetryPolicy:
         worst_ms = max_poll_records * (self.retry_budget_ms() + self.attempts * handler_time_max_ms)
         if worst_ms >= max_poll_interval_ms:
             raise ValueError(
-                f"{max_poll_records} failing records could take {worst_ms} ms between two polls, but the group "
-                f"evicts a member after max_poll_interval_ms={max_poll_interval_ms}: raise it, lower "
+                f"{max_poll_records} failing records could take {worst_ms} ms between two polls, but the "
+                f"group evicts a member after max_poll_interval_ms={max_poll_interval_ms}: raise it, lower "
                 f"max_poll_records, or shorten the retry budget ({self.retry_budget_ms()} ms per record)")
 
 
@@ -121,9 +122,9 @@ class Outcome(msgspec.Struct, frozen=True):
 class RetryingHandler:
     """`handler(record)` with retries; a record that keeps failing goes to the DLQ."""
 
-    def __init__(self, handler: Callable[[ConsumerRecord], Any], policy: RetryPolicy, dead_letters: "DeadLetterWriter",
-                 group: str, *, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], int] = wall_clock_ms,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, handler: Callable[[ConsumerRecord], Any], policy: RetryPolicy,
+                 dead_letters: "DeadLetterWriter", group: str, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], int] = wall_clock_ms, rng: random.Random | None = None) -> None:
         self.handler = handler
         self.policy = policy
         self.dead_letters = dead_letters
@@ -232,9 +233,11 @@ class DeadLetterWriter:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, bootstrap: str, topic_for: Callable[[str], str] = default_dlq_topic) -> "DeadLetterWriter":
+    def connect(cls, bootstrap: str,
+                topic_for: Callable[[str], str] = default_dlq_topic) -> "DeadLetterWriter":
         """A writer with a producer of its own (acks=all, idempotent), closed with the writer."""
-        writer = cls(Producer(bootstrap, acks="all", idempotent=True, client_id="railmq-dead-letters"), topic_for)
+        producer = Producer(bootstrap, acks="all", idempotent=True, client_id="railmq-dead-letters")
+        writer = cls(producer, topic_for)
         writer._owns_producer = True
         return writer
 

@@ -23,8 +23,8 @@ from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.dlq import (
     HEADER_ATTEMPTS, HEADER_GROUP, HEADER_REASON, HEADER_REDRIVEN_FROM, HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC, dlq_depth, inspect, list_dead_letter_topics, read_range, redrive,
-    start_at_committed,
+    HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC, dlq_depth, inspect, list_dead_letter_topics, read_range,
+    redrive, start_at_committed,
 )
 from railmq.producer import Producer
 from railmq.records import TopicPartition
@@ -47,7 +47,8 @@ def always_fails_on_poison(record) -> None:
         raise ValueError(f"cannot parse {record.value!r}")
 
 
-def consume_with_retries(bootstrap: str, topic: str, group: str, expected: int, timeout_s: float = 30) -> tuple:
+def consume_with_retries(bootstrap: str, topic: str, group: str, expected: int,
+                         timeout_s: float = 30) -> tuple:
     """Drain `topic` as one group member through a RetryingHandler, committing after each poll;
     returns ({(partition, offset): outcome status}, the group's committed offsets, the handler)."""
     policy = RetryPolicy(attempts=3, backoff_ms=10, backoff_max_ms=50)
@@ -86,14 +87,18 @@ def test_a_poison_record_is_dead_lettered_and_its_partition_keeps_draining(clust
     assert len(outcomes) == 20
     assert outcomes.pop((poison.partition, poison.offset)) == "dead-lettered"
     assert set(outcomes.values()) == {"handled"}
-    later_in_partition = [a for a in poisoned["acks"] if a.partition == poison.partition and a.offset > poison.offset]
-    assert later_in_partition and all(outcomes[(a.partition, a.offset)] == "handled" for a in later_in_partition)
+    later = [ack for ack in poisoned["acks"]
+             if ack.partition == poison.partition and ack.offset > poison.offset]
+    assert later and all(outcomes[(ack.partition, ack.offset)] == "handled" for ack in later), \
+        "the partition drained past the poison record"
     ends = {p: admin.list_offsets(topic, p, -1).high_watermark for p in range(2)}
-    assert {tp.partition: offset for tp, offset in poisoned["committed"].items()} == ends, "committed past the poison"
+    committed = {tp.partition: offset for tp, offset in poisoned["committed"].items()}
+    assert committed == ends, "the group committed past the poison record"
     assert (poisoned["handler"].retried, poisoned["handler"].dead_lettered) == (2, 1)
 
     dlq = admin.describe_topic(f"{topic}.dlq")
-    assert len(dlq.partitions) == 2 and all(len(p.replicas) == 2 for p in dlq.partitions), "shaped like its source"
+    assert len(dlq.partitions) == 2 and all(len(p.replicas) == 2 for p in dlq.partitions), \
+        "the DLQ topic is shaped like its source"
     with Consumer(cluster.bootstrap) as reader:
         [raw] = read_range(reader, TopicPartition(f"{topic}.dlq", poison.partition), 0, 1, 10, 10_000)
     assert (raw.key, raw.value) == (b"k1", POISON)
@@ -112,7 +117,8 @@ def test_depth_list_and_warning_lines_show_the_dead_letter(cluster, admin, poiso
     listed = {info.topic: info for info in list_dead_letter_topics(admin)}
     assert (listed[f"{topic}.dlq"].source_topic, listed[f"{topic}.dlq"].depth) == (topic, 1)
     [warning] = cli_dlq.dlq_warning(admin, [topic])
-    assert warning.startswith(f"warning: dead-letter topic {topic}.dlq holds 1 dead-lettered message (1 not redriven)")
+    assert warning.startswith(
+        f"warning: dead-letter topic {topic}.dlq holds 1 dead-lettered message (1 not redriven)")
     quiet, without = unique_name("quiet"), unique_name("without")
     for name in (quiet, f"{quiet}.dlq", without):
         admin.create_topic(name, partitions=1)
@@ -122,7 +128,8 @@ def test_depth_list_and_warning_lines_show_the_dead_letter(cluster, admin, poiso
 def test_inspect_shows_why_the_record_is_there(cluster, poisoned):
     topic, poison = poisoned["topic"], poisoned["poison"]
     [letter] = inspect(cluster.bootstrap, f"{topic}.dlq", limit=10)
-    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (topic, poison.partition, poison.offset)
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (
+        topic, poison.partition, poison.offset)
     assert (letter.reason, letter.attempts, letter.malformed) == ("retries-exhausted", 3, "")
     assert letter.last_error == repr(ValueError(f"cannot parse {POISON!r}"))
     assert letter.first_delivery_ms <= letter.dead_lettered_ms
@@ -135,7 +142,8 @@ def test_redrive_returns_the_record_to_its_source_partition_once(cluster, admin,
     before = admin.list_offsets(topic, poison.partition, -1).high_watermark
     group = unique_name("redrive")
     result = redrive(cluster.bootstrap, f"{topic}.dlq", group=group, rate_per_s=50)
-    assert (result.moved, result.by_destination, result.remaining, result.stopped) == (1, {topic: 1}, 0, "caught-up")
+    assert (result.moved, result.by_destination, result.remaining, result.stopped) == (
+        1, {topic: 1}, 0, "caught-up")
     with Consumer(cluster.bootstrap) as reader:
         [back] = read_range(reader, TopicPartition(topic, poison.partition), before, before + 1, 10, 10_000)
     assert (back.key, back.value) == (b"k1", POISON)
@@ -155,8 +163,8 @@ def dead_letters(bootstrap: str, source: str, count: int) -> str:
         for offset in range(count):
             record = ConsumerRecord(timestamp_ms=1, key=f"k{offset}".encode(), value=f"v{offset}".encode(),
                                     headers=None, topic=source, partition=0, offset=offset)
-            writer.write(DeadLetter.of_failure(record, group="g", reason="rejected", attempts=1, last_error="E()",
-                                               first_delivery_ms=1, dead_lettered_ms=2))
+            writer.write(DeadLetter.of_failure(record, group="g", reason="rejected", attempts=1,
+                                               last_error="E()", first_delivery_ms=1, dead_lettered_ms=2))
     return f"{source}.dlq"
 
 
@@ -240,7 +248,8 @@ def dlq_command(cluster, capsys, monkeypatch):
 
 def table_rows(text: str) -> list[list[str]]:
     """The cells of each row of a rich table."""
-    return [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in text.splitlines() if "│" in line]
+    rows = [line.strip().strip("│") for line in text.splitlines() if "│" in line]
+    return [[cell.strip() for cell in row.split("│")] for row in rows]
 
 
 def test_the_dlq_commands_list_inspect_and_redrive(cluster, admin, dlq_command, unique_name):
@@ -252,8 +261,9 @@ def test_the_dlq_commands_list_inspect_and_redrive(cluster, admin, dlq_command, 
     assert code == 0 and [dlq, source, "1", "3", "3"] in table_rows(out)
     code, out, _ = dlq_command("inspect", dlq, "--limit", "2", "--json")
     letters = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [(d["source_offset"], d["value"], d["reason"]) for d in letters] == [(0, "v0", "rejected"),
-                                                                                              (1, "v1", "rejected")]
+    assert code == 0
+    assert [(d["source_offset"], d["value"], d["reason"]) for d in letters] == [
+        (0, "v0", "rejected"), (1, "v1", "rejected")]
     code, out, _ = dlq_command("inspect", dlq)
     assert code == 0 and f"{source}/0@2" in out and "rejected" in out
     code, out, _ = dlq_command("redrive", dlq, "--to", destination, "--rate", "100")
@@ -266,7 +276,8 @@ def test_the_dlq_commands_report_errors_and_refuse_bad_flags(dlq_command, unique
     missing = unique_name("missing")
     code, _, err = dlq_command("inspect", f"{missing}.dlq")
     assert code == 1 and err.startswith("error: UNKNOWN_TOPIC_OR_PARTITION: ")
-    for flags in (["redrive", "x.dlq", "--rate", "0"], ["inspect", "x.dlq", "--limit", "many"], ["purge", "x.dlq"]):
+    bad = (["redrive", "x.dlq", "--rate", "0"], ["inspect", "x.dlq", "--limit", "many"], ["purge", "x.dlq"])
+    for flags in bad:
         with pytest.raises(SystemExit) as exited:
             dlq_command(*flags)
         assert exited.value.code == 2, flags

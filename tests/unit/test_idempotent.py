@@ -44,7 +44,8 @@ def open_store(tmp_path):
     def open_(**options) -> IdempotentStore:
         store = IdempotentStore(str(tmp_path / "consumer.db"), **options)
         with store.transaction() as connection:
-            connection.execute("CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, balance INTEGER)")
+            connection.execute("CREATE TABLE IF NOT EXISTS balances "
+                               "(account TEXT PRIMARY KEY, balance INTEGER)")
         stores.append(store)
         return store
 
@@ -161,7 +162,8 @@ def test_prune_works_in_bounded_batches(open_store):
     store = open_store(clock_ms=clock)
     rows = PRUNE_BATCH_ROWS_MAX + 5
     with store.transaction() as connection:
-        connection.executemany(f"INSERT INTO {IDS_TABLE} VALUES (?, ?)", ((f"id-{n}", 0) for n in range(rows)))
+        connection.executemany(f"INSERT INTO {IDS_TABLE} VALUES (?, ?)",
+                               ((f"id-{number}", 0) for number in range(rows)))
     assert store.prune(older_than_ms=1) == rows
     assert store.count() == 0
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from railmq.dlq import (
     HEADER_ATTEMPTS, HEADER_DEAD_LETTERED_MS, HEADER_FIRST_DELIVERY_MS, HEADER_GROUP, HEADER_LAST_ERROR,
-    HEADER_REASON, HEADER_REDRIVEN_FROM, HEADER_SOURCE_OFFSET, HEADER_SOURCE_PARTITION, HEADER_SOURCE_TIMESTAMP_MS,
-    HEADER_SOURCE_TOPIC, LAST_ERROR_CHARS_MAX, DeadLetter, MalformedDeadLetter, TokenBucket, burst_for,
-    redrive_destination, redriven_headers,
+    HEADER_REASON, HEADER_REDRIVEN_FROM, HEADER_SOURCE_OFFSET, HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TIMESTAMP_MS, HEADER_SOURCE_TOPIC, LAST_ERROR_CHARS_MAX, DeadLetter, MalformedDeadLetter,
+    TokenBucket, burst_for, redrive_destination, redriven_headers,
 )
 from railmq.producer import RecordMetadata
 from railmq.records import ConsumerRecord
@@ -25,7 +25,8 @@ from railmq.retry import DeadLetterFailed, RetryingHandler, RetryPolicy, retryin
 
 SHARED_HEADER_ORDER = [
     HEADER_SOURCE_TOPIC, HEADER_SOURCE_PARTITION, HEADER_SOURCE_OFFSET, HEADER_GROUP, HEADER_ATTEMPTS,
-    HEADER_REASON, HEADER_LAST_ERROR, HEADER_SOURCE_TIMESTAMP_MS, HEADER_FIRST_DELIVERY_MS, HEADER_DEAD_LETTERED_MS,
+    HEADER_REASON, HEADER_LAST_ERROR, HEADER_SOURCE_TIMESTAMP_MS, HEADER_FIRST_DELIVERY_MS,
+    HEADER_DEAD_LETTERED_MS,
 ]
 
 
@@ -121,7 +122,8 @@ def test_check_poll_interval_says_when_a_polls_worth_of_retries_outlasts_the_gro
     with pytest.raises(ValueError, match="max_poll_interval_ms=300000"):
         policy.check_poll_interval(max_poll_interval_ms=300_000, max_poll_records=500)
     with pytest.raises(ValueError):
-        policy.check_poll_interval(max_poll_interval_ms=300_000, max_poll_records=100, handler_time_max_ms=400)
+        policy.check_poll_interval(max_poll_interval_ms=300_000, max_poll_records=100,
+                                   handler_time_max_ms=400)
 
 
 # --------------------------------------------------------------------------- retrying handler
@@ -211,12 +213,14 @@ def failed_letter(**overrides) -> DeadLetter:
     fields = dict(group="billing", reason="retries-exhausted", attempts=5, last_error="ValueError('x')",
                   first_delivery_ms=1_500, dead_lettered_ms=2_500)
     fields.update(overrides)
-    return DeadLetter.of_failure(record(headers=[("trace", b"abc"), ("railmq.dlq.group", b"original")]), **fields)
+    source = record(headers=[("trace", b"abc"), ("railmq.dlq.group", b"original")])
+    return DeadLetter.of_failure(source, **fields)
 
 
 def as_dlq_record(letter: DeadLetter, offset: int = 0) -> ConsumerRecord:
-    return ConsumerRecord(timestamp_ms=3_000, key=letter.key, value=letter.value, headers=letter.record_headers(),
-                          topic="orders.dlq", partition=letter.source_partition, offset=offset)
+    return ConsumerRecord(timestamp_ms=3_000, key=letter.key, value=letter.value,
+                          headers=letter.record_headers(), topic="orders.dlq",
+                          partition=letter.source_partition, offset=offset)
 
 
 def test_dead_letter_headers_come_first_in_the_shared_order_then_the_original_headers():
@@ -234,10 +238,12 @@ def test_a_dead_letter_parses_back_to_what_was_written():
     letter = failed_letter()
     parsed = DeadLetter.parse(as_dlq_record(letter, offset=41))
     assert (parsed.topic, parsed.partition, parsed.offset, parsed.malformed) == ("orders.dlq", 2, 41, "")
-    for field in ("source_topic", "source_partition", "source_offset", "group", "attempts", "reason", "last_error",
-                  "source_timestamp_ms", "first_delivery_ms", "dead_lettered_ms", "key", "value", "headers"):
+    for field in ("source_topic", "source_partition", "source_offset", "group", "attempts", "reason",
+                  "last_error", "source_timestamp_ms", "first_delivery_ms", "dead_lettered_ms", "key",
+                  "value", "headers"):
         assert getattr(parsed, field) == getattr(letter, field), field
-    assert parsed.headers == [("trace", b"abc"), ("railmq.dlq.group", b"original")], "an original header keeps its place"
+    assert parsed.headers == [("trace", b"abc"), ("railmq.dlq.group", b"original")], \
+        "an original header with a dead-letter name keeps its place"
 
 
 def test_a_long_error_is_cut_and_an_unknown_reason_refused():
@@ -269,7 +275,8 @@ def test_redrive_goes_back_to_the_source_partition_or_to_the_topic_asked_for():
     dlq_record = as_dlq_record(failed_letter())
     assert redrive_destination(dlq_record, None) == ("orders", 2)
     assert redrive_destination(dlq_record, "orders-retry") == ("orders-retry", None)
-    no_source = ConsumerRecord(timestamp_ms=1, key=None, value=b"v", headers=[], topic="x.dlq", partition=0, offset=0)
+    no_source = ConsumerRecord(timestamp_ms=1, key=None, value=b"v", headers=[], topic="x.dlq", partition=0,
+                               offset=0)
     with pytest.raises(MalformedDeadLetter, match="names no source"):
         redrive_destination(no_source, None)
     assert redrive_destination(no_source, "x") == ("x", None)
