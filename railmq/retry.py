@@ -32,7 +32,7 @@ from typing import Any, Callable
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import TopicConfig, TopicMetadata
+from actors.messages import RefreshMetadata, TopicConfig, TopicMetadata
 from railmq.admin import Admin
 from railmq.dlq import REASON_REJECTED, REASON_RETRIES_EXHAUSTED, DeadLetter, default_dlq_topic
 from railmq.producer import Producer, RecordMetadata
@@ -44,6 +44,8 @@ RETRY_ATTEMPTS_MAX = 100
 DLQ_REPLICATION_FACTOR_MAX = 3
 # How long a dead-letter write may wait for every in-sync replica's acknowledgement.
 DEAD_LETTER_ACK_TIMEOUT_MS = 30_000
+# While a producer learns of a DLQ's new partitions, it is asked again this often.
+METADATA_RECHECK_S = 0.05
 
 
 def wall_clock_ms() -> int:
@@ -229,7 +231,8 @@ class DeadLetterWriter:
         self._admin = admin
         self._owns_admin = admin is None
         self._owns_producer = False
-        self._ready: set[tuple[str, str]] = set()  # (source, dlq) pairs checked: one per source topic
+        # (source, dlq) -> the DLQ's partition count when last checked: one entry per source topic.
+        self._partitions: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -246,27 +249,43 @@ class DeadLetterWriter:
         once every in-sync replica has it. Raises DeadLetterFailed otherwise."""
         topic = self.topic_for(letter.source_topic)
         try:
-            self._ensure_topic(letter.source_topic, topic)
+            self._ensure_topic(letter.source_topic, topic, letter.source_partition)
             future = self.producer.send(topic, letter.value, key=letter.key, headers=letter.record_headers(),
                                         partition=letter.source_partition)
             return future.result(self.ack_timeout_s)
         except RailmqError as error:
             with self._lock:
-                self._ready.discard((letter.source_topic, topic))  # look again next time: it may be gone
+                self._partitions.pop((letter.source_topic, topic), None)  # look again next time
             raise DeadLetterFailed(f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset} "
                                    f"could not be dead-lettered to {topic}: {error}", error.code) from error
         except TimeoutError as error:
             raise DeadLetterFailed(f"{topic} did not acknowledge a dead letter in time: {error}",
                                    ErrorCode.REQUEST_TIMED_OUT) from error
 
-    def _ensure_topic(self, source_topic: str, dlq_topic: str) -> None:
+    def _ensure_topic(self, source_topic: str, dlq_topic: str, partition: int) -> None:
+        """Create or grow the DLQ topic when it has no partition `partition` yet (the source grew)."""
         with self._lock:
-            if (source_topic, dlq_topic) in self._ready:
+            if self._partitions.get((source_topic, dlq_topic), 0) > partition:
                 return
             if self._admin is None:
                 self._admin = Admin(self.producer.bootstrap)
-            ensure_dead_letter_topic(self._admin, source_topic, dlq_topic)
-            self._ready.add((source_topic, dlq_topic))
+            count = len(ensure_dead_letter_topic(self._admin, source_topic, dlq_topic).partitions)
+            self._partitions[(source_topic, dlq_topic)] = count
+        if partition < count:
+            self._await_partition_count(dlq_topic, partition)
+
+    def _await_partition_count(self, dlq_topic: str, partition: int) -> None:
+        """Wait until the producer knows the DLQ has `partition`. A producer refreshes a topic's
+        metadata on its own only every few minutes and refuses a partition beyond the count it
+        knows, so a DLQ that just grew is asked for explicitly (Producer has no public call for
+        this; its engine takes the same RefreshMetadata command it sends itself)."""
+        deadline = time.monotonic() + self.ack_timeout_s
+        while self.producer.partitions_for(dlq_topic) <= partition:
+            if time.monotonic() > deadline:
+                raise RailmqError(ErrorCode.REQUEST_TIMED_OUT,
+                                  f"the producer did not learn that {dlq_topic} has partition {partition}")
+            self.producer._engine.submit(RefreshMetadata(topics=[dlq_topic]))
+            time.sleep(METADATA_RECHECK_S)
 
     def close(self) -> None:
         if self._owns_admin and self._admin is not None:

@@ -23,8 +23,8 @@ from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.dlq import (
     HEADER_ATTEMPTS, HEADER_GROUP, HEADER_REASON, HEADER_REDRIVEN_FROM, HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC, dlq_depth, inspect, list_dead_letter_topics, read_range,
-    redrive, start_at_committed,
+    HEADER_SOURCE_PARTITION, HEADER_SOURCE_TOPIC, MalformedDeadLetter, dlq_depth, inspect,
+    list_dead_letter_topics, read_range, redrive, start_at_committed,
 )
 from railmq.producer import Producer
 from railmq.records import TopicPartition
@@ -226,6 +226,45 @@ def test_a_killed_redrive_resumes_without_losing_a_record(cluster, admin, unique
     moved = origin_offsets(cluster.bootstrap, destination, dlq)
     assert sorted(set(moved)) == list(range(30)), "nothing lost"
     assert len(moved) - 30 <= 2, "at most the one unacknowledged batch (2 records at 20/s) twice"
+
+
+def test_the_dlq_topic_grows_with_its_source(cluster, admin, unique_name):
+    from railmq.dlq import DeadLetter
+    from railmq.records import ConsumerRecord
+
+    source = unique_name("growing")
+    admin.create_topic(source, partitions=1)
+    with DeadLetterWriter.connect(cluster.bootstrap) as writer:
+        for partition in (0, 2):
+            if partition == 2:
+                admin.create_partitions(source, 3)
+            record = ConsumerRecord(timestamp_ms=1, key=None, value=b"v", topic=source, partition=partition,
+                                    offset=0)
+            letter = DeadLetter.of_failure(record, group="g", reason="rejected", attempts=1, last_error="E()",
+                                           first_delivery_ms=1, dead_lettered_ms=2)
+            where = writer.write(letter)
+            assert (where.topic, where.partition) == (f"{source}.dlq", partition)
+    assert len(admin.describe_topic(f"{source}.dlq").partitions) == 3
+
+
+def test_redrive_stops_at_a_record_that_names_no_source_and_moves_it_when_told_where(cluster, admin,
+                                                                                    unique_name):
+    source, elsewhere = unique_name("src"), unique_name("elsewhere")
+    admin.create_topic(source, partitions=1)
+    admin.create_topic(elsewhere, partitions=1)
+    dlq = dead_letters(cluster.bootstrap, source, 2)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        producer.send(dlq, b"written by hand", partition=0).result(10)
+    dead_letters(cluster.bootstrap, source, 1)
+    [*_, stray, _] = inspect(cluster.bootstrap, dlq)
+    assert "source_topic is missing" in stray.malformed
+    group = unique_name("redrive")
+    with pytest.raises(MalformedDeadLetter, match=f"{dlq}/0@2 names no source"):
+        redrive(cluster.bootstrap, dlq, group=group)
+    assert admin.list_offsets(source, 0, -1).high_watermark == 2, "the two before it moved"
+    rest = redrive(cluster.bootstrap, dlq, to_topic=elsewhere, group=group)
+    assert (rest.moved, rest.stopped) == (2, "caught-up"), "it resumes at the stray record"
+    assert sorted(origin_offsets(cluster.bootstrap, elsewhere, dlq)) == [2, 3]
 
 
 # --------------------------------------------------------------------------- the command line

@@ -19,9 +19,9 @@ from railmq.dlq import (
     HEADER_SOURCE_TIMESTAMP_MS, HEADER_SOURCE_TOPIC, LAST_ERROR_CHARS_MAX, DeadLetter, MalformedDeadLetter,
     TokenBucket, burst_for, redrive_destination, redriven_headers,
 )
-from railmq.producer import RecordMetadata
+from railmq.producer import Producer, RecordMetadata
 from railmq.records import ConsumerRecord
-from railmq.retry import DeadLetterFailed, RetryingHandler, RetryPolicy, retrying_delivery
+from railmq.retry import DeadLetterFailed, DeadLetterWriter, RetryingHandler, RetryPolicy, retrying_delivery
 
 SHARED_HEADER_ORDER = [
     HEADER_SOURCE_TOPIC, HEADER_SOURCE_PARTITION, HEADER_SOURCE_OFFSET, HEADER_GROUP, HEADER_ATTEMPTS,
@@ -206,6 +206,15 @@ def test_retrying_delivery_wraps_a_member_delivery_per_unit():
     assert [letter.source_offset for letter in writer.letters] == [2, 3, 2]
 
 
+def test_a_dead_letter_writer_refuses_a_producer_that_does_not_wait_for_every_replica():
+    producer = Producer("tcp://127.0.0.1:9", acks=1)  # nothing listens: no request is ever sent
+    try:
+        with pytest.raises(ValueError, match="acks='all'"):
+            DeadLetterWriter(producer)
+    finally:
+        producer.close(timeout=5)
+
+
 # --------------------------------------------------------------------------- the dead-letter format
 
 
@@ -244,6 +253,23 @@ def test_a_dead_letter_parses_back_to_what_was_written():
         assert getattr(parsed, field) == getattr(letter, field), field
     assert parsed.headers == [("trace", b"abc"), ("railmq.dlq.group", b"original")], \
         "an original header with a dead-letter name keeps its place"
+
+
+def test_a_share_groups_dead_letter_reads_back_with_the_same_parser():
+    """The share-group coordinator (an actor: it cannot import railmq.dlq) writes the same format."""
+    from actors.share_partition import DeadLetterItem, dead_letter_headers
+
+    item = DeadLetterItem(group_id="workers", topic="orders", partition=1, offset=12, reason="max-attempts",
+                          attempts=5, last_error="timeout", first_delivery_ms=100, dead_lettered_ms=900)
+    headers = dead_letter_headers(item, source_timestamp_ms=50) + [("trace", b"abc")]
+    assert [name for name, _ in headers[:10]] == SHARED_HEADER_ORDER
+    parsed = DeadLetter.parse(ConsumerRecord(timestamp_ms=900, key=b"k", value=b"v", headers=headers,
+                                             topic="orders.dlq", partition=1, offset=0))
+    assert (parsed.source_topic, parsed.source_partition, parsed.source_offset, parsed.group) == (
+        "orders", 1, 12, "workers")
+    assert (parsed.reason, parsed.attempts, parsed.last_error) == ("max-attempts", 5, "timeout")
+    assert (parsed.source_timestamp_ms, parsed.first_delivery_ms, parsed.dead_lettered_ms) == (50, 100, 900)
+    assert parsed.headers == [("trace", b"abc")]
 
 
 def test_a_long_error_is_cut_and_an_unknown_reason_refused():
