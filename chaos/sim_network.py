@@ -2,9 +2,14 @@
 
 Every message between simulated actors goes through the real codec (encode to frames, decode
 on arrival), then through `Network.plan`, which decides from the seeded RNG whether the message
-is dropped, duplicated or delayed (random delays reorder messages, as real networks do) and
-whether a partition cuts the link. Partitions are sets of blocked (source, destination) host
-pairs, so one-way cuts are just one direction blocked.
+is dropped, duplicated or delayed, and whether a partition cuts the link. Partitions are sets of
+blocked (source, destination) host pairs, so one-way cuts are just one direction blocked.
+
+Ordering follows what railmq's transport gives: ZeroMQ over TCP keeps the messages of one link
+(one sender to one receiver) in order, so a slow message holds back those behind it on its link
+(head-of-line blocking), while messages on different links reorder freely. A duplicate arrives
+right behind its original. Protocols may rely on per-link order, as Kafka's do on TCP; they may
+not rely on anything else.
 
 Nothing here reads a real clock: `EventQueue.now_ns` moves only when an event is popped.
 """
@@ -59,12 +64,13 @@ class Network:
     faults: NetworkFaults = field(default_factory=NetworkFaults)
     blocked: set[tuple[str, str]] = field(default_factory=set)  # (source host, destination host)
     counters: dict[str, int] = field(default_factory=dict)
+    link_free_ns: dict[tuple[str, str], int] = field(default_factory=dict)  # per-link FIFO
 
     def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
 
-    def plan(self, source: str, destination: str) -> list[int]:
-        """Delays (ns) of the copies of one message that will arrive: [] when it is lost."""
+    def plan(self, source: str, destination: str, now_ns: int) -> list[int]:
+        """Arrival times (ns) of the copies of one message: [] when it is lost."""
         if (source, destination) in self.blocked:
             self.count("cut")
             return []
@@ -76,14 +82,14 @@ class Network:
         copies = 2 if faults.duplicate_probability and rng.random() < faults.duplicate_probability else 1
         if copies == 2:
             self.count("duplicated")
-        delays = []
-        for _ in range(copies):
-            delay_ms = rng.uniform(faults.delay_min_ms, faults.delay_max_ms)
-            if faults.slow_probability and rng.random() < faults.slow_probability:
-                delay_ms += rng.uniform(0, faults.slow_delay_ms)
-                self.count("slowed")
-            delays.append(int(delay_ms * MS))
-        return delays
+        delay_ms = rng.uniform(faults.delay_min_ms, faults.delay_max_ms)
+        if faults.slow_probability and rng.random() < faults.slow_probability:
+            delay_ms += rng.uniform(0, faults.slow_delay_ms)
+            self.count("slowed")
+        link = (source, destination)
+        arrival = max(now_ns + int(delay_ms * MS), self.link_free_ns.get(link, 0) + 1)
+        self.link_free_ns[link] = arrival + copies - 1
+        return [arrival + copy for copy in range(copies)]
 
     # ------------------------------------------------------------------ partitions
 

@@ -102,8 +102,10 @@ class ConsumerShell:
         self.sessions: dict[tuple[str, int], tuple[int, int]] = {}
         self.generation = -1
         self.member_id = ""
-        self.commits: dict[int, dict] = {}
+        self.commits: dict[int, dict] = {}  # at most one in flight: the history pairs results by process
         self.tokens = 0
+        self.commit_wanted = False
+        self.revoked_after_commit = False
 
     def start(self) -> list[Any]:
         return [ClientCommand(command="subscribe", arguments={"topics": [self.topic]})]
@@ -126,7 +128,7 @@ class ConsumerShell:
         self.history({"type": "ok", "f": "poll", "time_ns": now_ns, "process": self.name, "group": self.group,
                       "member": self.member_id, "generation": self.generation, "topic": topic,
                       "records": [[r.partition, r.offset, r.key.decode(), r.value.decode()] for r in records]})
-        return consumed
+        return consumed + self.commit(None, now_ns)  # processed: commit (at-least-once)
 
     def _on_position(self, payload: Any, now_ns: int) -> list[Any]:
         topic, partition, session, offset = payload
@@ -151,8 +153,18 @@ class ConsumerShell:
         return []
 
     def _on_revoke(self, payload: Any, now_ns: int) -> list[Any]:
+        """Commit what was processed of the revoked partitions, then let the rebalance go on
+        (a real shell commits synchronously in on_revoke before answering)."""
         partitions, lost = payload
-        commands = [] if lost else self.commit([tuple(tp) for tp in partitions], now_ns)
+        if lost:
+            for tp in partitions:
+                self.positions.pop(tuple(tp), None)
+            return [ClientCommand(command="revoked")]
+        if self.commits:
+            self.revoked_after_commit = True  # the commit in flight covers them: answer when it is done
+            self.pending_revocation = [tuple(tp) for tp in partitions]
+            return []
+        commands = self.commit([tuple(tp) for tp in partitions], now_ns)
         for tp in partitions:
             self.positions.pop(tuple(tp), None)
         return commands + [ClientCommand(command="revoked")]
@@ -170,9 +182,23 @@ class ConsumerShell:
                                       ErrorCode.FENCED_INSTANCE_ID, ErrorCode.REBALANCE_IN_PROGRESS)
             line.update(type="fail" if definite else "info", error=error.name)
         self.history(line)
-        return []
+        commands: list[Any] = []
+        if self.revoked_after_commit:
+            self.revoked_after_commit = False
+            partitions = self.pending_revocation
+            commands += self.commit(partitions, now_ns)
+            for tp in partitions:
+                self.positions.pop(tp, None)
+            commands.append(ClientCommand(command="revoked"))
+        elif self.commit_wanted:
+            self.commit_wanted = False
+            commands += self.commit(None, now_ns)
+        return commands
 
     def commit(self, partitions: list[tuple[str, int]] | None, now_ns: int) -> list[Any]:
+        if self.commits:
+            self.commit_wanted = True  # one commit at a time; the next covers the latest positions
+            return []
         wanted = partitions if partitions is not None else list(self.positions)
         offsets = {key: self.positions[key] for key in wanted if key in self.positions}
         if not offsets or self.generation < 0:
@@ -190,5 +216,6 @@ class ConsumerShell:
         for line in self.commits.values():
             self.history(dict(line, type="info", time_ns=now_ns, error="crashed"))
         self.commits.clear()
+        self.commit_wanted = self.revoked_after_commit = False
         self.positions.clear()
         self.sessions.clear()

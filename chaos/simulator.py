@@ -274,8 +274,8 @@ class Simulator:
             sender = host.endpoint
         if destination is None:
             return
-        for delay in self.network.plan(host.name, destination.name):
-            self.queue.push(self.now_ns + delay, "deliver",
+        for arrival in self.network.plan(host.name, destination.name, self.now_ns):
+            self.queue.push(arrival, "deliver",
                             (destination.name, to if isinstance(to, str) else destination.incarnation, sender, frames))
 
     def _deliver(self, name: str, target: Any, sender: Any, frames: list) -> None:

@@ -78,9 +78,13 @@ def iter_batches_in_file(handle: FileHandle, start_position: int, end_position: 
         position += header.size
 
 
+
+RECENT_STARTS_MAX = 256  # batch starts remembered per segment for reads at the tail
+
+
 class Segment:
     __slots__ = ("base_offset", "handle", "next_offset", "index", "refused", "synced_bytes", "created_ms",
-                 "batch_bytes_max")
+                 "batch_bytes_max", "recent_starts")
 
     def __init__(self, base_offset: int, handle: FileHandle, *, index_interval_bytes: int, created_ms: int,
                  batch_bytes_max: int) -> None:
@@ -92,6 +96,10 @@ class Segment:
         self.synced_bytes = 0
         self.created_ms = created_ms
         self.batch_bytes_max = batch_bytes_max
+        # Readers (followers, consumers, the simulator) ask for the batch that starts where their
+        # last read ended, almost always a recent one: remember where the latest batches start so
+        # those reads skip the header walk from the sparse index entry.
+        self.recent_starts: dict[int, tuple[int, BatchHeader]] = {}
 
     def __repr__(self) -> str:
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size_bytes} bytes)"
@@ -132,9 +140,14 @@ class Segment:
             self.handle.append(parts[0])
         else:
             self.handle.append_parts(parts)
+        recent = self.recent_starts
         for header in headers:
             self.index.add(position, header)
+            recent[header.base_offset] = (position, header)
             position += header.size
+        if len(recent) > RECENT_STARTS_MAX:
+            for offset in list(recent)[: len(recent) - RECENT_STARTS_MAX]:
+                del recent[offset]
         self.next_offset = headers[-1].next_offset
 
     # -- lookups ----------------------------------------------------------------------------
@@ -165,6 +178,9 @@ class Segment:
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the batch holding `offset`, or the first batch after it; None
         when the segment has nothing at or after `offset` outside refused ranges."""
+        recent = self.recent_starts.get(offset)
+        if recent is not None and not self.refused:
+            return recent
         for position, header in self.batches_from(self.index.floor_position(offset)):
             if header.next_offset > offset:
                 return position, header
@@ -194,6 +210,7 @@ class Segment:
             max_timestamp_ms = max(max_timestamp_ms, header.max_timestamp_ms)
             bytes_since_entry += header.size
         self.handle.truncate(position)
+        self.recent_starts = {offset: start for offset, start in self.recent_starts.items() if start[0] < position}
         self.index.truncate(position, max_timestamp_ms, bytes_since_entry)
         self.refused = [refused for refused in self.refused if refused.start_position < position]
         self.synced_bytes = min(self.synced_bytes, position)
