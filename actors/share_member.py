@@ -1,0 +1,549 @@
+"""A share-group member's client logic (KIP-932): membership, acquire, fetch and acknowledge.
+
+It runs in the I/O thread of `railmq.ShareConsumer` (transport/client_engine.py), as
+actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pure, fed `now_ns`
+(wall clock: lock deadlines are the coordinator's wall-clock times), bounded.
+
+- Membership: it finds the group coordinator through metadata, joins with ShareGroupHeartbeat and
+  heartbeats every `heartbeat_interval_ms` (or the coordinator's advice, if shorter). A new member
+  id starts a new *membership*: everything held under the old one is void (the coordinator
+  released those locks), so data still tagged with it is dropped by the shell.
+- Records: per partition, one acquire (a long poll at the coordinator) in flight while the member
+  holds fewer than `prefetch_records_max` locks (records buffered for `poll` and records the user
+  has not answered yet both count: a member busy with what it has does not take more, so what it
+  cannot handle in time stays with the others). The acquired offsets' bytes are fetched from the
+  partition leader with the ordinary FetchRequest and handed to the shell with the acquired
+  ranges, so it keeps only offsets this member holds.
+- Acknowledgements from the shell go to the coordinator per partition; their per-range results go
+  back as one answer. Closing releases every record still held, then leaves the group.
+
+Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
+partition, first, last, kind, delay_ms, error]]} with a token (0: no answer wanted); "close".
+Notifications: ("membership", (membership, member_id, settings)), ("share-records", (membership,
+topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms)), ("result", (token,
+value, error)), ("acknowledged", results of token-0 acknowledgements), ("fatal", error).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Notify, Send, SetTimer, Trace
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    AcquiredRecords, ClientCommand, ErrorResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
+    PeerDisconnected, ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
+    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, Stop,
+    TimerFired, TopicMetadata,
+)
+from storage.batch import iter_batches
+
+TICK_MS = 50
+RETRY_BACKOFF_MS = 100
+# After a peer's connection drops, metadata naming it is not trusted for this long: the cluster
+# coordinator keeps advertising a dead process's endpoint until its session runs out, and a
+# request sent there would wait out the whole request timeout.
+UNREACHABLE_MS = 3000
+# Errors after which the member cannot go on (its settings or the group id are wrong).
+FATAL = frozenset({ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_SESSION_TIMEOUT,
+                   ErrorCode.INVALID_REQUEST, ErrorCode.GROUP_ID_NOT_FOUND})
+
+
+class ShareMemberSettings(msgspec.Struct, frozen=True, kw_only=True):
+    group_id: str
+    client_id: str = "share-consumer"
+    group: ShareGroupSettings = ShareGroupSettings()  # proposed; the group's own come back on join
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    acquire_max_wait_ms: int = 500
+    prefetch_records_max: int = 500
+    fetch_partition_bytes_max: int = 4 * 1024 * 1024
+    request_timeout_ms: int = 30_000
+    metadata_refresh_ms: int = 5_000
+
+
+class Reader:
+    """One partition's acquire -> fetch pipeline."""
+
+    __slots__ = ("topic", "partition", "acquiring", "reserved", "to_fetch", "lock_deadline_ms", "fetching",
+                 "retry_at_ns")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.acquiring = 0  # correlation of the acquire in flight
+        self.reserved = 0  # records that acquire may bring (counted against the prefetch bound)
+        self.to_fetch: list[AcquiredRecords] = []  # acquired, bytes not fetched yet
+        self.lock_deadline_ms = 0
+        self.fetching = 0  # correlation of the fetch in flight
+        self.retry_at_ns = 0
+
+
+class Pending(NamedTuple):
+    kind: str  # "metadata" | "heartbeat" | "acquire" | "fetch" | "acknowledge" | "leave"
+    key: Any
+    endpoint: str
+    deadline_ns: int
+
+
+class AcknowledgeCall:
+    """Results collected for one "acknowledge" command across its per-partition requests."""
+
+    __slots__ = ("token", "waiting", "results")
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.waiting: set[int] = set()
+        self.results: list[list[Any]] = []  # [topic, partition, first, last, error, lock_deadline_ms]
+
+
+class ShareMember:
+    def __init__(self, *, bootstrap: str, settings: ShareMemberSettings, name: str = "share-consumer") -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.state = "unsubscribed"  # -> unjoined -> joining -> stable; closing; closed; failed
+        self.subscription: list[str] = []
+        self.topics: dict[str, TopicMetadata] = {}
+        self.coordinator = ""
+        self.member_id = ""
+        self.membership = 0
+        self.group_settings = settings.group
+        self.heartbeat_interval_ms = settings.heartbeat_interval_ms
+        self.last_heartbeat_ns = 0
+        self.heartbeat_in_flight = 0
+        self.readers: dict[tuple[str, int], Reader] = {}
+        self.held: dict[tuple[str, int], dict[int, int]] = {}  # offsets locked to us -> lock deadline (ms)
+        self.pending: dict[int, Pending] = {}
+        self.calls: dict[int, AcknowledgeCall] = {}
+        self.correlation = 0
+        self.metadata_correlation = 0
+        self.last_metadata_ns = 0
+        self.close_token = 0
+        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+
+    def start(self, now_ns: int) -> list[Effect]:
+        return [SetTimer("tick", now_ns + TICK_MS * MS)]
+
+    def invariants(self) -> None:
+        assert self.state != "stable" or self.member_id, "stable without a member id"
+        for reader in self.readers.values():
+            assert not (reader.acquiring and reader.to_fetch), "an acquire in flight before the last one was fetched"
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        match message:
+            case ClientCommand():
+                effects = self._on_command(message, now_ns)
+            case TimerFired(name="tick"):
+                effects = self._on_tick(now_ns)
+            case PeerDisconnected():
+                effects = self._on_disconnect(message.endpoint, now_ns)
+            case Stop():
+                return self._leave(now_ns) if self.state not in ("closed", "failed") else []
+            case MetadataResponse() | ShareGroupHeartbeatResponse() | ShareAcquireResponse() | FetchResponse() | \
+                    ShareAcknowledgeResponse() | ErrorResponse():
+                pending = self.pending.pop(message.correlation_id, None)
+                if pending is None:
+                    return []
+                effects = self._on_response(pending, message, now_ns)
+            case _:
+                return [Trace("share-member-unexpected", {"message": type(message).__name__})]
+        return effects + self._pump(now_ns)
+
+    def _on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
+        arguments = command.arguments
+        match command.command:
+            case "subscribe":
+                self.subscription = sorted(set(arguments["topics"]))
+                if self.state == "unsubscribed":
+                    self.state = "unjoined"
+                return self._request_metadata(now_ns, force=True)
+            case "acknowledge":
+                return self._acknowledge(command.token, arguments["acknowledgements"], now_ns)
+            case "close":
+                return self._close(command.token, now_ns)
+        return [Notify("result", (command.token, None, RailmqError(ErrorCode.INVALID_REQUEST,
+                                                                     f"unknown command {command.command!r}")))]
+
+    def _send(self, kind: str, key: Any, endpoint: str, message: Any, now_ns: int) -> Send:
+        self.correlation += 1
+        message = msgspec.structs.replace(message, correlation_id=self.correlation)
+        deadline = now_ns + self.settings.request_timeout_ms * MS
+        if kind == "acquire":
+            deadline += self.settings.acquire_max_wait_ms * MS
+        self.pending[self.correlation] = Pending(kind, key, endpoint, deadline)
+        return Send(endpoint, message)
+
+    def _on_response(self, pending: Pending, response: Any, now_ns: int) -> list[Effect]:
+        match pending.kind:
+            case "metadata":
+                return self._on_metadata(response, now_ns)
+            case "heartbeat" | "leave":
+                return self._on_heartbeat(pending, response, now_ns)
+            case "acquire":
+                return self._on_acquired(pending.key, response, now_ns)
+            case "fetch":
+                return self._on_fetched(pending.key, response, now_ns)
+            case "acknowledge":
+                return self._on_acknowledged(pending.key, response, now_ns)
+        raise AssertionError(f"{self.name}: a response to an unknown request kind {pending.kind!r}")
+
+    # ------------------------------------------------------------------ metadata and membership
+
+    def _request_metadata(self, now_ns: int, force: bool = False) -> list[Effect]:
+        if self.metadata_correlation or (not force and now_ns - self.last_metadata_ns < RETRY_BACKOFF_MS * MS):
+            return []
+        self.last_metadata_ns = now_ns
+        send = self._send("metadata", None, self.bootstrap,
+                          MetadataRequest(correlation_id=0, topics=list(self.subscription)), now_ns)
+        self.metadata_correlation = send.message.correlation_id
+        return [send]
+
+    def _on_metadata(self, response: Any, now_ns: int) -> list[Effect]:
+        self.metadata_correlation = 0
+        if not isinstance(response, MetadataResponse):
+            return []
+        for topic in response.topics:
+            if topic.error == ErrorCode.NONE:
+                self.topics[topic.name] = topic
+        endpoint = response.group_coordinator_endpoint
+        if endpoint and self._reachable(endpoint, now_ns):
+            self.coordinator = endpoint
+        return []
+
+    def _reachable(self, endpoint: str, now_ns: int) -> bool:
+        return self.unreachable.get(endpoint, 0) <= now_ns
+
+    def _heartbeat(self, now_ns: int) -> list[Effect]:
+        self.last_heartbeat_ns = now_ns
+        request = ShareGroupHeartbeatRequest(
+            correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+            client_id=self.settings.client_id, topics=list(self.subscription),
+            session_timeout_ms=self.settings.session_timeout_ms, settings=self.settings.group)
+        send = self._send("heartbeat", None, self.coordinator, request, now_ns)
+        self.heartbeat_in_flight = send.message.correlation_id
+        return [send]
+
+    def _on_heartbeat(self, pending: Pending, response: Any, now_ns: int) -> list[Effect]:
+        if pending.kind == "leave":
+            return self._closed(None)
+        self.heartbeat_in_flight = 0
+        if self.state in ("closing", "closed", "failed"):
+            return []
+        if response.error != ErrorCode.NONE:
+            return self._on_member_error(response.error, response.error_message, now_ns)
+        effects: list[Effect] = []
+        if response.member_id != self.member_id:
+            effects += self._new_membership(response.member_id, response.settings)
+        self.state = "stable"
+        advice = response.heartbeat_interval_ms or self.settings.heartbeat_interval_ms
+        self.heartbeat_interval_ms = min(self.settings.heartbeat_interval_ms, advice)
+        self._assign([tuple(tp) for tp in response.partitions])
+        return effects
+
+    def _new_membership(self, member_id: str, settings: ShareGroupSettings) -> list[Effect]:
+        """A new member id: what the old one held is gone (the coordinator released it)."""
+        self.member_id, self.group_settings = member_id, settings
+        self._void_membership()
+        return [Notify("membership", (self.membership, member_id, settings)),
+                Trace("share-member-joined", {"group": self.settings.group_id, "member": member_id})]
+
+    def _void_membership(self) -> None:
+        """Everything held under the previous member id is gone; records the shell still has from
+        it carry the old membership number and are dropped there."""
+        self.membership += 1
+        self.held.clear()
+        for reader in self.readers.values():
+            self._forget_reader_work(reader)
+
+    def holding(self) -> int:
+        """Locks held or asked for: the prefetch bound counts these."""
+        return sum(len(held) for held in self.held.values()) + sum(r.reserved for r in self.readers.values())
+
+    def _forget_reader_work(self, reader: Reader) -> None:
+        self.pending.pop(reader.acquiring, None)
+        self.pending.pop(reader.fetching, None)
+        reader.acquiring = reader.fetching = reader.reserved = 0
+        reader.to_fetch = []
+
+    def _assign(self, partitions: list[tuple[str, int]]) -> None:
+        for key in [key for key in self.readers if key not in set(partitions)]:
+            self._forget_reader_work(self.readers.pop(key))
+            self.held.pop(key, None)
+        for key in partitions:
+            if key not in self.readers:
+                self.readers[key] = Reader(*key)
+
+    def _on_member_error(self, code: int, text: str, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [Trace("share-member-error", {"error": code, "message": text, "state": self.state})]
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id, self.state = "", "unjoined"
+            self._void_membership()
+            return effects
+        if code in FATAL:
+            self.state = "failed"
+            return effects + [Notify("fatal", RailmqError(code, text))]
+        self._lose_coordinator()
+        return effects
+
+    def _lose_coordinator(self) -> None:
+        """Rediscover the coordinator (it may have restarted elsewhere); membership stays until
+        the coordinator says otherwise."""
+        self.coordinator = ""
+        if self.state in ("stable", "joining"):
+            self.state = "unjoined"
+
+    # ------------------------------------------------------------------ acquire and fetch
+
+    def _pump(self, now_ns: int) -> list[Effect]:
+        """Start whatever can start now: metadata, a heartbeat, acquires and fetches."""
+        if self.state in ("unsubscribed", "closing", "closed", "failed"):
+            return []
+        if not self.coordinator:
+            return self._request_metadata(now_ns)
+        effects: list[Effect] = []
+        due = now_ns - self.last_heartbeat_ns >= self.heartbeat_interval_ms * MS
+        if not self.heartbeat_in_flight and (self.state == "unjoined" or due):
+            if self.state == "unjoined":
+                self.state = "joining"
+            effects += self._heartbeat(now_ns)
+        if self.state != "stable":
+            return effects
+        share = max(1, self.settings.prefetch_records_max // max(1, len(self.readers)))
+        holding = self.holding()
+        for key in sorted(self.readers):
+            reader = self.readers[key]
+            if now_ns < reader.retry_at_ns:
+                continue
+            if reader.to_fetch and not reader.fetching:
+                effects += self._fetch(reader, now_ns)
+            elif not reader.to_fetch and not reader.acquiring:
+                room = self.settings.prefetch_records_max - holding
+                if room > 0:
+                    effects += self._acquire(reader, min(room, share), now_ns)
+                    holding += reader.reserved
+        return effects
+
+    def _acquire(self, reader: Reader, max_records: int, now_ns: int) -> list[Effect]:
+        request = ShareAcquireRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+                                      topic=reader.topic, partition=reader.partition, max_records=max_records,
+                                      max_wait_ms=self.settings.acquire_max_wait_ms)
+        send = self._send("acquire", (reader.topic, reader.partition), self.coordinator, request, now_ns)
+        reader.acquiring, reader.reserved = send.message.correlation_id, max_records
+        return [send]
+
+    def _on_acquired(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
+        reader = self.readers.get(key)
+        if reader is None:
+            return []
+        reader.acquiring = reader.reserved = 0
+        if response.error != ErrorCode.NONE:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            if response.error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR,
+                                  ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT):
+                return self._on_member_error(response.error, response.error_message, now_ns)
+            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "error": response.error})]
+        if not response.acquired:
+            return []
+        held = self.held.setdefault(key, {})
+        for acquired in response.acquired:
+            for offset in range(acquired.first_offset, acquired.last_offset + 1):
+                held[offset] = response.lock_deadline_ms
+        reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), response.lock_deadline_ms
+        return []
+
+    def _fetch(self, reader: Reader, now_ns: int) -> list[Effect]:
+        if now_ns // MS >= reader.lock_deadline_ms:
+            self._drop_unfetched(reader, reader.to_fetch)  # the locks expired before the bytes came
+            return []
+        metadata = self.topics.get(reader.topic)
+        if metadata is None or reader.partition >= len(metadata.partitions) or \
+                not self._reachable(metadata.partitions[reader.partition].leader_endpoint, now_ns) or \
+                not metadata.partitions[reader.partition].leader_endpoint:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return self._request_metadata(now_ns)
+        leader = metadata.partitions[reader.partition]
+        request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
+                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0, leader_epoch=leader.leader_epoch,
+                               max_bytes=self.settings.fetch_partition_bytes_max)
+        send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
+        reader.fetching = send.message.correlation_id
+        return [send]
+
+    def _on_fetched(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
+        reader = self.readers.get(key)
+        if reader is None:
+            return []
+        reader.fetching = 0
+        if response.error == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
+            gone = [r for r in reader.to_fetch if r.first_offset < response.log_start_offset
+                    or r.first_offset >= response.log_end_offset]
+            self._drop_unfetched(reader, gone)  # deleted or truncated away: nothing to deliver
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return []
+        if response.error != ErrorCode.NONE:
+            return self._leader_trouble(reader, now_ns)
+        end = reader.to_fetch[0].first_offset
+        for _, header in iter_batches(response.records, verify=False):
+            end = max(end, header.next_offset)
+        covered, rest = _split(reader.to_fetch, end)
+        if not covered:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS  # a new leader's high watermark lags behind
+            return []
+        reader.to_fetch = rest
+        ranges = [[r.first_offset, r.last_offset, r.delivery_count] for r in covered]
+        return [Notify("share-records", (self.membership, reader.topic, reader.partition, response.records, ranges,
+                                         reader.lock_deadline_ms))]
+
+    def _drop_unfetched(self, reader: Reader, dropped: list[AcquiredRecords]) -> None:
+        held = self.held.get((reader.topic, reader.partition), {})
+        for acquired in dropped:
+            for offset in range(acquired.first_offset, acquired.last_offset + 1):
+                held.pop(offset, None)
+        reader.to_fetch = [r for r in reader.to_fetch if r not in dropped]
+
+    def _leader_trouble(self, reader: Reader, now_ns: int) -> list[Effect]:
+        reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+        metadata = self.topics.get(reader.topic)
+        if metadata is not None and reader.partition < len(metadata.partitions):
+            metadata.partitions[reader.partition].leader_endpoint = ""
+        return self._request_metadata(now_ns, force=True)
+
+    # ------------------------------------------------------------------ acknowledge
+
+    def _acknowledge(self, token: int, entries: list[list[Any]], now_ns: int) -> list[Effect]:
+        call = AcknowledgeCall(token)
+        by_partition: dict[tuple[str, int], list[ShareAcknowledgement]] = {}
+        for topic, partition, first, last, kind, delay_ms, error in entries:
+            by_partition.setdefault((topic, partition), []).append(ShareAcknowledgement(
+                first_offset=first, last_offset=last, kind=kind, delay_ms=delay_ms, error=error))
+        effects: list[Effect] = []
+        for key, acknowledgements in sorted(by_partition.items()):
+            if not self.member_id or not self.coordinator:
+                code = ErrorCode.UNKNOWN_MEMBER_ID if not self.member_id else ErrorCode.COORDINATOR_NOT_AVAILABLE
+                call.results += [[*key, a.first_offset, a.last_offset, code, 0] for a in acknowledgements]
+                continue
+            held = self.held.get(key, {})
+            for acknowledgement in acknowledgements:
+                if acknowledgement.kind != "renew":
+                    for offset in range(acknowledgement.first_offset, acknowledgement.last_offset + 1):
+                        held.pop(offset, None)
+            request = ShareAcknowledgeRequest(correlation_id=0, group_id=self.settings.group_id,
+                                              member_id=self.member_id, topic=key[0], partition=key[1],
+                                              acknowledgements=acknowledgements)
+            send = self._send("acknowledge", (call, key, acknowledgements), self.coordinator, request, now_ns)
+            call.waiting.add(send.message.correlation_id)
+            effects.append(send)
+        return effects + self._answer_if_complete(call)
+
+    def _on_acknowledged(self, key: tuple, response: Any, now_ns: int) -> list[Effect]:
+        call, (topic, partition), acknowledgements = key
+        call.waiting.discard(response.correlation_id)
+        effects: list[Effect] = []
+        if response.error != ErrorCode.NONE or isinstance(response, ErrorResponse):
+            call.results += [[topic, partition, a.first_offset, a.last_offset, response.error, 0]
+                             for a in acknowledgements]
+            if response.error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT):
+                effects += self._on_member_error(response.error, response.error_message, now_ns)
+        else:
+            held = self.held.get((topic, partition), {})
+            for result in response.results:
+                call.results.append([topic, partition, result.first_offset, result.last_offset, result.error,
+                                     result.lock_deadline_ms])
+                if result.lock_deadline_ms and not result.error:
+                    for offset in range(result.first_offset, result.last_offset + 1):
+                        if offset in held:
+                            held[offset] = result.lock_deadline_ms
+        return effects + self._answer_if_complete(call)
+
+    def _answer_if_complete(self, call: AcknowledgeCall) -> list[Effect]:
+        if call.waiting:
+            return []
+        if call.token:
+            return [Notify("result", (call.token, call.results, None))]
+        return [Notify("acknowledged", call.results)] if call.results else []
+
+    # ------------------------------------------------------------------ closing
+
+    def _close(self, token: int, now_ns: int) -> list[Effect]:
+        """Release everything still held, then leave; the answer comes once the leave is answered."""
+        self.close_token = token
+        releases = [[topic, partition, first, last, "release", 0, ""]
+                    for (topic, partition), held in sorted(self.held.items())
+                    for first, last in _runs(sorted(held))]
+        effects = self._acknowledge(0, releases, now_ns) if releases else []
+        effects += self._leave(now_ns)
+        return effects if self.state == "closing" else effects + self._closed(None)
+
+    def _leave(self, now_ns: int) -> list[Effect]:
+        for reader in self.readers.values():
+            self._forget_reader_work(reader)
+        if not (self.member_id and self.coordinator):
+            self.state = "closed"
+            return []
+        self.state = "closing"
+        request = ShareGroupHeartbeatRequest(correlation_id=0, group_id=self.settings.group_id,
+                                             member_id=self.member_id, client_id=self.settings.client_id,
+                                             session_timeout_ms=self.settings.session_timeout_ms, leaving=True)
+        return [self._send("leave", None, self.coordinator, request, now_ns)]
+
+    def _closed(self, error: Any) -> list[Effect]:
+        self.state, self.member_id = "closed", ""
+        token, self.close_token = self.close_token, 0
+        return [Notify("result", (token, None, error))] if token else []
+
+    # ------------------------------------------------------------------ time and failures
+
+    def _on_tick(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_MS * MS)]
+        for correlation in [c for c, pending in self.pending.items() if pending.deadline_ns <= now_ns]:
+            effects += self._on_response(self.pending.pop(correlation), ErrorResponse(
+                correlation_id=correlation, error=ErrorCode.REQUEST_TIMED_OUT, error_message="no answer in time"), now_ns)
+        now_ms = now_ns // MS
+        for held in self.held.values():
+            for offset in [offset for offset, deadline in held.items() if deadline <= now_ms]:
+                del held[offset]  # the lock expired: the record is someone else's to take now
+        if self.state == "stable" and now_ns - self.last_metadata_ns > self.settings.metadata_refresh_ms * MS:
+            effects += self._request_metadata(now_ns)
+        return effects
+
+    def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
+        """A peer's process is gone: answers to what we sent it will never come."""
+        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
+        effects: list[Effect] = []
+        for correlation in [c for c, pending in self.pending.items() if pending.endpoint == endpoint]:
+            effects += self._on_response(self.pending.pop(correlation), ErrorResponse(
+                correlation_id=correlation, error=ErrorCode.NOT_COORDINATOR if endpoint == self.coordinator
+                else ErrorCode.NOT_LEADER, error_message=f"{endpoint} disconnected"), now_ns)
+        return effects
+
+
+def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecords], list[AcquiredRecords]]:
+    """The parts of `ranges` below `end`, and the rest."""
+    covered: list[AcquiredRecords] = []
+    rest: list[AcquiredRecords] = []
+    for acquired in ranges:
+        if acquired.last_offset < end:
+            covered.append(acquired)
+        elif acquired.first_offset >= end:
+            rest.append(acquired)
+        else:
+            covered.append(msgspec.structs.replace(acquired, last_offset=end - 1))
+            rest.append(msgspec.structs.replace(acquired, first_offset=end))
+    return covered, rest
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as (first, last) runs of consecutive offsets."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][1] == offset - 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs

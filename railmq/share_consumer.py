@@ -1,0 +1,367 @@
+"""`ShareConsumer`: a member of a share group (KIP-932) — queue semantics on a railmq topic.
+
+Every member of a share group reads every partition of its topics; the group coordinator locks
+each record to the member it hands it to, for the group's visibility timeout. A member answers
+each record:
+
+    records = consumer.poll(1000)
+    for record in records:                     # record.delivery_count: 1 on the first delivery
+        try:
+            handle(record)                     # not acknowledged: accepted by the next poll
+        except TemporaryError as error:
+            consumer.acknowledge(record, "release", delay_ms=5000, error=str(error))
+        except Poison as error:
+            consumer.acknowledge(record, "reject", error=str(error))   # dead-lettered now
+
+Implicit mode (KIP-932's default): records the previous poll returned and that were not
+acknowledged explicitly are accepted by the next `poll` (or by `commit`). Acknowledgements travel
+with the next poll, asynchronously, or at once with `commit()`, which waits and returns each
+record's outcome. A record whose lock expired (the handler took longer than the visibility
+timeout, and `renew` was not called) is redelivered, maybe to another member; this member's late
+answer is then refused with INVALID_RECORD_STATE and changes nothing. After
+`max_delivery_attempts` deliveries a record goes to the dead-letter topic (default
+`<topic>.dlq`). `close()` releases every record still held: call `commit()` first to accept
+the last poll's records.
+
+The I/O thread (transport/client_engine.py) runs actors/share_member.py; `poll` decodes the
+fetched batches here, in the caller's thread, keeping only offsets this member holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any, Iterable
+
+import msgspec
+
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import ClientCommand, ShareGroupSettings
+from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.records import ConsumerRecord
+from storage.batch import HEADER_SIZE, iter_batches
+from transport.client_engine import ClientEngine
+
+ACKNOWLEDGE_KINDS = ("accept", "release", "reject")
+# Outcomes of asynchronous acknowledgements kept for `acknowledgement_failures()`.
+FAILURES_KEPT_MAX = 10_000
+ANSWER_GRACE_S = 2.0
+# A member holds at most this many polls' worth of locks (records being handled, plus the next
+# batch fetched meanwhile, so handling and fetching overlap); more would only expire unhandled.
+PREFETCH_POLLS = 2
+
+
+class ShareRecord(ConsumerRecord):
+    """A record delivered to a share-group member: a ConsumerRecord plus how often it was delivered."""
+
+    delivery_count: int = 0
+    lock_deadline_ms: int = 0  # wall-clock time when this member's lock on it ends (see `renew`)
+
+
+_records_decoder = msgspec.msgpack.Decoder(list[ShareRecord])
+RecordKey = tuple[str, int, int]  # topic, partition, offset
+
+
+def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[list[int]], lock_deadline_ms: int,
+                    *, check_crcs: bool = True) -> list[ShareRecord]:
+    """The acquired offsets' records from fetched whole batches (each CRC checked), in offset order."""
+    counts = {offset: count for first, last, count in acquired for offset in range(first, last + 1)}
+    lowest, highest = min(counts), max(counts)
+    view = memoryview(batches)
+    out: list[ShareRecord] = []
+    for start, header in iter_batches(view, verify=check_crcs):
+        if header.is_control or header.last_offset < lowest or header.base_offset > highest:
+            continue
+        records = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
+        for index, record in enumerate(records):
+            count = counts.get(header.base_offset + index)
+            if count is None:
+                continue
+            record.timestamp_ms += header.first_timestamp_ms
+            record.topic, record.partition, record.offset = topic, partition, header.base_offset + index
+            record.delivery_count, record.lock_deadline_ms = count, lock_deadline_ms
+            out.append(record)
+    return out
+
+
+class ShareConsumer:
+    def __init__(self, bootstrap: str, group_id: str, *, visibility_timeout_ms: int = 30_000,
+                 max_delivery_attempts: int = 5, dead_letter_topic: str | None = None, max_poll_records: int = 500,
+                 session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
+                 client_id: str = "share-consumer", auto_offset_reset: str = "earliest",
+                 acquire_max_wait_ms: int = 500, request_timeout_ms: int = 30_000, check_crcs: bool = True) -> None:
+        if max_poll_records <= 0:
+            raise ValueError("max_poll_records must be positive")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be smaller than session_timeout_ms")
+        self.group_id = group_id
+        self.max_poll_records = max_poll_records
+        self.check_crcs = check_crcs
+        self.request_timeout_s = request_timeout_ms / 1000
+        group = ShareGroupSettings(visibility_timeout_ms=visibility_timeout_ms,
+                                   max_delivery_attempts=max_delivery_attempts,
+                                   dead_letter_topic=dead_letter_topic or "", auto_offset_reset=auto_offset_reset)
+        settings = ShareMemberSettings(
+            group_id=group_id, client_id=client_id, group=group, session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms, acquire_max_wait_ms=acquire_max_wait_ms,
+            prefetch_records_max=PREFETCH_POLLS * max_poll_records, request_timeout_ms=request_timeout_ms)
+        self._ready = threading.Condition()
+        self._chunks: deque = deque()
+        self._current: list[ShareRecord] = []
+        self._current_index = 0
+        self._current_chunk: tuple | None = None
+        self._delivered: dict[RecordKey, ShareRecord] = {}  # returned by poll, not acknowledged yet
+        self._acknowledgements: dict[RecordKey, tuple[str, int, str]] = {}  # explicit: kind, delay_ms, error
+        self._failures: deque = deque(maxlen=FAILURES_KEPT_MAX)
+        self._errors: deque = deque()
+        self._results: dict[int, list] = {}
+        self._tokens = itertools.count(1)
+        self._membership = 0
+        self._member_id = ""
+        self._group_settings = group
+        self._closed = False
+        self._actor = ShareMember(bootstrap=bootstrap, settings=settings, name=client_id)
+        self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify)
+        self._engine.start()
+
+    # ------------------------------------------------------------------ the group
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        topics = sorted(set(topics))
+        if not topics:
+            raise ValueError("subscribe to at least one topic")
+        self._command("subscribe", topics=topics)
+
+    def member_id(self) -> str:
+        """This member's id ("" until it joined)."""
+        with self._ready:
+            return self._member_id
+
+    def group_settings(self) -> ShareGroupSettings:
+        """The group's settings as the coordinator keeps them (the first member's)."""
+        with self._ready:
+            return self._group_settings
+
+    def wait_joined(self, timeout_s: float = 10.0) -> str:
+        """Block until the member has joined; returns its member id."""
+        deadline = time.monotonic() + timeout_s
+        with self._ready:
+            while not self._member_id:
+                self._raise_errors()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"not joined to {self.group_id!r} in time")
+                self._ready.wait(min(remaining, 0.1))
+            return self._member_id
+
+    # ------------------------------------------------------------------ polling
+
+    def poll(self, timeout_ms: int = 1000) -> list[ShareRecord]:
+        """Accept what the previous poll returned and nobody answered, send the pending
+        acknowledgements, and return up to `max_poll_records` newly acquired records."""
+        self._check_usable()
+        self._accept_unanswered()
+        self._send_acknowledgements(token=0)
+        deadline = time.monotonic() + timeout_ms / 1000
+        out: list[ShareRecord] = []
+        with self._ready:
+            while len(out) < self.max_poll_records:
+                self._raise_errors()
+                if self._take_current(out):
+                    continue
+                if self._chunks:
+                    self._open_chunk(self._chunks.popleft())
+                    continue
+                remaining = deadline - time.monotonic()
+                if out or remaining <= 0:
+                    break
+                self._ready.wait(min(remaining, 0.1))
+            for record in out:
+                self._delivered[(record.topic, record.partition, record.offset)] = record
+        return out
+
+    def _take_current(self, out: list[ShareRecord]) -> bool:
+        if self._current_chunk is None:
+            return False
+        now_ms = time.time() * 1000
+        while self._current_index < len(self._current) and len(out) < self.max_poll_records:
+            record = self._current[self._current_index]
+            self._current_index += 1
+            if record.lock_deadline_ms > now_ms:  # an expired lock is someone else's record now
+                out.append(record)
+        if self._current_index >= len(self._current) or self._current_chunk[0] != self._membership:
+            self._current, self._current_chunk = [], None
+        return True
+
+    def _open_chunk(self, chunk: tuple) -> None:
+        membership, topic, partition, batches, acquired, lock_deadline_ms = chunk
+        self._current_chunk = chunk
+        self._current_index = 0
+        self._current = [] if membership != self._membership else decode_acquired(
+            topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs)
+
+    # ------------------------------------------------------------------ acknowledging
+
+    def acknowledge(self, record: ShareRecord, kind: str = "accept", delay_ms: int = 0, error: str = "") -> None:
+        """Answer one delivered record: accept (done), release (deliver again, after `delay_ms`),
+        or reject (dead-letter it now). Sent with the next poll, or at once by `commit`."""
+        if kind not in ACKNOWLEDGE_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(ACKNOWLEDGE_KINDS)}, not {kind!r}")
+        if delay_ms < 0 or (delay_ms and kind != "release"):
+            raise ValueError("delay_ms is for releases, and not negative")
+        key = (record.topic, record.partition, record.offset)
+        with self._ready:
+            if key not in self._delivered:
+                raise RailmqError(ErrorCode.INVALID_RECORD_STATE, (
+                    f"{record.topic}/{record.partition}@{record.offset} was not delivered to this member "
+                    "or is already acknowledged"))
+            self._acknowledgements[key] = (kind, int(delay_ms), error)
+
+    def renew(self, record: ShareRecord) -> int:
+        """Extend this member's lock on a delivered record by the visibility timeout; returns the
+        new lock deadline (wall-clock ms). INVALID_RECORD_STATE if the lock was already lost."""
+        key = (record.topic, record.partition, record.offset)
+        with self._ready:
+            if key not in self._delivered:
+                raise RailmqError(ErrorCode.INVALID_RECORD_STATE, "only a delivered, unanswered record can be renewed")
+        results = self.call("acknowledge", acknowledgements=[[*key, record.offset, "renew", 0, ""]])
+        (_, _, _, _, code, deadline_ms), = results
+        if code:
+            raise RailmqError(code, f"the lock on {record.topic}/{record.partition}@{record.offset} could not be renewed")
+        record.lock_deadline_ms = deadline_ms
+        return deadline_ms
+
+    def commit(self, timeout_s: float | None = None) -> dict[RecordKey, int]:
+        """Accept what was delivered and not answered, send every acknowledgement now and wait:
+        returns each answered record's outcome, (topic, partition, offset) -> error code (0: done)."""
+        self._check_usable()
+        self._accept_unanswered()
+        return self._send_acknowledgements(token=next(self._tokens), timeout_s=timeout_s) or {}
+
+    def acknowledgement_failures(self) -> list[tuple[RecordKey, int]]:
+        """Records whose asynchronous acknowledgement (sent by poll) was refused, and why;
+        forgotten once read."""
+        with self._ready:
+            failures = list(self._failures)
+            self._failures.clear()
+            return failures
+
+    def _accept_unanswered(self) -> None:
+        with self._ready:
+            for key in self._delivered:
+                self._acknowledgements.setdefault(key, ("accept", 0, ""))
+
+    def _send_acknowledgements(self, token: int, timeout_s: float | None = None) -> dict[RecordKey, int] | None:
+        with self._ready:
+            answered, self._acknowledgements = self._acknowledgements, {}
+            for key in answered:
+                self._delivered.pop(key, None)
+        if not answered:
+            return {} if token else None
+        entries = [[topic, partition, first, last, kind, delay_ms, error]
+                   for (topic, partition, first, last), (kind, delay_ms, error) in _ranges(answered)]
+        if not token:
+            self._command("acknowledge", acknowledgements=entries)
+            return None
+        # The I/O thread answers every acknowledgement within the request timeout (refusing it
+        # itself if the coordinator does not): wait a little longer than that.
+        waited = timeout_s if timeout_s is not None else self.request_timeout_s + ANSWER_GRACE_S
+        results = self.call("acknowledge", timeout=waited, token=token, acknowledgements=entries)
+        return _per_record(results)
+
+    # ------------------------------------------------------------------ engine plumbing
+
+    def _command(self, name: str, token: int = 0, **arguments: Any) -> None:
+        self._check_usable()
+        self._engine.submit(ClientCommand(command=name, arguments=arguments, token=token))
+
+    def call(self, name: str, timeout: float | None = None, token: int | None = None, **arguments: Any) -> Any:
+        """Send a command to the I/O thread and wait for its result."""
+        token = token or next(self._tokens)
+        slot: list = []
+        self._results[token] = slot
+        self._command(name, token=token, **arguments)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
+        with self._ready:
+            while not slot:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._results.pop(token, None)
+                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"{name} got no answer in time")
+                self._ready.wait(min(remaining, 0.1))
+        self._results.pop(token, None)
+        value, error = slot[0]
+        if error is not None:
+            raise error
+        return value
+
+    def _on_notify(self, kind: str, payload: Any) -> None:
+        with self._ready:
+            if kind == "share-records":
+                self._chunks.append(payload)
+            elif kind == "membership":
+                self._membership, self._member_id, self._group_settings = payload
+                self._delivered.clear()  # their locks went with the old member id
+                self._acknowledgements.clear()
+            elif kind == "result":
+                token, value, error = payload
+                slot = self._results.get(token)
+                if slot is not None:
+                    slot.append((value, error))
+            elif kind == "acknowledged":
+                self._failures.extend((key, code) for key, code in _per_record(payload).items() if code)
+            elif kind == "fatal":
+                self._errors.append(payload)
+            self._ready.notify_all()
+
+    def _raise_errors(self) -> None:
+        if self._errors:
+            raise self._errors.popleft()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, "the share consumer is closed")
+        if self._engine.failure is not None:
+            raise RuntimeError("the share consumer's I/O thread failed") from self._engine.failure
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send explicit acknowledgements, release every record still held, leave the group."""
+        if self._closed:
+            return
+        try:
+            if self._engine.failure is None:
+                self._send_acknowledgements(token=0)
+                self.call("close", timeout=timeout_s)
+        except RailmqError:
+            pass  # the coordinator is unreachable: the locks expire and the session ends by themselves
+        finally:
+            self._closed = True
+            self._engine.stop()
+
+    def __enter__(self) -> "ShareConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ranges(answered: dict[RecordKey, tuple[str, int, str]]) -> list[tuple[tuple[str, int, int, int], tuple]]:
+    """Per-record acknowledgements as runs of consecutive offsets with the same answer."""
+    runs: list[list[Any]] = []
+    for (topic, partition, offset), answer in sorted(answered.items()):
+        last = runs[-1] if runs else None
+        if last is not None and last[0] == (topic, partition) and last[2] == offset - 1 and last[3] == answer:
+            last[2] = offset
+        else:
+            runs.append([(topic, partition), offset, offset, answer])
+    return [((tp[0], tp[1], first, last), answer) for tp, first, last, answer in runs]
+
+
+def _per_record(results: list[list[Any]]) -> dict[RecordKey, int]:
+    outcome: dict[RecordKey, int] = {}
+    for topic, partition, first, last, code, _ in results or []:
+        for offset in range(first, last + 1):
+            outcome[(topic, partition, offset)] = int(code)
+    return outcome
