@@ -73,7 +73,8 @@ def add_run_command(commands: Any) -> None:
                      help="length of the fault phase (default 20)")
     run.add_argument("--report", metavar="DIR", default=None,
                      help="report folder (default chaos-reports/<scenario>-seed<N>-<time>)")
-    run.add_argument("--recovery-window", type=_non_negative_float, default=RECOVERY_WINDOW_S, metavar="SECONDS",
+    run.add_argument("--recovery-window", type=_non_negative_float, default=RECOVERY_WINDOW_S,
+                     metavar="SECONDS",
                      help=f"how long the healed cluster gets to converge (default {RECOVERY_WINDOW_S:g})")
     run.add_argument("--json", action="store_true", help="print summary.json instead of the tables")
     run.set_defaults(handler=run_run)
@@ -113,7 +114,8 @@ def run_list(args: argparse.Namespace) -> int:
     for column in ("name", "loses data", "what it does"):
         table.add_column(column)
     for scenario in SCENARIOS.values():
-        table.add_row(scenario.name, "expected" if scenario.expect_loss else "never", escape(scenario.summary))
+        loses = "expected" if scenario.expect_loss else "never"
+        table.add_row(scenario.name, loses, escape(scenario.summary))
     Console().print(table)
     return EXIT_VALID
 
@@ -146,10 +148,11 @@ class ProgressDisplay:
     """A rich progress bar over the fault phase, then the run's later phases as its description."""
 
     def __init__(self, console: Console, scenario: str, duration_s: float) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[acknowledged]:>7,} acked  {task.fields[faults]:>3} faults"),
+        counts = TextColumn("{task.fields[acknowledged]:>7,} acked  {task.fields[faults]:>3} faults")
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), counts,
                                  console=console, transient=False)
-        self.task = self.progress.add_task(f"{scenario}: starting", total=duration_s, acknowledged=0, faults=0)
+        self.task = self.progress.add_task(f"{scenario}: starting", total=duration_s, acknowledged=0,
+                                           faults=0)
         self.scenario = scenario
 
     def __enter__(self) -> "ProgressDisplay":
@@ -157,7 +160,8 @@ class ProgressDisplay:
         return self
 
     def update(self, state: RunProgress) -> None:
-        self.progress.update(self.task, completed=state.elapsed_s, description=f"{self.scenario}: {state.phase}",
+        self.progress.update(self.task, completed=state.elapsed_s,
+                             description=f"{self.scenario}: {state.phase}",
                              acknowledged=state.acknowledged, faults=state.faults)
 
     def __exit__(self, *exc: object) -> None:

@@ -77,7 +77,8 @@ def one_way_plan(source: ActorRef, destinations: list[ActorRef]) -> LinkPlan:
     return {source.name: [LinkFault(peers=_peers_of(destinations), direction="out")]}
 
 
-def slow_link_plan(source: ActorRef, peers: list[ActorRef], delay_ms: int, drop_probability: float) -> LinkPlan:
+def slow_link_plan(source: ActorRef, peers: list[ActorRef], delay_ms: int,
+                   drop_probability: float) -> LinkPlan:
     """Messages between `source` and `peers` are delayed and sometimes dropped, both ways."""
     return {source.name: [LinkFault(peers=_peers_of(peers), direction="both", delay_ms=delay_ms,
                                     drop_probability=drop_probability)]}

@@ -127,7 +127,8 @@ class Nemesis:
                 return ""
             time.sleep(0.02)
 
-    def _set_faults(self, endpoint: str, links: list[LinkFault], disk_full: bool, fail_next_fsync: bool) -> None:
+    def _set_faults(self, endpoint: str, links: list[LinkFault], disk_full: bool,
+                    fail_next_fsync: bool) -> None:
         with self._admin_lock:
             self._admin.set_faults(endpoint, links, disk_full=disk_full, fail_next_fsync=fail_next_fsync)
 
@@ -190,7 +191,8 @@ class Nemesis:
         for partition in range(self._partition_count()):
             state = self.partition_state(partition)
             if node in state.replicas:
-                victims.append(self._replica(partition, node, "leader" if state.leader == node else "follower"))
+                role = "leader" if state.leader == node else "follower"
+                victims.append(self._replica(partition, node, role))
         return victims
 
     def _partition_count(self) -> int:
@@ -308,7 +310,8 @@ class Nemesis:
     def _do_disk_full(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
         victim = victims[0]
         fault_id, problems = self.board.start_disk_full(victim.name)
-        self.log.fault("disk-full", victim, "start", index, problems=problems, was_leader=victim.role == "leader")
+        self.log.fault("disk-full", victim, "start", index, problems=problems,
+                       was_leader=victim.role == "leader")
         self._hold(step)
         problems = self.board.stop(fault_id)
         self.log.fault("disk-full", victim, "stop", index, problems=problems)
@@ -316,7 +319,8 @@ class Nemesis:
     def _do_fsync_fail(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
         victim = victims[0]
         problems = self.board.fail_next_fsync(victim.name)
-        self.log.fault("fsync-fail", victim, "start", index, problems=problems, was_leader=victim.role == "leader")
+        self.log.fault("fsync-fail", victim, "start", index, problems=problems,
+                       was_leader=victim.role == "leader")
 
     # ------------------------------------------------------------------ healing
 

@@ -74,7 +74,8 @@ def group_caught_up(admin: Admin, topic: str, group: str, partitions: int) -> bo
     return True
 
 
-def wait_converged(bootstrap: str, topic: str, group: str, partitions: int, window_s: float) -> dict[str, bool]:
+def wait_converged(bootstrap: str, topic: str, group: str, partitions: int,
+                   window_s: float) -> dict[str, bool]:
     """Wait up to `window_s` for a full ISR everywhere and a caught-up group; say which held."""
     deadline = time.monotonic() + window_s
     with Admin(bootstrap, timeout_ms=2000) as admin:
@@ -93,7 +94,8 @@ def wait_converged(bootstrap: str, topic: str, group: str, partitions: int, wind
 # --------------------------------------------------------------------------- final read
 
 
-def final_read(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> tuple[dict[int, list[Entry]], list[int]]:
+def final_read(bootstrap: str, topic: str, partitions: int,
+               timeout_s: float) -> tuple[dict[int, list[Entry]], list[int]]:
     """Every partition's records from its start to its high watermark, and the partitions that
     could not be read to the end within `timeout_s`."""
     wanted = [(topic, partition) for partition in range(partitions)]
@@ -106,7 +108,8 @@ def final_read(bootstrap: str, topic: str, partitions: int, timeout_s: float) ->
         while time.monotonic() < deadline and any(_short(entries[p], ends[p]) for p in entries):
             for record in consumer.poll(FINAL_READ_POLL_MS):
                 if record.offset < ends[record.partition]:
-                    entries[record.partition].append([record.offset, as_text(record.key), as_text(record.value)])
+                    entry = [record.offset, as_text(record.key), as_text(record.value)]
+                    entries[record.partition].append(entry)
     incomplete = [partition for partition in entries if _short(entries[partition], ends[partition])]
     return entries, incomplete
 
@@ -157,7 +160,8 @@ def _entries(log: PartitionLog, limit_offset: int) -> list[Entry]:
     return entries
 
 
-def replica_logs(data_dir: str, topic: str, topic_id: int, states: list[ReplicaState]) -> list[dict[str, Any]]:
+def replica_logs(data_dir: str, topic: str, topic_id: int,
+                 states: list[ReplicaState]) -> list[dict[str, Any]]:
     """`replica-log` lines for every replica whose directory exists."""
     lines = []
     for state in sorted(states):

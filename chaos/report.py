@@ -26,25 +26,28 @@ from rich.table import Table
 
 from chaos.checker import CheckResult, summary_dict
 from chaos.timeline import Timeline, build_timeline
+from chaos.timeline import percentile_of_sorted as percentile
 
 # Lost messages, failover samples and faults listed in the HTML; the counts stay exact.
 HTML_ROWS_MAX = 200
 TERMINAL_LOST_ROWS_MAX = 10
 # Timeline geometry (SVG user units).
 WIDTH, LEFT, RIGHT = 960, 64, 16
-LABEL_ROWS, LABEL_ROW_HEIGHT = 3, 13
-THROUGHPUT_TOP, CHART_HEIGHT, CHART_GAP = 52, 150, 42
+LABEL_ROWS, LABEL_ROW_HEIGHT, LABEL_CHAR_WIDTH = 4, 13, 7.0
+THROUGHPUT_TOP, CHART_HEIGHT, CHART_GAP = 78, 150, 46
 LATENCY_TOP = THROUGHPUT_TOP + CHART_HEIGHT + CHART_GAP
 AXIS_Y = LATENCY_TOP + CHART_HEIGHT
 HEIGHT = AXIS_Y + 30
-FAULT_LABEL_CHARS_MAX = 34
+FAULT_LABEL_CHARS_MAX = 40
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1000px; color: #1d2330; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
 .valid { color: #137333; } .invalid { color: #b3261e; } .expected { color: #8a5a00; }
-table { border-collapse: collapse; margin: 8px 0; } td, th { padding: 3px 10px; border-bottom: 1px solid #e3e6ec; }
-th { text-align: left; background: #f4f6f9; } td.number { text-align: right; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; margin: 8px 0; }
+td, th { padding: 3px 10px; border-bottom: 1px solid #e3e6ec; }
+th { text-align: left; background: #f4f6f9; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
 .legend span { display: inline-block; margin-right: 18px; } .swatch { display: inline-block; width: 12px;
   height: 12px; margin-right: 5px; vertical-align: -1px; }
 svg text { font: 11px system-ui, sans-serif; fill: #39404f; }
@@ -54,14 +57,26 @@ code { font-size: 12px; }
 
 def write_report(report_dir: str, result: CheckResult, run_info: dict[str, Any]) -> dict[str, Any]:
     """Write summary.json and report.html into `report_dir` (history.jsonl must be there)."""
+    timeline = build_timeline(os.path.join(report_dir, "history.jsonl"),
+                              os.path.join(report_dir, "trace.jsonl"), run_info.get("wall_origin_ns"))
+    run_info = {**run_info, **failover_figures(timeline)}
     summary = {**summary_dict(result), "run": run_info}
     with open(os.path.join(report_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2, default=str)
-    timeline = build_timeline(os.path.join(report_dir, "history.jsonl"),
-                              os.path.join(report_dir, "trace.jsonl"), run_info.get("wall_origin_ns"))
     with open(os.path.join(report_dir, "report.html"), "w", encoding="utf-8") as handle:
         handle.write(render_html(result, run_info, timeline))
     return summary
+
+
+def failover_figures(timeline: Timeline) -> dict[str, Any]:
+    """p50/p99/max of failover measured from sends invoked after each leader fault."""
+    samples = sorted(sample for sample in timeline.failover_ms if sample is not None)
+    return {
+        "failover_after_fault_ms_p50": percentile(samples, 0.50),
+        "failover_after_fault_ms_p99": percentile(samples, 0.99),
+        "failover_after_fault_ms_max": samples[-1] if samples else None,
+        "failover_after_fault_samples": len(timeline.failover_ms),
+    }
 
 
 # --------------------------------------------------------------------------- HTML
@@ -92,7 +107,8 @@ def verdict(result: CheckResult) -> tuple[str, str]:
 
 def render_html(result: CheckResult, run_info: dict[str, Any], timeline: Timeline) -> str:
     css_class, words = verdict(result)
-    title = f"railmq chaos: {run_info.get('scenario', result.scenario)} seed {run_info.get('seed', result.seed)}"
+    scenario, seed = run_info.get("scenario", result.scenario), run_info.get("seed", result.seed)
+    title = f"railmq chaos: {scenario} seed {seed}"
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>",
         f"<style>{STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>",
@@ -105,18 +121,21 @@ def render_html(result: CheckResult, run_info: dict[str, Any], timeline: Timelin
         parts.append("</ul>")
     if result.lost_messages:
         parts += [f"<h2>Lost messages ({result.lost})</h2>", _lost_table(result)]
-    parts += ["<h2>Failovers</h2>", _failover_table(result), "<h2>Faults</h2>", _fault_table(timeline)]
+    parts += ["<h2>Failovers</h2>", _failover_table(result, timeline)]
+    parts += ["<h2>Faults</h2>", _fault_table(timeline)]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def _rows(header: list[str], rows: list[list[Any]], numeric: frozenset[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(name)}</th>" for name in header)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="number">{_e(_number(cell))}</td>' if index in numeric else f"<td>{_e(cell)}</td>"
-                         for index, cell in enumerate(row)) + "</tr>"
-        for row in rows)
+    body = "".join("<tr>" + "".join(_cell(cell, index in numeric) for index, cell in enumerate(row)) + "</tr>"
+                   for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(value: Any, numeric: bool) -> str:
+    return f'<td class="number">{_e(_number(value))}</td>' if numeric else f"<td>{_e(value)}</td>"
 
 
 def summary_rows(result: CheckResult, run_info: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -131,14 +150,17 @@ def summary_rows(result: CheckResult, run_info: dict[str, Any]) -> list[tuple[st
         ("divergences", result.divergences), ("unseen", result.unseen),
         ("duplicates", result.duplicates), ("duplicate rate (%)", round(result.duplicate_rate * 100, 3)),
         ("failover p50 (ms)", result.failover_ms_p50), ("failover p99 (ms)", result.failover_ms_p99),
-        ("failover max (ms)", result.failover_ms_max), ("failovers unrecovered", result.failovers_unrecovered),
+        ("failover max (ms)", result.failover_ms_max),
+        ("failovers unrecovered", result.failovers_unrecovered),
+        ("failover p50, sends after the fault (ms)", run_info.get("failover_after_fault_ms_p50")),
+        ("failover p99, sends after the fault (ms)", run_info.get("failover_after_fault_ms_p99")),
         ("leftover processes", len(result.leftover_processes)), ("leftover shm", len(result.leftover_shm)),
     ]
 
 
 def _summary_table(result: CheckResult, run_info: dict[str, Any]) -> str:
-    return _rows(["measure", "value"], [[name, _number(value)] for name, value in summary_rows(result, run_info)],
-                 frozenset({1}))
+    rows = [[name, _number(value)] for name, value in summary_rows(result, run_info)]
+    return _rows(["measure", "value"], rows, frozenset({1}))
 
 
 def _lost_table(result: CheckResult) -> str:
@@ -147,13 +169,19 @@ def _lost_table(result: CheckResult) -> str:
     return _rows(["topic", "partition", "offset", "key", "value", "why"], rows, frozenset({1, 2}))
 
 
-def _failover_table(result: CheckResult) -> str:
+def _failover_table(result: CheckResult, timeline: Timeline) -> str:
     if not result.failover_samples:
         return "<p>No fault took a leader away.</p>"
-    rows = [[f"{sample.fault_ns / 1e9:.2f}", sample.nemesis, f"{sample.topic}/{sample.partition}",
-             sample.failover_ms if sample.failover_ms is not None else "never"]
-            for sample in result.failover_samples[:HTML_ROWS_MAX]]
-    return _rows(["at (s)", "nemesis", "partition", "to first acknowledged write (ms)"], rows, frozenset({3}))
+    strict = timeline.failover_ms if len(timeline.failover_ms) == len(result.failover_samples) else []
+    rows = []
+    for index, sample in enumerate(result.failover_samples[:HTML_ROWS_MAX]):
+        after = strict[index] if strict else None
+        rows.append([f"{sample.fault_ns / 1e9:.2f}", sample.nemesis, f"{sample.topic}/{sample.partition}",
+                     sample.failover_ms if sample.failover_ms is not None else "never",
+                     after if after is not None else "never"])
+    header = ["at (s)", "nemesis", "partition", "to the next acknowledgement (ms)",
+              "to the first acknowledged send invoked after it (ms)"]
+    return _rows(header, rows, frozenset({3, 4}))
 
 
 def _fault_table(timeline: Timeline) -> str:
@@ -202,22 +230,35 @@ def timeline_svg(timeline: Timeline) -> str:
 
 def _fault_svg(timeline: Timeline, end_s: float) -> list[str]:
     parts = []
-    for index, band in enumerate(timeline.faults):
+    row_ends = [0.0] * LABEL_ROWS  # where the last label of each row ends (x)
+    for band in timeline.faults:
         x1, x2 = _x(band.start_s, end_s), _x(band.end_s, end_s)
-        label = band.label if len(band.label) <= FAULT_LABEL_CHARS_MAX else band.label[:FAULT_LABEL_CHARS_MAX - 1] + "…"
-        y = 12 + (index % LABEL_ROWS) * LABEL_ROW_HEIGHT
+        label = band.label.replace("replica/", "")  # "kill leader chaos/0/n2": topic/partition/node
+        if len(label) > FAULT_LABEL_CHARS_MAX:
+            label = label[:FAULT_LABEL_CHARS_MAX - 1] + "…"
+        width = len(label) * LABEL_CHAR_WIDTH
+        anchor = "end" if x1 + width > WIDTH - RIGHT else "start"  # near the right edge: label to the left
+        text_x = x1 - 2 if anchor == "end" else x1 + 2
+        left = text_x - width if anchor == "end" else text_x
+        row = next((row for row, row_end in enumerate(row_ends) if row_end < left),
+                   row_ends.index(min(row_ends)))  # every row taken: overlap the one that ends first
+        row_ends[row] = left + width + 8
+        y = 14 + row * LABEL_ROW_HEIGHT
         parts.append(f'<rect x="{x1:.1f}" y="{THROUGHPUT_TOP}" width="{max(x2 - x1, 2.0):.1f}" '
                      f'height="{AXIS_Y - THROUGHPUT_TOP}" fill="rgba(214,69,65,0.18)">'
                      f"<title>{_e(band.label)} at {band.start_s:.2f} s</title></rect>")
-        parts.append(f'<text x="{x1:.1f}" y="{y}">{_e(label)}</text>')
+        parts.append(f'<line x1="{x1:.1f}" y1="{y + 3}" x2="{x1:.1f}" y2="{THROUGHPUT_TOP}" '
+                     f'stroke="rgba(214,69,65,0.5)"/>'
+                     f'<text x="{text_x:.1f}" y="{y}" text-anchor="{anchor}">{_e(label)}</text>')
     return parts
 
 
 def _throughput_svg(timeline: Timeline, end_s: float) -> list[str]:
     peak = max([second.acknowledged for second in timeline.seconds] + [1])
     step = (WIDTH - LEFT - RIGHT) / max(end_s, 1e-9)
-    parts = [f'<text x="4" y="{THROUGHPUT_TOP + 10}">acks/s</text>',
-             f'<text x="4" y="{THROUGHPUT_TOP + 24}">max {peak:,}</text>',
+    parts = [f'<text x="{LEFT - 6}" y="{THROUGHPUT_TOP + 10}" text-anchor="end">{peak:,}</text>',
+             f'<text x="{LEFT - 6}" y="{THROUGHPUT_TOP + CHART_HEIGHT}" text-anchor="end">0</text>',
+             f'<text x="{LEFT}" y="{THROUGHPUT_TOP - 4}">acknowledged writes per second</text>',
              f'<line x1="{LEFT}" y1="{THROUGHPUT_TOP + CHART_HEIGHT}" x2="{WIDTH - RIGHT}" '
              f'y2="{THROUGHPUT_TOP + CHART_HEIGHT}" stroke="#9aa3b2"/>']
     for second in timeline.seconds:
@@ -231,16 +272,17 @@ def _throughput_svg(timeline: Timeline, end_s: float) -> list[str]:
 
 def _latency_svg(timeline: Timeline, end_s: float) -> list[str]:
     top_ms = max([second.latency_ms_p99 or 0.0 for second in timeline.seconds] + [10.0])
-    parts = [f'<text x="4" y="{LATENCY_TOP + 10}">latency</text>',
-             f'<text x="4" y="{LATENCY_TOP + 24}">ms, log</text>']
+    parts = [f'<text x="{LEFT}" y="{LATENCY_TOP - 4}">acknowledgement latency p50 / p99 (ms, log scale)</text>']
     for grid_ms in (1, 10, 100, 1000, 10000):
         if grid_ms <= top_ms * 1.01 or grid_ms == 1:
             y = _latency_y(grid_ms, top_ms)
-            parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#e3e6ec"/>'
-                         f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{grid_ms:,}</text>')
+            parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" '
+                         f'stroke="#e3e6ec"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
+                         f'text-anchor="end">{grid_ms:,}</text>')
     for field_name, color in (("latency_ms_p50", "#1f5fa8"), ("latency_ms_p99", "#d9822b")):
         for run in _runs(timeline, field_name):
-            points = " ".join(f"{_x(second + 0.5, end_s):.1f},{_latency_y(value, top_ms):.1f}" for second, value in run)
+            points = " ".join(f"{_x(second + 0.5, end_s):.1f},{_latency_y(value, top_ms):.1f}"
+                              for second, value in run)
             parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.6"/>')
     return parts
 
@@ -260,12 +302,13 @@ def _runs(timeline: Timeline, field_name: str) -> list[list[tuple[int, float]]]:
 def _leader_svg(timeline: Timeline, end_s: float) -> list[str]:
     parts = []
     base = THROUGHPUT_TOP + CHART_HEIGHT
-    for change in timeline.leader_changes:
+    for change in sorted(timeline.leader_changes, key=lambda change: change.unclean):  # unclean on top
         x = _x(change.time_s, end_s)
         color = "#b3261e" if change.unclean else "#6b3fa0"
         kind = "unclean election" if change.unclean else "leader elected"
         parts.append(f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 10}" stroke="{color}" '
-                     f'stroke-width="2"><title>{_e(kind)} {_e(change.label)} at {change.time_s:.2f} s</title></line>')
+                     f'stroke-width="2"><title>{_e(kind)} {_e(change.label)} at {change.time_s:.2f} s'
+                     f"</title></line>")
     return parts
 
 
@@ -284,19 +327,21 @@ def _time_axis_svg(end_s: float) -> list[str]:
 
 def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Console) -> None:
     """The summary table, the first lost messages, the violations and the verdict."""
-    table = Table(title=f"chaos run: {run_info.get('scenario')} seed {run_info.get('seed')}", show_header=False)
+    title = f"chaos run: {run_info.get('scenario')} seed {run_info.get('seed')}"
+    table = Table(title=rich_escape(title), show_header=False)
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in summary_rows(result, run_info):
         table.add_row(name, rich_escape(_number(value)))
     console.print(table)
     if result.lost_messages:
-        lost = Table(title=f"lost messages (first {min(result.lost, TERMINAL_LOST_ROWS_MAX)} of {result.lost})")
+        shown = min(result.lost, TERMINAL_LOST_ROWS_MAX)
+        lost = Table(title=f"lost messages (first {shown} of {result.lost})")
         for column in ("partition", "offset", "key", "value", "why"):
             lost.add_column(column)
         for message in result.lost_messages[:TERMINAL_LOST_ROWS_MAX]:
-            lost.add_row(*(rich_escape(_number(cell)) for cell in (message.partition, message.offset, message.key,
-                                                                   message.value, message.reason)))
+            cells = (message.partition, message.offset, message.key, message.value, message.reason)
+            lost.add_row(*(rich_escape(_number(cell)) for cell in cells))
         console.print(lost)
     for sentence in result.violations:
         console.print(f"[bold red]violation[/]: {rich_escape(sentence)}", highlight=False)

@@ -82,8 +82,10 @@ class RunOutcome:
 
 def run_scenario(scenario: Scenario, *, seed: int, duration_s: float, report_dir: str,
                  recovery_window_s: float = RECOVERY_WINDOW_S,
-                 on_progress: Callable[[Progress], None] | None = None, keep_data: bool = False) -> RunOutcome:
-    return ChaosRun(scenario, seed, duration_s, report_dir, recovery_window_s, on_progress, keep_data).execute()
+                 on_progress: Callable[[Progress], None] | None = None,
+                 keep_data: bool = False) -> RunOutcome:
+    run = ChaosRun(scenario, seed, duration_s, report_dir, recovery_window_s, on_progress, keep_data)
+    return run.execute()
 
 
 class ChaosRun:
@@ -198,24 +200,27 @@ class ChaosRun:
         config = {"min_insync_replicas": shape.min_insync_replicas, "flush_policy": shape.flush_policy,
                   "unclean_leader_election": shape.unclean_leader_election}
         with Admin(bootstrap) as admin:
-            admin.create_topic(TOPIC, partitions=shape.partitions, replication_factor=shape.replication_factor,
-                               config=config)
+            admin.create_topic(TOPIC, partitions=shape.partitions,
+                               replication_factor=shape.replication_factor, config=config)
             admin.wait_for_leaders(TOPIC, timeout_s=30, full_isr=True)
 
     def _worker_specs(self, bootstrap: str) -> list[ProducerSpec | MemberSpec]:
         shape = self.scenario.shape
         keys = [f"k{index}" for index in range(shape.keys)]
         specs: list[ProducerSpec | MemberSpec] = [
-            ProducerSpec(process=f"producer-{index}", client_id=f"chaos-producer-{index}", bootstrap=bootstrap,
-                         topic=TOPIC, history_path="", origin_ns=self.origin_ns, keys=keys,
+            ProducerSpec(process=f"producer-{index}", client_id=f"chaos-producer-{index}",
+                         bootstrap=bootstrap, topic=TOPIC, history_path="", origin_ns=self.origin_ns,
+                         keys=keys,
                          rate_per_s=shape.producer_rate_per_s, acks=shape.acks, idempotent=shape.idempotent,
                          seed=self.rng.randrange(1 << 30))
             for index in range(1, shape.producers + 1)
         ]
         specs += [
-            MemberSpec(process=f"{GROUP}/member-{index}", client_id=f"chaos-member-{index}", bootstrap=bootstrap,
-                       topic=TOPIC, group=GROUP, history_path="", origin_ns=self.origin_ns,
-                       session_timeout_ms=shape.member_session_timeout_ms, processing_ms=shape.member_processing_ms)
+            MemberSpec(process=f"{GROUP}/member-{index}", client_id=f"chaos-member-{index}",
+                       bootstrap=bootstrap, topic=TOPIC, group=GROUP, history_path="",
+                       origin_ns=self.origin_ns,
+                       session_timeout_ms=shape.member_session_timeout_ms,
+                       processing_ms=shape.member_processing_ms)
             for index in range(1, shape.members + 1)
         ]
         return specs
@@ -287,7 +292,7 @@ class ChaosRun:
                          wall_origin_ns=self.wall_origin_ns)
         summary = write_report(self.report_dir, result, self.info)
         self._progress("done", self.duration_s, result.acknowledged, result.faults)
-        return RunOutcome(result, summary, self.report_dir, self.info)
+        return RunOutcome(result, summary, self.report_dir, summary["run"])
 
     def _progress(self, phase: str, elapsed_s: float, acknowledged: int, faults: int) -> None:
         if self.on_progress is not None:

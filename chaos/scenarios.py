@@ -257,7 +257,8 @@ def rolling_restart_schedule(rng: random.Random, shape: WorkloadShape, duration_
 
 MIXED_EPISODES: tuple[Episode, ...] = (
     kill_leader, kill_follower, kill_coordinator, crash_member, kill_member, kill_producer, pause_leader,
-    pause_member, isolate_leader, split_nodes, cut_leader_outbound, slow_leader_links, fill_disk, restart_node,
+    pause_member, isolate_leader, split_nodes, cut_leader_outbound, slow_leader_links, fill_disk,
+    restart_node,
 )
 
 
@@ -287,7 +288,8 @@ def unclean_election_episode(rng: random.Random, shape: WorkloadShape, at_s: flo
     leader_pause_s = round(at_s + rng.uniform(3.5, 4.0), 3)
     return [
         FaultStep(at_s=at_s, action="pause", role="followers", partition=partition, label="stale"),
-        FaultStep(at_s=leader_pause_s, action="pause", role="leader", partition=partition, label="old-leader"),
+        FaultStep(at_s=leader_pause_s, action="pause", role="leader", partition=partition,
+                  label="old-leader"),
         FaultStep(at_s=round(leader_pause_s + 0.2, 3), action="resume", role="label", label="stale"),
         FaultStep(at_s=round(leader_pause_s + 3.5, 3), action="resume", role="label", label="old-leader"),
     ]

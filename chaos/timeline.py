@@ -6,6 +6,12 @@ acknowledged, and the p50 and p99 of their latency (ok time minus invoke time); 
 kill); the `heal` time; and the leader changes the coordinator traced (`leader-elected`,
 `unclean-election`), moved from wall-clock to history time with the run's `wall_origin_ns`.
 
+It also measures failover the way bench/failover.py does: from a fault that takes a leader away
+to the first acknowledgement on that partition of a send *invoked after* the fault. The
+checker's figure (first acknowledgement completed after the fault) also counts answers that were
+already on their way when the fault struck, which makes a pause look like a sub-millisecond
+failover; both are reported.
+
 Pure over its inputs: it reads files and returns data; it draws nothing.
 """
 
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from bisect import bisect_right
 from typing import Any, Iterable
 
 import msgspec
@@ -22,6 +29,8 @@ from chaos.history import iter_history
 
 # An instantaneous fault is drawn as a band this wide so it can be seen and labelled.
 INSTANT_FAULT_S = 0.25
+# Faults of one step start within this of each other (one nemesis call, several targets).
+SIMULTANEOUS_S = 0.1
 LEADER_EVENTS = ("leader-elected", "unclean-election")
 
 
@@ -51,9 +60,38 @@ class Timeline(msgspec.Struct):
     leader_changes: list[LeaderChange]
     heal_s: float | None
     end_s: float
+    failover_ms: list[float | None] = []  # per leader fault; None: no later send was acknowledged
 
 
-def _percentile(ordered: list[float], fraction: float) -> float | None:
+def failover_after_fault(fault_lines: list[dict[str, Any]],
+                         acknowledged: dict[tuple[str, int], list[tuple[int, int]]]) -> list[float | None]:
+    """Per leader fault, ms to the first ok on its partition of a send invoked after it.
+
+    `acknowledged` maps (topic, partition) to (invoke_ns, ok_ns) pairs. Leader faults are the
+    ones the checker measures: phase start, a topic and partition, role absent or `leader`.
+    """
+    earliest: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+    for key, pairs in acknowledged.items():
+        pairs = sorted(pairs)
+        suffix_min, best = [0] * len(pairs), None
+        for index in range(len(pairs) - 1, -1, -1):
+            best = pairs[index][1] if best is None else min(best, pairs[index][1])
+            suffix_min[index] = best
+        earliest[key] = ([invoke for invoke, _ in pairs], suffix_min)
+    samples: list[float | None] = []
+    for line in fault_lines:
+        if line.get("phase", "start") != "start" or line.get("role") not in (None, "leader"):
+            continue
+        if line.get("topic") is None or line.get("partition") is None:
+            continue
+        invokes, suffix_min = earliest.get((line["topic"], line["partition"]), ([], []))
+        index = bisect_right(invokes, line["time_ns"])
+        samples.append((suffix_min[index] - line["time_ns"]) / 1e6 if index < len(invokes) else None)
+    return samples
+
+
+def percentile_of_sorted(ordered: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of an ascending list (the checker's rule), None when empty."""
     if not ordered:
         return None
     rank = max(1, math.ceil(fraction * len(ordered) - 1e-9))
@@ -68,7 +106,8 @@ def per_second(latencies: Iterable[tuple[float, float]], end_s: float) -> list[S
     seconds = []
     for second in range(int(math.ceil(end_s)) or 1):
         samples = sorted(buckets.get(second, []))
-        seconds.append(Second(second, len(samples), _percentile(samples, 0.50), _percentile(samples, 0.99)))
+        seconds.append(Second(second, len(samples), percentile_of_sorted(samples, 0.50),
+                              percentile_of_sorted(samples, 0.99)))
     return seconds
 
 
@@ -84,7 +123,8 @@ def fault_bands(fault_lines: list[dict[str, Any]], end_s: float) -> list[FaultBa
     """Pair each start with the next stop of the same nemesis and target."""
     open_faults: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     bands: list[FaultBand] = []
-    lasting = {(line.get("nemesis"), line.get("target")) for line in fault_lines if line.get("phase") == "stop"}
+    lasting = {(line.get("nemesis"), line.get("target"))
+               for line in fault_lines if line.get("phase") == "stop"}
     for line in fault_lines:
         key = (line.get("nemesis"), line.get("target"))
         at_s = line["time_ns"] / 1e9
@@ -98,7 +138,31 @@ def fault_bands(fault_lines: list[dict[str, Any]], end_s: float) -> list[FaultBa
             bands.append(FaultBand(start["time_ns"] / 1e9, at_s, fault_label(start), False))
     for starts in open_faults.values():
         bands += [FaultBand(start["time_ns"] / 1e9, end_s, fault_label(start), False) for start in starts]
-    return sorted(bands, key=lambda band: band.start_s)
+    return merge_simultaneous(sorted(bands, key=lambda band: band.start_s))
+
+
+def short_target(label: str) -> str:
+    """The target of a fault label without its actor kind and topic: "replica/t/1/n2" -> "1/n2"."""
+    target = label.split(" ")[-1]
+    return "/".join(target.split("/")[2:]) if target.startswith("replica/") else target
+
+
+def merge_simultaneous(bands: list[FaultBand]) -> list[FaultBand]:
+    """One band for faults that are one step (a node's replicas restarted together, the
+    followers paused together): same nemesis, start within `SIMULTANEOUS_S`, same kind."""
+    merged: list[FaultBand] = []
+    for band in bands:
+        previous = merged[-1] if merged else None
+        if (previous is not None and band.start_s - previous.start_s <= SIMULTANEOUS_S
+                and band.instantaneous == previous.instantaneous
+                and band.label.split(" ")[0] == previous.label.split(" ")[0]):
+            joiner = " + " if "+" not in previous.label else ", "
+            label = f"{previous.label}{joiner}{short_target(band.label)}"
+            merged[-1] = FaultBand(previous.start_s, max(previous.end_s, band.end_s), label,
+                                   previous.instantaneous)
+        else:
+            merged.append(band)
+    return merged
 
 
 def leader_changes(trace_path: str, wall_origin_ns: int) -> list[LeaderChange]:
@@ -123,6 +187,7 @@ def leader_changes(trace_path: str, wall_origin_ns: int) -> list[LeaderChange]:
 def build_timeline(history_path: str, trace_path: str = "", wall_origin_ns: int | None = None) -> Timeline:
     invoked_ns: dict[Any, int] = {}
     latencies: list[tuple[float, float]] = []
+    acknowledged: dict[tuple[str, int], list[tuple[int, int]]] = {}
     faults: list[dict[str, Any]] = []
     heal_s: float | None = None
     end_ns = 0
@@ -135,6 +200,9 @@ def build_timeline(history_path: str, trace_path: str = "", wall_origin_ns: int 
             start_ns = invoked_ns.pop(line.get("value"), None)
             if start_ns is not None:
                 latencies.append((line["time_ns"] / 1e9, (line["time_ns"] - start_ns) / 1e6))
+                if line.get("partition") is not None:
+                    key = (line.get("topic"), line["partition"])
+                    acknowledged.setdefault(key, []).append((start_ns, line["time_ns"]))
         elif kind == "fault":
             faults.append(line)
         elif kind == "heal" and heal_s is None:
@@ -143,4 +211,5 @@ def build_timeline(history_path: str, trace_path: str = "", wall_origin_ns: int 
             wall_origin_ns = line.get("wall_origin_ns")
     end_s = max([end_ns / 1e9] + [at for at, _ in latencies])
     changes = leader_changes(trace_path, wall_origin_ns) if wall_origin_ns is not None else []
-    return Timeline(per_second(latencies, end_s), fault_bands(faults, end_s), changes, heal_s, end_s)
+    return Timeline(per_second(latencies, end_s), fault_bands(faults, end_s), changes, heal_s, end_s,
+                    failover_after_fault(faults, acknowledged))

@@ -202,8 +202,9 @@ class WorkerPool:
     def acknowledged(self) -> int:
         """Sends acknowledged so far by every incarnation (a live figure for progress bars)."""
         with self.lock:
-            return sum(worker.acked_before + (worker.shared.value if worker.alive and worker.role == "producer"
-                                              else 0) for worker in self.workers)
+            live = [worker.shared.value if worker.alive and worker.role == "producer" else 0
+                    for worker in self.workers]
+            return sum(worker.acked_before for worker in self.workers) + sum(live)
 
     # ------------------------------------------------------------------ stopping
 
@@ -234,7 +235,8 @@ class WorkerPool:
 
     def stop(self) -> None:
         try:
-            self.stop_role("producer", DELIVERY_TIMEOUT_MS / 1000 + SEND_OUTCOME_GRACE_MS / 1000 + STOP_GRACE_S)
+            drain_s = (DELIVERY_TIMEOUT_MS + SEND_OUTCOME_GRACE_MS) / 1000
+            self.stop_role("producer", drain_s + STOP_GRACE_S)
             self.stop_role("member", STOP_GRACE_S)
         finally:
             self._stop_monitor.set()
@@ -301,11 +303,14 @@ def close_open_operations(lines: list[dict[str, Any]], ended_ns: int) -> list[di
     return closing
 
 
-def _sources(runner_lines: list[dict[str, Any]], incarnations: list[Incarnation]) -> Iterator[list[dict[str, Any]]]:
+def _sources(runner_lines: list[dict[str, Any]],
+             incarnations: list[Incarnation]) -> Iterator[list[dict[str, Any]]]:
     yield runner_lines
     for incarnation in incarnations:
         lines = read_worker_lines(incarnation.history_path, killed=incarnation.killed)
-        ended_ns = incarnation.ended_ns if incarnation.ended_ns is not None else lines[-1]["time_ns"] if lines else 0
+        ended_ns = incarnation.ended_ns
+        if ended_ns is None:
+            ended_ns = lines[-1]["time_ns"] if lines else 0
         yield lines + close_open_operations(lines, ended_ns)
 
 

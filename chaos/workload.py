@@ -251,8 +251,8 @@ class ProducerLoop:
                 self._complete_locked_info(send, "no outcome before the producer stopped")
 
     def _line(self, kind: str, send: _Send, **fields: Any) -> None:
-        self.recorder.record({"type": kind, "f": "send", "process": self.spec.process, "topic": self.spec.topic,
-                              "key": send.key, "value": send.value, **fields})
+        self.recorder.record({"type": kind, "f": "send", "process": self.spec.process,
+                              "topic": self.spec.topic, "key": send.key, "value": send.value, **fields})
 
 
 def producer_main(spec_bytes: bytes, stop: Any, acked: Any) -> None:
@@ -314,7 +314,8 @@ class MemberLoop:
         self.recorder.record({"type": "ok", "f": "assign", **self._identity(), "partitions": owned})
 
     def _handle(self, records: list[Any]) -> None:
-        rows = [[record.partition, record.offset, as_text(record.key), as_text(record.value)] for record in records]
+        rows = [[record.partition, record.offset, as_text(record.key), as_text(record.value)]
+                for record in records]
         self.recorder.record({"type": "ok", "f": "poll", **self._identity(), "records": rows})
         self._set_phase(PHASE_UNCOMMITTED)
         time.sleep(self.spec.processing_ms / 1000)
@@ -334,7 +335,8 @@ class MemberLoop:
             self.consumer.commit({TopicPartition(self.spec.topic, p): o for p, o in offsets.items()})
         except RailmqError as error:
             outcome = "info" if error.code == ErrorCode.REQUEST_TIMED_OUT else "fail"
-            self.recorder.record({"type": outcome, "f": "commit", **identity, "offsets": shown, "error": error.name})
+            self.recorder.record({"type": outcome, "f": "commit", **identity, "offsets": shown,
+                                  "error": error.name})
             return
         except Exception as error:  # the outcome is unknown: indeterminate
             self.recorder.record({"type": "info", "f": "commit", **identity, "offsets": shown,

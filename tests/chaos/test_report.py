@@ -14,10 +14,11 @@ import pytest
 
 from chaos.checker import check_file
 from chaos.report import render_html, render_terminal, verdict, write_report
-from chaos.timeline import build_timeline, fault_bands, leader_changes, per_second
+from chaos.timeline import build_timeline, failover_after_fault, fault_bands, leader_changes, per_second
 
 SECOND = 1_000_000_000
 WALL_ORIGIN_NS = 1_700_000_000 * SECOND
+RUN_INFO = {"scenario": "leader-kill", "seed": 7, "wall_origin_ns": WALL_ORIGIN_NS}
 
 
 def send(kind: str, at_ns: int, value: str, key: str = "k1", **fields) -> dict:
@@ -35,14 +36,15 @@ def history_lines(lost_value: str = "v3") -> list[dict]:
         lines.append(send("ok", start + (index + 1) * 2_000_000, value, partition=0, offset=index))
         offsets[value] = index
     lines += [
-        {"type": "fault", "time_ns": int(2.5 * SECOND), "nemesis": "kill", "target": "replica/t/0/n1", "role": "leader",
-         "topic": "t", "partition": 0},
-        {"type": "fault", "time_ns": int(3.2 * SECOND), "nemesis": "pause", "target": "g1/member-1", "role": "member"},
-        {"type": "fault", "time_ns": int(4.4 * SECOND), "nemesis": "pause", "target": "g1/member-1", "role": "member",
-         "phase": "stop"},
+        {"type": "fault", "time_ns": int(2.5 * SECOND), "nemesis": "kill", "target": "replica/t/0/n1",
+         "role": "leader", "topic": "t", "partition": 0},
+        {"type": "fault", "time_ns": int(3.2 * SECOND), "nemesis": "pause", "target": "g1/member-1",
+         "role": "member"},
+        {"type": "fault", "time_ns": int(4.4 * SECOND), "nemesis": "pause", "target": "g1/member-1",
+         "role": "member", "phase": "stop"},
         {"type": "heal", "time_ns": 5 * SECOND},
         {"type": "final-read", "time_ns": 6 * SECOND, "topic": "t", "partition": 0,
-         "entries": [[offsets[value], "k1", value] for value in ["v0", "v1", "v2", "v3"] if value != lost_value]},
+         "entries": [[offsets[value], "k1", value] for value in offsets if value != lost_value]},
         {"type": "hygiene", "time_ns": 7 * SECOND, "leftover_processes": [], "leftover_shm": []},
     ]
     return sorted(lines, key=lambda line: line["time_ns"])
@@ -72,7 +74,7 @@ def report_dir(tmp_path):
 
 def test_summary_json_carries_the_measures_the_issue_names(report_dir):
     result = check_file(report_dir / "history.jsonl")
-    write_report(str(report_dir), result, {"scenario": "leader-kill", "seed": 7, "wall_origin_ns": WALL_ORIGIN_NS})
+    write_report(str(report_dir), result, RUN_INFO)
     summary = json.loads((report_dir / "summary.json").read_text())
     for name in ("acknowledged", "lost", "phantom", "order_violations", "inconsistent_offsets", "duplicates",
                  "failover_ms_p50", "failover_ms_p99", "faults"):
@@ -84,7 +86,7 @@ def test_summary_json_carries_the_measures_the_issue_names(report_dir):
 
 def test_the_html_is_one_self_contained_file_with_an_inline_svg(report_dir):
     result = check_file(report_dir / "history.jsonl")
-    write_report(str(report_dir), result, {"scenario": "leader-kill", "seed": 7, "wall_origin_ns": WALL_ORIGIN_NS})
+    write_report(str(report_dir), result, RUN_INFO)
     page = (report_dir / "report.html").read_text()
     assert "<svg" in page and "</svg>" in page
     assert "http" not in page.lower(), "no link, script, font or namespace URL of any kind"
@@ -94,11 +96,12 @@ def test_the_html_is_one_self_contained_file_with_an_inline_svg(report_dir):
 
 def test_the_page_names_the_lost_message_and_draws_faults_and_leader_ticks(report_dir):
     result = check_file(report_dir / "history.jsonl")
-    write_report(str(report_dir), result, {"scenario": "leader-kill", "seed": 7, "wall_origin_ns": WALL_ORIGIN_NS})
+    write_report(str(report_dir), result, RUN_INFO)
     page = (report_dir / "report.html").read_text()
     assert "Lost messages (1)" in page and "<td>v3</td>" in page
-    assert "kill leader replica/t/0/n1" in page, "the kill is a labelled fault band"
-    assert "pause member g1/member-1" in page
+    assert "kill leader t/0/n1</text>" in page, "the kill is a labelled fault band"
+    assert "kill leader replica/t/0/n1</td>" in page, "and a row of the fault table"
+    assert "pause member g1/member-1</text>" in page
     assert "leader elected t/0 → n2" in page, "the election from the trace is a tick"
     assert ">heal</text>" in page
     assert "INVALID" in page
@@ -127,7 +130,8 @@ def test_the_timeline_buckets_acknowledgements_and_latency_per_second(report_dir
 
 
 def test_per_second_percentiles_are_nearest_rank():
-    seconds = per_second([(0.1, 5.0), (0.2, 1.0), (0.3, 3.0), (1.5, 9.0)] + [(0.4, 2.0)] * 96 + [(0.5, 100.0)], 2.0)
+    samples = [(0.1, 5.0), (0.2, 1.0), (0.3, 3.0), (1.5, 9.0)] + [(0.4, 2.0)] * 96 + [(0.5, 100.0)]
+    seconds = per_second(samples, 2.0)
     assert seconds[0].acknowledged == 100
     assert seconds[0].latency_ms_p50 == 2.0 and seconds[0].latency_ms_p99 == 5.0
     assert seconds[1].latency_ms_p99 == 9.0
@@ -137,7 +141,8 @@ def test_fault_bands_pair_starts_with_stops_and_mark_instant_faults():
     lines = [
         {"type": "fault", "time_ns": 1 * SECOND, "nemesis": "isolate", "target": "a", "role": "leader"},
         {"type": "fault", "time_ns": 2 * SECOND, "nemesis": "kill", "target": "b", "role": "follower"},
-        {"type": "fault", "time_ns": 4 * SECOND, "nemesis": "isolate", "target": "a", "role": "leader", "phase": "stop"},
+        {"type": "fault", "time_ns": 4 * SECOND, "nemesis": "isolate", "target": "a", "role": "leader",
+         "phase": "stop"},
         {"type": "fault", "time_ns": 5 * SECOND, "nemesis": "pause", "target": "c", "role": "leader"},
         {"type": "fault", "time_ns": 5 * SECOND, "nemesis": "pause", "target": "z", "phase": "stop"},
     ]
@@ -145,6 +150,30 @@ def test_fault_bands_pair_starts_with_stops_and_mark_instant_faults():
     assert [(band.start_s, band.end_s, band.instantaneous) for band in bands] == [
         (1.0, 4.0, False), (2.0, 2.25, True), (5.0, 5.25, True)]
     assert bands[0].label == "isolate leader a"
+
+
+def test_failover_counts_only_sends_invoked_after_the_fault():
+    kill = {"type": "fault", "time_ns": 100, "nemesis": "kill", "role": "leader", "topic": "t", "partition": 0}
+    follower = {**kill, "role": "follower"}
+    acknowledged = {("t", 0): [(90, 101), (120, 400), (130, 300)], ("t", 1): [(150, 160)]}
+    assert failover_after_fault([kill, follower], acknowledged) == [200 / 1e6], \
+        "the answer already on its way at 101 ns is not a failover; the earliest later send's is"
+    assert failover_after_fault([{**kill, "partition": 2}], acknowledged) == [None]
+
+
+def test_summary_and_page_carry_both_failover_measures(tmp_path):
+    lines = history_lines()
+    lines.append(send("invoke", int(2.4 * SECOND), "in-flight", key="k2"))
+    lines.append(send("ok", int(2.51 * SECOND), "in-flight", key="k2", partition=0, offset=9))
+    lines.append({"type": "final-read", "time_ns": 6 * SECOND, "topic": "t", "partition": 0,
+                  "entries": [[0, "k1", "v0"], [1, "k1", "v1"], [2, "k1", "v2"], [3, "k1", "v3"],
+                              [9, "k2", "in-flight"]]})
+    write_history(tmp_path, sorted(lines, key=lambda line: line["time_ns"]))
+    result = check_file(tmp_path / "history.jsonl")
+    summary = write_report(str(tmp_path), result, RUN_INFO)
+    assert summary["failover_ms_p50"] == pytest.approx(10.0), "the checker counts the in-flight answer"
+    assert summary["run"]["failover_after_fault_ms_p50"] == pytest.approx(506.0)
+    assert "to the first acknowledged send invoked after it (ms)" in (tmp_path / "report.html").read_text()
 
 
 def test_leader_changes_skip_torn_trace_lines_and_missing_files(tmp_path):

@@ -26,11 +26,13 @@ import pytest
 from actors.errors import ErrorCode, RailmqError
 from chaos import workload
 from chaos.scenarios import (
-    SCENARIOS, SCHEDULE_TAIL_S, FaultStep, ScheduleError, UnknownScenario, WorkloadShape, check_schedule,
-    get_scenario, safe_scenarios, teaching_scenarios,
+    SCENARIOS, SCHEDULE_TAIL_S, FaultStep, ScheduleError, UnknownScenario, check_schedule, get_scenario,
+    safe_scenarios, teaching_scenarios,
 )
 from chaos.workers import Incarnation, TornHistory, close_open_operations, merge_histories, read_worker_lines
-from chaos.workload import LineRecorder, MemberLoop, MemberSpec, ProducerLoop, ProducerSpec, classify_send_error
+from chaos.workload import (
+    LineRecorder, MemberLoop, MemberSpec, ProducerLoop, ProducerSpec, classify_send_error,
+)
 
 SMOKE_DURATION_S = 15.0
 TEACHING_DURATION_S = 12.0
@@ -43,8 +45,9 @@ ACKNOWLEDGED_MIN = 2000
 
 def test_the_registry_has_every_scenario_the_issue_names():
     assert set(SCENARIOS) == {
-        "leader-kill", "follower-kill", "coordinator-kill", "consumer-crash-before-commit", "zombie-leader-pause",
-        "isolate-leader", "rolling-restart", "mixed", "acks1-leader-kill", "unclean-election"}
+        "leader-kill", "follower-kill", "coordinator-kill", "consumer-crash-before-commit",
+        "zombie-leader-pause", "isolate-leader", "rolling-restart", "mixed", "acks1-leader-kill",
+        "unclean-election"}
     assert {scenario.name for scenario in teaching_scenarios()} == {"acks1-leader-kill", "unclean-election"}
     assert all(not scenario.expect_loss for scenario in safe_scenarios())
 
@@ -105,7 +108,8 @@ def test_the_unclean_episode_lets_the_follower_leave_the_isr_before_the_leader_s
 
 
 @pytest.mark.parametrize("steps, problem", [
-    ([FaultStep(at_s=3, action="kill", role="leader"), FaultStep(at_s=2, action="kill", role="leader")], "order"),
+    ([FaultStep(at_s=3, action="kill", role="leader"), FaultStep(at_s=2, action="kill", role="leader")],
+     "order"),
     ([FaultStep(at_s=1, action="explode", role="leader")], "unknown"),
     ([FaultStep(at_s=8, action="pause", role="leader", duration_s=2.5)], "ends after"),
     ([FaultStep(at_s=1, action="pause", role="followers", label="f")], "never resumed"),
@@ -246,9 +250,11 @@ def test_a_late_callback_after_the_write_off_adds_no_second_completion(tmp_path,
     (RailmqError(ErrorCode.NOT_ENOUGH_REPLICAS, "delivery timed out after 4 attempts; last error: x"),
      ("info", "NOT_ENOUGH_REPLICAS")),
     (RailmqError(ErrorCode.DISK_FULL, "no space"), ("fail", "DISK_FULL")),
-    (RailmqError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ""), ("info", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")),
+    (RailmqError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ""),
+     ("info", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")),
     (RailmqError(ErrorCode.REQUEST_TIMED_OUT, ""), ("info", "REQUEST_TIMED_OUT")),
-    (RailmqError(ErrorCode.NOT_LEADER, "lost the connection; the batch may have been written"), ("info", "NOT_LEADER")),
+    (RailmqError(ErrorCode.NOT_LEADER, "lost the connection; the batch may have been written"),
+     ("info", "NOT_LEADER")),
     (TimeoutError("no acknowledgement"), ("info", "timeout")),
 ])
 def test_only_a_definite_refusal_on_the_only_attempt_is_a_failure(error, expected):
@@ -314,10 +320,12 @@ def test_a_member_records_assignment_polls_and_commit_outcomes(tmp_path):
     stop = threading.Event()
     batches = [[FakeRecord(0, 5, "a"), FakeRecord(2, 9, "b"), FakeRecord(0, 6, "c")], [FakeRecord(0, 7, "d")],
                [FakeRecord(2, 10, "e")]]
-    errors = [None, RailmqError(ErrorCode.ILLEGAL_GENERATION, "fenced"), RailmqError(ErrorCode.REQUEST_TIMED_OUT, "")]
+    errors = [None, RailmqError(ErrorCode.ILLEGAL_GENERATION, "fenced"),
+              RailmqError(ErrorCode.REQUEST_TIMED_OUT, "")]
     consumer = FakeConsumer(batches, errors, stop)
-    spec = MemberSpec(process="g1/member-1", client_id="chaos-member-1", bootstrap="tcp://127.0.0.1:1", topic="t",
-                      group="g1", history_path=str(tmp_path / "m.jsonl"), origin_ns=0, processing_ms=0)
+    spec = MemberSpec(process="g1/member-1", client_id="chaos-member-1", bootstrap="tcp://127.0.0.1:1",
+                      topic="t", group="g1", history_path=str(tmp_path / "m.jsonl"), origin_ns=0,
+                      processing_ms=0)
     recorder = LineRecorder(spec.history_path, 0)
     MemberLoop(spec, recorder, stop, consumer).run()
     recorder.close()
@@ -336,6 +344,11 @@ def test_a_member_records_assignment_polls_and_commit_outcomes(tmp_path):
 # --------------------------------------------------------------------------- merging worker histories
 
 
+def sent(kind: str, at_ns: int, value: str, process: str = "producer-1", **fields) -> dict:
+    return {"type": kind, "f": "send", "time_ns": at_ns, "process": process, "topic": "t", "key": "k",
+            "value": value, **fields}
+
+
 def write_lines(path: Path, lines: list[dict], tail: bytes = b"") -> str:
     path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines) + tail)
     return str(path)
@@ -343,10 +356,7 @@ def write_lines(path: Path, lines: list[dict], tail: bytes = b"") -> str:
 
 def test_a_killed_worker_s_open_operations_become_info(tmp_path):
     lines = [
-        {"type": "invoke", "f": "send", "time_ns": 10, "process": "producer-1", "topic": "t", "key": "k", "value": "a"},
-        {"type": "ok", "f": "send", "time_ns": 12, "process": "producer-1", "topic": "t", "key": "k", "value": "a",
-         "partition": 0, "offset": 0},
-        {"type": "invoke", "f": "send", "time_ns": 13, "process": "producer-1", "topic": "t", "key": "k", "value": "b"},
+        sent("invoke", 10, "a"), sent("ok", 12, "a", partition=0, offset=0), sent("invoke", 13, "b"),
         {"type": "invoke", "f": "commit", "time_ns": 14, "process": "g/m", "group": "g", "topic": "t",
          "offsets": {"0": 1}},
     ]
@@ -356,7 +366,7 @@ def test_a_killed_worker_s_open_operations_become_info(tmp_path):
 
 
 def test_a_torn_last_line_is_tolerated_only_for_a_killed_worker(tmp_path):
-    good = [{"type": "invoke", "f": "send", "time_ns": 1, "process": "p", "topic": "t", "key": "k", "value": "a"}]
+    good = [sent("invoke", 1, "a")]
     path = write_lines(tmp_path / "w.jsonl", good, tail=b'{"type":"ok","f":"se')
     assert read_worker_lines(path, killed=True) == good
     with pytest.raises(TornHistory):
@@ -366,11 +376,9 @@ def test_a_torn_last_line_is_tolerated_only_for_a_killed_worker(tmp_path):
 def test_merged_histories_are_ordered_by_time_and_start_with_the_config(tmp_path):
     runner = [{"type": "config", "time_ns": 0, "scenario": "s"}, {"type": "heal", "time_ns": 25}]
     first = write_lines(tmp_path / "p1.jsonl", [
-        {"type": "invoke", "f": "send", "time_ns": 10, "process": "p1", "topic": "t", "key": "k", "value": "a"},
-        {"type": "ok", "f": "send", "time_ns": 30, "process": "p1", "topic": "t", "key": "k", "value": "a",
-         "partition": 0, "offset": 0}])
+        sent("invoke", 10, "a", "p1"), sent("ok", 30, "a", "p1", partition=0, offset=0)])
     second = write_lines(tmp_path / "p2.jsonl", [
-        {"type": "invoke", "f": "send", "time_ns": 20, "process": "p2", "topic": "t", "key": "k", "value": "b"}])
+        sent("invoke", 20, "b", "p2")])
     incarnations = [Incarnation("p1", first, 1, 0, ended_ns=40), Incarnation("p2", second, 2, 0, ended_ns=22,
                                                                              killed=True)]
     out = tmp_path / "history.jsonl"
