@@ -13,8 +13,9 @@ import msgspec
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # --- failure detection (coordinator) -------------------------------------------------
-    # Replicas heartbeat ten times per session: one lost heartbeat never looks like a death.
-    replica_heartbeat_interval_ms: int = 100
+    # Replicas heartbeat five times per session: one lost heartbeat never looks like a death
+    # (Kafka's KRaft brokers: 2 s heartbeats, 9 s sessions; ours are scaled for one machine).
+    replica_heartbeat_interval_ms: int = 200
     # Kafka's KRaft default is 9 s; a local cluster on loopback can afford a much shorter one,
     # which keeps failover well under the 2 s target even without the supervisor's fast path.
     replica_session_timeout_ms: int = 1000
@@ -26,8 +27,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # A follower that has not caught up to the leader's end for this long leaves the ISR
     # (Kafka's replica.lag.time.max.ms is 30 s; we scale it like the session timeout).
     replica_lag_time_max_ms: int = 1500
-    # Followers long-poll: a fetch with no new data waits this long at the leader.
-    replica_fetch_wait_max_ms: int = 200
+    # Followers long-poll: a fetch with no new data waits this long at the leader (Kafka's
+    # replica.fetch.wait.max.ms); new data answers it at once, so this only bounds idle chatter.
+    replica_fetch_wait_max_ms: int = 500
     # A follower re-sends its fetch if no answer came within this (the leader may be gone).
     replica_fetch_timeout_ms: int = 1000
     replica_fetch_bytes_max: int = 8 * 1024 * 1024

@@ -32,6 +32,7 @@ from actors.messages import (
 from storage.batch import encode_batch
 
 
+TICK_INTERVAL_MS = 50  # how often a busy producer checks timeouts and retries
 UNREACHABLE_MS = 3000  # a dead leader's endpoint is distrusted this long (ports are not reused sooner)
 
 
@@ -79,10 +80,12 @@ class ProducerClient:
         self.producer_id = -1
         self.producer_epoch = 0
         self.producer_id_correlation = 0
+        self.ticking = False
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, now_ns: int) -> list[Effect]:
+        self.ticking = True
         effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
         if self.settings.idempotent:
             self.correlation += 1
@@ -96,6 +99,18 @@ class ProducerClient:
         assert sum(self.in_flight_count.values()) == len(self.in_flight)
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        effects = self._handle(message, now_ns)
+        if not self.ticking and self._busy():
+            self.ticking = True
+            effects.append(SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS))
+        return effects
+
+    def _busy(self) -> bool:
+        """Timeouts, retries or metadata to chase: an idle producer sets no timer at all."""
+        return bool(self.in_flight or any(self.waiting.values()) or self.metadata_wanted
+                    or (self.settings.idempotent and self.producer_id < 0))
+
+    def _handle(self, message: Any, now_ns: int) -> list[Effect]:
         match message:
             case SendBatch():
                 return self._on_send_batch(message, now_ns)
@@ -236,7 +251,8 @@ class ProducerClient:
         return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("tick", now_ns + 50 * MS)]
+        self.ticking = False  # re-armed by handle() while there is work
+        effects: list[Effect] = []
         timeout_ns = self.settings.request_timeout_ms * MS
         for pending in [p for p in self.in_flight.values() if now_ns - p.sent_ns > timeout_ns]:
             effects += self._retry_or_fail(pending, ErrorCode.REQUEST_TIMED_OUT,
@@ -294,8 +310,6 @@ class ProducerClient:
         effects.append(Notify("metadata", response.topics))
         for key in list(self.waiting):
             effects += self._dispatch(key, now_ns)
-        if self.metadata_wanted and not self.metadata_correlation:
-            effects.append(SetTimer("tick", now_ns + self.settings.retry_backoff_ms * MS))
         return effects
 
     def _on_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:

@@ -146,7 +146,7 @@ def test_followers_copy_the_leaders_log_byte_for_byte(cluster):
         cluster.produce(tag, count=3)
 
     assert [r.error for r in cluster.acknowledged()] == [0, 0, 0]
-    cluster.settle(300)
+    cluster.settle(LIMITS.replica_fetch_wait_max_ms + 100)  # followers learn the high watermark on their next fetch
     cluster.assert_converged()
     assert tags_in(cluster.logs[cluster.leader]) == ["a-0", "b-0", "c-0"]
     assert all(replica.high_watermark == 9 for replica in cluster.replicas.values())
