@@ -15,7 +15,7 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
   partition leader with the ordinary FetchRequest and handed to the shell with the acquired
   ranges, so it keeps only offsets this member holds.
 - Acknowledgements from the shell go to the coordinator per partition; their per-range results go
-  back as one answer. Closing releases every record still held, then leaves the group.
+  back as one answer. Closing leaves the group, which releases every record still held.
 
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
 partition, first, last, kind, delay_ms, error]]} with a token (0: no answer wanted); "close".
@@ -471,13 +471,11 @@ class ShareMember:
     # ------------------------------------------------------------------ closing
 
     def _close(self, token: int, now_ns: int) -> list[Effect]:
-        """Release everything still held, then leave; the answer comes once the leave is answered."""
+        """Leave: the coordinator releases every lock a leaving member holds (delivery counts
+        kept). Releasing them one by one first would let this member's own parked acquire take
+        them back, spending a delivery attempt on a member that is going away."""
         self.close_token = token
-        releases = [[topic, partition, first, last, "release", 0, ""]
-                    for (topic, partition), held in sorted(self.held.items())
-                    for first, last in _runs(sorted(held))]
-        effects = self._acknowledge(0, releases, now_ns) if releases else []
-        effects += self._leave(now_ns)
+        effects = self._leave(now_ns)
         return effects if self.state == "closing" else effects + self._closed(None)
 
     def _leave(self, now_ns: int) -> list[Effect]:
@@ -536,14 +534,3 @@ def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecord
             covered.append(msgspec.structs.replace(acquired, last_offset=end - 1))
             rest.append(msgspec.structs.replace(acquired, first_offset=end))
     return covered, rest
-
-
-def _runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """Sorted offsets as (first, last) runs of consecutive offsets."""
-    runs: list[tuple[int, int]] = []
-    for offset in offsets:
-        if runs and runs[-1][1] == offset - 1:
-            runs[-1] = (runs[-1][0], offset)
-        else:
-            runs.append((offset, offset))
-    return runs

@@ -20,13 +20,16 @@ from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
-    CreateTopicRequest, CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse,
-    DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, JoinGroupRequest, JoinGroupResponse,
+    ClientCommand, CreateTopicRequest, CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse,
+    DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest, JoinGroupResponse,
     ListGroupsRequest, ListGroupsResponse, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgement,
     ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TopicConfig,
 )
 from actors.partition_replica import PartitionReplica
+from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.share_consumer import decode_acquired
+from railmq.share_member_process import parse_duration_ms
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
@@ -489,3 +492,120 @@ def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world)
 
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
     assert target.producer_id != first_producer and target.next_sequence == 1
+
+
+# ---------------------------------------------------------------------------- the member's side
+
+
+def start_member(world: World, name: str, topics: list[str], **options) -> ShareMember:
+    settings = ShareMemberSettings(group_id="g", client_id=name, group=ShareGroupSettings(
+        visibility_timeout_ms=VISIBILITY_MS, max_delivery_attempts=3), session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=500, acquire_max_wait_ms=300, **options)
+    member = ShareMember(bootstrap=COORDINATOR, settings=settings, name=name)
+    world.harness.add(name, member)
+    world.harness.deliver(name, ClientCommand(command="subscribe", arguments={"topics": topics}), b"")
+    world.settle(200)
+    return member
+
+
+def delivered(world: World, name: str) -> list[tuple[int, int]]:
+    """(offset, delivery count) of every record the member handed to its shell, oldest first."""
+    found = []
+    for address, notify in world.harness.notified:
+        if address == name and notify.kind == "share-records":
+            _, topic, partition, batches, ranges, deadline_ms = notify.payload
+            found += [(record.offset, record.delivery_count)
+                      for record in decode_acquired(topic, partition, batches, ranges, deadline_ms)]
+    return found
+
+
+def answer_as(world: World, name: str, entries: list[list], token: int = 7) -> list[list]:
+    world.harness.deliver(name, ClientCommand(command="acknowledge", arguments={"acknowledgements": entries},
+                                              token=token), b"")
+    world.settle(100)
+    results = [notify.payload for address, notify in world.harness.notified
+               if address == name and notify.kind == "result" and notify.payload[0] == token]
+    return results[-1][1]
+
+
+def test_a_member_joins_acquires_fetches_from_the_leader_and_hands_over_only_its_records(world):
+    world.produce("orders", ["a", "b", "c"])
+    member = start_member(world, "m1", ["orders"])
+
+    assert member.state == "stable" and member.member_id.startswith("m1-")
+    assert delivered(world, "m1") == [(0, 1), (1, 1), (2, 1)]
+    memberships = [n.payload for a, n in world.harness.notified if a == "m1" and n.kind == "membership"]
+    assert [(number, member_id) for number, member_id, _ in memberships] == [(1, member.member_id)]
+    assert sorted(member.held[("orders", 0)]) == [0, 1, 2]
+
+
+def test_a_member_holding_its_prefetch_bound_acquires_no_more_until_it_answers(world):
+    world.produce("orders", [str(n) for n in range(10)])
+    member = start_member(world, "m1", ["orders"], prefetch_records_max=4)
+    assert delivered(world, "m1") == [(n, 1) for n in range(4)]
+    world.settle(500)
+    assert len(delivered(world, "m1")) == 4, "holding 4 locks: nothing more is taken from the others"
+
+    results = answer_as(world, "m1", [["orders", 0, 0, 3, "accept", 0, ""]])
+    assert results == [["orders", 0, 0, 3, ErrorCode.NONE, 0]]
+    assert delivered(world, "m1")[4:] == [(n, 1) for n in range(4, 8)]
+    assert member.holding() == 4
+
+
+def test_answers_come_back_per_range_and_a_refused_range_says_why(world):
+    world.produce("orders", ["a", "b"])
+    start_member(world, "m1", ["orders"])
+    results = answer_as(world, "m1", [["orders", 0, 0, 0, "renew", 0, ""], ["orders", 0, 1, 1, "accept", 0, ""],
+                                      ["orders", 0, 1, 1, "accept", 0, ""]])
+    (renewed, accepted, again) = results
+    assert renewed[4] == ErrorCode.NONE and renewed[5] > world.harness.now_ns // MS
+    assert accepted[4] == ErrorCode.NONE
+    assert again[4] == ErrorCode.INVALID_RECORD_STATE, "an answered record is no longer held"
+
+
+def test_closing_releases_what_the_member_held_and_leaves(world):
+    world.produce("orders", ["a", "b"])
+    first = start_member(world, "m1", ["orders"])
+    member_id = first.member_id
+    world.harness.deliver("m1", ClientCommand(command="close", token=3), b"")
+    world.settle(100)
+    assert [n.payload for a, n in world.harness.notified if a == "m1" and n.kind == "result"] == [(3, None, None)]
+    assert member_id not in world.group.share.groups["g"].members
+    start_member(world, "m2", ["orders"])
+    assert delivered(world, "m2") == [(0, 2), (1, 2)], "released at once, not after the visibility timeout"
+
+
+def test_after_the_coordinator_forgets_a_member_it_joins_again_and_drops_what_it_held(world):
+    world.produce("orders", ["a"])
+    member = start_member(world, "m1", ["orders"])
+    first_id = member.member_id
+    world.crash_group_coordinator()
+    world.settle(800)
+
+    assert member.member_id and member.member_id != first_id
+    memberships = [n.payload[0] for a, n in world.harness.notified if a == "m1" and n.kind == "membership"]
+    assert memberships[-1] > memberships[0], "a new membership: the shell drops records of the old one"
+    assert delivered(world, "m1") == [(0, 1), (0, 2)], "the restart voided the first lock, not its count"
+
+
+def test_records_whose_lock_expired_before_their_bytes_came_are_not_handed_over(world):
+    world.produce("orders", ["a"])
+    world.harness.lose = lambda envelope: isinstance(envelope.message, FetchRequest) and envelope.sender == "m1"
+    member = start_member(world, "m1", ["orders"], request_timeout_ms=5000)
+    world.settle(VISIBILITY_MS + 200)
+    world.harness.heal()
+    world.settle(5_000)
+    assert all(count > 1 for _, count in delivered(world, "m1")), "the first delivery expired unseen"
+    assert member.invariants() is None
+
+
+@pytest.mark.parametrize("text, milliseconds", [("500ms", 500), ("30s", 30_000), ("2m", 120_000), ("1h", 3_600_000),
+                                                (" 7 s ", 7_000)])
+def test_durations_parse_with_their_unit(text, milliseconds):
+    assert parse_duration_ms(text) == milliseconds
+
+
+@pytest.mark.parametrize("text", ["30", "1.5s", "-2s", "5 minutes", ""])
+def test_durations_without_a_unit_or_with_an_unknown_one_are_refused(text):
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration_ms(text)
