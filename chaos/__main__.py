@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -133,6 +134,8 @@ def run_run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     report_dir = args.report or default_report_dir(scenario.name, args.seed)
     console = Console(stderr=args.json)
+    # Restarts are the nemesis at work and are in the fault log: not warnings to print over the bar.
+    logging.getLogger("railmq.supervisor").setLevel(logging.ERROR)
     with ProgressDisplay(console, scenario.name, args.duration) as display:
         outcome = run_scenario(scenario, seed=args.seed, duration_s=args.duration, report_dir=report_dir,
                                recovery_window_s=args.recovery_window, on_progress=display.update)

@@ -155,7 +155,15 @@ def summary_rows(result: CheckResult, run_info: dict[str, Any]) -> list[tuple[st
         ("failover p50, sends after the fault (ms)", run_info.get("failover_after_fault_ms_p50")),
         ("failover p99, sends after the fault (ms)", run_info.get("failover_after_fault_ms_p99")),
         ("leftover processes", len(result.leftover_processes)), ("leftover shm", len(result.leftover_shm)),
+        ("converged after heal", _converged(run_info.get("converged"))),
+        ("partitions the final read could not finish", run_info.get("final_read_incomplete") or "none"),
     ]
+
+
+def _converged(facts: dict[str, bool] | None) -> str:
+    if not facts:
+        return "-"
+    return ", ".join(f"{name.replace('_', ' ')}: {'yes' if held else 'NO'}" for name, held in facts.items())
 
 
 def _summary_table(result: CheckResult, run_info: dict[str, Any]) -> str:
@@ -272,7 +280,8 @@ def _throughput_svg(timeline: Timeline, end_s: float) -> list[str]:
 
 def _latency_svg(timeline: Timeline, end_s: float) -> list[str]:
     top_ms = max([second.latency_ms_p99 or 0.0 for second in timeline.seconds] + [10.0])
-    parts = [f'<text x="{LEFT}" y="{LATENCY_TOP - 4}">acknowledgement latency p50 / p99 (ms, log scale)</text>']
+    title = "acknowledgement latency p50 / p99 (ms, log scale)"
+    parts = [f'<text x="{LEFT}" y="{LATENCY_TOP - 4}">{title}</text>']
     for grid_ms in (1, 10, 100, 1000, 10000):
         if grid_ms <= top_ms * 1.01 or grid_ms == 1:
             y = _latency_y(grid_ms, top_ms)

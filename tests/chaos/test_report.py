@@ -153,7 +153,8 @@ def test_fault_bands_pair_starts_with_stops_and_mark_instant_faults():
 
 
 def test_failover_counts_only_sends_invoked_after_the_fault():
-    kill = {"type": "fault", "time_ns": 100, "nemesis": "kill", "role": "leader", "topic": "t", "partition": 0}
+    kill = {"type": "fault", "time_ns": 100, "nemesis": "kill", "role": "leader", "topic": "t",
+            "partition": 0}
     follower = {**kill, "role": "follower"}
     acknowledged = {("t", 0): [(90, 101), (120, 400), (130, 300)], ("t", 1): [(150, 160)]}
     assert failover_after_fault([kill, follower], acknowledged) == [200 / 1e6], \
