@@ -210,7 +210,7 @@ class ShareGroups:
                     self._settle(group.group_id, share_partition)
         effects += self._expire_requests(now_ns)
         effects += self._serve_all_parked(now_ns)
-        effects += self._answer_waiting_heartbeats(now_ns, HEARTBEAT_METADATA_WAIT_MS * MS)
+        effects += self._answer_waiting_heartbeats(now_ns)
         effects += self._refresh_waiting(now_ns)
         stale = any(group.members for group in self.groups.values()) and \
             now_ns - self.last_metadata_ns > METADATA_REFRESH_MS * MS
@@ -285,7 +285,8 @@ class ShareGroups:
         limits = self.limits
         if not request.group_id or len(request.group_id) > GROUP_ID_LENGTH_MAX or "/" in request.group_id:
             return ErrorCode.INVALID_REQUEST, f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'"
-        if not limits.group_session_timeout_min_ms <= request.session_timeout_ms <= limits.group_session_timeout_max_ms:
+        low, high = limits.group_session_timeout_min_ms, limits.group_session_timeout_max_ms
+        if not low <= request.session_timeout_ms <= high:
             return ErrorCode.INVALID_SESSION_TIMEOUT, (
                 f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
                 f"{limits.group_session_timeout_max_ms}, got {request.session_timeout_ms}")
@@ -297,7 +298,8 @@ class ShareGroups:
 
     def _create_group(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
         if request.member_id or request.leaving:
-            return ErrorCode.UNKNOWN_MEMBER_ID, f"share group {request.group_id!r} does not exist; join with no member id"
+            return ErrorCode.UNKNOWN_MEMBER_ID, (
+                f"share group {request.group_id!r} does not exist; join with no member id")
         if len(self.groups) >= self.limits.share_groups_max:
             return ErrorCode.BUSY, f"the coordinator holds its maximum of {self.limits.share_groups_max} share groups"
         problem = check_settings(request.settings, self.limits)
@@ -336,7 +338,9 @@ class ShareGroups:
         return [(topic, partition) for topic in topics if topic in self.topics
                 for partition in range(len(self.topics[topic].partitions))]
 
-    def _answer_waiting_heartbeats(self, now_ns: int, older_than_ns: int = 0) -> list[Effect]:
+    def _answer_waiting_heartbeats(self, now_ns: int, answered: set[str] | None = None) -> list[Effect]:
+        """Answer heartbeats whose topics metadata now covers (`answered`: topics the last metadata
+        response spoke of, known or not), and any that waited HEARTBEAT_METADATA_WAIT_MS."""
         effects: list[Effect] = []
         waiting = []
         for sender, request, since_ns in self.waiting_heartbeats:
@@ -344,8 +348,8 @@ class ShareGroups:
             member = group.members.get(request.member_id) if group is not None else None
             if member is None:
                 continue
-            ready = all(topic in self.topics for topic in member.topics)
-            if ready or now_ns - since_ns >= older_than_ns:
+            ready = all(topic in self.topics or topic in (answered or ()) for topic in member.topics)
+            if ready or now_ns - since_ns >= HEARTBEAT_METADATA_WAIT_MS * MS:
                 effects.append(Send(sender, self._heartbeat_answer(group, member, request)))
             else:
                 waiting.append((sender, request, since_ns))
@@ -408,7 +412,8 @@ class ShareGroups:
             return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"{request.group_id!r} is not a share group")
         member = group.members.get(request.member_id)
         if member is None:
-            return Refusal(ErrorCode.UNKNOWN_MEMBER_ID, f"{request.member_id!r} is not a member of {group.group_id!r}; join again")
+            return Refusal(ErrorCode.UNKNOWN_MEMBER_ID,
+                           f"{request.member_id!r} is not a member of {group.group_id!r}; join again")
         if request.topic not in member.topics:
             return Refusal(ErrorCode.INVALID_REQUEST, f"{request.member_id} does not subscribe to {request.topic!r}")
         key = (request.topic, request.partition)
@@ -419,7 +424,8 @@ class ShareGroups:
         if metadata is None or not 0 <= request.partition < len(metadata.partitions):
             return Refusal(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}/{request.partition} is not known")
         if sum(len(each.partitions) for each in self.groups.values()) >= self.limits.share_partitions_max:
-            return Refusal(ErrorCode.BUSY, f"the coordinator holds its maximum of {self.limits.share_partitions_max} share-partitions")
+            return Refusal(ErrorCode.BUSY, (
+                f"the coordinator holds its maximum of {self.limits.share_partitions_max} share-partitions"))
         share_partition = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
         watch = self.watches.get(key)
         if watch is not None and watch.high_watermark >= 0:
@@ -583,7 +589,8 @@ class ShareGroups:
         if self.metadata_correlation or now_ns - self.last_metadata_ns < METADATA_INTERVAL_MIN_MS * MS:
             self.metadata_wanted.add("")  # something is wanted, even if only a refresh
             return []
-        in_use = {topic for group in self.groups.values() for member in group.members.values() for topic in member.topics}
+        in_use = {topic for group in self.groups.values() for member in group.members.values()
+                  for topic in member.topics}
         wanted = sorted((self.metadata_wanted | in_use | set(self.topics)) - {""})
         self.metadata_wanted.clear()
         self.last_metadata_ns = now_ns
@@ -600,7 +607,7 @@ class ShareGroups:
                 self.topics[topic.name] = topic
             elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self.topics.pop(topic.name, None)
-        effects = self._answer_waiting_heartbeats(now_ns)
+        effects = self._answer_waiting_heartbeats(now_ns, {topic.name for topic in response.topics})
         return effects + self._refresh_waiting(now_ns)
 
     # ------------------------------------------------------------------ requests the coordinator sends
@@ -650,7 +657,8 @@ class ShareGroups:
         if endpoint != self.coordinator:
             self.unreachable[endpoint] = now_ns + self.limits.share_request_timeout_ms * MS
         effects: list[Effect] = []
-        for correlation in [correlation for correlation, outbound in self.pending.items() if outbound.endpoint == endpoint]:
+        for correlation in [correlation for correlation, outbound in self.pending.items()
+                            if outbound.endpoint == endpoint]:
             effects += self._fail(correlation, ErrorCode.NOT_LEADER, now_ns)
         return effects
 
@@ -746,7 +754,8 @@ class DeadLetterWriter:
 
     def invariants(self) -> None:
         in_flight = sum(1 for target in self.targets.values() if target.stage)
-        assert in_flight <= self.groups.limits.share_dead_letter_writes_max, f"{in_flight} dead-letter writes in flight"
+        assert in_flight <= self.groups.limits.share_dead_letter_writes_max, (
+            f"{in_flight} dead-letter writes in flight")
         for target in self.targets.values():
             assert len(target.pending) <= self.groups.limits.share_dead_letter_batch_records_max, "write too large"
             assert not (target.batch is not None and not target.pending), "a batch with no pending write"
@@ -829,7 +838,8 @@ class DeadLetterWriter:
     def _next_items(self, target: DeadLetterTarget) -> list[DeadLetterItem]:
         """Queued records of the first queued record's source partition, lowest offsets first."""
         first = target.queue[0]
-        same = sorted((item for item in target.queue if (item.topic, item.partition) == (first.topic, first.partition)),
+        source = (first.topic, first.partition)
+        same = sorted((item for item in target.queue if (item.topic, item.partition) == source),
                       key=lambda item: item.offset)
         return same[:self.groups.limits.share_dead_letter_batch_records_max]
 
@@ -876,9 +886,9 @@ class DeadLetterWriter:
             self._store(target)
         trace = Trace("share-dead-letter-retry", {"topic": target.topic, "partition": target.partition, "step": kind,
                                                   "error": code, "message": response.error_message})
-        if code in RETRIABLE and kind != "producer-id":
-            topic = target.topic if kind == "dlq-produce" else (target.fetching[0].topic if target.fetching else "")
-            partition = target.partition if kind == "dlq-produce" else (target.fetching[0].partition if target.fetching else -1)
+        if code in RETRIABLE and kind in ("dlq-fetch", "dlq-produce"):
+            source = target.fetching[0] if kind == "dlq-fetch" else None
+            topic, partition = (source.topic, source.partition) if source is not None else target.key
             self.groups.forget_leader(topic, partition)
             return [trace] + self.groups.refresh_leaders(topic, now_ns)
         return [trace]
@@ -900,7 +910,8 @@ class DeadLetterWriter:
             target.found.update(source_records(response.records, wanted))
         except CorruptBatch as error:
             target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
-            return [Trace("share-dead-letter-corrupt-source", {"topic": target.fetching[0].topic, "error": str(error)})]
+            return [Trace("share-dead-letter-corrupt-source",
+                          {"topic": target.fetching[0].topic, "error": str(error)})]
         if response.log_start_offset > min(wanted):
             return self._source_gone(target, response.log_start_offset, now_ns)
         if target.pending:
@@ -950,11 +961,12 @@ class DeadLetterWriter:
 
 def check_settings(settings: ShareGroupSettings, limits: Limits) -> str | None:
     """Why these settings cannot make a share group, or None."""
-    if not limits.share_visibility_timeout_min_ms <= settings.visibility_timeout_ms <= limits.share_visibility_timeout_max_ms:
-        return (f"visibility_timeout_ms must be {limits.share_visibility_timeout_min_ms}.."
-                f"{limits.share_visibility_timeout_max_ms}, got {settings.visibility_timeout_ms}")
+    low, high = limits.share_visibility_timeout_min_ms, limits.share_visibility_timeout_max_ms
+    if not low <= settings.visibility_timeout_ms <= high:
+        return f"visibility_timeout_ms must be {low}..{high}, got {settings.visibility_timeout_ms}"
     if not 1 <= settings.max_delivery_attempts <= limits.share_delivery_attempts_max:
-        return f"max_delivery_attempts must be 1..{limits.share_delivery_attempts_max}, got {settings.max_delivery_attempts}"
+        return (f"max_delivery_attempts must be 1..{limits.share_delivery_attempts_max}, "
+                f"got {settings.max_delivery_attempts}")
     if settings.auto_offset_reset not in ("earliest", "latest"):
         return f"auto_offset_reset must be earliest or latest, not {settings.auto_offset_reset!r}"
     topic = settings.dead_letter_topic

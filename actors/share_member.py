@@ -48,6 +48,9 @@ RETRY_BACKOFF_MS = 100
 # request sent there would wait out the whole request timeout.
 UNREACHABLE_MS = 3000
 # Errors after which the member cannot go on (its settings or the group id are wrong).
+# Errors that mean "the coordinator does not know us, or we do not know it": rejoin or rediscover.
+MEMBERSHIP_TROUBLE = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR,
+                                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT})
 FATAL = frozenset({ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_SESSION_TIMEOUT,
                    ErrorCode.INVALID_REQUEST, ErrorCode.GROUP_ID_NOT_FOUND})
 
@@ -118,7 +121,6 @@ class ShareMember:
         self.readers: dict[tuple[str, int], Reader] = {}
         self.held: dict[tuple[str, int], dict[int, int]] = {}  # offsets locked to us -> lock deadline (ms)
         self.pending: dict[int, Pending] = {}
-        self.calls: dict[int, AcknowledgeCall] = {}
         self.correlation = 0
         self.metadata_correlation = 0
         self.last_metadata_ns = 0
@@ -344,8 +346,7 @@ class ShareMember:
         reader.acquiring = reader.reserved = 0
         if response.error != ErrorCode.NONE:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-            if response.error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR,
-                                  ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT):
+            if response.error in MEMBERSHIP_TROUBLE:
                 return self._on_member_error(response.error, response.error_message, now_ns)
             return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "error": response.error})]
         if not response.acquired:
@@ -369,8 +370,8 @@ class ShareMember:
             return self._request_metadata(now_ns)
         leader = metadata.partitions[reader.partition]
         request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
-                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0, leader_epoch=leader.leader_epoch,
-                               max_bytes=self.settings.fetch_partition_bytes_max)
+                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
+                               leader_epoch=leader.leader_epoch, max_bytes=self.settings.fetch_partition_bytes_max)
         send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
         reader.fetching = send.message.correlation_id
         return [send]
@@ -448,7 +449,7 @@ class ShareMember:
         if response.error != ErrorCode.NONE or isinstance(response, ErrorResponse):
             call.results += [[topic, partition, a.first_offset, a.last_offset, response.error, 0]
                              for a in acknowledgements]
-            if response.error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT):
+            if response.error in MEMBERSHIP_TROUBLE:
                 effects += self._on_member_error(response.error, response.error_message, now_ns)
         else:
             held = self.held.get((topic, partition), {})
@@ -500,8 +501,9 @@ class ShareMember:
     def _on_tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + TICK_MS * MS)]
         for correlation in [c for c, pending in self.pending.items() if pending.deadline_ns <= now_ns]:
-            effects += self._on_response(self.pending.pop(correlation), ErrorResponse(
-                correlation_id=correlation, error=ErrorCode.REQUEST_TIMED_OUT, error_message="no answer in time"), now_ns)
+            no_answer = ErrorResponse(correlation_id=correlation, error=ErrorCode.REQUEST_TIMED_OUT,
+                                      error_message="no answer in time")
+            effects += self._on_response(self.pending.pop(correlation), no_answer, now_ns)
         now_ms = now_ns // MS
         for held in self.held.values():
             for offset in [offset for offset, deadline in held.items() if deadline <= now_ms]:

@@ -381,15 +381,17 @@ class SharePartition:
         assert self.end_offset - self.start_offset <= self.limits.share_records_in_flight_max, "window too large"
         assert len(self.records) == self.end_offset - self.start_offset, "a window offset without a record"
         if self.records:
-            assert self.records[self.start_offset].state not in DONE, "the start offset did not move past done records"
+            assert self.records[self.start_offset].state not in DONE, "the start did not move past done records"
         for offset, record in self.records.items():
             held = record.state == ACQUIRED
             assert held == bool(record.holder), f"@{offset}: {record.state} with holder {record.holder!r}"
             assert (offset in self.available) == (record.state == AVAILABLE), f"@{offset}: available set is wrong"
             if held:
-                assert 1 <= record.delivery_count <= self.settings.max_delivery_attempts, (
-                    f"@{offset}: delivery count {record.delivery_count} outside 1..{self.settings.max_delivery_attempts}")
-                assert self.next_lock_deadline_ns is not None and self.next_lock_deadline_ns <= record.lock_deadline_ns, (
+                attempts = self.settings.max_delivery_attempts
+                assert 1 <= record.delivery_count <= attempts, (
+                    f"@{offset}: delivery count {record.delivery_count} outside 1..{attempts}")
+                earliest = self.next_lock_deadline_ns
+                assert earliest is not None and earliest <= record.lock_deadline_ns, (
                     f"@{offset}: its lock deadline is before the earliest one tracked")
 
 
@@ -428,7 +430,8 @@ def dead_letter_headers(item: DeadLetterItem, source_timestamp_ms: int) -> list[
     return [(HEADER_PREFIX + name, str(value).encode("utf-8")) for name, value in fields]
 
 
-SourceRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]  # timestamp_ms, key, value, headers
+# A source record as the dead-letter writer needs it: timestamp_ms, key, value, headers.
+SourceRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
 
 
 def source_records(batches: bytes | memoryview, wanted: set[int]) -> dict[int, SourceRecord]:

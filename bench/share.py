@@ -170,7 +170,8 @@ def main() -> None:
     for prefix in ("", "busy_"):
         classic = figures[f"{prefix}classic_records_per_s"]
         for members in MEMBER_COUNTS:
-            figures[f"{prefix}share_ratio_{members}_to_classic"] = figures[f"{prefix}share_records_per_s_{members}"] / classic
+            share = figures[f"{prefix}share_records_per_s_{members}"]
+            figures[f"{prefix}share_ratio_{members}_to_classic"] = share / classic
         figures[f"{prefix}share_scaling_4_to_1"] = (figures[f"{prefix}share_records_per_s_4"]
                                                     / figures[f"{prefix}share_records_per_s_1"])
     report("bench.share", figures, args, {

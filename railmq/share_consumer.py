@@ -225,11 +225,13 @@ class ShareConsumer:
         key = (record.topic, record.partition, record.offset)
         with self._ready:
             if key not in self._delivered:
-                raise RailmqError(ErrorCode.INVALID_RECORD_STATE, "only a delivered, unanswered record can be renewed")
+                raise RailmqError(ErrorCode.INVALID_RECORD_STATE,
+                                  "only a delivered, unanswered record can be renewed")
         results = self.call("acknowledge", acknowledgements=[[*key, record.offset, "renew", 0, ""]])
         (_, _, _, _, code, deadline_ms), = results
         if code:
-            raise RailmqError(code, f"the lock on {record.topic}/{record.partition}@{record.offset} could not be renewed")
+            where = f"{record.topic}/{record.partition}@{record.offset}"
+            raise RailmqError(code, f"the lock on {where} could not be renewed")
         record.lock_deadline_ms = deadline_ms
         return deadline_ms
 

@@ -58,7 +58,8 @@ def states(share_partition) -> dict[int, str]:
 
 
 def test_the_start_is_the_log_start_for_earliest_and_the_high_watermark_for_latest():
-    assert (make(log_start=5, high_watermark=9).start_offset, make(log_start=5, high_watermark=9).end_offset) == (5, 5)
+    earliest = make(log_start=5, high_watermark=9)
+    assert (earliest.start_offset, earliest.end_offset) == (5, 5)
     latest = make(reset="latest", log_start=5, high_watermark=9)
     assert (latest.start_offset, latest.end_offset) == (9, 9)
     assert offsets(latest.acquire("a", 10, 0)) == [], "latest: what was there before the group is not delivered"
