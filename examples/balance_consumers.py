@@ -25,7 +25,7 @@ from typing import Any, Callable
 import msgspec
 
 from railmq.consumer import Consumer
-from railmq.dlq import start_at_committed
+from railmq.dlq import known_position, start_at_committed
 from railmq.idempotent import IdempotentStore
 from railmq.records import ConsumerRecord, TopicPartition
 
@@ -179,4 +179,6 @@ def _caught_up(consumer: Consumer, end_offsets: dict[int, int]) -> bool:
     assigned = consumer.assignment()
     if len(assigned) < len(end_offsets):
         return False
-    return all(consumer.position(tp) >= end_offsets[tp.partition] for tp in assigned)
+    positions = [known_position(consumer, tp) for tp in assigned]
+    return all(position is not None and position >= end_offsets[tp.partition]
+               for tp, position in zip(assigned, positions))

@@ -1,24 +1,26 @@
-"""Dead-letter topics: the record format, the topic's shape, its depth, and reading it.
+"""Dead-letter topics: the record format, their depth, reading them, and moving records back.
 
-The format is shared by everything that dead-letters a record — classic-group retries
-(`railmq.retry`), the share groups' coordinator — and everything that reads one (`railmq dlq`,
-`redrive` below), so it is defined once, here:
+The format is shared by everything that dead-letters a record and everything that reads one:
 
 - a dead letter keeps the source record's key and value byte for byte, and sits in the partition
   of the DLQ topic that has the source partition's number;
 - its headers are the ten `railmq.dlq.*` headers below, in this order, with UTF-8 values (numbers
   in decimal), then the source record's own headers, in their order;
-- the DLQ topic defaults to `<source topic>.dlq` (`default_dlq_topic`); the writer creates it on
-  first use with the source's partition count and a replication factor of min(3, the source's)
-  (`railmq.retry.ensure_dead_letter_topic`).
+- the DLQ topic defaults to `<source topic>.dlq`; `railmq.retry` creates it on first use with the
+  source's partition count and a replication factor of min(3, the source's).
 
-`DeadLetter` formats (`record_headers`) and parses (`DeadLetter.parse`) that layout. Parsing is strict
-by default (a missing or garbled header raises `MalformedDeadLetter`); `strict=False` reads what
-it can and says what was wrong in `malformed`, for tools that must show every record.
+`DeadLetter` formats (`record_headers`) and parses (`DeadLetter.parse`) that layout; parsing is
+strict by default (`MalformedDeadLetter`), or lenient for tools that must show every record. The
+share groups' coordinator is an actor and cannot import this module: actors/share_partition.py
+writes the same layout, and tests/unit/test_retry.py reads its output with `DeadLetter.parse`.
 
 Depth is the number of records between a partition's log start and its high watermark, summed
 over partitions. The log is append-only, so a redriven record still counts until retention
 removes it; `pending` says how many the redrive group has not moved yet.
+
+`inspect` reads without a group and commits nothing. `redrive` moves records back at a bounded
+rate and never loses one (its promises are on the function). The module is longer than most
+because the format and the two tools that read it change together.
 """
 
 from __future__ import annotations
@@ -419,6 +421,18 @@ def _check_redrive(admin: Admin, options: RedriveOptions) -> dict[int, int]:
     return {partition: offsets.high_watermark for partition, offsets in enumerate(bounds)}
 
 
+def known_position(consumer: Consumer, tp: TopicPartition) -> int | None:
+    """The consumer's position for an assigned partition, or None while it is not known yet
+    (a partition just assigned gets its position from the group's commit or a reset; a caller
+    that waited for it here would hold up the poll that delivers it)."""
+    try:
+        return consumer.position(tp, timeout=0)
+    except RailmqError as error:
+        if error.code != ErrorCode.REQUEST_TIMED_OUT:
+            raise
+        return None
+
+
 def start_at_committed(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     """Make the group's committed offsets the fetch positions explicitly (as railmq.member_process
     does); partitions without a commit start from auto_offset_reset."""
@@ -474,15 +488,19 @@ class _Redrive:
         assigned = self.consumer.assignment()
         if len(assigned) < len(self.ends):
             return None  # still joining the group
-        timeout_s = self.options.request_timeout_ms / 1000
-        if all(self.consumer.position(tp, timeout_s) >= self.ends[tp.partition] for tp in assigned):
+        positions = [known_position(self.consumer, tp) for tp in assigned]
+        if all(position is not None and position >= self.ends[tp.partition]
+               for tp, position in zip(assigned, positions)):
             return "caught-up"
         return None
 
     def _remaining(self) -> int:
-        timeout_s = self.options.request_timeout_ms / 1000
-        return sum(max(0, self.ends[tp.partition] - self.consumer.position(tp, timeout_s))
-                   for tp in self.consumer.assignment())
+        """Records of the starting snapshot not moved yet, in the partitions this redrive holds."""
+        total = 0
+        for tp in self.consumer.assignment():
+            position = known_position(self.consumer, tp)
+            total += self.ends[tp.partition] - min(self.ends[tp.partition], position or 0)
+        return total
 
     def _move(self, records: list[ConsumerRecord]) -> None:
         """Send, wait for every acknowledgement, then commit. A record that cannot be routed stops

@@ -10,7 +10,9 @@ record is dead-lettered at once, reason `rejected`.
 
 Invariant: the wrapper never returns normally for a record that is neither handled nor in the
 DLQ. If the dead-letter write fails, `DeadLetterFailed` propagates, and the caller must not
-commit past the record (it is delivered again, and retried again).
+commit past the record (it is delivered again, and retried again). Dead-lettering is therefore
+at-least-once: a consumer that dies between the DLQ's acknowledgement and its own commit
+dead-letters the record again when it is redelivered.
 
 Retrying blocks the poll loop, on purpose. Pausing the partition instead would mean polling from
 inside the handler and interleaving other partitions' records with a retry in progress; railmq
