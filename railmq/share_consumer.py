@@ -305,7 +305,10 @@ class ShareConsumer:
                 self._chunks.append(payload)
             elif kind == "membership":
                 self._membership, self._member_id, self._group_settings = payload
-                self._delivered.clear()  # their locks went with the old member id
+                # Their locks went with the old member id: answers for them can no longer count.
+                lost = set(self._delivered) | set(self._acknowledgements)
+                self._failures.extend((key, ErrorCode.UNKNOWN_MEMBER_ID) for key in sorted(lost))
+                self._delivered.clear()
                 self._acknowledgements.clear()
             elif kind == "result":
                 token, value, error = payload

@@ -62,6 +62,7 @@ class ShareMemberOptions(msgspec.Struct, kw_only=True):
     visibility_timeout_ms: int = 30_000
     max_delivery_attempts: int = 5
     dead_letter_topic: str | None = None  # None: "<topic>.dlq"
+    auto_offset_reset: str = "earliest"  # where a new group starts: "earliest" (a queue's backlog) | "latest"
     release_delay_ms: int = 0  # a failed record is not redelivered before this (backoff)
     max_poll_records: int = 500  # records handled per batch; the member holds at most twice this
     max_messages: int | None = None  # stop after handling this many records
@@ -84,6 +85,8 @@ def check_options(options: ShareMemberOptions) -> Callable[[ShareRecord], Any] |
         raise ValueError("max_messages must be positive")
     if options.max_poll_records <= 0:
         raise ValueError("max_poll_records must be positive")
+    if options.auto_offset_reset not in ("earliest", "latest"):
+        raise ValueError(f"auto_offset_reset must be earliest or latest, not {options.auto_offset_reset!r}")
     if isinstance(options.handler, str):
         return load_handler(options.handler)
     if options.handler is not None and not callable(options.handler):
@@ -139,7 +142,8 @@ class ShareMemberLoop:
             max_poll_records=min(options.max_poll_records, options.max_messages or options.max_poll_records),
             session_timeout_ms=options.session_timeout_ms,
             heartbeat_interval_ms=max(1, options.session_timeout_ms // HEARTBEATS_PER_SESSION),
-            client_id=options.client_id, request_timeout_ms=options.request_timeout_ms)
+            client_id=options.client_id, request_timeout_ms=options.request_timeout_ms,
+            auto_offset_reset=options.auto_offset_reset)
 
     def _loop(self) -> None:
         idle_timeout_s = None if self.options.idle_timeout_ms is None else self.options.idle_timeout_ms / 1000

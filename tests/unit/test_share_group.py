@@ -233,6 +233,15 @@ def test_a_new_group_is_durable_before_its_first_member_hears_of_it(world):
     assert not unflushed_messages(step.effects, ShareGroupHeartbeatResponse)
 
 
+def test_a_member_of_a_topic_that_does_not_exist_yet_gets_no_partitions_for_it(world):
+    joined = world.join("a", ["orders", "later"])
+    assert (joined.error, joined.partitions) == (ErrorCode.NONE, [("orders", 0)])
+    world.create_topic("later", partitions=2)
+    world.settle(100)
+    again = world.heartbeat("a", joined.member_id, ["orders", "later"])
+    assert again.partitions == [("later", 0), ("later", 1), ("orders", 0)]
+
+
 def test_share_and_classic_groups_do_not_share_an_id(world):
     assert world.join("a", ["orders"], group="queue").error == ErrorCode.NONE
     world.harness.deliver(GROUP, JoinGroupRequest(correlation_id=1, group_id="queue", client_id="c"), "c")
