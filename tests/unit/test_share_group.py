@@ -29,7 +29,7 @@ from actors.messages import (
 from actors.partition_replica import PartitionReplica
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.share_consumer import decode_acquired
-from railmq.share_member_process import parse_duration_ms
+from railmq.share_member_process import ShareMemberOptions, parse_duration_ms, run_share_member
 from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
@@ -621,3 +621,11 @@ def test_durations_parse_with_their_unit(text, milliseconds):
 def test_durations_without_a_unit_or_with_an_unknown_one_are_refused(text):
     with pytest.raises(ValueError, match="is not a duration"):
         parse_duration_ms(text)
+
+
+@pytest.mark.parametrize("bad", [dict(topics=[]), dict(handler="no_such_module_here:handle"), dict(handler=42),
+                                 dict(max_delivery_attempts=0), dict(auto_offset_reset="middle")])
+def test_run_share_member_refuses_options_that_cannot_work_with_a_usage_error(bad, capsys):
+    options = ShareMemberOptions(**{"bootstrap": "tcp://127.0.0.1:1", "group_id": "g", "topics": ["orders"], **bad})
+    assert run_share_member(options) == 2
+    assert "railmq consume: error:" in capsys.readouterr().err
