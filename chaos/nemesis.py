@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+from actors.errors import RailmqError
 from actors.messages import LinkFault, PartitionMetadata
 from chaos.links import (
     ActorRef, FaultBoard, isolation_plan, one_way_plan, slow_link_plan, split_plan,
@@ -141,7 +142,7 @@ class Nemesis:
                     state = self._admin.describe_topic(self.topic).partitions[partition]
                 if state.leader >= 0 and state.leader_endpoint:
                     return state
-            except Exception:  # the coordinator may be down or electing: ask again
+            except (RailmqError, TimeoutError, IndexError):  # the coordinator is down or electing
                 pass
             if time.monotonic() > deadline or self.abort.is_set():
                 raise StepSkipped(f"{self.topic}/{partition} has no leader")

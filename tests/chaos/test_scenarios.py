@@ -388,6 +388,60 @@ def test_merged_histories_are_ordered_by_time_and_start_with_the_config(tmp_path
         ("config", 0), ("invoke", 10), ("invoke", 20), ("info", 22), ("heal", 25), ("ok", 30)]
 
 
+# --------------------------------------------------------------------------- the command line
+
+
+def chaos_parser():
+    import argparse
+
+    from railmq import cli_chaos
+
+    parser = argparse.ArgumentParser(prog="railmq")
+    cli_chaos.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_railmq_chaos_parses_run_with_seed_duration_and_report():
+    args = chaos_parser().parse_args(["chaos", "run", "leader-kill", "--seed", "3", "--duration", "5",
+                                      "--report", "out"])
+    assert (args.scenario, args.seed, args.duration, args.report) == ("leader-kill", 3, 5.0, "out")
+    assert args.handler.__name__ == "run_run"
+
+
+@pytest.mark.parametrize("bad", [["--duration", "0"], ["--duration", "soon"], ["--seed", "-1"]])
+def test_railmq_chaos_run_refuses_bad_numbers(bad, capsys):
+    with pytest.raises(SystemExit) as refused:
+        chaos_parser().parse_args(["chaos", "run", "leader-kill", *bad])
+    assert refused.value.code == 2
+
+
+def test_railmq_chaos_list_names_every_scenario(capsys):
+    args = chaos_parser().parse_args(["chaos", "list"])
+    assert args.handler(args) == 0
+    shown = capsys.readouterr().out
+    assert all(name in shown for name in SCENARIOS) and "expected" in shown
+
+
+def test_an_unknown_scenario_is_a_usage_error(capsys):
+    args = chaos_parser().parse_args(["chaos", "run", "leader-kil"])
+    assert args.handler(args) == 2
+    assert "no scenario named 'leader-kil'" in capsys.readouterr().err
+
+
+def test_railmq_chaos_check_is_the_history_checker(tmp_path, capsys):
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(sent("invoke", 1, "a")) + "\n")
+    args = chaos_parser().parse_args(["chaos", "check", str(history), "--json"])
+    assert args.handler(args) == 0
+    assert json.loads(capsys.readouterr().out)["sends"] == 1
+
+
+def test_the_default_report_folder_names_the_scenario_and_seed():
+    from chaos.__main__ import default_report_dir
+
+    assert default_report_dir("mixed", 4, now=0).startswith("chaos-reports/mixed-seed4-")
+
+
 # --------------------------------------------------------------------------- the smoke tier
 
 
