@@ -6,6 +6,7 @@ kill by role ("the current leader of partition P", "a follower"), pause and resu
 through the transport's fault switch (the target becomes unreachable, a new leader is elected,
 heal brings it back into the ISR), a full disk (produce gets DISK_FULL), a failed fsync (the
 actor crashes and is restarted), and a group member crashed between its poll and its commit.
+Two strict xfails reproduce bugs the harness found in code outside chaos/ (see their reasons).
 """
 
 from __future__ import annotations
@@ -386,3 +387,20 @@ def test_a_member_is_crashed_between_its_poll_and_its_commit(cluster, nemesis_fo
     assert first[-1]["f"] in ("poll", "commit") and first[-1]["type"] in ("ok", "invoke"), \
         "the first incarnation died holding polled records it had not committed"
     assert all(not incarnation.killed or incarnation.ended_ns for incarnation in pool.incarnations())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: a killed coordinator comes back only after ~2 s, not its 200 ms restart delay: the node agent "
+    "thread that drives supervisor.poll() is blocked in _reconcile's NodeAssignmentsRequest to the dead "
+    "coordinator for its 2000 ms timeout (transport/node_agent.py _run/_reconcile), which also delays the "
+    "restart of every other actor that dies meanwhile (the group coordinator in coordinator-kill runs)"))
+def test_a_killed_coordinator_is_back_within_its_restart_delay(fresh_cluster):
+    cluster = fresh_cluster(restart_delay_ms=200)
+    old_pid = cluster.actor("coordinator").pid
+    started = time.monotonic()
+    cluster.kill("coordinator")
+    wait_for(lambda: cluster.actor("coordinator").alive and cluster.actor("coordinator").pid != old_pid,
+             timeout_s=10, what="the coordinator's restart")
+    assert time.monotonic() - started < 1.0, "restarted within its delay plus a supervisor round"
