@@ -226,15 +226,20 @@ def _message_line(doc: StructDoc, known: set[str]) -> str:
     return " · ".join(parts)
 
 
+def _prose(text: str) -> str:
+    """Text from the code, safe as markdown: `<name>` would otherwise vanish as an HTML tag."""
+    return text.replace("<", "&lt;")
+
+
 def _cell(text: str) -> str:
     """Text safe inside a markdown table cell."""
-    return text.replace("|", "\\|")
+    return _prose(text).replace("|", "\\|")
 
 
 def render_struct(doc: StructDoc, known: set[str]) -> list[str]:
     lines = [f"#### `{doc.name}`", "", _message_line(doc, known)]
     if doc.doc:
-        lines += ["", doc.doc]
+        lines += ["", _prose(doc.doc)]
     lines += ["", "| field | type | default | notes |", "|---|---|---|---|"]
     for row in doc.rows:
         note, kind = _cell(row.note), _cell(row.type_text)
@@ -253,7 +258,7 @@ def render_messages() -> str:
     for section in ordered:
         lines += [f"### {SECTION_HEADINGS.get(section.title, section.title.capitalize())}", ""]
         if section.intro:
-            lines += [section.intro, ""]
+            lines += [_prose(section.intro), ""]
         for name in section.structs:
             lines += render_struct(struct_doc(getattr(messages, name), comments), known)
     return "\n".join(lines).rstrip() + "\n"
@@ -296,7 +301,7 @@ def render_limits() -> str:
     lines = ["| limit | default | why |", "|---|---:|---|"]
     for field in inspect_types.type_info(limits_module.Limits).fields:
         value = getattr(defaults, field.name)
-        lines.append(f"| `{field.name}` | {value:,} | {notes.get(field.name, '')} |")
+        lines.append(f"| `{field.name}` | {value:,} | {_cell(notes.get(field.name, ''))} |")
     return "\n".join(lines) + "\n"
 
 
