@@ -62,8 +62,9 @@ PartitionKey = tuple[str, int]
 
 class Coordinator:
     def __init__(self, *, state: Any, nodes: list[int], rng: random.Random,
-                 limits: Limits = DEFAULT_LIMITS, name: str = "coordinator") -> None:
+                 limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "") -> None:
         self.name = name
+        self.cluster_id = cluster_id
         self.state = state
         self.nodes = sorted(nodes)
         self.rng = rng
@@ -412,7 +413,7 @@ class Coordinator:
             for name in names
         ]
         return MetadataResponse(
-            correlation_id=request.correlation_id, topics=topics, nodes=list(self.nodes),
+            correlation_id=request.correlation_id, topics=topics, nodes=list(self.nodes), cluster_id=self.cluster_id,
             group_coordinator_endpoint=self._service_endpoint("group-coordinator", now_ns),
         )
 

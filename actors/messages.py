@@ -175,6 +175,7 @@ class MetadataResponse(Message, kw_only=True):
     topics: list[TopicMetadata] = []
     group_coordinator_endpoint: str = ""
     nodes: list[int] = []
+    cluster_id: str = ""
 
 
 class InitProducerIdRequest(Message, kw_only=True):
@@ -316,6 +317,8 @@ class FetchRequest(Message, kw_only=True):
     replica: int = -1  # the follower's node id; -1 for consumers
     last_fetched_epoch: int = -1  # followers: epoch of the last batch they hold (KIP-595 style)
     incarnation: int = 0  # followers: their process incarnation
+    ring: str = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
+    host: str = ""  # the fetcher's host identity: a ring is only usable on the same host
 
 
 class FetchResponse(Message, kw_only=True):
@@ -331,6 +334,7 @@ class FetchResponse(Message, kw_only=True):
     log_end_offset: int = 0
     leader_epoch: int = -1
     diverging_epoch: EpochEndOffset | None = None
+    ring_bytes: int = -1  # >= 0: the records (that many bytes) were written to the request's ring
     records: Any = b""  # concatenated whole batches, its own frame
 
 

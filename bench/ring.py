@@ -17,6 +17,10 @@ storage.checksum: ISA-L when installed, zlib otherwise), `zmq_ipc` and
 Nobody spins: ring ends sleep on their ZeroMQ doorbell, zmq receivers in recv(). No receiver
 reads the payload bytes (the ring hands out a view, zmq a frame): this measures hand-over.
 
+End to end (bench/ring_cluster.py): RF=3 acks=all replication throughput and consumer fetch
+throughput in real clusters with shared memory on and off, in the same run
+(`replication_records_per_s_ring_on/off`, `consumer_fetch_records_per_s_ring_on/off`).
+
 To explain the figures, the run also measures in one process what the ring cannot avoid: a
 1 MiB memcpy, a 1 MiB CRC-32 (and zlib's, for scale), and the Python cost of one
 try_write/try_read of 1 KB. Each
@@ -281,6 +285,9 @@ def main() -> None:
         figures.update(stream_figures(transport, args, counts))
     figures.update(single_process_costs(args.repeat))
     figures.update(ratios(figures))
+    from bench.ring_cluster import cluster_figures
+
+    figures.update(cluster_figures(50_000 if args.quick else 200_000, args.repeat))
     notes = {
         "counts": counts,
         "ring_capacity_bytes": {"1kb": RING_CAPACITY_BYTES_SMALL, "1mib": RING_CAPACITY_BYTES_LARGE},

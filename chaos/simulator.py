@@ -268,6 +268,9 @@ class Simulator:
         if isinstance(to, str):
             destination = self.by_endpoint.get(to)
             sender: Any = host.routing_id
+            if destination is None or not destination.alive or destination.endpoint != to:
+                self._refused(host, to)  # nobody listens there: the connection is refused
+                return
             host.peers.add(to)
         else:
             destination = self.by_routing.get(to)
@@ -277,6 +280,14 @@ class Simulator:
         for arrival in self.network.plan(host.name, destination.name, self.now_ns):
             self.queue.push(arrival, "deliver",
                             (destination.name, to if isinstance(to, str) else destination.incarnation, sender, frames))
+
+    def _refused(self, host: Host, endpoint: str) -> None:
+        """Like ZeroMQ's EVENT_CONNECT_RETRIED: the sender hears once that nobody listens there."""
+        refused = host.state.setdefault("refused", set())
+        if (host.incarnation, endpoint) in refused:
+            return
+        refused.add((host.incarnation, endpoint))
+        self.queue.push(self.now_ns + MS, "disconnect", (host.name, host.incarnation, endpoint))
 
     def _deliver(self, name: str, target: Any, sender: Any, frames: list) -> None:
         host = self.hosts[name]

@@ -32,7 +32,7 @@ from transport.supervisor import ManagedActor, Supervisor
 class LocalCluster:
     def __init__(self, nodes: int = 3, *, data_dir: str | None = None, port: int = 0,
                  limits: Limits | None = None, restart_delay_ms: int = 500, trace: bool = True,
-                 log_level: str = "WARNING", cluster_id: str | None = None) -> None:
+                 log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.node_ids = list(range(1, nodes + 1))
@@ -43,6 +43,7 @@ class LocalCluster:
         self.cluster_id = cluster_id or uuid.uuid4().hex[:8]
         self.trace_path = os.path.join(self.data_dir, "trace.jsonl") if trace else ""
         self.log_level = log_level
+        self.shared_memory = shared_memory
         self.supervisor = Supervisor(restart_delay_ms=restart_delay_ms)
         self.agent: NodeAgent | None = None
         self.bootstrap = ""
@@ -50,6 +51,10 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         os.makedirs(self.data_dir, exist_ok=True)
+        from transport.ring import unlink_orphaned_rings
+        from transport.shm import cluster_prefix
+
+        unlink_orphaned_rings(cluster_prefix(self.cluster_id))  # a previous run killed outright
         try:
             coordinator = self.supervisor.start(self._spec("coordinator", "coordinator", port=self.port))
             self.bootstrap = coordinator.endpoint
@@ -58,7 +63,7 @@ class LocalCluster:
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
                 data_dir=self.data_dir, cluster_id=self.cluster_id, limits=self.limits,
-                trace_path=self.trace_path, log_level=self.log_level)
+                trace_path=self.trace_path, log_level=self.log_level, shared_memory=self.shared_memory)
             self.agent.start()
             self.started = True
         except BaseException:
@@ -76,6 +81,9 @@ class LocalCluster:
             self.agent.stop()
             self.agent = None
         self.supervisor.stop_all()
+        from transport.shm import cluster_prefix, unlink_segments
+
+        unlink_segments(cluster_prefix(self.cluster_id))  # every ring of the cluster, clients' too
         self.started = False
         if self.own_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections import deque
 from typing import Any, Iterable
 
@@ -35,7 +36,7 @@ class Consumer:
                  fetch_max_wait_ms: int = 500, fetch_partition_bytes_max: int = 4 * 1024 * 1024,
                  buffer_bytes_max: int = 64 * 1024 * 1024, max_poll_records: int = 500,
                  check_crcs: bool = True, request_timeout_ms: int = 30_000, client_id: str = "consumer",
-                 **group_options: Any) -> None:
+                 shared_memory: bool = True, **group_options: Any) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         if max_poll_records <= 0:
@@ -71,7 +72,15 @@ class Consumer:
             self._group = attach_group(self, self._actor, group_id, group_options)
         elif group_options:
             raise TypeError(f"group options need a group_id: {sorted(group_options)}")
-        self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify)
+        links = None
+        if shared_memory:
+            # Fetched records come through a shared-memory ring when the leader is on this host
+            # (transport/ring_link.py); copied out at once, since records outlive the I/O step.
+            from transport.ring_link import RingLinks
+
+            links = RingLinks(actor_id=f"{client_id}-{uuid.uuid4().hex[:12]}", zero_copy=False, counters={},
+                              capacity_bytes=2 * fetch_partition_bytes_max + 4096)
+        self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify, ring_links=links)
         self._engine.start()
 
     # ------------------------------------------------------------------ assignment

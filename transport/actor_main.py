@@ -48,6 +48,7 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     limits: Limits = Limits()
     trace_path: str = ""
     log_level: str = "WARNING"
+    shared_memory: bool = True  # fetch payloads through shared-memory rings on this host
 
 
 def replica_directory(data_dir: str, node: int, topic: str, partition: int, topic_id: int) -> str:
@@ -91,7 +92,9 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         directory = os.path.join(spec.data_dir, "coordinator")
         os.makedirs(directory, exist_ok=True)
         state = DurableState.open(os.path.join(directory, "metadata.state"), fs=fs)
-        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits), StorageFaults(fs)
+        coordinator = Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits,
+                                  cluster_id=spec.cluster_id)
+        return coordinator, StorageFaults(fs)
     if spec.kind == "group-coordinator":
         from actors.group_coordinator import GroupCoordinator
         from storage.state import DurableState
@@ -149,8 +152,17 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     incarnation = random.SystemRandom().getrandbits(62) + 1
     context = zmq.Context()
+    links = None
+    if spec.shared_memory and spec.kind == "replica":
+        from transport.ring_link import RingLinks
+
+        links = RingLinks(actor_id=spec.name, cluster_id=spec.cluster_id, zero_copy=True, counters={},
+                          capacity_bytes=2 * spec.limits.replica_fetch_bytes_max + 4096)
     runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context,
-                      on_trace=TraceFile(spec.trace_path, spec.name) if spec.trace_path else None)
+                      on_trace=TraceFile(spec.trace_path, spec.name) if spec.trace_path else None,
+                      ring_links=links)
+    if links is not None:
+        links.counters = runtime.counters
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
 

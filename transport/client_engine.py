@@ -32,9 +32,12 @@ from transport.runtime import Runtime
 class ClientEngine:
     def __init__(self, actor: Any, *, name: str, on_notify: Callable[[str, Any], None],
                  pump: Callable[[int], int | None] | None = None, has_work: Callable[[], bool] | None = None,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS, ring_links: Any = None) -> None:
         self.context = zmq.Context()
-        self.runtime = Runtime(actor, identity=name, limits=limits, context=self.context, on_notify=on_notify)
+        self.runtime = Runtime(actor, identity=name, limits=limits, context=self.context, on_notify=on_notify,
+                               ring_links=ring_links)
+        if ring_links is not None:
+            ring_links.counters = self.runtime.counters
         self.pump = pump
         self.has_work = has_work
         self.commands: queue.SimpleQueue = queue.SimpleQueue()

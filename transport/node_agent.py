@@ -18,8 +18,6 @@ import shutil
 import threading
 from typing import Callable
 
-import msgspec
-
 from actors.limits import Limits
 from actors.messages import NodeAssignmentsRequest, NodeAssignmentsResponse, ReplicaExited
 from transport.actor_main import ActorSpec, replica_directory
@@ -36,7 +34,8 @@ def replica_actor_name(topic: str, partition: int, node: int) -> str:
 class NodeAgent:
     def __init__(self, *, supervisor: Supervisor, coordinator: str, nodes: list[int], data_dir: str,
                  cluster_id: str, limits: Limits, trace_path: str = "", log_level: str = "WARNING",
-                 interval_ms: int = 100, on_change: Callable[[], None] | None = None) -> None:
+                 interval_ms: int = 100, on_change: Callable[[], None] | None = None,
+                 shared_memory: bool = True) -> None:
         self.supervisor = supervisor
         self.coordinator = coordinator
         self.nodes = list(nodes)
@@ -46,13 +45,13 @@ class NodeAgent:
         self.trace_path = trace_path
         self.log_level = log_level
         self.interval_ms = interval_ms
+        self.shared_memory = shared_memory
         self.on_change = on_change
         self.replicas: dict[str, tuple[str, int, int, int]] = {}  # actor name -> (topic, partition, node, topic id)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._exits: list[ManagedActor] = []
         self._lock = threading.Lock()
-        self.paused_nodes: set[int] = set()
 
     def start(self) -> None:
         self.supervisor.on_exit = self._on_exit
@@ -113,7 +112,7 @@ class NodeAgent:
             spec = ActorSpec(kind="replica", name=name, cluster_id=self.cluster_id, data_dir=self.data_dir,
                              coordinator=self.coordinator, node=node, topic=topic, topic_id=topic_id,
                              partition=partition, config=config, limits=self.limits,
-                             trace_path=self.trace_path, log_level=self.log_level)
+                             trace_path=self.trace_path, log_level=self.log_level, shared_memory=self.shared_memory)
             self.supervisor.launch(spec)
             self.replicas[name] = (topic, partition, node, topic_id)
             changed = True
@@ -131,6 +130,3 @@ class NodeAgent:
 
     def replica_names(self) -> list[str]:
         return sorted(self.replicas)
-
-    def to_builtins(self) -> dict:
-        return {"nodes": self.nodes, "replicas": msgspec.to_builtins(self.replicas)}

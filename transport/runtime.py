@@ -16,6 +16,7 @@ compare against record times written by producers. Timers use the same clock.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -37,7 +38,8 @@ from transport.timers import Timers
 
 log = logging.getLogger("railmq.runtime")
 
-POLL_TIMEOUT_MAX_MS = 1000  # even with no timer set, wake up this often to notice a dead parent
+POLL_TIMEOUT_MAX_MS = 1000
+_socket_numbers = itertools.count(1)  # even with no timer set, wake up this often to notice a dead parent
 
 
 class ActorCrashed(Exception):
@@ -57,6 +59,7 @@ class Runtime:
         on_notify: Callable[[str, Any], None] | None = None,
         on_trace: Callable[[str, dict], None] | None = None,
         storage_faults: Any = None,
+        ring_links: Any = None,
     ) -> None:
         self.actor = actor
         self.identity = identity
@@ -70,11 +73,13 @@ class Runtime:
         self.on_trace = on_trace
         self.storage_faults = storage_faults
         self.counters: dict[str, int] = {}
+        self.ring_links = ring_links  # transport/ring_link.py: fetch payloads through shared memory
         self.endpoint = ""
         self._router: zmq.Socket | None = None
         self._dealers: dict[str, zmq.Socket] = {}
         self._socket_peer: dict[zmq.Socket, str] = {}
         self._monitors: dict[str, zmq.Socket] = {}
+        self._unreachable: set[str] = set()
         self._monitor_peer: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
         self._watched_fds: dict[int, Callable[[], None]] = {}
@@ -204,7 +209,15 @@ class Runtime:
             self._apply_fault_control(message)
             self.send(sender, FaultControlResponse(correlation_id=message.correlation_id))
             return
-        self.apply(self.actor.handle(message, sender, self.clock()))
+        links = self.ring_links
+        if links is None:
+            self.apply(self.actor.handle(message, sender, self.clock()))
+            return
+        message = links.incoming(sender, message)
+        try:
+            self.apply(self.actor.handle(message, sender, self.clock()))
+        finally:
+            links.release()  # the actor has copied what it keeps (a follower's log append)
 
     def _fire_due(self) -> None:
         now = self.clock()
@@ -265,6 +278,8 @@ class Runtime:
     # ------------------------------------------------------------------ sending
 
     def send(self, to: str | bytes, message: Message) -> None:
+        if self.ring_links is not None:
+            message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
         frames = self.codec.encode(message)
         peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
         delay = self.faults.outbound(peer_name)
@@ -304,8 +319,10 @@ class Runtime:
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
-        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{len(self._socket_peer)}".encode())
-        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        # Unique per socket in this process (two clients may share an identity, and a socket to a
+        # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
+        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
         socket.connect(endpoint)
         self._dealers[endpoint] = socket
         self._socket_peer[socket] = endpoint
@@ -326,15 +343,26 @@ class Runtime:
                 frames = monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            disconnected = disconnected or len(frames[0]) >= 2 and int.from_bytes(frames[0][:2], "little") == zmq.EVENT_DISCONNECTED
+            event = int.from_bytes(frames[0][:2], "little") if len(frames[0]) >= 2 else 0
+            if event == zmq.EVENT_CONNECTED:
+                self._unreachable.discard(endpoint)
+            elif event == zmq.EVENT_DISCONNECTED or (
+                    event == zmq.EVENT_CONNECT_RETRIED and endpoint not in self._unreachable):
+                # A refused connection means nobody listens there: a dead process (or one not
+                # started yet). Said once per outage, until a connection succeeds again.
+                self._unreachable.add(endpoint)
+                disconnected = True
         if disconnected:
             self.count("peer_disconnects")
+            if self.ring_links is not None:
+                self.ring_links.forget(endpoint)
             self.apply(self.actor.handle(PeerDisconnected(endpoint=endpoint), b"", self.clock()))
 
     def _close_dealer(self, endpoint: str) -> None:
         socket = self._dealers.pop(endpoint)
         self._poller.unregister(socket)
         del self._socket_peer[socket]
+        self._unreachable.discard(endpoint)
         monitor = self._monitors.pop(endpoint, None)
         if monitor is not None:
             self._poller.unregister(monitor)
@@ -367,6 +395,8 @@ class Runtime:
         if self._stopped:
             return
         self._stopped = True
+        if self.ring_links is not None:
+            self.ring_links.close()
         for endpoint in list(self._dealers):
             self._close_dealer(endpoint)
         if self._router is not None:

@@ -192,6 +192,9 @@ class Supervisor:
             managed.lifeline.close()
         managed.process, managed.lifeline, managed.ready = None, None, False
         self._unlink_segments(managed)
+        from transport.shm import actor_prefix, unlink_segments
+
+        unlink_segments(actor_prefix(managed.spec.cluster_id, managed.spec.name))  # its rings die with it
         log.info("%s exited with code %s", managed.name, managed.exit_code)
 
     def _forget(self, managed: ManagedActor) -> None:

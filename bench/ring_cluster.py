@@ -1,0 +1,60 @@
+"""End-to-end effect of the shared-memory ring in a real cluster (used by bench.ring).
+
+Replication: RF=3, acks=all, 1 KB records sent with send_batch to one partition; the followers'
+fetches carry the batches through rings when shared memory is on, through ZeroMQ when it is off.
+Consumer fetch: the same records read back from the beginning by an assigned consumer with and
+without its own rings. Each pair runs in fresh clusters in the same process, one after the other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+RECORD_BYTES = 1000
+
+
+def replication_and_fetch(records: int, shared_memory: bool) -> tuple[float, float]:
+    from railmq.admin import Admin
+    from railmq.cluster import LocalCluster
+    from railmq.consumer import Consumer
+    from railmq.producer import Producer
+
+    values = [os.urandom(RECORD_BYTES)] * 1000
+    with LocalCluster(nodes=3, trace=False, shared_memory=shared_memory) as cluster, Admin(cluster.bootstrap) as admin:
+        admin.create_topic("rep", partitions=1, replication_factor=3,
+                           config={"min_insync_replicas": 2, "segment_bytes": 512 * 1024 * 1024})
+        admin.wait_for_leaders("rep", full_isr=True)
+        with Producer(cluster.bootstrap, acks="all", linger_ms=5) as producer:
+            producer.partitions_for("rep")
+            started = time.perf_counter()
+            for _ in range(records // 1000):
+                producer.send_batch("rep", values)
+            producer.flush(300)
+            produce_rate = records / (time.perf_counter() - started)
+        with Consumer(cluster.bootstrap, auto_offset_reset="earliest", max_poll_records=10_000,
+                      fetch_partition_bytes_max=4 * 1024 * 1024, shared_memory=shared_memory) as consumer:
+            consumer.assign([("rep", 0)])
+            consumer.position(("rep", 0))
+            started, seen = time.perf_counter(), 0
+            while seen < records:
+                seen += len(consumer.poll(1000))
+            fetch_rate = seen / (time.perf_counter() - started)
+    return produce_rate, fetch_rate
+
+
+def cluster_figures(records: int, repeat: int) -> dict[str, float]:
+    runs = {True: [], False: []}
+    for _ in range(repeat):
+        for shared_memory in (False, True):
+            runs[shared_memory].append(replication_and_fetch(records, shared_memory))
+    figures = {}
+    for shared_memory, label in ((True, "on"), (False, "off")):
+        samples = runs[shared_memory]
+        figures[f"replication_records_per_s_ring_{label}"] = sorted(s[0] for s in samples)[len(samples) // 2]
+        figures[f"consumer_fetch_records_per_s_ring_{label}"] = sorted(s[1] for s in samples)[len(samples) // 2]
+    figures["replication_ring_on_to_off_ratio"] = (figures["replication_records_per_s_ring_on"]
+                                                   / figures["replication_records_per_s_ring_off"])
+    figures["consumer_fetch_ring_on_to_off_ratio"] = (figures["consumer_fetch_records_per_s_ring_on"]
+                                                      / figures["consumer_fetch_records_per_s_ring_off"])
+    return figures
