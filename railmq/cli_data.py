@@ -77,6 +77,18 @@ def _add_consume(commands: argparse._SubParsersAction) -> None:
     group.add_argument("--assignor", choices=ASSIGNORS, help="partition assignor (default range)")
     group.add_argument("--group-instance-id", metavar="ID", help="static membership (KIP-345)")
     group.add_argument("--session-timeout-ms", type=positive_int, metavar="MS", help="default 10000")
+    group.add_argument("--retries", type=positive_int, metavar="N",
+                       help="attempts per record before it goes to the dead-letter topic <topic>.dlq "
+                            "and the group commits past it (default: no retries, stop on failure)")
+    group.add_argument("--retry-backoff-ms", type=positive_int, default=100, metavar="MS",
+                       help="first backoff between attempts, doubled each time (default 100)")
+    share = consume.add_argument_group("share-group member (per-record acknowledgement, KIP-932)")
+    share.add_argument("--share-group", metavar="G", help="join share group G: many members per partition")
+    share.add_argument("--visibility-timeout", metavar="DURATION", default="30s",
+                       help="how long a delivered record is locked to its member, e.g. 30s, 500ms (default 30s)")
+    share.add_argument("--max-attempts", type=positive_int, default=5, metavar="N",
+                       help="deliveries before a record moves to the dead-letter topic (default 5)")
+    share.add_argument("--dead-letter-topic", metavar="TOPIC", help="default <topic>.dlq")
     add_cluster_arguments(consume)
     consume.set_defaults(handler=run_consume, parser=consume)
 
@@ -125,12 +137,16 @@ def run_produce(args: argparse.Namespace) -> int:
 
 def run_consume(args: argparse.Namespace) -> int:
     _check_consume_flags(args)
+    if args.share_group is not None:
+        return _run_share_member(args)
     if args.group is not None:
         options = member_options(args)
         try:
             check_options(options)
         except ValueError as error:
             raise UsageError(args.parser, str(error)) from None
+        if args.retries:
+            return _run_with_retries(args, options)
         return run_group_member(options)
     partitions = _partitions_to_read(args)
     with StopSignal() as stopping, Consumer(
@@ -143,10 +159,41 @@ def run_consume(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_share_member(args: argparse.Namespace) -> int:
+    from railmq.share_member_process import ShareMemberOptions, check_options as check_share, parse_duration_ms
+    from railmq.share_member_process import run_share_member
+
+    try:
+        options = ShareMemberOptions(
+            bootstrap=args.bootstrap, group_id=args.share_group, topics=[args.topic], handler=args.record_handler,
+            visibility_timeout_ms=parse_duration_ms(args.visibility_timeout), max_delivery_attempts=args.max_attempts,
+            dead_letter_topic=args.dead_letter_topic, max_messages=args.max_messages,
+            idle_timeout_ms=args.timeout_ms, output_json=args.json, request_timeout_ms=args.request_timeout_ms,
+            auto_offset_reset="earliest")  # a new share group delivers the backlog, like a queue
+        check_share(options)
+    except ValueError as error:
+        raise UsageError(args.parser, str(error)) from None
+    return run_share_member(options)
+
+
+def _run_with_retries(args: argparse.Namespace, options: MemberOptions) -> int:
+    from railmq.retry import DeadLetterWriter, RetryPolicy, retrying_delivery
+
+    policy = RetryPolicy(attempts=args.retries, backoff_ms=args.retry_backoff_ms)
+    with DeadLetterWriter.connect(args.bootstrap) as dead_letters:
+        return run_group_member(options, wrap_delivery=retrying_delivery(policy, dead_letters, args.group))
+
+
 def _check_consume_flags(args: argparse.Namespace) -> None:
+    if args.share_group is not None and args.group is not None:
+        raise UsageError(args.parser, "a consumer is in a group (--group) or a share group (--share-group), not both")
+    if args.share_group is not None and (args.partition is not None or args.offset is not None):
+        raise UsageError(args.parser, "a share-group member gets records from the group: no --partition or --offset")
+    if args.retries and args.group is None:
+        raise UsageError(args.parser, "--retries is for --group members (share groups redeliver by themselves)")
     if args.offset is not None and (args.partition is None or len(args.partition) != 1):
         raise UsageError(args.parser, "--offset needs exactly one --partition")
-    if args.group is None:
+    if args.group is None and args.share_group is None:
         given = [_flag(name) for name in GROUP_ONLY_FLAGS if getattr(args, name) not in (None, False)]
         if given:
             raise UsageError(args.parser, f"{', '.join(given)} only make sense with --group")

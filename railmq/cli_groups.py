@@ -15,6 +15,7 @@ import json
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from actors.errors import ErrorCode, RailmqError
@@ -91,11 +92,29 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
         report = measure_group_lag(client, args.group, sample_ms=args.sample_ms)
+    warnings = _dead_letter_lines(args, report)
     if args.json:
-        print(json.dumps(msgspec.to_builtins(report), indent=2))
+        document = msgspec.to_builtins(report)
+        document["dead_letters"] = warnings
+        print(json.dumps(document, indent=2))
     else:
-        render_group_lag(report, Console())
+        console = Console()
+        render_group_lag(report, console)
+        for line in warnings:
+            console.print(escape(line), style="bold yellow" if "warning" in line.lower() else None)
     return EXIT_OK
+
+
+def _dead_letter_lines(args: argparse.Namespace, report: GroupLag) -> list[str]:
+    """Dead-letter depth of the group's topics (railmq.cli_dlq), a warning when it is not zero."""
+    from railmq.admin import Admin
+    from railmq.cli_dlq import dlq_warning
+
+    topics = sorted({partition.topic for partition in report.partitions})
+    if not topics:
+        return []
+    with Admin(args.bootstrap, timeout_ms=args.request_timeout_ms) as admin:
+        return dlq_warning(admin, topics)
 
 
 def _shown(value: object) -> str:
