@@ -51,9 +51,18 @@ class FollowerRole:
             correlation_id=self.fetch_correlation, topic=replica.topic, partition=replica.partition,
             offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
             max_wait_ms=limits.replica_fetch_wait_max_ms, leader_epoch=self.epoch, replica=replica.node,
-            last_fetched_epoch=replica.log.latest_epoch(), incarnation=replica.incarnation)
+            last_fetched_epoch=self._last_batch_epoch(), incarnation=replica.incarnation)
         deadline = now_ns + (limits.replica_fetch_timeout_ms + limits.replica_fetch_wait_max_ms) * MS
         return [Send(self.leader_endpoint, request), SetTimer("follower-fetch-timeout", deadline)]
+
+    def _last_batch_epoch(self) -> int:
+        """The epoch of the last batch this replica holds (Kafka's lastFetchedEpoch): an epoch in
+        which this replica led but wrote nothing has an entry starting at the log end, and it
+        is not the epoch of any batch."""
+        log = self.replica.log
+        end = log.log_end_offset
+        epochs = [epoch for epoch, start in log.epoch_entries() if start < end]
+        return max(epochs) if epochs else -1
 
     def retry_later(self, now_ns: int, backoff_ms: int = RETRY_BACKOFF_MS) -> list[Effect]:
         self.fetch_correlation = 0
@@ -106,8 +115,8 @@ class FollowerRole:
             _, own_end = log.end_offset_for_epoch(diverging.epoch)
             target = min(diverging.end_offset, own_end if own_end >= 0 else log.log_start_offset)
         target = max(target, log.log_start_offset)
-        if target < before:
-            log.truncate_to(target)
+        if target <= before:
+            log.truncate_to(target)  # also drops epoch entries from the target on, data or not
             replica.producers.truncate(log.log_end_offset)
         replica.high_watermark = min(replica.high_watermark, log.log_end_offset)
         return [Trace("follower-truncated", {

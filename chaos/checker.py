@@ -270,6 +270,7 @@ class _Ledger:
         self.group_topics: dict[str, set[str]] = {}
         self.poll_positions: dict[tuple[str, str, int | None, str, int], int] = {}
         self.poll_violations = 0
+        self.poll_breaks_by_partition: dict[tuple[str, int], int] = {}
         self.poll_breaks: list[PollBreak] = []
         self.pending_commits: dict[str, tuple[int, dict[int, int]]] = {}
         self.commits: dict[tuple[str, str, int], list[tuple[int | None, int, int]]] = {}
@@ -393,6 +394,8 @@ class _Ledger:
         if previous is None or offset == previous + 1:
             return
         self.poll_violations += 1
+        partition_key = (stream[3], stream[4])
+        self.poll_breaks_by_partition[partition_key] = self.poll_breaks_by_partition.get(partition_key, 0) + 1
         if len(self.poll_breaks) < ANOMALIES_PER_KIND_MAX:
             kind = "backwards" if offset <= previous else "skip"
             self.poll_breaks.append(PollBreak(*stream, previous_offset=previous, offset=offset, kind=kind))
@@ -476,7 +479,9 @@ def _judge(ledger: _Ledger) -> CheckResult:
     phantoms, failed_reads = _find_bad_reads(ledger)
     offset_conflicts, value_conflicts, unexplained = _find_inconsistencies(ledger, lost_values)
     order = _find_order_violations(ledger)
-    commits = _find_commit_regressions(ledger)
+    lossy = _lossy_partitions(ledger, lost_values)
+    commits, excused_commits = _find_commit_regressions(ledger, lossy)
+    excused_polls = sum(count for key, count in ledger.poll_breaks_by_partition.items() if key in lossy)
     divergences = _find_divergences(ledger)
     unseen, unseen_by_group, unseen_counted = _find_unseen(ledger, lost_values)
     by_group = {group: _duplicate_stats(counts) for group, counts in sorted(ledger.deliveries.items())}
@@ -523,7 +528,7 @@ def _judge(ledger: _Ledger) -> CheckResult:
     )
     _count_sends(ledger, result)
     _total_duplicates(result)
-    result.violations = _violation_sentences(result, unexplained, unseen_counted)
+    result.violations = _violation_sentences(result, unexplained, unseen_counted, excused_polls, excused_commits)
     result.valid = not result.violations
     return result
 
@@ -674,13 +679,29 @@ def _find_order_violations(ledger: _Ledger) -> _Tally:
     return order
 
 
-def _find_commit_regressions(ledger: _Ledger) -> _Tally:
+def _find_commit_regressions(ledger: _Ledger, excused_partitions: set[tuple[str, int]]) -> tuple[_Tally, int]:
+    """All regressions, and how many of them are on `excused_partitions`."""
     regressions = _Tally()
+    excused = 0
     for (group, topic, partition), commits in ledger.commits.items():
         events = [(invoke_ns, ok_ns, offset, None) for invoke_ns, ok_ns, offset in commits]
         for earlier, later in _precedence_breaks(events, equal_is_break=False):
             regressions.add(CommitRegression(group, topic, partition, earlier[2], later[2]))
-    return regressions
+            excused += (topic, partition) in excused_partitions
+    return regressions, excused
+
+
+def _lossy_partitions(ledger: _Ledger, lost_values: set) -> set[tuple[str, int]]:
+    """Partitions that lost acknowledged writes: when loss is expected (teaching scenarios), the
+    consumers' resets and rewinds there follow from it and are reported, not judged."""
+    if not ledger.config.expect_loss:
+        return set()
+    found = set()
+    for value in lost_values:
+        record = ledger.sends.get(value)
+        if record is not None and record.ack_partition is not None:
+            found.add((record.topic, record.ack_partition))
+    return found
 
 
 def _first_difference(log: ReplicaLogLine, other: ReplicaLogLine) -> Divergence | None:
@@ -758,21 +779,27 @@ def _total_duplicates(result: CheckResult) -> None:
 
 
 def _failover_samples(ledger: _Ledger) -> list[FailoverSample]:
-    acknowledged_ns: dict[tuple[str, int], list[int]] = {}
+    """Fault -> the first acknowledgement of a send *invoked after* the fault on that partition:
+    only a working leader can give it (an answer already on its way when the fault hit, or one
+    from a merely paused leader that had queued it, does not count as recovery)."""
+    acknowledged: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for record in ledger.sends.values():
-        if record.outcome == "ok" and record.ack_partition is not None and record.complete_ns is not None:
-            acknowledged_ns.setdefault((record.topic, record.ack_partition), []).append(record.complete_ns)
-    for times in acknowledged_ns.values():
-        times.sort()
+        if record.outcome == "ok" and record.ack_partition is not None and record.complete_ns is not None \
+                and record.invoke_ns is not None:
+            acknowledged.setdefault((record.topic, record.ack_partition), []).append(
+                (record.invoke_ns, record.complete_ns))
+    for pairs in acknowledged.values():
+        pairs.sort()
     samples = []
     for fault in ledger.faults:
         if fault.phase != "start" or fault.topic is None or fault.partition is None:
             continue
         if fault.role not in (None, "leader"):
             continue
-        times = acknowledged_ns.get((fault.topic, fault.partition), [])
-        index = bisect_right(times, fault.time_ns)
-        recovered_ns = times[index] if index < len(times) else None
+        pairs = acknowledged.get((fault.topic, fault.partition), [])
+        index = bisect_right(pairs, (fault.time_ns, 1 << 62))
+        later = [complete for _, complete in pairs[index:]]
+        recovered_ns = min(later) if later else None
         failover_ms = (recovered_ns - fault.time_ns) / 1e6 if recovered_ns is not None else None
         samples.append(FailoverSample(
             fault.topic, fault.partition, fault.nemesis, fault.time_ns, recovered_ns, failover_ms
@@ -794,7 +821,8 @@ def _at(topic: str, partition: int | None, offset: int | None) -> str:
 
 
 def _violation_sentences(
-    result: CheckResult, unexplained_inconsistent: int, unseen_counted: int
+    result: CheckResult, unexplained_inconsistent: int, unseen_counted: int, excused_polls: int = 0,
+    excused_commits: int = 0,
 ) -> list[str]:
     """One human sentence per rule that failed, naming the first example."""
     sentences = []
@@ -826,7 +854,7 @@ def _violation_sentences(
             f"was acknowledged before value {first.later_value!r} was sent, yet the latter is at "
             f"{_at(first.topic, first.later_partition, first.later_offset)}"
         )
-    if result.poll_violations:
+    if result.poll_violations > excused_polls:
         first = result.poll_breaks[0]
         sentences.append(
             f"{result.poll_violations} polls went backwards or skipped within a generation; first: group "
@@ -834,7 +862,7 @@ def _violation_sentences(
             f"{first.topic}/{first.partition} read offset {first.offset} after {first.previous_offset} "
             f"({first.kind})"
         )
-    if result.commit_regressions:
+    if result.commit_regressions > excused_commits:
         first = result.commit_breaks[0]
         sentences.append(
             f"{result.commit_regressions} committed offsets went backwards; first: group {first.group} on "

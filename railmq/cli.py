@@ -24,7 +24,7 @@ from importlib import metadata
 from typing import Callable, Sequence
 
 from actors.errors import ErrorCode, RailmqError
-from railmq import cli_cluster, cli_data, cli_dlq, cli_groups, cli_sim, cli_topics
+from railmq import cli_chaos, cli_cluster, cli_data, cli_dlq, cli_groups, cli_sim, cli_topics
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
 
 Register = Callable[[argparse._SubParsersAction], None]
@@ -53,6 +53,7 @@ COMMAND_GROUPS: list[Register] = [
     cli_data.register,
     cli_groups.register,
     cli_dlq.register,
+    cli_chaos.register,
     cli_sim.register,
     _register_version,
 ]

@@ -27,6 +27,9 @@ from transport.supervisor import ManagedActor, Supervisor
 log = logging.getLogger("railmq.node_agent")
 
 
+RECONCILE_TIMEOUT_MS = 200
+
+
 def replica_actor_name(topic: str, partition: int, node: int) -> str:
     return f"replica/{topic}/{partition}/n{node}"
 
@@ -93,8 +96,10 @@ class NodeAgent:
                     topic=spec.topic, partition=spec.partition, node=spec.node, incarnation=managed.incarnation))
 
     def _reconcile(self, rpc: RpcClient) -> None:
+        # Short: while the coordinator is down this thread must keep reaping and restarting
+        # processes (the coordinator itself among them), not wait on it.
         reply = rpc.request(self.coordinator, NodeAssignmentsRequest(correlation_id=0, nodes=self.nodes),
-                            timeout_ms=2000)
+                            timeout_ms=RECONCILE_TIMEOUT_MS)
         if not isinstance(reply, NodeAssignmentsResponse):
             return
         wanted: dict[str, tuple[str, int, int, int, object]] = {}

@@ -6,7 +6,7 @@ kill by role ("the current leader of partition P", "a follower"), pause and resu
 through the transport's fault switch (the target becomes unreachable, a new leader is elected,
 heal brings it back into the ISR), a full disk (produce gets DISK_FULL), a failed fsync (the
 actor crashes and is restarted), and a group member crashed between its poll and its commit.
-Two strict xfails reproduce bugs the harness found in code outside chaos/ (see their reasons).
+Two tests reproduce bugs the harness found in code outside chaos/ (since fixed).
 """
 
 from __future__ import annotations
@@ -296,12 +296,6 @@ def test_isolating_a_leader_makes_it_unreachable_and_heal_brings_it_back(cluster
 
 @pytest.mark.integration
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a leader that loses its leadership before writing anything in its epoch never rejoins the ISR: "
-    "its epoch entry starts at its log end, the new leader answers every fetch with a diverging epoch, "
-    "and actors/replica_follower.py _truncate_to_leader truncates nothing (target == log end, so "
-    "log.truncate_to is skipped and the entry stays) and fetches again at once, in a tight loop "
-    "(partition_replica.py _diverging keeps answering the same)"))
 def test_a_leader_paused_before_its_first_write_rejoins_the_isr(cluster, nemesis_for, unique_name):
     topic = unique_name()
     create(cluster, topic)
@@ -391,11 +385,6 @@ def test_a_member_is_crashed_between_its_poll_and_its_commit(cluster, nemesis_fo
 
 @pytest.mark.integration
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a killed coordinator comes back only after ~2 s, not its 200 ms restart delay: the node agent "
-    "thread that drives supervisor.poll() is blocked in _reconcile's NodeAssignmentsRequest to the dead "
-    "coordinator for its 2000 ms timeout (transport/node_agent.py _run/_reconcile), which also delays the "
-    "restart of every other actor that dies meanwhile (the group coordinator in coordinator-kill runs)"))
 def test_a_killed_coordinator_is_back_within_its_restart_delay(fresh_cluster):
     cluster = fresh_cluster(restart_delay_ms=200)
     old_pid = cluster.actor("coordinator").pid
