@@ -200,7 +200,7 @@ class Coordinator:
     def _settled(self, topic: str, now_ns: int) -> bool:
         grace_ns = self.limits.coordinator_election_grace_ms * MS
         born = self.topic_born_ns.get(topic, 0)
-        return now_ns - self.started_ns >= grace_ns and now_ns - born >= self.limits.replica_session_timeout_ms * MS
+        return now_ns - self.started_ns >= grace_ns and now_ns - born >= self.limits.partition_creation_grace_ms * MS
 
     def _reconcile(self, topic: str, partition: int, now_ns: int) -> list[Effect]:
         """Run the election rules; persist and announce any change. Returns effects to apply

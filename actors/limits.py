@@ -22,6 +22,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # After the coordinator (re)starts it waits this long for replicas to register before it
     # elects anyone, so a cluster restart does not elect whichever replica happened to be first.
     coordinator_election_grace_ms: int = 1000
+    # A new partition's replicas are processes still being started (a few hundred ms each on a
+    # loaded 2-core machine): nobody is judged absent before this much time has passed.
+    partition_creation_grace_ms: int = 5000
 
     # --- replication (partition replica) -------------------------------------------------
     # A follower that has not caught up to the leader's end for this long leaves the ISR

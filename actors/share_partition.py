@@ -72,7 +72,7 @@ class InFlightRecord:
 
     def stored_key(self) -> tuple:
         if self.state in DONE:
-            return (_CODE[self.state],)
+            return (_CODE[self.state], self.delivery_count)  # runs of accepted records still merge
         return (_CODE[self.state], self.delivery_count, self.last_error, self.first_delivery_ms,
                 self.available_at_ns // MS, self.reason, self.dead_lettered_ms)
 
@@ -339,7 +339,9 @@ class SharePartition:
             first, last, code, *rest = run
             for offset in range(first, last + 1):
                 record = restored.records[offset] = InFlightRecord(_STATE[code])
-                if rest:
+                if len(rest) == 1:
+                    record.delivery_count = rest[0]
+                elif rest:
                     (record.delivery_count, record.last_error, record.first_delivery_ms, available_at_ms,
                      record.reason, record.dead_lettered_ms) = rest
                     record.available_at_ns = available_at_ms * MS

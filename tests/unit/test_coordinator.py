@@ -37,6 +37,7 @@ NODES = [1, 2, 3]
 LIMITS = Limits()  # heartbeat 100 ms, session 1000 ms, grace 1000 ms
 SESSION_MS = LIMITS.replica_session_timeout_ms
 GRACE_MS = LIMITS.coordinator_election_grace_ms
+CREATION_GRACE_MS = max(GRACE_MS, LIMITS.partition_creation_grace_ms)  # a new partition's replicas are starting
 
 
 def endpoint(topic: str, partition: int, node: int) -> str:
@@ -398,7 +399,7 @@ def test_an_unknown_message_gets_a_typed_error(cluster):
 def started_topic(cluster: Cluster, **config) -> tuple[int, list[int]]:
     """A 3-replica topic whose replicas have heartbeated through the grace period."""
     cluster.create("orders", **config)
-    cluster.beat_for(GRACE_MS + 200)
+    cluster.beat_for(CREATION_GRACE_MS + 200)
     replicas = cluster.replicas()
     assert cluster.record().leader == replicas[0]
     return replicas[0], replicas
@@ -432,7 +433,7 @@ def test_nobody_is_judged_during_the_grace_period_after_a_start(cluster):
     cluster.create("orders")
     leader, *others = cluster.replicas()
 
-    cluster.beat_for(GRACE_MS - 100, nodes=others)
+    cluster.beat_for(CREATION_GRACE_MS - 100, nodes=others)
 
     assert cluster.record().leader == leader
     cluster.beat_for(300, nodes=others)
@@ -464,7 +465,7 @@ def test_an_exit_notice_for_an_older_incarnation_is_ignored(cluster):
 def test_a_late_heartbeat_from_an_exited_incarnation_does_not_revive_it():
     cluster = Cluster()
     cluster.create("solo", replication_factor=1)
-    cluster.beat_for(GRACE_MS + 200, nodes=cluster.replicas("solo"), topic="solo")
+    cluster.beat_for(CREATION_GRACE_MS + 200, nodes=cluster.replicas("solo"), topic="solo")
     node = cluster.replicas("solo")[0]
     cluster.ask(ReplicaExited(topic="solo", partition=0, node=node,
                               incarnation=cluster.incarnations[("solo", 0, node)]))
