@@ -36,8 +36,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # A follower re-sends its fetch if no answer came within this (the leader may be gone).
     replica_fetch_timeout_ms: int = 1000
     replica_fetch_bytes_max: int = 8 * 1024 * 1024
-    # The leader asks the coordinator to change the ISR at most this often per partition.
-    isr_check_interval_ms: int = 100
+    # The leader checks its followers' lag this often (a sixth of replica_lag_time_max_ms, so a
+    # lagging follower leaves the ISR at most ~250 ms late), and asks for ISR changes then.
+    isr_check_interval_ms: int = 250
     # An unanswered AlterIsr is re-sent after this long.
     alter_isr_timeout_ms: int = 1000
 

@@ -59,8 +59,8 @@ class SimConfig:
     keys: int = 6
     duration_ms: int = 8_000
     recovery_ms: int = 6_000
-    produce_interval_ms: int = 25
-    records_per_batch: tuple[int, int] = (1, 3)
+    produce_interval_ms: int = 100  # each producer: ~10 batches of 4-12 records per simulated second
+    records_per_batch: tuple[int, int] = (4, 12)
     commit_interval_ms: int = 250
     faults: tuple[str, ...] = FAULT_KINDS
     fault_interval_ms: tuple[int, int] = (300, 1500)
@@ -99,7 +99,8 @@ class TinyAgent:
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Any]:
         if isinstance(message, TimerFired):
-            effects: list[Any] = [SetTimer("poll", now_ns + 100 * MS)]
+            # Like the node agent: often until the topic's replicas exist, then now and then.
+            effects: list[Any] = [SetTimer("poll", now_ns + (1000 if self.created else 100) * MS)]
             if not self.created:
                 config = TopicConfig(min_insync_replicas=self.config.min_insync, flush_policy=self.config.flush_policy)
                 effects.append(Send(self.coordinator, CreateTopicRequest(

@@ -536,7 +536,7 @@ def test_a_follower_lagging_longer_than_the_lag_time_is_proposed_out_of_the_isr(
     assert stage.alter_requests() == [], "proposed before the lag time passed"
 
     stage.follower_fetch(2)
-    stage.harness.advance(200)
+    stage.harness.advance(LIMITS.isr_check_interval_ms + 100)  # the next ISR check after the lag time
 
     requests = stage.alter_requests()
     assert len(requests) == 1
@@ -586,12 +586,12 @@ def test_a_confirmed_shrink_lets_waiting_acks_all_requests_complete(stage):
 
 
 def test_an_unanswered_isr_change_is_asked_again_after_the_timeout(stage):
-    stage.harness.advance(LIMITS.replica_lag_time_max_ms + 100)
+    stage.harness.advance(LIMITS.replica_lag_time_max_ms + LIMITS.isr_check_interval_ms)
     first = only_alter(stage)
 
-    stage.harness.advance(LIMITS.alter_isr_timeout_ms - 200)
+    stage.harness.advance(LIMITS.alter_isr_timeout_ms - LIMITS.isr_check_interval_ms)
     assert stage.alter_requests() == [], "asked again before the timeout"
-    stage.harness.advance(300)
+    stage.harness.advance(2 * LIMITS.isr_check_interval_ms)  # the first ISR check past the timeout
 
     again = only_alter(stage)
     assert again.isr == first.isr
@@ -616,7 +616,7 @@ def test_a_newer_state_naming_another_leader_answers_waiting_acks_all_requests_w
 
 def test_a_zombie_leader_cannot_shrink_the_isr_to_itself_and_acknowledge_alone(stage):
     stage.produce(acks=-1)
-    stage.harness.advance(LIMITS.replica_lag_time_max_ms + 100)  # followers moved on to a new leader
+    stage.harness.advance(LIMITS.replica_lag_time_max_ms + LIMITS.isr_check_interval_ms)  # followers moved on
     request = stage.alter_requests()[0]
     assert request.isr == [1]
     assert stage.replies() == [], "acknowledged on an ISR the coordinator never confirmed"
