@@ -37,10 +37,10 @@ operations checks in seconds. The rules, after Jepsen's Kafka and queue checkers
 values only (a truncated acknowledged write), are reported but are not violations.
 Counts are exact; each list of named anomalies keeps the first `ANOMALIES_PER_KIND_MAX`.
 
-The module reads top to bottom: result types, the ledger (the one pass), the rules, then the
-sentences and the summary. It is longer than the usual 400 lines because every rule reads the
-ledger's private `_Send` records; the result types and the sentences are the part to move out
-first if it grows further.
+The module owns the ledger (the one pass) and the rules, in that order. What they produce (the
+result and anomaly types, the violation sentences, the summary document) is chaos/verdict.py;
+its public names are re-exported here. It stays longer than the usual 400 lines because every
+rule reads the ledger's private `_Send` records, so the ledger and the rules change together.
 """
 
 from __future__ import annotations
@@ -73,158 +73,32 @@ from chaos.history import (
     load_history,
     typed_line,
 )
+from chaos.verdict import (
+    ANOMALIES_PER_KIND_MAX,
+    ANOMALY_FIELDS,
+    SUMMARY_FIELDS,
+    CheckResult,
+    CommitRegression,
+    Divergence,
+    DuplicateStats,
+    FailoverSample,
+    LostMessage,
+    OffsetConflict,
+    OrderViolation,
+    PollBreak,
+    Position,
+    ReadAnomaly,
+    UnseenMessage,
+    ValueConflict,
+    summary_dict,
+    violation_sentences,
+)
 
-__all__ = ["CheckResult", "check_history", "check_file", "summary_dict", "load_history"]
-
-# Enough to show a pattern in a report; the counts stay exact whatever this is.
-ANOMALIES_PER_KIND_MAX = 50
-
-Position = tuple[str, int, int]  # (topic, partition, offset)
-
-
-class LostMessage(msgspec.Struct, frozen=True):
-    topic: str
-    partition: int | None
-    offset: int | None
-    key: Key
-    value: Value
-    reason: str
-
-
-class ReadAnomaly(msgspec.Struct, frozen=True):
-    """A value read that should not exist: a phantom or the value of a failed send."""
-
-    topic: str
-    partition: int
-    offset: int
-    value: Value
-    reader: str  # the polling process, or "final-read"
-
-
-class OffsetConflict(msgspec.Struct, frozen=True):
-    topic: str
-    partition: int
-    offset: int
-    values: list[Value]
-
-
-class ValueConflict(msgspec.Struct, frozen=True):
-    value: Value
-    positions: list[Position]
-
-
-class OrderViolation(msgspec.Struct, frozen=True):
-    """`earlier` completed before `later` was invoked, yet does not precede it in its partition."""
-
-    topic: str
-    key: Key
-    earlier_value: Value
-    earlier_partition: int
-    earlier_offset: int
-    later_value: Value
-    later_partition: int
-    later_offset: int
-
-
-class PollBreak(msgspec.Struct, frozen=True):
-    group: str
-    member: str
-    generation: int | None
-    topic: str
-    partition: int
-    previous_offset: int
-    offset: int
-    kind: str  # "backwards" or "skip"
-
-
-class CommitRegression(msgspec.Struct, frozen=True):
-    group: str
-    topic: str
-    partition: int
-    earlier_offset: int
-    later_offset: int
-
-
-class Divergence(msgspec.Struct, frozen=True):
-    topic: str
-    partition: int
-    replica: str
-    other_replica: str
-    offset: int
-    entry: list[Any] | None
-    other_entry: list[Any] | None
-
-
-class UnseenMessage(msgspec.Struct, frozen=True):
-    group: str
-    topic: str
-    partition: int | None
-    offset: int | None
-    value: Value
-
-
-class DuplicateStats(msgspec.Struct, frozen=True):
-    deliveries: int
-    distinct: int
-    duplicates: int
-    rate: float
-    max_deliveries: int
-
-
-class FailoverSample(msgspec.Struct, frozen=True):
-    topic: str
-    partition: int
-    nemesis: str | None
-    fault_ns: int
-    recovered_ns: int | None  # None: no send on the partition succeeded after the fault
-    failover_ms: float | None
-
-
-class CheckResult(msgspec.Struct, kw_only=True):
-    valid: bool
-    violations: list[str]
-    scenario: str | None = None
-    seed: int | None = None
-    expect_loss: bool = False
-    healed: bool = False
-    sends: int = 0
-    acknowledged: int = 0
-    failed_sends: int = 0
-    indeterminate_sends: int = 0
-    polls: int = 0
-    deliveries: int = 0
-    lost: int = 0
-    lost_messages: list[LostMessage] = []
-    phantom: int = 0
-    phantom_reads: list[ReadAnomaly] = []
-    failed_reads: int = 0
-    failed_read_records: list[ReadAnomaly] = []
-    inconsistent_offsets: int = 0
-    offset_conflicts: list[OffsetConflict] = []
-    value_conflicts: list[ValueConflict] = []
-    order_violations: int = 0
-    order_breaks: list[OrderViolation] = []
-    poll_violations: int = 0
-    poll_breaks: list[PollBreak] = []
-    commit_regressions: int = 0
-    commit_breaks: list[CommitRegression] = []
-    divergences: int = 0
-    divergent_replicas: list[Divergence] = []
-    unseen: int = 0
-    unseen_by_group: dict[str, int] = {}
-    unseen_messages: list[UnseenMessage] = []
-    duplicates: int = 0
-    duplicate_rate: float = 0.0
-    duplicate_max: int = 0
-    duplicates_by_group: dict[str, DuplicateStats] = {}
-    faults: int = 0
-    failover_ms_p50: float | None = None
-    failover_ms_p99: float | None = None
-    failover_ms_max: float | None = None
-    failovers_unrecovered: int = 0
-    failover_samples: list[FailoverSample] = []
-    leftover_processes: list[Any] = []
-    leftover_shm: list[Any] = []
+# The verdict's public names are importable from here too (chaos.__main__ and reports do).
+__all__ = [
+    "ANOMALIES_PER_KIND_MAX", "ANOMALY_FIELDS", "SUMMARY_FIELDS", "CheckResult", "check_file",
+    "check_history", "load_history", "summary_dict",
+]
 
 
 class _Send(msgspec.Struct, gc=False):
@@ -528,7 +402,9 @@ def _judge(ledger: _Ledger) -> CheckResult:
     )
     _count_sends(ledger, result)
     _total_duplicates(result)
-    result.violations = _violation_sentences(result, unexplained, unseen_counted, excused_polls, excused_commits)
+    result.violations = violation_sentences(
+        result, unexplained, unseen_counted, excused_polls, excused_commits
+    )
     result.valid = not result.violations
     return result
 
@@ -814,113 +690,3 @@ def _percentile(samples: list[float], fraction: float) -> float | None:
     ordered = sorted(samples)
     rank = max(1, math.ceil(fraction * len(ordered) - 1e-9))
     return ordered[min(rank, len(ordered)) - 1]
-
-
-def _at(topic: str, partition: int | None, offset: int | None) -> str:
-    return f"{topic}/{partition}@{offset}"
-
-
-def _violation_sentences(
-    result: CheckResult, unexplained_inconsistent: int, unseen_counted: int, excused_polls: int = 0,
-    excused_commits: int = 0,
-) -> list[str]:
-    """One human sentence per rule that failed, naming the first example."""
-    sentences = []
-    if result.lost and not result.expect_loss:
-        first = result.lost_messages[0]
-        sentences.append(
-            f"{result.lost} acknowledged sends lost; first: value {first.value!r} key {first.key!r} "
-            f"acknowledged at {_at(first.topic, first.partition, first.offset)}, {first.reason}"
-        )
-    if result.phantom:
-        first = result.phantom_reads[0]
-        sentences.append(
-            f"{result.phantom} phantom values read that no send invoked; first: {first.value!r} "
-            f"at {_at(first.topic, first.partition, first.offset)} read by {first.reader}"
-        )
-    if result.failed_reads and not result.expect_loss:
-        first = result.failed_read_records[0]
-        sentences.append(
-            f"{result.failed_reads} values of failed sends were read; first: {first.value!r} "
-            f"at {_at(first.topic, first.partition, first.offset)} read by {first.reader}"
-        )
-    if unexplained_inconsistent:
-        sentences.append(f"{unexplained_inconsistent} inconsistent offsets; {_first_inconsistency(result)}")
-    if result.order_violations:
-        first = result.order_breaks[0]
-        sentences.append(
-            f"{result.order_violations} per-key order violations; first: key {first.key!r} value "
-            f"{first.earlier_value!r} at {_at(first.topic, first.earlier_partition, first.earlier_offset)} "
-            f"was acknowledged before value {first.later_value!r} was sent, yet the latter is at "
-            f"{_at(first.topic, first.later_partition, first.later_offset)}"
-        )
-    if result.poll_violations > excused_polls:
-        first = result.poll_breaks[0]
-        sentences.append(
-            f"{result.poll_violations} polls went backwards or skipped within a generation; first: group "
-            f"{first.group} member {first.member} generation {first.generation} on "
-            f"{first.topic}/{first.partition} read offset {first.offset} after {first.previous_offset} "
-            f"({first.kind})"
-        )
-    if result.commit_regressions > excused_commits:
-        first = result.commit_breaks[0]
-        sentences.append(
-            f"{result.commit_regressions} committed offsets went backwards; first: group {first.group} on "
-            f"{first.topic}/{first.partition} committed {first.later_offset} after {first.earlier_offset}"
-        )
-    if result.divergences:
-        first = result.divergent_replicas[0]
-        sentences.append(
-            f"{result.divergences} replica pairs diverge below their high watermarks; first: "
-            f"{first.replica} and {first.other_replica} on {first.topic}/{first.partition} at offset "
-            f"{first.offset}: {first.entry} vs {first.other_entry}"
-        )
-    if unseen_counted:
-        first = result.unseen_messages[0]
-        sentences.append(
-            f"{unseen_counted} acknowledged values were never polled after the recovery window; "
-            f"first: group {first.group} never saw {first.value!r} at "
-            f"{_at(first.topic, first.partition, first.offset)}"
-        )
-    if result.leftover_processes or result.leftover_shm:
-        sentences.append(
-            f"the run left {len(result.leftover_processes)} processes and {len(result.leftover_shm)} "
-            f"/dev/shm segments behind: {(result.leftover_processes + result.leftover_shm)[:5]}"
-        )
-    return sentences
-
-
-def _first_inconsistency(result: CheckResult) -> str:
-    if result.offset_conflicts:
-        first = result.offset_conflicts[0]
-        return f"first: {_at(first.topic, first.partition, first.offset)} holds values {first.values}"
-    moved = result.value_conflicts[0]
-    places = ", ".join(_at(*position) for position in moved.positions)
-    return f"first: value {moved.value!r} seen at {places}"
-
-
-SUMMARY_FIELDS = (
-    "valid", "scenario", "seed", "expect_loss", "healed",
-    "sends", "acknowledged", "failed_sends", "indeterminate_sends", "polls", "deliveries",
-    "lost", "phantom", "failed_reads", "inconsistent_offsets", "order_violations",
-    "poll_violations", "commit_regressions", "divergences", "unseen",
-    "duplicates", "duplicate_rate", "duplicate_max",
-    "faults", "failover_ms_p50", "failover_ms_p99", "failover_ms_max", "failovers_unrecovered",
-)
-ANOMALY_FIELDS = (
-    "lost_messages", "phantom_reads", "failed_read_records", "offset_conflicts", "value_conflicts",
-    "order_breaks", "poll_breaks", "commit_breaks", "divergent_replicas", "unseen_messages",
-    "failover_samples",
-)
-
-
-def summary_dict(result: CheckResult) -> dict[str, Any]:
-    """The summary.json document: every count, the violations, and the first anomalies of each kind."""
-    summary: dict[str, Any] = {name: getattr(result, name) for name in SUMMARY_FIELDS}
-    summary["leftover_processes"] = len(result.leftover_processes)
-    summary["leftover_shm"] = len(result.leftover_shm)
-    summary["unseen_by_group"] = dict(result.unseen_by_group)
-    summary["duplicates_by_group"] = msgspec.to_builtins(result.duplicates_by_group)
-    summary["violations"] = list(result.violations)
-    summary["anomalies"] = {name: msgspec.to_builtins(getattr(result, name)) for name in ANOMALY_FIELDS}
-    return summary
