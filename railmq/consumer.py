@@ -11,8 +11,6 @@ Positions: `position(tp)` is the offset of the next record `poll` will return fo
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 import uuid
 from collections import deque
@@ -21,6 +19,7 @@ from typing import Any, Iterable
 from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import ClientCommand, TopicMetadata
+from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord, TopicPartition, decode_fetched
 from transport.client_engine import ClientEngine
 
@@ -31,7 +30,9 @@ def _tp(value: Any) -> TopicPartition:
     return value if isinstance(value, TopicPartition) else TopicPartition(str(value[0]), int(value[1]))
 
 
-class Consumer:
+class Consumer(ClientShell):
+    _client_noun = "consumer"
+
     def __init__(self, bootstrap: str, *, group_id: str | None = None, auto_offset_reset: str = "latest",
                  fetch_max_wait_ms: int = 500, fetch_partition_bytes_max: int = 4 * 1024 * 1024,
                  buffer_bytes_max: int = 64 * 1024 * 1024, max_poll_records: int = 500,
@@ -41,12 +42,11 @@ class Consumer:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         if max_poll_records <= 0:
             raise ValueError("max_poll_records must be positive")
+        super().__init__(request_timeout_ms)
         self.bootstrap = bootstrap
         self.group_id = group_id
         self.max_poll_records = max_poll_records
         self.check_crcs = check_crcs
-        self.request_timeout_s = request_timeout_ms / 1000
-        self._ready = threading.Condition()
         self._chunks: deque = deque()
         self._current: list[ConsumerRecord] = []
         self._current_index = 0
@@ -55,12 +55,8 @@ class Consumer:
         self._sessions: dict[TopicPartition, Session] = {}
         self._assignment: list[TopicPartition] = []
         self._paused: set[TopicPartition] = set()
-        self._errors: deque = deque()
-        self._results: dict[int, list] = {}
-        self._tokens = itertools.count(1)
         self._seek_epoch = 0
         self._partition_counts: dict[str, int] = {}
-        self._closed = False
         settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
                                     fetch_partition_bytes_max=fetch_partition_bytes_max,
                                     buffer_bytes_max=buffer_bytes_max, request_timeout_ms=request_timeout_ms)
@@ -187,14 +183,8 @@ class Consumer:
         """The offset of the next record `poll` returns for this partition (waits for a reset)."""
         tp = _tp(partition)
         self._require_assigned(tp)
-        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
         with self._ready:
-            while tp not in self._positions:
-                self._raise_errors()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"the position of {tp} is not known yet")
-                self._ready.wait(min(remaining, 0.1))
+            self._wait_until(lambda: tp in self._positions, timeout, f"the position of {tp} is not known yet")
             return self._positions[tp]
 
     def _require_assigned(self, tp: TopicPartition) -> None:
@@ -302,64 +292,23 @@ class Consumer:
             self._current, self._current_index, self._current_key = decoded, 0, (tp, session)
         return len(records)
 
-    def _raise_errors(self) -> None:
-        if self._errors:
-            raise self._errors.popleft()
+    # ------------------------------------------------------------------ the engine thread (under _ready)
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise RailmqError(ErrorCode.INVALID_REQUEST, "the consumer is closed")
-        if self._engine.failure is not None:
-            raise RuntimeError("the consumer's I/O thread failed") from self._engine.failure
-
-    # ------------------------------------------------------------------ engine plumbing
-
-    def _command(self, name: str, token: int = 0, **arguments: Any) -> None:
-        self._check_usable()
-        self._engine.submit(ClientCommand(command=name, arguments=arguments, token=token))
-
-    def call(self, name: str, timeout: float | None = None, **arguments: Any) -> Any:
-        """Send a command to the I/O thread and wait for its result."""
-        token = next(self._tokens)
-        slot: list = []
-        self._results[token] = slot
-        self._command(name, token=token, **arguments)
-        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
-        with self._ready:
-            while not slot:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._results.pop(token, None)
-                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"{name} got no answer in time")
-                self._ready.wait(min(remaining, 0.1))
-        self._results.pop(token, None)
-        value, error = slot[0]
-        if error is not None:
-            raise error
-        return value
-
-    def _on_notify(self, kind: str, payload: Any) -> None:
-        with self._ready:
-            if kind == "records":
-                self._chunks.append(payload)
-            elif kind == "position":
-                topic, partition, session, offset = payload
-                tp = TopicPartition(topic, partition)
-                if session >= self._sessions.get(tp, (0, 0)):
-                    self._sessions[tp] = session
-                    self._positions[tp] = offset
-            elif kind == "result":
-                token, value, error = payload
-                slot = self._results.get(token)
-                if slot is not None:
-                    slot.append((value, error))
-            elif kind == "partition-error":
-                self._errors.append(payload[2])
-            elif kind == "metadata":
-                self._metadata(payload)
-            elif self._group is not None:
-                self._group.on_notify(kind, payload)
-            self._ready.notify_all()
+    def _handle_notice(self, kind: str, payload: Any) -> None:
+        if kind == "records":
+            self._chunks.append(payload)
+        elif kind == "position":
+            topic, partition, session, offset = payload
+            tp = TopicPartition(topic, partition)
+            if session >= self._sessions.get(tp, (0, 0)):
+                self._sessions[tp] = session
+                self._positions[tp] = offset
+        elif kind == "partition-error":
+            self._errors.append(payload[2])
+        elif kind == "metadata":
+            self._metadata(payload)
+        elif self._group is not None:
+            self._group.on_notify(kind, payload)
 
     def _metadata(self, topics: list[TopicMetadata]) -> None:
         for topic in topics:
@@ -375,9 +324,3 @@ class Consumer:
         finally:
             self._closed = True
             self._engine.stop()
-
-    def __enter__(self) -> "Consumer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

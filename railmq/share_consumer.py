@@ -29,8 +29,6 @@ fetched batches here, in the caller's thread, keeping only offsets this member h
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections import deque
 from typing import Any, Iterable
@@ -38,8 +36,9 @@ from typing import Any, Iterable
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import ClientCommand, ShareGroupSettings
+from actors.messages import ShareGroupSettings
 from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord
 from storage.batch import HEADER_SIZE, iter_batches
 from transport.client_engine import ClientEngine
@@ -86,7 +85,9 @@ def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[lis
     return out
 
 
-class ShareConsumer:
+class ShareConsumer(ClientShell):
+    _client_noun = "share consumer"
+
     def __init__(self, bootstrap: str, group_id: str, *, visibility_timeout_ms: int = 30_000,
                  max_delivery_attempts: int = 5, dead_letter_topic: str | None = None, max_poll_records: int = 500,
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
@@ -96,10 +97,10 @@ class ShareConsumer:
             raise ValueError("max_poll_records must be positive")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be smaller than session_timeout_ms")
+        super().__init__(request_timeout_ms)
         self.group_id = group_id
         self.max_poll_records = max_poll_records
         self.check_crcs = check_crcs
-        self.request_timeout_s = request_timeout_ms / 1000
         group = ShareGroupSettings(visibility_timeout_ms=visibility_timeout_ms,
                                    max_delivery_attempts=max_delivery_attempts,
                                    dead_letter_topic=dead_letter_topic or "", auto_offset_reset=auto_offset_reset)
@@ -107,7 +108,6 @@ class ShareConsumer:
             group_id=group_id, client_id=client_id, group=group, session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms, acquire_max_wait_ms=acquire_max_wait_ms,
             prefetch_records_max=PREFETCH_POLLS * max_poll_records, request_timeout_ms=request_timeout_ms)
-        self._ready = threading.Condition()
         self._chunks: deque = deque()
         self._current: list[ShareRecord] = []
         self._current_index = 0
@@ -115,13 +115,9 @@ class ShareConsumer:
         self._delivered: dict[RecordKey, ShareRecord] = {}  # returned by poll, not acknowledged yet
         self._acknowledgements: dict[RecordKey, tuple[str, int, str]] = {}  # explicit: kind, delay_ms, error
         self._failures: deque = deque(maxlen=FAILURES_KEPT_MAX)
-        self._errors: deque = deque()
-        self._results: dict[int, list] = {}
-        self._tokens = itertools.count(1)
         self._membership = 0
         self._member_id = ""
         self._group_settings = group
-        self._closed = False
         self._actor = ShareMember(bootstrap=bootstrap, settings=settings, name=client_id)
         self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify)
         self._engine.start()
@@ -146,14 +142,8 @@ class ShareConsumer:
 
     def wait_joined(self, timeout_s: float = 10.0) -> str:
         """Block until the member has joined; returns its member id."""
-        deadline = time.monotonic() + timeout_s
         with self._ready:
-            while not self._member_id:
-                self._raise_errors()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"not joined to {self.group_id!r} in time")
-                self._ready.wait(min(remaining, 0.1))
+            self._wait_until(lambda: bool(self._member_id), timeout_s, f"not joined to {self.group_id!r} in time")
             return self._member_id
 
     # ------------------------------------------------------------------ polling
@@ -273,63 +263,22 @@ class ShareConsumer:
         results = self.call("acknowledge", timeout=waited, token=token, acknowledgements=entries)
         return _per_record(results)
 
-    # ------------------------------------------------------------------ engine plumbing
+    # ------------------------------------------------------------------ the engine thread (under _ready)
 
-    def _command(self, name: str, token: int = 0, **arguments: Any) -> None:
-        self._check_usable()
-        self._engine.submit(ClientCommand(command=name, arguments=arguments, token=token))
-
-    def call(self, name: str, timeout: float | None = None, token: int | None = None, **arguments: Any) -> Any:
-        """Send a command to the I/O thread and wait for its result."""
-        token = token or next(self._tokens)
-        slot: list = []
-        self._results[token] = slot
-        self._command(name, token=token, **arguments)
-        deadline = time.monotonic() + (timeout if timeout is not None else self.request_timeout_s)
-        with self._ready:
-            while not slot:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._results.pop(token, None)
-                    raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, f"{name} got no answer in time")
-                self._ready.wait(min(remaining, 0.1))
-        self._results.pop(token, None)
-        value, error = slot[0]
-        if error is not None:
-            raise error
-        return value
-
-    def _on_notify(self, kind: str, payload: Any) -> None:
-        with self._ready:
-            if kind == "share-records":
-                self._chunks.append(payload)
-            elif kind == "membership":
-                self._membership, self._member_id, self._group_settings = payload
-                # Their locks went with the old member id: answers for them can no longer count.
-                lost = set(self._delivered) | set(self._acknowledgements)
-                self._failures.extend((key, ErrorCode.UNKNOWN_MEMBER_ID) for key in sorted(lost))
-                self._delivered.clear()
-                self._acknowledgements.clear()
-            elif kind == "result":
-                token, value, error = payload
-                slot = self._results.get(token)
-                if slot is not None:
-                    slot.append((value, error))
-            elif kind == "acknowledged":
-                self._failures.extend((key, code) for key, code in _per_record(payload).items() if code)
-            elif kind == "fatal":
-                self._errors.append(payload)
-            self._ready.notify_all()
-
-    def _raise_errors(self) -> None:
-        if self._errors:
-            raise self._errors.popleft()
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise RailmqError(ErrorCode.INVALID_REQUEST, "the share consumer is closed")
-        if self._engine.failure is not None:
-            raise RuntimeError("the share consumer's I/O thread failed") from self._engine.failure
+    def _handle_notice(self, kind: str, payload: Any) -> None:
+        if kind == "share-records":
+            self._chunks.append(payload)
+        elif kind == "membership":
+            self._membership, self._member_id, self._group_settings = payload
+            # Their locks went with the old member id: answers for them can no longer count.
+            lost = set(self._delivered) | set(self._acknowledgements)
+            self._failures.extend((key, ErrorCode.UNKNOWN_MEMBER_ID) for key in sorted(lost))
+            self._delivered.clear()
+            self._acknowledgements.clear()
+        elif kind == "acknowledged":
+            self._failures.extend((key, code) for key, code in _per_record(payload).items() if code)
+        elif kind == "fatal":
+            self._errors.append(payload)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Send explicit acknowledgements, release every record still held, leave the group."""
@@ -344,12 +293,6 @@ class ShareConsumer:
         finally:
             self._closed = True
             self._engine.stop()
-
-    def __enter__(self) -> "ShareConsumer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _ranges(answered: dict[RecordKey, tuple[str, int, str]]) -> list[tuple[tuple[str, int, int, int], tuple]]:
