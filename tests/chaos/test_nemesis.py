@@ -25,6 +25,7 @@ from chaos.links import (
     CLUSTER_PEER_PREFIXES, ActorRef, FaultBoard, isolation_plan, one_way_plan, slow_link_plan, split_plan,
 )
 from chaos.scenarios import FaultStep
+from tests.helpers import wait_for
 
 LEADER = ActorRef("replica/t/0/n1", "tcp://127.0.0.1:5001", 1)
 FOLLOWER = ActorRef("replica/t/0/n2", "tcp://127.0.0.1:5002", 2)
@@ -185,15 +186,6 @@ def partition(cluster, topic: str):
         return admin.describe_topic(topic).partitions[0]
 
 
-def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
-
-
 def fault_lines(path: Path) -> list[dict]:
     return [line for line in map(json.loads, path.read_text().splitlines()) if line["type"] == "fault"]
 
@@ -211,12 +203,13 @@ def test_kill_the_current_leader_of_a_partition(cluster, nemesis_for, unique_nam
     gone = (lambda: not psutil.pid_exists(old_pid)
             or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE)
     wait_for(gone, timeout_s=5, what="the old leader to die")
-    wait_for(lambda: partition(cluster, topic).leader not in (-1, before.leader), what="a new leader")
+    wait_for(lambda: partition(cluster, topic).leader not in (-1, before.leader),
+             timeout_s=20, what="a new leader")
     [line] = fault_lines(history)
     assert (line["nemesis"], line["target"], line["role"], line["topic"], line["partition"]) == (
         "kill", old, "leader", topic, 0)
     wait_for(lambda: cluster.actor(old).alive and cluster.actor(old).pid != old_pid,
-             what="the supervisor's restart")
+             timeout_s=20, what="the supervisor's restart")
 
 
 @pytest.mark.integration
@@ -275,7 +268,7 @@ def test_isolating_a_leader_makes_it_unreachable_and_heal_brings_it_back(cluster
     try:
         wait_for(lambda: fault_lines(history), timeout_s=10, what="the isolation")
         wait_for(lambda: partition(cluster, topic).leader not in (-1, before.leader),
-                 what="a leader elsewhere")
+                 timeout_s=20, what="a leader elsewhere")
         rpc = RpcClient("chaos-test-client")
         try:
             with pytest.raises(RequestTimeout):
@@ -303,7 +296,8 @@ def test_a_leader_paused_before_its_first_write_rejoins_the_isr(cluster, nemesis
     nemesis, _ = nemesis_for(topic)
     try:
         nemesis.perform(FaultStep(at_s=0, action="pause", role="leader", partition=0, label="old"))
-        wait_for(lambda: partition(cluster, topic).leader not in (-1, before.leader), what="a new leader")
+        wait_for(lambda: partition(cluster, topic).leader not in (-1, before.leader),
+                 timeout_s=20, what="a new leader")
         nemesis.perform(FaultStep(at_s=0, action="resume", role="label", label="old"))
         wait_for(lambda: before.leader in partition(cluster, topic).isr, timeout_s=10,
                  what="the old leader in the ISR")
@@ -346,7 +340,8 @@ def test_a_failed_fsync_crashes_the_actor_and_it_is_restarted(cluster, nemesis_f
     nemesis.perform(FaultStep(at_s=0, action="fsync-fail", role="leader", partition=0))
     with Producer(cluster.bootstrap, acks=1, delivery_timeout_ms=20_000, request_timeout_ms=1000) as producer:
         producer.send(topic, b"needs an fsync", partition=0).result(30)
-    wait_for(lambda: cluster.actor(leader).restarts > restarts, what="the crashed actor's restart")
+    wait_for(lambda: cluster.actor(leader).restarts > restarts,
+             timeout_s=20, what="the crashed actor's restart")
     assert fault_lines(history)[0]["nemesis"] == "fsync-fail"
 
 
@@ -369,12 +364,12 @@ def test_a_member_is_crashed_between_its_poll_and_its_commit(cluster, nemesis_fo
     pool.start()
     try:
         nemesis, history = nemesis_for(topic, workers=pool)
-        wait_for(lambda: pool.acknowledged() > 20, what="acknowledged writes")
+        wait_for(lambda: pool.acknowledged() > 20, timeout_s=20, what="acknowledged writes")
         nemesis.perform(FaultStep(at_s=0, action="crash-member", role="member"))
         [line] = [json.loads(raw) for raw in (tmp_path / f"{topic}-faults.jsonl").read_text().splitlines()]
         assert line["nemesis"] == "crash-member" and line["before_commit"] is True
         wait_for(lambda: pool.alive_names("member") == ["g1/member-1#2"],
-                 what="the member's next incarnation")
+                 timeout_s=20, what="the member's next incarnation")
     finally:
         pool.stop()
     first = [json.loads(raw) for raw in Path(pool.incarnations()[1].history_path).read_text().splitlines()]

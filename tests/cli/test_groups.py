@@ -15,8 +15,9 @@ import pytest
 
 from railmq.admin import Admin
 from railmq.producer import Producer
-from tests.cli.conftest import handler_log, wait_for
+from tests.cli.conftest import handler_log
 from tests.cli.handlers import LOG_ENVIRONMENT
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -12,7 +12,8 @@ import pytest
 
 from actors.errors import RailmqError
 from railmq.admin import Admin
-from tests.cli.conftest import descendants, free_port, port_listening, wait_for
+from tests.cli.conftest import descendants, free_port, port_listening
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

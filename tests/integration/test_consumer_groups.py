@@ -18,22 +18,12 @@ from actors.errors import RailmqError
 from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.producer import Producer
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 GROUP_OPTIONS = dict(session_timeout_ms=1000, heartbeat_interval_ms=100, auto_offset_reset="earliest",
                      enable_auto_commit=False)
-
-
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
@@ -153,7 +143,7 @@ def test_members_beyond_the_partition_count_are_idle(cluster, admin, unique_name
         for member in members:
             member.subscribe([topic])
         wait_for(lambda: [m.poll(20) for m in members] and sum(len(m.assignment()) for m in members) == 2
-                 and len({m.generation() for m in members}) == 1, what="a stable assignment")
+                 and len({m.generation() for m in members}) == 1, timeout_s=30, what="a stable assignment")
         sizes = sorted(len(member.assignment()) for member in members)
         assert sizes == [0, 1, 1], "two partitions, three members: one is idle"
     finally:
@@ -168,7 +158,8 @@ def test_sigkill_mid_batch_redelivers_exactly_the_processed_but_uncommitted(clus
     log_path = str(tmp_path / "member.jsonl")
     child = start_member(cluster.bootstrap, topic, topic, log_path, "after", 55, 10)
     try:
-        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to process 55")
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)),
+                 timeout_s=30, what="the member to process 55")
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
     finally:
@@ -197,7 +188,8 @@ def test_at_most_once_loses_exactly_the_in_flight_records(cluster, admin, unique
     log_path = str(tmp_path / "member.jsonl")
     child = start_member(cluster.bootstrap, topic, topic, log_path, "before", 25, 10)
     try:
-        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to process 25")
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)),
+                 timeout_s=30, what="the member to process 25")
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
     finally:
@@ -222,7 +214,8 @@ def test_a_paused_member_is_fenced_and_its_late_commit_refused(cluster, admin, u
     log_path = str(tmp_path / "member.jsonl")
     child = start_member(cluster.bootstrap, topic, topic, log_path, "late", 20, 10)
     try:
-        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)), what="the member to park")
+        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)),
+                 timeout_s=30, what="the member to park")
         os.kill(child.pid, signal.SIGSTOP)
         with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
             survivor.subscribe([topic])
@@ -231,7 +224,7 @@ def test_a_paused_member_is_fenced_and_its_late_commit_refused(cluster, admin, u
             survivor.commit()
             os.kill(child.pid, signal.SIGCONT)
             late = wait_for(lambda: [e for e in read_log(log_path) if e["event"] == "late-commit"],
-                            what="the zombie's late commit")
+                            timeout_s=30, what="the zombie's late commit")
             assert late[0]["ok"] is False and late[0]["error"] in ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID",
                                                                     "REBALANCE_IN_PROGRESS")
             committed = survivor.committed([(topic, 0)])[(topic, 0)]

@@ -15,19 +15,9 @@ from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.producer import Producer
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-def wait_for(predicate, timeout_s: float = 20.0, interval_s: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval_s)
 
 
 def partition_info(admin: Admin, topic: str, partition: int = 0):
@@ -94,13 +84,14 @@ def test_killing_the_leader_under_acks_all_loses_no_acknowledged_write(fresh_clu
         admin.create_topic(topic, partitions=1, replication_factor=3, config={"min_insync_replicas": 2})
         admin.wait_for_leaders(topic, full_isr=True)
         workload = Workload(cluster.bootstrap, topic, idempotent=True).start()
-        wait_for(lambda: len(workload.acked) > 200, what="acknowledged writes before the kill")
+        wait_for(lambda: len(workload.acked) > 200, timeout_s=20, what="acknowledged writes before the kill")
         old = partition_info(admin, topic)
         cluster.kill(cluster.leader_of(topic, 0))
         wait_for(lambda: partition_info(admin, topic).leader_epoch > old.leader_epoch
-                 and partition_info(admin, topic).leader_endpoint, what="a new leader")
+                 and partition_info(admin, topic).leader_endpoint, timeout_s=20, what="a new leader")
         count_at_failover = len(workload.acked)
-        wait_for(lambda: len(workload.acked) > count_at_failover + 200, what="writes acknowledged by the new leader")
+        wait_for(lambda: len(workload.acked) > count_at_failover + 200,
+                 timeout_s=20, what="writes acknowledged by the new leader")
         workload.stop()
         assert partition_info(admin, topic).leader != old.leader or partition_info(admin, topic).leader_epoch > old.leader_epoch
     records = read_partition(cluster.bootstrap, topic, 0)
@@ -126,10 +117,12 @@ def test_a_lagging_follower_leaves_the_isr_and_returns(fresh_cluster, unique_nam
             try:
                 for i in range(20):
                     producer.send(topic, f"{i}", partition=0).result(30)  # 2 of 3 in sync: still accepted
-                wait_for(lambda: follower not in partition_info(admin, topic).isr, what="the ISR to shrink")
+                wait_for(lambda: follower not in partition_info(admin, topic).isr,
+                         timeout_s=20, what="the ISR to shrink")
             finally:
                 cluster.resume(name)
-            wait_for(lambda: follower in partition_info(admin, topic).isr, what="the follower to rejoin the ISR")
+            wait_for(lambda: follower in partition_info(admin, topic).isr,
+                     timeout_s=20, what="the follower to rejoin the ISR")
             producer.send(topic, "after", partition=0).result(30)
 
 
@@ -143,7 +136,8 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync(fresh_cluster, uni
         for name in followers:
             cluster.pause(name)
         try:
-            wait_for(lambda: partition_info(admin, topic).isr == [info.leader], what="the ISR to shrink to the leader")
+            wait_for(lambda: partition_info(admin, topic).isr == [info.leader],
+                     timeout_s=20, what="the ISR to shrink to the leader")
             end_before = admin.list_offsets(topic, 0, -1)
             with Producer(cluster.bootstrap, acks="all", delivery_timeout_ms=1500, retry_backoff_ms=100) as producer:
                 with pytest.raises(RailmqError) as refused:
@@ -216,9 +210,11 @@ def test_unclean_election_loses_exactly_the_writes_only_the_old_leader_had(fresh
                 producer.send(topic, f"safe-{i}", partition=0)
             producer.flush(30)
             wait_for(lambda: next(r for r in partition_info(admin, topic).replica_info
-                                  if r.node == follower_node).log_end_offset == 10, what="the follower to copy")
+                                  if r.node == follower_node).log_end_offset == 10,
+                     timeout_s=20, what="the follower to copy")
             cluster.pause(follower)
-            wait_for(lambda: partition_info(admin, topic).isr == [info.leader], what="the ISR to drop the follower")
+            wait_for(lambda: partition_info(admin, topic).isr == [info.leader],
+                     timeout_s=20, what="the ISR to drop the follower")
             doomed = [producer.send(topic, f"doomed-{i}", partition=0).result(30) for i in range(5)]
         assert [m.offset for m in doomed] == [10, 11, 12, 13, 14]
         cluster.pause(leader)

@@ -15,6 +15,7 @@ from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.producer import Producer
 from tests.conftest import railmq_segments
+from tests.helpers import wait_for
 from transport.shm import actor_prefix, cluster_prefix
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -23,14 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 def counters_of(admin: Admin, cluster, name: str) -> dict:
     actor = next(a for a in cluster.actors() if a["name"] == name)
     return admin.runtime_stats(actor["endpoint"]).counters
-
-
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def produce(bootstrap: str, topic: str, count: int) -> list[bytes]:
@@ -60,7 +53,7 @@ def test_replication_and_fetch_go_through_rings_with_identical_bytes(fresh_clust
         info = admin.wait_for_leaders(topic, full_isr=True).partitions[0]
         values = produce(cluster.bootstrap, topic, 2000)
         wait_for(lambda: all(r.log_end_offset == 2000 for r in admin.describe_topic(topic).partitions[0].replica_info),
-                 what="every replica to copy 2000 records")
+                 timeout_s=30, what="every replica to copy 2000 records")
         leader = cluster.replica_name(topic, 0, info.leader)
         followers = [cluster.replica_name(topic, 0, n) for n in info.replicas if n != info.leader]
         assert counters_of(admin, cluster, leader).get("ring_writes", 0) > 0
@@ -94,16 +87,19 @@ def test_a_killed_follower_leaves_no_ring_and_replication_goes_on(fresh_cluster,
         produce(cluster.bootstrap, topic, 500)
         follower = cluster.replica_name(topic, 0, next(n for n in info.replicas if n != info.leader))
         prefix = actor_prefix(cluster.cluster_id, follower)
-        wait_for(lambda: any(name.startswith(prefix) for name in railmq_segments()), what="the follower's ring")
+        wait_for(lambda: any(name.startswith(prefix) for name in railmq_segments()),
+                 timeout_s=30, what="the follower's ring")
         cluster.kill(follower)
         wait_for(lambda: not any(name.startswith(prefix) and _creator_dead(name) for name in railmq_segments()),
-                 what="the dead follower's ring to be unlinked")
+                 timeout_s=30, what="the dead follower's ring to be unlinked")
         produce(cluster.bootstrap, topic, 500)
-        wait_for(lambda: len(admin.describe_topic(topic).partitions[0].isr) == 3, what="the restarted follower to catch up")
+        wait_for(lambda: len(admin.describe_topic(topic).partitions[0].isr) == 3,
+                 timeout_s=30, what="the restarted follower to catch up")
         leader = cluster.leader_of(topic, 0)
         cluster.kill(leader)  # the writer end dies: readers fall back, nothing blocks
         produce(cluster.bootstrap, topic, 500)
-        wait_for(lambda: admin.list_offsets(topic, 0, -1).offset == 1500, what="1500 records after the failover")
+        wait_for(lambda: admin.list_offsets(topic, 0, -1).offset == 1500,
+                 timeout_s=30, what="1500 records after the failover")
     cluster.stop()
     assert not [name for name in railmq_segments() if name.startswith(cluster_prefix(cluster.cluster_id))]
 

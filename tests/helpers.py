@@ -1,0 +1,28 @@
+"""Small helpers that tests in several folders share (fixtures live in the conftest files).
+
+`wait_for` is how a test waits for a cluster, a process or a file to reach a state: it polls,
+never waits past its deadline, and names what it waited for when it gives up.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# Polling a predicate (often an admin request) more often than this only loads the machine.
+WAIT_INTERVAL_S = 0.05
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = WAIT_INTERVAL_S) -> T:
+    """Call `predicate` every `interval_s` until it returns something true, and return that;
+    after `timeout_s` fail the test with "timed out waiting for <what>"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval_s)
