@@ -13,10 +13,11 @@ as an idempotent producer (KIP-98) with one write in flight per dead-letter part
 - A source record that retention deleted first is archived without a write; in a stored write
   it keeps its place as an empty record, so the re-sent write has the same record count.
 
-It owns the dead-letter partitions' producer state (stored under `share-dlq/`); everything else
-(share-partitions, metadata, requests and their answers) belongs to `ShareGroups`
-(actors/share_group.py), which hands it new dead letters after every change and calls `advance`
-after each message and tick. Bounded: writes in flight (`share_dead_letter_writes_max`), records
+It owns the dead-letter partitions' producer state (stored under `share-dlq/`). Share-partitions
+belong to `ShareGroups` (actors/share_group.py), which hands it new dead letters after every
+change, routes its answers to `on_response` and calls `advance` after each message and tick;
+metadata, leaders and the requests in flight belong to `PartitionLeaders`
+(actors/share_leaders.py). Bounded: writes in flight (`share_dead_letter_writes_max`), records
 per write and bytes per source fetch.
 """
 
@@ -33,11 +34,12 @@ from actors.messages import (
     CreateTopicRequest, ErrorResponse, FetchRequest, FetchResponse, InitProducerIdRequest, MetadataResponse,
     ProduceRequest, ProduceResponse,
 )
+from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import DeadLetterItem, SharePartition, dead_letter_batch, source_records
 from storage.errors import CorruptBatch
 
 if TYPE_CHECKING:  # the writer's owner, which imports this module
-    from actors.share_group import Outbound, ShareGroups
+    from actors.share_group import ShareGroups
 
 
 class DeadLetterTarget:
@@ -87,8 +89,9 @@ class DeadLetterWriter:
     takes a new producer id and starts again at sequence 0.
     """
 
-    def __init__(self, groups: ShareGroups) -> None:
+    def __init__(self, groups: ShareGroups, leaders: PartitionLeaders) -> None:
         self.groups = groups
+        self.leaders = leaders
         self.targets: dict[tuple[str, int], DeadLetterTarget] = {}
         self.unrouted: list[DeadLetterItem] = []  # waiting for their dead-letter topic's metadata
         self.creating: set[str] = set()  # dead-letter topics with a CreateTopic in flight
@@ -142,7 +145,7 @@ class DeadLetterWriter:
         waiting: list[DeadLetterItem] = []
         for item in self.unrouted:
             topic = self.groups.dead_letter_topic(item)
-            metadata = self.groups.topics.get(topic)
+            metadata = self.leaders.topics.get(topic)
             if metadata is None:
                 waiting.append(item)
                 effects += self._find_topic(topic, item.topic, now_ns)
@@ -155,15 +158,15 @@ class DeadLetterWriter:
     def _find_topic(self, topic: str, source_topic: str, now_ns: int) -> list[Effect]:
         if topic in self.creating:
             return []
-        source = self.groups.topics.get(source_topic)
+        source = self.leaders.topics.get(source_topic)
         if topic not in self.missing or source is None:
-            return self.groups.request_metadata([topic, source_topic], now_ns)
+            return self.leaders.request_metadata([topic, source_topic], now_ns)
         self.creating.add(topic)
         replicas = len(source.partitions[0].replicas) if source.partitions else 1
         request = CreateTopicRequest(correlation_id=0, name=topic, partitions=len(source.partitions),
                                      replication_factor=max(1, min(3, replicas)))
         return [Trace("share-dead-letter-topic-created", {"topic": topic, "source": source_topic}),
-                self.groups.send_request("create-topic", topic, self.groups.coordinator, request, now_ns)]
+                self.leaders.send_request("create-topic", topic, self.leaders.coordinator, request, now_ns)]
 
     def on_metadata(self, response: MetadataResponse) -> None:
         for topic in response.topics:
@@ -175,7 +178,7 @@ class DeadLetterWriter:
     def _step(self, target: DeadLetterTarget, now_ns: int) -> list[Effect]:
         if target.producer_id < 0:
             target.stage = "producer-id"
-            return [self.groups.send_request("producer-id", target.key, self.groups.coordinator,
+            return [self.leaders.send_request("producer-id", target.key, self.leaders.coordinator,
                                              InitProducerIdRequest(correlation_id=0), now_ns)]
         if target.pending and target.batch is not None:
             return self._produce(target, now_ns)
@@ -186,15 +189,15 @@ class DeadLetterWriter:
         else:
             items = self._next_items(target)
         source = items[0]
-        endpoint = self.groups.leader_endpoint(source.topic, source.partition, now_ns)
+        endpoint = self.leaders.leader_endpoint(source.topic, source.partition, now_ns)
         if not endpoint:
             target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
-            return self.groups.refresh_leaders(source.topic, now_ns)
+            return self.leaders.refresh_leaders(source.topic, now_ns)
         target.stage, target.fetching = "fetching", items
         request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition,
                                offset=min(item.offset for item in items), max_wait_ms=0,
                                max_bytes=self.groups.limits.share_dead_letter_fetch_bytes_max)
-        return [self.groups.send_request("dlq-fetch", target.key, endpoint, request, now_ns)]
+        return [self.leaders.send_request("dlq-fetch", target.key, endpoint, request, now_ns)]
 
     def _next_items(self, target: DeadLetterTarget) -> list[DeadLetterItem]:
         """Queued records of the first queued record's source partition, lowest offsets first."""
@@ -205,14 +208,14 @@ class DeadLetterWriter:
         return same[:self.groups.limits.share_dead_letter_batch_records_max]
 
     def _produce(self, target: DeadLetterTarget, now_ns: int) -> list[Effect]:
-        endpoint = self.groups.leader_endpoint(target.topic, target.partition, now_ns)
+        endpoint = self.leaders.leader_endpoint(target.topic, target.partition, now_ns)
         if not endpoint:
             target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
-            return self.groups.refresh_leaders(target.topic, now_ns)
+            return self.leaders.refresh_leaders(target.topic, now_ns)
         target.stage = "producing"
         request = ProduceRequest(correlation_id=0, topic=target.topic, partition=target.partition, acks=-1,
                                  timeout_ms=self.groups.limits.share_request_timeout_ms, batch=target.batch)
-        return [self.groups.send_request("dlq-produce", target.key, endpoint, request, now_ns)]
+        return [self.leaders.send_request("dlq-produce", target.key, endpoint, request, now_ns)]
 
     # ------------------------------------------------------------------ answers
 
@@ -223,7 +226,7 @@ class DeadLetterWriter:
                 return [Trace("share-dead-letter-topic-refused", {"topic": outbound.key, "error": response.error,
                                                                   "message": response.error_message})]
             self.missing.discard(outbound.key)
-            return self.groups.request_metadata([outbound.key], now_ns)
+            return self.leaders.request_metadata([outbound.key], now_ns)
         target = self.targets[outbound.key]
         target.stage = ""
         if isinstance(response, ErrorResponse) or response.error != ErrorCode.NONE:
@@ -250,8 +253,8 @@ class DeadLetterWriter:
         if code in RETRIABLE and kind in ("dlq-fetch", "dlq-produce"):
             source = target.fetching[0] if kind == "dlq-fetch" else None
             topic, partition = (source.topic, source.partition) if source is not None else target.key
-            self.groups.forget_leader(topic, partition)
-            return [trace] + self.groups.refresh_leaders(topic, now_ns)
+            self.leaders.forget_leader(topic, partition)
+            return [trace] + self.leaders.refresh_leaders(topic, now_ns)
         return [trace]
 
     def _source_gone(self, target: DeadLetterTarget, log_start_offset: int, now_ns: int) -> list[Effect]:

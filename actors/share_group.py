@@ -1,5 +1,5 @@
 """Share groups in the group coordinator (KIP-932): membership, acquire and acknowledge, lock
-expiry, long-polled acquires, the partitions' high watermarks, and dead-lettering.
+expiry and long-polled acquires, with leaders and dead-lettering handed to their own modules.
 
 `ShareGroups` is attached to the `GroupCoordinator` (actors/group_coordinator.py), which hands it
 every message it does not handle itself and its 50 ms tick. Per-record delivery state lives in
@@ -13,10 +13,12 @@ every message it does not handle itself and its 50 ms tick. Per-record delivery 
   the member hears of it (replies go inside `AfterFlush`), so a restarted coordinator has every
   delivery count and every answer it acknowledged. Locks are not stored: after a restart they are
   void and the records available again.
-- High watermarks come from the partition leader (ListOffsets, latest); no offset at or above the
-  last one read is ever handed out. Leaders come from metadata (the coordinator's endpoint), and
-  an error or a dropped connection sends the next request through fresh metadata, so a leader
-  failover costs a retry and never share state (that lives here, not at the leader).
+- High watermarks and leaders come from `PartitionLeaders` (actors/share_leaders.py), which also
+  numbers and times out every request this module sends; no offset at or above the last high
+  watermark read is ever handed out, and a leader failover costs a retry, never share state
+  (that lives here, not at the leader). An acquire that finds nothing waits, parked for its
+  max_wait_ms (at most share_acquire_wait_max_ms), until a higher high watermark, an answer, an
+  expired lock or a departed member frees records.
 - Dead-lettering is exactly once: `DeadLetterWriter` (actors/share_dead_letters.py) writes the
   records as an idempotent producer and stores each write before sending it. This module hands
   it every share-partition's new dead letters, routes its requests' answers to it, and stores
@@ -41,20 +43,15 @@ from actors.limits import Limits
 from actors.messages import (
     CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse, DescribeSharePartitionsRequest,
     DescribeSharePartitionsResponse, ErrorResponse, FetchResponse, GroupSummary, InitProducerIdResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MemberDescription, MetadataRequest, MetadataResponse, OffsetEntry,
-    PeerDisconnected, ProduceResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
-    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired,
-    TopicMetadata,
+    ListOffsetsResponse, MemberDescription, MetadataResponse, OffsetEntry, PeerDisconnected, ProduceResponse,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired,
 )
 from actors.share_dead_letters import DeadLetterWriter
+from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import DeadLetterItem, SharePartition
 
 GROUP_ID_LENGTH_MAX = 255
-# Metadata is re-read this often while share groups have members: partitions added to a topic
-# reach the members' heartbeat answers within it.
-METADATA_REFRESH_MS = 5000
-# Metadata requests are at least this far apart (the tick sends one that had to wait).
-METADATA_INTERVAL_MIN_MS = 50
 # A heartbeat that needs a topic's partition count waits at most this long for metadata.
 HEARTBEAT_METADATA_WAIT_MS = 1000
 REFRESH_TIMER = "share-refresh"
@@ -79,18 +76,6 @@ class ShareGroup:
         self.partitions: dict[tuple[str, int], SharePartition] = {}
 
 
-class PartitionWatch:
-    """What the coordinator last read of one partition's log bounds at its leader."""
-
-    __slots__ = ("log_start_offset", "high_watermark", "correlation", "sent_ns")
-
-    def __init__(self) -> None:
-        self.log_start_offset = -1
-        self.high_watermark = -1  # -1: never read
-        self.correlation = 0  # the ListOffsets in flight, 0 if none
-        self.sent_ns = 0
-
-
 class ParkedAcquire(NamedTuple):
     sender: Any
     request: ShareAcquireRequest
@@ -102,34 +87,19 @@ class Refusal(NamedTuple):
     text: str
 
 
-class Outbound(NamedTuple):
-    kind: str
-    key: Any
-    endpoint: str
-    deadline_ns: int
-
-
 class ShareGroups:
     def __init__(self, *, state: Any, coordinator: str, limits: Limits, rng: random.Random,
                  is_classic_group: Callable[[str], bool]) -> None:
         self.state = state
-        self.coordinator = coordinator
         self.limits = limits
         self.rng = rng
         self.is_classic_group = is_classic_group
         self.groups: dict[str, ShareGroup] = {}
-        self.topics: dict[str, TopicMetadata] = {}
-        self.watches: dict[tuple[str, int], PartitionWatch] = {}
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
         self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
-        self.pending: dict[int, Outbound] = {}
-        self.correlation = 0
-        self.metadata_correlation = 0
-        self.metadata_wanted: set[str] = set()
-        self.last_metadata_ns = 0
-        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
         self.wrote = False  # something was put during this step: replies wait for the flush
-        self.dead_letters = DeadLetterWriter(self)
+        self.leaders = PartitionLeaders(coordinator=coordinator, limits=limits, topics_in_use=self._topics_in_use)
+        self.dead_letters = DeadLetterWriter(self, self.leaders)
         self._load()
 
     # ------------------------------------------------------------------ durable state
@@ -211,10 +181,7 @@ class ShareGroups:
         effects += self._serve_all_parked(now_ns)
         effects += self._answer_waiting_heartbeats(now_ns)
         effects += self._refresh_waiting(now_ns)
-        stale = any(group.members for group in self.groups.values()) and \
-            now_ns - self.last_metadata_ns > METADATA_REFRESH_MS * MS
-        if stale or self.metadata_wanted:
-            effects += self.request_metadata([], now_ns)
+        effects += self.leaders.refresh_if_due(any(group.members for group in self.groups.values()), now_ns)
         return self._finish(effects, now_ns)
 
     def summaries(self) -> list[GroupSummary]:
@@ -274,10 +241,10 @@ class ShareGroups:
             return effects + [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id))]
         member = self._member_for(group, request, now_ns)
         request = msgspec.structs.replace(request, member_id=member.member_id)
-        missing = [topic for topic in member.topics if topic not in self.topics]
+        missing = [topic for topic in member.topics if topic not in self.leaders.topics]
         if missing:
             self.waiting_heartbeats.append((sender, request, now_ns))
-            return self.request_metadata(missing, now_ns)
+            return self.leaders.request_metadata(missing, now_ns)
         return [Send(sender, self._heartbeat_answer(group, member, request))]
 
     def _check_heartbeat(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
@@ -334,8 +301,9 @@ class ShareGroups:
             settings=group.settings)
 
     def _partitions_of(self, topics: list[str]) -> list[tuple[str, int]]:
-        return [(topic, partition) for topic in topics if topic in self.topics
-                for partition in range(len(self.topics[topic].partitions))]
+        known = self.leaders.topics
+        return [(topic, partition) for topic in topics if topic in known
+                for partition in range(len(known[topic].partitions))]
 
     def _answer_waiting_heartbeats(self, now_ns: int, answered: set[str] | None = None) -> list[Effect]:
         """Answer heartbeats whose topics metadata now covers (`answered`: topics the last metadata
@@ -347,7 +315,7 @@ class ShareGroups:
             member = group.members.get(request.member_id) if group is not None else None
             if member is None:
                 continue
-            ready = all(topic in self.topics or topic in (answered or ()) for topic in member.topics)
+            ready = all(topic in self.leaders.topics or topic in (answered or ()) for topic in member.topics)
             if ready or now_ns - since_ns >= HEARTBEAT_METADATA_WAIT_MS * MS:
                 effects.append(Send(sender, self._heartbeat_answer(group, member, request)))
             else:
@@ -379,6 +347,11 @@ class ShareGroups:
         if member is not None:
             member.last_seen_ns = now_ns
 
+    def _topics_in_use(self) -> set[str]:
+        """Every topic a member subscribes to: each metadata request covers them all."""
+        return {topic for group in self.groups.values() for member in group.members.values()
+                for topic in member.topics}
+
     # ------------------------------------------------------------------ acquire
 
     def _on_acquire(self, request: ShareAcquireRequest, sender: Any, now_ns: int) -> list[Effect]:
@@ -387,12 +360,12 @@ class ShareGroups:
             code, text = found
             effects: list[Effect] = [Send(sender, self._acquire_error(request, code, text))]
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                effects += self.refresh_leaders(request.topic, now_ns)
+                effects += self.leaders.refresh_leaders(request.topic, now_ns)
             return effects
         group, share_partition = found
         self._touch(group, request.member_id, now_ns)
         reply = self._try_acquire(group, share_partition, request, now_ns)
-        effects = self._watch_if_needed(share_partition, now_ns)
+        effects = self.leaders.watch_if_needed(share_partition, now_ns)
         if reply is not None or request.max_wait_ms <= 0:
             reply = reply or ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
                                                   partition=request.partition)
@@ -419,14 +392,14 @@ class ShareGroups:
         share_partition = group.partitions.get(key)
         if share_partition is not None:
             return group, share_partition
-        metadata = self.topics.get(request.topic)
+        metadata = self.leaders.topics.get(request.topic)
         if metadata is None or not 0 <= request.partition < len(metadata.partitions):
             return Refusal(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{request.topic}/{request.partition} is not known")
         if sum(len(each.partitions) for each in self.groups.values()) >= self.limits.share_partitions_max:
             return Refusal(ErrorCode.BUSY, (
                 f"the coordinator holds its maximum of {self.limits.share_partitions_max} share-partitions"))
         share_partition = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
-        watch = self.watches.get(key)
+        watch = self.leaders.watches.get(key)
         if watch is not None and watch.high_watermark >= 0:
             share_partition.observe_log(watch.log_start_offset, watch.high_watermark)
             self.persist(group.group_id, share_partition)
@@ -515,36 +488,12 @@ class ShareGroups:
                                          partition=request.partition, results=results)
         return [Send(sender, reply)] + self._serve_parked((group.group_id, request.topic, request.partition), now_ns)
 
-    # ------------------------------------------------------------------ high watermarks and leaders
-
-    def _watch_if_needed(self, share_partition: SharePartition, now_ns: int) -> list[Effect]:
-        """Read the leader's high watermark again when the share-partition has caught up with it."""
-        key = (share_partition.topic, share_partition.partition)
-        watch = self.watches.setdefault(key, PartitionWatch())
-        if share_partition.initialized and share_partition.end_offset < watch.high_watermark:
-            return []
-        return self._refresh_watch(key, watch, now_ns)
-
-    def _refresh_watch(self, key: tuple[str, int], watch: PartitionWatch, now_ns: int) -> list[Effect]:
-        if watch.correlation or now_ns - watch.sent_ns < self.limits.share_high_watermark_refresh_ms * MS:
-            return []
-        endpoint = self.leader_endpoint(*key, now_ns)
-        if not endpoint:
-            return self.refresh_leaders(key[0], now_ns)
-        watch.sent_ns = now_ns
-        request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1)
-        send = self.send_request("list-offsets", key, endpoint, request, now_ns)
-        watch.correlation = send.message.correlation_id
-        return [send]
+    # ------------------------------------------------------------------ high watermarks: waking parked acquires
 
     def _on_list_offsets(self, key: tuple[str, int], response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
-        watch = self.watches[key]
-        watch.correlation = 0
         if response.error != ErrorCode.NONE:
-            self.forget_leader(*key)
-            return self.refresh_leaders(key[0], now_ns)
-        grew = response.high_watermark > watch.high_watermark or response.log_start_offset > watch.log_start_offset
-        watch.high_watermark, watch.log_start_offset = response.high_watermark, response.log_start_offset
+            return self.leaders.high_watermark_refused(key, now_ns)
+        grew = self.leaders.observe_high_watermark(key, response)
         effects: list[Effect] = []
         for group in self.groups.values():
             share_partition = group.partitions.get(key)
@@ -562,75 +511,26 @@ class ShareGroups:
         """Re-read the high watermark of every partition that acquires are waiting on."""
         effects: list[Effect] = []
         for key in sorted({parked_key[1:] for parked_key in self.parked}):
-            effects += self._refresh_watch(key, self.watches.setdefault(key, PartitionWatch()), now_ns)
+            effects += self.leaders.refresh_high_watermark(key, now_ns)
         return effects
 
-    def leader_endpoint(self, topic: str, partition: int, now_ns: int) -> str:
-        metadata = self.topics.get(topic)
-        if metadata is None or not 0 <= partition < len(metadata.partitions):
-            return ""
-        endpoint = metadata.partitions[partition].leader_endpoint
-        return "" if self.unreachable.get(endpoint, 0) > now_ns else endpoint
-
-    def forget_leader(self, topic: str, partition: int) -> None:
-        metadata = self.topics.get(topic)
-        if metadata is not None and 0 <= partition < len(metadata.partitions):
-            metadata.partitions[partition].leader_endpoint = ""
-
-    def refresh_leaders(self, topic: str, now_ns: int) -> list[Effect]:
-        return self.request_metadata([topic], now_ns)
-
-    def request_metadata(self, topics: list[str], now_ns: int) -> list[Effect]:
-        """One metadata request at a time, at most one per METADATA_INTERVAL_MIN_MS (a leaderless
-        partition must not make a request loop); topics asked for meanwhile go with the next one,
-        which the tick sends if nothing else does."""
-        self.metadata_wanted.update(topics)
-        if self.metadata_correlation or now_ns - self.last_metadata_ns < METADATA_INTERVAL_MIN_MS * MS:
-            self.metadata_wanted.add("")  # something is wanted, even if only a refresh
-            return []
-        in_use = {topic for group in self.groups.values() for member in group.members.values()
-                  for topic in member.topics}
-        wanted = sorted((self.metadata_wanted | in_use | set(self.topics)) - {""})
-        self.metadata_wanted.clear()
-        self.last_metadata_ns = now_ns
-        send = self.send_request("metadata", None, self.coordinator, MetadataRequest(correlation_id=0, topics=wanted),
-                                 now_ns)
-        self.metadata_correlation = send.message.correlation_id
-        return [send]
-
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
-        self.metadata_correlation = 0
         self.dead_letters.on_metadata(response)
-        for topic in response.topics:
-            if topic.error == ErrorCode.NONE:
-                self.topics[topic.name] = topic
-            elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                self.topics.pop(topic.name, None)
+        self.leaders.observe_metadata(response)
         effects = self._answer_waiting_heartbeats(now_ns, {topic.name for topic in response.topics})
         return effects + self._refresh_waiting(now_ns)
 
-    # ------------------------------------------------------------------ requests the coordinator sends
-
-    def send_request(self, kind: str, key: Any, endpoint: str, message: Any, now_ns: int) -> Send:
-        self.correlation += 1
-        message = msgspec.structs.replace(message, correlation_id=self.correlation)
-        deadline = now_ns + self.limits.share_request_timeout_ms * MS
-        self.pending[self.correlation] = Outbound(kind, key, endpoint, deadline)
-        return Send(endpoint, message)
+    # ------------------------------------------------------------------ answers to the coordinator's requests
 
     def _on_response(self, response: Any, now_ns: int) -> list[Effect]:
-        outbound = self.pending.pop(response.correlation_id, None)
+        outbound = self.leaders.answered(response.correlation_id, response)
         if outbound is None:
             return []
         return self._dispatch(outbound, response, now_ns)
 
     def _dispatch(self, outbound: Outbound, response: Any, now_ns: int) -> list[Effect]:
         if outbound.kind == "metadata":
-            self.metadata_correlation = 0
-            if isinstance(response, MetadataResponse):
-                return self._on_metadata(response, now_ns)
-            self.metadata_wanted.add("")  # the tick asks again
-            return []
+            return self._on_metadata(response, now_ns) if isinstance(response, MetadataResponse) else []
         if outbound.kind == "list-offsets":
             if isinstance(response, ErrorResponse):
                 response = ListOffsetsResponse(correlation_id=response.correlation_id, error=response.error,
@@ -640,24 +540,21 @@ class ShareGroups:
 
     def _fail(self, correlation: int, code: int, now_ns: int) -> list[Effect]:
         """A request that will never be answered: answer it ourselves with a retriable error."""
-        outbound = self.pending.pop(correlation)
-        return self._dispatch(outbound, ErrorResponse(correlation_id=correlation, error=code,
-                                                      error_message="no answer"), now_ns)
+        response = ErrorResponse(correlation_id=correlation, error=code, error_message="no answer")
+        outbound = self.leaders.answered(correlation, response)
+        assert outbound is not None, f"request {correlation} is not in flight"
+        return self._dispatch(outbound, response, now_ns)
 
     def _expire_requests(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
-        for correlation in [correlation for correlation, outbound in self.pending.items()
-                            if outbound.deadline_ns <= now_ns]:
+        for correlation in self.leaders.overdue(now_ns):
             effects += self._fail(correlation, ErrorCode.REQUEST_TIMED_OUT, now_ns)
         return effects
 
     def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """A peer's process is gone: its answers will never come."""
-        if endpoint != self.coordinator:
-            self.unreachable[endpoint] = now_ns + self.limits.share_request_timeout_ms * MS
         effects: list[Effect] = []
-        for correlation in [correlation for correlation, outbound in self.pending.items()
-                            if outbound.endpoint == endpoint]:
+        for correlation in self.leaders.disconnected(endpoint, now_ns):
             effects += self._fail(correlation, ErrorCode.NOT_LEADER, now_ns)
         return effects
 

@@ -1,0 +1,192 @@
+"""What the share groups read from the rest of the cluster: metadata, partition leaders, the
+leaders' high watermarks, and the requests in flight that fetch them.
+
+`PartitionLeaders` belongs to `ShareGroups` (actors/share_group.py) and is shared with its
+`DeadLetterWriter` (actors/share_dead_letters.py). It owns no share state and never decides
+what a member gets; it answers "where is this partition's leader" and "how far does its log
+reach", and numbers, times out and forgets the requests the coordinator sends. `ShareGroups`
+routes each answer by its `Outbound` kind and tells this class what came back.
+
+- Leaders come from metadata (the coordinator's endpoint). An error or a dropped connection
+  forgets a leader and asks metadata again, and an endpoint that disconnected is not trusted
+  for `share_request_timeout_ms`, so a leader failover costs a retry and never share state.
+- One metadata request at a time, at most one per METADATA_INTERVAL_MIN_MS (a leaderless
+  partition must not make a request loop); it always covers every topic a member subscribes
+  to and every topic already known, and is repeated every METADATA_REFRESH_MS while share
+  groups have members.
+- High watermarks come from the partition leader (ListOffsets, latest), at most one request in
+  flight per partition and one per `share_high_watermark_refresh_ms`; no offset at or above the
+  last one read is ever handed out.
+- Every request carries a correlation id of its own and a deadline; `overdue` and `disconnected`
+  name the ones that will never be answered, and `ShareGroups` fails them with a retriable
+  error, so nothing waits for ever.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Send
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, TopicMetadata
+from actors.share_partition import SharePartition
+
+# Metadata is re-read this often while share groups have members: partitions added to a topic
+# reach the members' heartbeat answers within it.
+METADATA_REFRESH_MS = 5000
+# Metadata requests are at least this far apart (the tick sends one that had to wait).
+METADATA_INTERVAL_MIN_MS = 50
+
+
+class PartitionWatch:
+    """What the coordinator last read of one partition's log bounds at its leader."""
+
+    __slots__ = ("log_start_offset", "high_watermark", "correlation", "sent_ns")
+
+    def __init__(self) -> None:
+        self.log_start_offset = -1
+        self.high_watermark = -1  # -1: never read
+        self.correlation = 0  # the ListOffsets in flight, 0 if none
+        self.sent_ns = 0
+
+
+class Outbound(NamedTuple):
+    kind: str
+    key: Any
+    endpoint: str
+    deadline_ns: int
+
+
+class PartitionLeaders:
+    def __init__(self, *, coordinator: str, limits: Limits, topics_in_use: Callable[[], set[str]]) -> None:
+        self.coordinator = coordinator
+        self.limits = limits
+        self.topics_in_use = topics_in_use  # the topics members subscribe to: metadata always covers them
+        self.topics: dict[str, TopicMetadata] = {}
+        self.watches: dict[tuple[str, int], PartitionWatch] = {}
+        self.pending: dict[int, Outbound] = {}
+        self.correlation = 0
+        self.metadata_correlation = 0
+        self.metadata_wanted: set[str] = set()
+        self.last_metadata_ns = 0
+        self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+
+    # ------------------------------------------------------------------ leaders and metadata
+
+    def leader_endpoint(self, topic: str, partition: int, now_ns: int) -> str:
+        metadata = self.topics.get(topic)
+        if metadata is None or not 0 <= partition < len(metadata.partitions):
+            return ""
+        endpoint = metadata.partitions[partition].leader_endpoint
+        return "" if self.unreachable.get(endpoint, 0) > now_ns else endpoint
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        metadata = self.topics.get(topic)
+        if metadata is not None and 0 <= partition < len(metadata.partitions):
+            metadata.partitions[partition].leader_endpoint = ""
+
+    def refresh_leaders(self, topic: str, now_ns: int) -> list[Effect]:
+        return self.request_metadata([topic], now_ns)
+
+    def request_metadata(self, topics: list[str], now_ns: int) -> list[Effect]:
+        """One metadata request at a time, at most one per METADATA_INTERVAL_MIN_MS (a leaderless
+        partition must not make a request loop); topics asked for meanwhile go with the next one,
+        which the tick sends if nothing else does."""
+        self.metadata_wanted.update(topics)
+        if self.metadata_correlation or now_ns - self.last_metadata_ns < METADATA_INTERVAL_MIN_MS * MS:
+            self.metadata_wanted.add("")  # something is wanted, even if only a refresh
+            return []
+        in_use = self.topics_in_use()
+        wanted = sorted((self.metadata_wanted | in_use | set(self.topics)) - {""})
+        self.metadata_wanted.clear()
+        self.last_metadata_ns = now_ns
+        send = self.send_request("metadata", None, self.coordinator, MetadataRequest(correlation_id=0, topics=wanted),
+                                 now_ns)
+        self.metadata_correlation = send.message.correlation_id
+        return [send]
+
+    def refresh_if_due(self, members: bool, now_ns: int) -> list[Effect]:
+        """The tick's metadata request: one that had to wait, or the periodic one while there are members."""
+        stale = members and now_ns - self.last_metadata_ns > METADATA_REFRESH_MS * MS
+        if stale or self.metadata_wanted:
+            return self.request_metadata([], now_ns)
+        return []
+
+    def observe_metadata(self, response: MetadataResponse) -> None:
+        self.metadata_correlation = 0
+        for topic in response.topics:
+            if topic.error == ErrorCode.NONE:
+                self.topics[topic.name] = topic
+            elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(topic.name, None)
+
+    # ------------------------------------------------------------------ high watermarks
+
+    def watch_if_needed(self, share_partition: SharePartition, now_ns: int) -> list[Effect]:
+        """Read the leader's high watermark again when the share-partition has caught up with it."""
+        key = (share_partition.topic, share_partition.partition)
+        watch = self.watches.setdefault(key, PartitionWatch())
+        if share_partition.initialized and share_partition.end_offset < watch.high_watermark:
+            return []
+        return self._refresh_watch(key, watch, now_ns)
+
+    def refresh_high_watermark(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
+        return self._refresh_watch(key, self.watches.setdefault(key, PartitionWatch()), now_ns)
+
+    def _refresh_watch(self, key: tuple[str, int], watch: PartitionWatch, now_ns: int) -> list[Effect]:
+        if watch.correlation or now_ns - watch.sent_ns < self.limits.share_high_watermark_refresh_ms * MS:
+            return []
+        endpoint = self.leader_endpoint(*key, now_ns)
+        if not endpoint:
+            return self.refresh_leaders(key[0], now_ns)
+        watch.sent_ns = now_ns
+        request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1)
+        send = self.send_request("list-offsets", key, endpoint, request, now_ns)
+        watch.correlation = send.message.correlation_id
+        return [send]
+
+    def high_watermark_refused(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
+        """The leader refused a ListOffsets (or never answered): find out where the leader is now."""
+        self.watches[key].correlation = 0
+        self.forget_leader(*key)
+        return self.refresh_leaders(key[0], now_ns)
+
+    def observe_high_watermark(self, key: tuple[str, int], response: ListOffsetsResponse) -> bool:
+        """Note the log bounds a leader answered; True if either bound moved forward."""
+        watch = self.watches[key]
+        watch.correlation = 0
+        grew = response.high_watermark > watch.high_watermark or response.log_start_offset > watch.log_start_offset
+        watch.high_watermark, watch.log_start_offset = response.high_watermark, response.log_start_offset
+        return grew
+
+    # ------------------------------------------------------------------ requests in flight
+
+    def send_request(self, kind: str, key: Any, endpoint: str, message: Any, now_ns: int) -> Send:
+        self.correlation += 1
+        message = msgspec.structs.replace(message, correlation_id=self.correlation)
+        deadline = now_ns + self.limits.share_request_timeout_ms * MS
+        self.pending[self.correlation] = Outbound(kind, key, endpoint, deadline)
+        return Send(endpoint, message)
+
+    def answered(self, correlation: int, response: Any) -> Outbound | None:
+        """The request `response` answers, no longer pending; None if there is none (a late answer)."""
+        outbound = self.pending.pop(correlation, None)
+        if outbound is not None and outbound.kind == "metadata":
+            self.metadata_correlation = 0
+            if not isinstance(response, MetadataResponse):
+                self.metadata_wanted.add("")  # the tick asks again
+        return outbound
+
+    def overdue(self, now_ns: int) -> list[int]:
+        """The requests whose deadline has passed."""
+        return [correlation for correlation, outbound in self.pending.items() if outbound.deadline_ns <= now_ns]
+
+    def disconnected(self, endpoint: str, now_ns: int) -> list[int]:
+        """A peer's process is gone: distrust it for a while; the requests whose answers will never come."""
+        if endpoint != self.coordinator:
+            self.unreachable[endpoint] = now_ns + self.limits.share_request_timeout_ms * MS
+        return [correlation for correlation, outbound in self.pending.items() if outbound.endpoint == endpoint]
