@@ -54,7 +54,8 @@ class ClientShell:
         self._check_usable()
         self._engine.submit(ClientCommand(command=name, arguments=arguments, token=token))
 
-    def call(self, name: str, timeout: float | None = None, token: int | None = None, **arguments: Any) -> Any:
+    def call(self, name: str, timeout: float | None = None, token: int | None = None,
+             **arguments: Any) -> Any:
         """Send a command to the I/O thread and wait for its result."""
         token = token or next(self._tokens)
         slot: list = []
@@ -62,7 +63,8 @@ class ClientShell:
         self._command(name, token=token, **arguments)
         try:
             with self._ready:
-                self._wait_until(lambda: bool(slot), timeout, f"{name} got no answer in time", raise_errors=False)
+                self._wait_until(lambda: bool(slot), timeout, f"{name} got no answer in time",
+                                 raise_errors=False)
         finally:
             self._results.pop(token, None)
         value, error = slot[0]

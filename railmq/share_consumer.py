@@ -143,7 +143,8 @@ class ShareConsumer(ClientShell):
     def wait_joined(self, timeout_s: float = 10.0) -> str:
         """Block until the member has joined; returns its member id."""
         with self._ready:
-            self._wait_until(lambda: bool(self._member_id), timeout_s, f"not joined to {self.group_id!r} in time")
+            self._wait_until(lambda: bool(self._member_id), timeout_s,
+                             f"not joined to {self.group_id!r} in time")
             return self._member_id
 
     # ------------------------------------------------------------------ polling

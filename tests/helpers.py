@@ -15,7 +15,8 @@ T = TypeVar("T")
 WAIT_INTERVAL_S = 0.05
 
 
-def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = WAIT_INTERVAL_S) -> T:
+def wait_for(predicate: Callable[[], T], timeout_s: float, what: str,
+             interval_s: float = WAIT_INTERVAL_S) -> T:
     """Call `predicate` every `interval_s` until it returns something true, and return that;
     after `timeout_s` fail the test with "timed out waiting for <what>"."""
     deadline = time.monotonic() + timeout_s

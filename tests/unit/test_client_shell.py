@@ -36,7 +36,8 @@ class FakeEngine:
 class RecordingShell(ClientShell):
     _client_noun = "test client"
 
-    def __init__(self, answer: Callable[[ClientCommand], Any] | None = None, request_timeout_ms: int = 200) -> None:
+    def __init__(self, answer: Callable[[ClientCommand], Any] | None = None,
+                 request_timeout_ms: int = 200) -> None:
         super().__init__(request_timeout_ms)
         self.notices: list[tuple[str, Any]] = []
         self._engine = FakeEngine(self, answer)  # type: ignore[assignment]
