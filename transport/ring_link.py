@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from actors.messages import FetchRequest, FetchResponse, MetadataResponse
+from transport.doorbell import NullDoorbell
 from transport.ring import PeerGone, RingClosed, RingCorrupt, RingError, RingReader, RingWriter
 from transport.shm import segment_name
 
@@ -48,22 +49,6 @@ def host_identity() -> str:
             return f"{socket.gethostname()}/{handle.read().strip()}"
     except OSError:
         return f"{socket.gethostname()}/{os.getpid()}"  # no boot id: only this process matches
-
-
-class NullDoorbell:
-    """The ring's doorbell is not used here: the ZeroMQ response announces every record. An
-    empty endpoint in the ring header tells the other end there is nobody to ring."""
-
-    endpoint = ""
-
-    def ring(self, peer_endpoint: str) -> bool:
-        return False
-
-    def wait(self, timeout_ms: int) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 class RingLinks:
