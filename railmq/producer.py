@@ -340,7 +340,8 @@ class Producer:
         while self._buffered_bytes + size > self.buffer_bytes_max:
             self._engine.wake(force=True)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._engine.failure is not None:
+            self._check_engine()
+            if remaining <= 0:
                 raise BufferFull(
                     f"{self._buffered_bytes} bytes are waiting to be sent (buffer_bytes_max={self.buffer_bytes_max}) "
                     f"and none freed within max_block_ms={int(self.max_block_s * 1000)}")
@@ -383,9 +384,15 @@ class Producer:
         self._engine.wake(force=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in waiting:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not batch.event.wait(remaining):
-                raise TimeoutError(f"flush did not finish within {timeout} s")
+            while not batch.event.wait(0.1):
+                self._check_engine()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"flush did not finish within {timeout} s")
+
+    def _check_engine(self) -> None:
+        """A dead I/O thread completes nothing: say so instead of waiting for it."""
+        if self._engine.failure is not None:
+            raise RuntimeError("the producer's I/O thread failed") from self._engine.failure
 
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
@@ -410,13 +417,15 @@ class Producer:
         next_deadline = None
         with self._lock:
             for (topic, partition), batch in list(self._open.items()):
+                if not batch.records:
+                    continue  # opened by a sender that is waiting for buffer space: not ready
                 due = batch.created_ns + self.linger_ns
                 if self._flush_all or (due <= now_ns and actor.in_flight_count.get((topic, partition), 0)
                                        < actor.settings.max_in_flight):
                     self._seal(batch)
                 elif due > now_ns and (next_deadline is None or due < next_deadline):
                     next_deadline = due
-            if not self._open:
+            if not any(batch.records for batch in self._open.values()):
                 self._flush_all = False
             sealed, self._sealed = self._sealed, []
         runtime = self._engine.runtime

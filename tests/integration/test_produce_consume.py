@@ -210,3 +210,19 @@ def test_metadata_request_over_raw_zeromq_matches_the_protocol_document(cluster,
     assert isinstance(reply, MetadataResponse) and reply.correlation_id == 42
     assert [p.partition for p in reply.topics[0].partitions] == [0, 1]
     assert MetadataRequest(correlation_id=1).topics is None
+
+
+def test_send_batch_larger_than_the_buffer_waits_for_space_and_delivers_everything(cluster, admin, unique_name):
+    """A sender waiting for buffer space leaves an empty batch open; the I/O thread must not send it."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=2)
+    values = [bytes([i % 251]) * 1000 for i in range(3000)]
+    with Producer(cluster.bootstrap, acks=1, linger_ms=1, batch_bytes_max=16 * 1024,
+                  buffer_bytes_max=64 * 1024) as producer:
+        futures = [producer.send_batch(topic, values[i:i + 500], partition=i // 500 % 2) for i in range(0, 3000, 500)]
+        producer.flush(60)
+        acknowledged = [metadata for future in futures for metadata in future.result(10)]
+        assert producer._engine.failure is None
+    assert len(acknowledged) == 3000 and len({(m.partition, m.offset) for m in acknowledged}) == 3000
+    records = consume_all(cluster.bootstrap, topic, 2, 3000)
+    assert sorted(r.value for r in records) == sorted(values)
