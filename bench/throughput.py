@@ -10,7 +10,11 @@ Figures (medians over --repeat runs):
 - produce_ack_p50_us / produce_ack_p99_us: one small record at a time, send -> acknowledgement;
 - zmq_pushpull_records_per_s: the same 1 KB payloads through a bare PUSH/PULL pair over
   tcp://127.0.0.1 between two processes, one record per message (the cost of moving the bytes
-  with no broker at all), and zmq_pushpull_batched_mb_per_s with 1 MiB messages.
+  with no broker at all), and zmq_pushpull_batched_mb_per_s with 1 MiB messages;
+- zmq_roundtrip_p50_us / zmq_roundtrip_p99_us: the floor under produce_ack_*: a Python DEALER
+  sends 100 bytes to a Python ROUTER in another process over loopback TCP, which sends them
+  straight back, one at a time (no log, no I/O thread hand-off); produce_ack_p50_ratio_to_zmq_roundtrip
+  says how many such round trips one acknowledged send costs.
 """
 
 from __future__ import annotations
@@ -56,6 +60,52 @@ def zmq_pushpull(count: int, size: int) -> float:
     socket.close(linger=0)
     context.term()
     return count / elapsed
+
+
+def _echo(endpoint: str, ready) -> None:
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    socket.connect(endpoint)
+    ready.set()
+    while True:
+        frames = socket.recv_multipart(copy=False)
+        if frames[-1].bytes == b"stop":
+            break
+        socket.send_multipart(frames, copy=False)
+    socket.close(linger=0)
+    context.term()
+
+
+def zmq_roundtrip(samples: int) -> list[float]:
+    """Microseconds per request -> reply between two Python processes (DEALER -> ROUTER echo)."""
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")  # the echo connects: no port to race for
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    child = spawn.Process(target=_echo, args=(f"tcp://127.0.0.1:{port}", ready))
+    child.start()
+    try:
+        ready.wait(30)
+        payload = b"x" * 100
+        for _ in range(50):
+            socket.send(payload)
+            socket.recv()
+        latencies = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            socket.send(payload)
+            socket.recv(copy=False)
+            latencies.append((time.perf_counter() - started) * 1e6)
+        socket.send(b"stop")
+        return latencies
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        socket.close(linger=0)
+        context.term()
 
 
 def produce(bootstrap: str, topic: str, count: int, payload: bytes, *, bulk: bool = True) -> float:
@@ -116,7 +166,14 @@ def main() -> None:
     figures: dict[str, float] = {}
     figures["zmq_pushpull_records_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(count, RECORD_BYTES))
     figures["zmq_pushpull_batched_mb_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(300, 1 << 20)) * (1 << 20) / 1e6
+    roundtrips = zmq_roundtrip(500 if args.quick else 3000)
+    figures["zmq_roundtrip_p50_us"] = percentile(roundtrips, 0.50)
+    figures["zmq_roundtrip_p99_us"] = percentile(roundtrips, 0.99)
     with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
+        # Latency first, on a quiet cluster: after the throughput runs the kernel is still writing
+        # back hundreds of MB of page cache, which is the disk's latency, not the broker's.
+        admin.create_topic("bench-latency", partitions=1, replication_factor=1)
+        latencies = ack_latency(cluster.bootstrap, "bench-latency", 500 if args.quick else 3000)
         for partitions in (1, 4):
             runs = []
             for run in range(args.repeat):
@@ -131,13 +188,12 @@ def main() -> None:
             figures[f"produce_records_per_s_{partitions}p"] = sorted(r[0] for r in runs)[len(runs) // 2]
             figures[f"consume_records_per_s_{partitions}p"] = sorted(r[1] for r in runs)[len(runs) // 2]
             figures[f"produce_send_per_record_records_per_s_{partitions}p"] = sorted(r[2] for r in runs)[len(runs) // 2]
-        admin.create_topic("bench-latency", partitions=1, replication_factor=1)
-        latencies = ack_latency(cluster.bootstrap, "bench-latency", 500 if args.quick else 3000)
     figures["produce_records_per_s"] = max(figures["produce_records_per_s_1p"], figures["produce_records_per_s_4p"])
     figures["consume_records_per_s"] = max(figures["consume_records_per_s_1p"], figures["consume_records_per_s_4p"])
     figures["produce_mb_per_s"] = figures["produce_records_per_s"] * RECORD_BYTES / 1e6
     figures["produce_ack_p50_us"] = percentile(latencies, 0.50)
     figures["produce_ack_p99_us"] = percentile(latencies, 0.99)
+    figures["produce_ack_p50_ratio_to_zmq_roundtrip"] = figures["produce_ack_p50_us"] / figures["zmq_roundtrip_p50_us"]
     figures["produce_ratio_to_zmq_pushpull"] = figures["produce_records_per_s"] / figures["zmq_pushpull_records_per_s"]
     figures["consume_ratio_to_zmq_pushpull"] = figures["consume_records_per_s"] / figures["zmq_pushpull_records_per_s"]
     report("bench.throughput", figures, args, {"record_bytes": RECORD_BYTES, "records_per_run": count})
