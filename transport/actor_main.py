@@ -30,6 +30,7 @@ from actors.messages import TopicConfig
 
 EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
+PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 
 
 class ActorSpec(msgspec.Struct, kw_only=True):
@@ -181,7 +182,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         lifeline.send(("ready", endpoint, os.getpid(), incarnation))
         runtime.watch_fd(wake_read, lambda: os.read(wake_read, 4096))
         runtime.watch_fd(lifeline.fileno(), lambda: _on_lifeline(lifeline, runtime))
-        runtime.run()
+        _run_profiled(runtime, spec.name) if os.environ.get(PROFILE_ENV) else runtime.run()
         if getattr(runtime, "parent_gone", False):
             exit_code = EXIT_PARENT_GONE
     except ActorCrashed:
@@ -194,6 +195,18 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         context.destroy(linger=0)
     sys.stdout.flush()
     os._exit(exit_code)
+
+
+def _run_profiled(runtime: Any, name: str) -> None:
+    """Run under cProfile and leave `<name>.<pid>.prof` in $RAILMQ_PROFILE_DIR (`python -m pstats`)."""
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(runtime.run)
+    finally:
+        path = os.path.join(os.environ[PROFILE_ENV], f"{name.replace('/', '_')}.{os.getpid()}.prof")
+        profiler.dump_stats(path)
 
 
 def _on_lifeline(lifeline: Connection, runtime: Any) -> None:

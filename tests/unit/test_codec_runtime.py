@@ -343,3 +343,19 @@ def test_the_runtime_hands_a_good_frame_to_the_actor_with_the_peers_return_addre
     [(kind, name, _, sender, _)] = journal
     assert (kind, name) == ("handle", "FetchRequest")
     assert isinstance(sender, bytes) and sender
+
+
+def test_an_actor_process_profiled_through_the_environment_leaves_a_pstats_file(tmp_path, monkeypatch):
+    import pstats
+
+    from transport import actor_main
+
+    class FakeRuntime:
+        def run(self) -> None:
+            sorted(range(1000))
+
+    monkeypatch.setenv(actor_main.PROFILE_ENV, str(tmp_path))
+    actor_main._run_profiled(FakeRuntime(), "replica/t/0")
+    [path] = tmp_path.iterdir()
+    assert path.name.startswith("replica_t_0.") and path.suffix == ".prof"
+    assert any(name == "run" for (_, _, name) in pstats.Stats(str(path)).stats)
