@@ -16,8 +16,8 @@ Nothing here reads a real clock: `EventQueue.now_ns` moves only when an event is
 
 from __future__ import annotations
 
-import heapq
 import random
+from heapq import heappop, heappush
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,15 +47,22 @@ class EventQueue:
 
     def push(self, at_ns: int, kind: str, payload: Any) -> None:
         self._sequence += 1
-        heapq.heappush(self._heap, (max(at_ns, self.now_ns), self._sequence, kind, payload))
+        heappush(self._heap, (at_ns if at_ns > self.now_ns else self.now_ns, self._sequence, kind, payload))
 
     def pop(self) -> tuple[int, str, Any]:
-        at_ns, _, kind, payload = heapq.heappop(self._heap)
+        at_ns, _, kind, payload = heappop(self._heap)
         self.now_ns = at_ns
         return at_ns, kind, payload
 
-    def peek_time(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
+    def pop_due(self, until_ns: int) -> tuple[str, Any] | None:
+        """The next event at or before `until_ns` (kind, payload), moving the clock; else None."""
+        heap = self._heap
+        if not heap or heap[0][0] > until_ns:
+            return None
+        at_ns, _, kind, payload = heappop(heap)
+        self.now_ns = at_ns
+        return kind, payload
+
 
 
 @dataclass
@@ -70,26 +77,38 @@ class Network:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     def plan(self, source: str, destination: str, now_ns: int) -> list[int]:
-        """Arrival times (ns) of the copies of one message: [] when it is lost."""
-        if (source, destination) in self.blocked:
+        """Arrival times (ns) of the copies of one message: [] when it is lost.
+
+        This runs for every simulated message, so it is written for speed; `rng.random()` scaled
+        by hand is exactly what `rng.uniform` computes, so seeds replay as they always did."""
+        link = (source, destination)
+        if link in self.blocked:
             self.count("cut")
             return []
         faults = self.faults
-        rng = self.rng
-        if faults.drop_probability and rng.random() < faults.drop_probability:
-            self.count("dropped")
-            return []
-        copies = 2 if faults.duplicate_probability and rng.random() < faults.duplicate_probability else 1
-        if copies == 2:
-            self.count("duplicated")
-        delay_ms = rng.uniform(faults.delay_min_ms, faults.delay_max_ms)
-        if faults.slow_probability and rng.random() < faults.slow_probability:
-            delay_ms += rng.uniform(0, faults.slow_delay_ms)
+        random = self.rng.random
+        copies = 1
+        if faults.drop_probability or faults.duplicate_probability:
+            if faults.drop_probability and random() < faults.drop_probability:
+                self.count("dropped")
+                return []
+            if faults.duplicate_probability and random() < faults.duplicate_probability:
+                copies = 2
+                self.count("duplicated")
+        low = faults.delay_min_ms
+        delay_ms = low + (faults.delay_max_ms - low) * random()
+        if faults.slow_probability and random() < faults.slow_probability:
+            delay_ms += faults.slow_delay_ms * random()
             self.count("slowed")
-        link = (source, destination)
-        arrival = max(now_ns + int(delay_ms * MS), self.link_free_ns.get(link, 0) + 1)
-        self.link_free_ns[link] = arrival + copies - 1
-        return [arrival + copy for copy in range(copies)]
+        arrival = now_ns + int(delay_ms * MS)
+        free = self.link_free_ns.get(link, 0)
+        if arrival <= free:
+            arrival = free + 1
+        if copies == 1:
+            self.link_free_ns[link] = arrival
+            return [arrival]
+        self.link_free_ns[link] = arrival + 1
+        return [arrival, arrival + 1]
 
     # ------------------------------------------------------------------ partitions
 

@@ -265,7 +265,9 @@ class Simulator:
     # ------------------------------------------------------------------ network
 
     def _send(self, host: Host, to: Any, message: Any) -> None:
-        frames = [bytes(frame) for frame in self.codec.encode(message)]
+        frames = self.codec.encode(message)
+        if len(frames) > 1:  # payload frames may be the sender's buffers: the wire copies them
+            frames = [bytes(frame) for frame in frames]
         if isinstance(to, str):
             destination = self.by_endpoint.get(to)
             sender: Any = host.routing_id
@@ -278,9 +280,12 @@ class Simulator:
             sender = host.endpoint
         if destination is None:
             return
-        for arrival in self.network.plan(host.name, destination.name, self.now_ns):
-            self.queue.push(arrival, "deliver",
-                            (destination.name, to if isinstance(to, str) else destination.incarnation, sender, frames))
+        queue = self.queue
+        arrivals = self.network.plan(host.name, destination.name, queue.now_ns)
+        if arrivals:
+            payload = (destination.name, to if isinstance(to, str) else destination.incarnation, sender, frames)
+            for arrival in arrivals:
+                queue.push(arrival, "deliver", payload)
 
     def _refused(self, host: Host, endpoint: str) -> None:
         """Like ZeroMQ's EVENT_CONNECT_RETRIED: the sender hears once that nobody listens there."""
@@ -305,16 +310,16 @@ class Simulator:
 
     def _step(self, host: Host, message: Any, sender: Any) -> None:
         self.steps += 1
-        effects = host.actor.handle(message, sender, self.now_ns)
-        self._apply(host, effects)
+        actor = host.actor
+        self._apply(host, actor.handle(message, sender, self.queue.now_ns))
         if host.alive:
-            host.actor.invariants()
-            self._check_high_watermark(host)
+            actor = host.actor
+            actor.invariants()
+            if host.kind == "replica" and actor.leader is not None:
+                self._check_high_watermark(host)
 
     def _check_high_watermark(self, host: Host) -> None:
         actor = host.actor
-        if host.kind != "replica" or actor.leader is None:
-            return
         key = (actor.topic, actor.partition, actor.leader.epoch)
         previous = self.high_watermarks.get(key, -1)
         if actor.high_watermark < previous:
@@ -455,10 +460,14 @@ class Simulator:
 
     def run_until(self, until_ns: int, steps_max: int = 0) -> None:
         queue = self.queue
-        while queue and queue.peek_time() <= until_ns:
+        pop_due = queue.pop_due
+        while True:
             if steps_max and self.steps >= steps_max:
                 return
-            _, kind, payload = queue.pop()
+            event = pop_due(until_ns)
+            if event is None:
+                break
+            kind, payload = event
             if kind == "deliver":
                 self._deliver(*payload)
             elif kind == "timer":

@@ -53,14 +53,14 @@ class Codec:
     def decode(self, frames: Sequence[Any]) -> Message:
         if not frames:
             raise DecodeFailure(ErrorCode.MALFORMED_FRAME, "empty message: no frames")
-        total = sum(len(_buffer(frame)) for frame in frames)
+        header = _buffer(frames[0])
+        total = len(header) if len(frames) == 1 else sum(len(_buffer(frame)) for frame in frames)
         if total > self.frame_bytes_max:
             raise DecodeFailure(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"message of {total} bytes exceeds the limit of {self.frame_bytes_max}",
                 self._correlation_id_of(frames[0]),
             )
-        header = _buffer(frames[0])
         try:
             message = self._decoder.decode(header)
         except msgspec.DecodeError as error:
