@@ -41,18 +41,35 @@ class Member:
     __slots__ = ("member_id", "instance_id", "client_id", "session_timeout_ms", "rebalance_timeout_ms",
                  "protocols", "last_heartbeat_ns", "join_waiter", "sync_waiter", "assignment", "address")
 
-    def __init__(self, member_id: str, request: JoinGroupRequest, now_ns: int) -> None:
+    def __init__(self, member_id: str, instance_id: str | None, client_id: str, session_timeout_ms: int,
+                 rebalance_timeout_ms: int, protocols: list[GroupProtocol], now_ns: int, assignment: bytes = b"") -> None:
         self.member_id = member_id
-        self.instance_id = request.group_instance_id
-        self.client_id = request.client_id
-        self.session_timeout_ms = request.session_timeout_ms
-        self.rebalance_timeout_ms = request.rebalance_timeout_ms
-        self.protocols: list[GroupProtocol] = list(request.protocols)
+        self.instance_id = instance_id
+        self.client_id = client_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.protocols = protocols
         self.last_heartbeat_ns = now_ns
         self.join_waiter: tuple[Any, int] | None = None
         self.sync_waiter: tuple[Any, int] | None = None
-        self.assignment = b""
+        self.assignment = assignment
         self.address: Any = None  # where the member's last request came from
+
+    @classmethod
+    def joining(cls, member_id: str, request: JoinGroupRequest, now_ns: int) -> "Member":
+        return cls(member_id, request.group_instance_id, request.client_id, request.session_timeout_ms,
+                   request.rebalance_timeout_ms, list(request.protocols), now_ns)
+
+    def record(self) -> list[Any]:
+        return [self.member_id, self.instance_id, self.client_id, self.session_timeout_ms, self.rebalance_timeout_ms,
+                [[protocol.name, protocol.metadata] for protocol in self.protocols], self.assignment]
+
+    @classmethod
+    def from_record(cls, record: list[Any], now_ns: int) -> "Member":
+        member_id, instance_id, client_id, session_ms, rebalance_ms, protocols, assignment = record
+        return cls(member_id, instance_id, client_id, int(session_ms), int(rebalance_ms),
+                   [GroupProtocol(name=name, metadata=bytes(metadata)) for name, metadata in protocols], now_ns,
+                   bytes(assignment))
 
 
 class ClassicGroup:
@@ -89,7 +106,7 @@ class ClassicGroup:
         effects: list[Effect] = []
         if not member_id:
             member_id = new_member_id
-            self.members[member_id] = Member(member_id, request, now_ns)
+            self.members[member_id] = Member.joining(member_id, request, now_ns)
             if request.group_instance_id is not None:
                 self.static[request.group_instance_id] = member_id
         member = self.members[member_id]
@@ -116,7 +133,7 @@ class ClassicGroup:
         if old.sync_waiter is not None:
             effects.append(Send(old.sync_waiter[0], SyncGroupResponse(
                 correlation_id=old.sync_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
-        member = Member(new_id, request, now_ns)
+        member = Member.joining(new_id, request, now_ns)
         member.assignment = old.assignment
         self.members[new_id] = member
         self.static[request.group_instance_id] = new_id
@@ -306,11 +323,6 @@ class ClassicGroup:
             return self.prepare_rebalance(now_ns, reason)
         return self.maybe_complete_join(now_ns)
 
-    def rebalance_for_metadata(self, now_ns: int) -> list[Effect]:
-        if self.state == STABLE:
-            return self.prepare_rebalance(now_ns, "topic metadata changed")
-        return []
-
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ns: int) -> list[Effect]:
@@ -322,6 +334,37 @@ class ClassicGroup:
                 effects += self._remove(member.member_id, "session timed out")
                 effects += self._after_departure(now_ns, f"member {member.member_id} timed out")
         return effects + self.maybe_complete_join(now_ns)
+
+    # ------------------------------------------------------------------ durability
+
+    def record(self) -> dict[str, Any]:
+        """What the coordinator keeps of this group: the generation and, while the group is Stable,
+        its members with their assignments, so a restarted coordinator carries on without a
+        rebalance (Kafka keeps the same in its offsets log). A group caught mid-rebalance keeps
+        only its generation: its members rejoin, as they were about to anyway."""
+        if self.state != STABLE:
+            return {"generation": self.generation}
+        return {"generation": self.generation, "protocol": self.protocol_name, "leader": self.leader,
+                "members": [member.record() for member in self.members.values()]}
+
+    def record_version(self) -> tuple:
+        """Changes whenever `record()` would: cheap enough to compare around every request."""
+        return (self.generation, tuple(self.members) if self.state == STABLE else None)
+
+    @classmethod
+    def from_record(cls, group_id: str, record: dict[str, Any], initial_delay_ms: int) -> "ClassicGroup":
+        group = cls(group_id, int(record["generation"]), initial_delay_ms)
+        members = [Member.from_record(row, 0) for row in record.get("members") or []]
+        if members and record.get("leader") in {member.member_id for member in members}:
+            group.members = {member.member_id: member for member in members}
+            group.static = {member.instance_id: member.member_id for member in members if member.instance_id is not None}
+            group.state, group.leader, group.protocol_name = STABLE, record["leader"], record["protocol"]
+        return group
+
+    def resume_sessions(self, now_ns: int) -> None:
+        """After a restart every restored member gets a whole session to find the new coordinator."""
+        for member in self.members.values():
+            member.last_heartbeat_ns = now_ns
 
     # ------------------------------------------------------------------ views
 

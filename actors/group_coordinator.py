@@ -8,7 +8,10 @@ runs the timers, and owns durability:
 - committed offsets and each group's generation are written to the durable state and flushed
   before the reply (`AfterFlush`), so a restarted coordinator has every acknowledged commit and
   never reuses a generation (zombies from before the restart stay fenced);
-- membership is soft state: after a restart members get UNKNOWN_MEMBER_ID and rejoin.
+- so is the membership of every Stable group (members, assignments, leader): a restarted
+  coordinator gives each of them a fresh session and they carry on in the same generation, with
+  no rebalance and no rewind to committed offsets; members of a group that was mid-rebalance
+  get UNKNOWN_MEMBER_ID and rejoin.
 
 Commit fencing (the zombie rule): a commit must come from a current member with the current
 generation; a commit with generation -1 and no member id is an administrative commit (offset
@@ -24,7 +27,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.classic_group import EMPTY, PREPARING, ClassicGroup
-from actors.effects import AfterFlush, Effect, Send, SetTimer
+from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
@@ -60,7 +63,7 @@ class GroupCoordinator:
     def _load(self) -> None:
         for key, value in self.state.items("group/"):
             group_id = key[len("group/"):]
-            self.groups[group_id] = self._new_group(group_id, int(value["generation"]))
+            self.groups[group_id] = ClassicGroup.from_record(group_id, value, self.limits.group_initial_rebalance_delay_ms)
         for key, value in self.state.items("offset/"):
             group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
             offset, metadata, timestamp = value
@@ -68,11 +71,17 @@ class GroupCoordinator:
                 topic=topic, partition=int(partition), offset=offset, metadata=metadata,
                 commit_timestamp_ms=timestamp)
 
-    def _new_group(self, group_id: str, generation: int = 0) -> ClassicGroup:
-        return ClassicGroup(group_id, generation, self.limits.group_initial_rebalance_delay_ms)
+    def _new_group(self, group_id: str) -> ClassicGroup:
+        return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
 
     def start(self, now_ns: int) -> list[Effect]:
-        return [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
+        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
+        for group in self.groups.values():
+            if group.members:
+                group.resume_sessions(now_ns)
+                effects.append(Trace("group-restored", {"group": group.group_id, "generation": group.generation,
+                                                        "members": list(group.members)}))
+        return effects
 
     def invariants(self) -> None:
         for group in self.groups.values():
@@ -128,14 +137,14 @@ class GroupCoordinator:
         if group is None:
             return [Send(sender, ErrorResponse(correlation_id=message.correlation_id, error=ErrorCode.UNKNOWN_MEMBER_ID,
                                                error_message=f"group {message.group_id!r} has no members"))]
-        before = group.generation
-        return self._persist_generation(group, before, action(group))
+        before = group.record_version()
+        return self._persist(group, before, action(group))
 
-    def _persist_generation(self, group: ClassicGroup, before: int, effects: list[Effect]) -> list[Effect]:
-        """A new generation is durable before any member hears of it."""
-        if group.generation == before:
+    def _persist(self, group: ClassicGroup, before: tuple, effects: list[Effect]) -> list[Effect]:
+        """A new generation, and a stable group's membership, are durable before anyone hears of them."""
+        if group.record_version() == before:
             return effects
-        self.state.put(f"group/{group.group_id}", {"generation": group.generation})
+        self.state.put(f"group/{group.group_id}", group.record())
         return [AfterFlush(self.state, tuple(effects))]
 
     # ------------------------------------------------------------------ membership
@@ -161,15 +170,15 @@ class GroupCoordinator:
                                                    error_message=problem[1], member_id=request.member_id))]
         if group is None:
             group = self.groups[request.group_id] = self._new_group(request.group_id)
-        before = group.generation
+        before = group.record_version()
         member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
-        return self._persist_generation(group, before, group.join(request, sender, now_ns, member_id))
+        return self._persist(group, before, group.join(request, sender, now_ns, member_id))
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS)]
         for group in self.groups.values():
-            before = group.generation
-            effects += self._persist_generation(group, before, group.tick(now_ns))
+            before = group.record_version()
+            effects += self._persist(group, before, group.tick(now_ns))
         if self.share is not None:
             effects += self.share.tick(now_ns)
         return effects
@@ -199,7 +208,7 @@ class GroupCoordinator:
             results.append(kept)
         if group is None:
             group = self.groups[request.group_id] = self._new_group(request.group_id)
-            self.state.put(f"group/{request.group_id}", {"generation": group.generation})
+            self.state.put(f"group/{request.group_id}", group.record())
         reply = OffsetCommitResponse(correlation_id=request.correlation_id, offsets=results)
         return [AfterFlush(self.state, (Send(sender, reply),))]
 

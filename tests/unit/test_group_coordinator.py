@@ -310,20 +310,63 @@ def test_invalid_entries_are_refused_one_by_one_and_the_rest_is_stored(stage):
 # ---------------------------------------------------------------------------- restarts
 
 
-def test_offsets_and_generations_survive_a_restart_and_old_members_must_rejoin(stage):
-    generation = stage.stable("a")
+def heartbeat(stage: Stage, name: str, generation: int, member_id: str | None = None) -> HeartbeatResponse:
+    request = HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
+                               member_id=stage.ids[name] if member_id is None else member_id)
+    return only(stage.ask(name, request), HeartbeatResponse)
+
+
+def test_a_stable_group_carries_on_through_a_restart_in_the_same_generation(stage):
+    generation = stage.stable("a", "b")
     stage.commit("a", {("orders", 0): 42}, generation=generation)
-    old_id = stage.ids["a"]
+    leader = stage.coordinator.groups["g"].leader
 
     stage.restart()
 
+    group = stage.coordinator.groups["g"]
+    assert (group.state, group.generation, group.leader) == ("Stable", generation, leader)
+    assert [event for _, event in stage.harness.traced if event.event == "group-restored"]
     assert stage.committed() == {("orders", 0): 42}
-    assert stage.coordinator.groups["g"].generation == generation
-    heartbeat = only(stage.ask("a", HeartbeatRequest(correlation_id=9, group_id="g", generation=generation,
-                                                     member_id=old_id)), HeartbeatResponse)
-    assert heartbeat.error == ErrorCode.UNKNOWN_MEMBER_ID
-    zombie = only(stage.commit("a", {("orders", 0): 1}, generation=generation, member_id=old_id),
-                  OffsetCommitResponse)
+    assert heartbeat(stage, "a", generation).error == ErrorCode.NONE
+    assert heartbeat(stage, "b", generation).error == ErrorCode.NONE
+    commit = only(stage.commit("a", {("orders", 0): 50}, generation=generation), OffsetCommitResponse)
+    assert commit.error == ErrorCode.NONE and stage.committed() == {("orders", 0): 50}
+    described = only(stage.ask("admin", DescribeGroupRequest(correlation_id=1, group_id="g")), DescribeGroupResponse)
+    assert {member.client_id for member in described.members} == {"a", "b"}
+    sync = only(stage.ask("b", SyncGroupRequest(correlation_id=2, group_id="g", generation=generation,
+                                                 member_id=stage.ids["b"])), SyncGroupResponse)
+    assert sync.error == ErrorCode.NONE and sync.assignment == b"b", "the assignment survived the restart"
+
+
+def test_restored_members_get_a_fresh_session_and_those_that_never_return_time_out(stage):
+    generation = stage.stable("a")
+    stage.harness.advance(9_000)  # most of a's 10 s session is gone when the coordinator dies
+
+    stage.restart()
+    stage.harness.advance(9_000)
+    assert "a" in [m.client_id for m in stage.coordinator.groups["g"].members.values()], "a full session after the restart"
+    stage.harness.advance(2_000)
+
+    group = stage.coordinator.groups["g"]
+    assert (group.state, group.members) == ("Empty", {})
+    assert heartbeat(stage, "a", generation).error == ErrorCode.UNKNOWN_MEMBER_ID
+    stage.ids.clear()
+    stage.join("a")
+    stage.harness.advance(LIMITS.group_initial_rebalance_delay_ms + 50)
+    assert stage.joined("a").generation > generation, "a generation was reused after the restart"
+
+
+def test_a_group_caught_mid_rebalance_restarts_without_members_and_fences_the_old_ones(stage):
+    generation = stage.stable("a", "b")
+    old_a = stage.ids["a"]
+    stage.ask("b", LeaveGroupRequest(correlation_id=1, group_id="g", member_id=stage.ids["b"]))
+    assert stage.coordinator.groups["g"].state == "PreparingRebalance"
+
+    stage.restart()
+
+    assert stage.coordinator.groups["g"].members == {}
+    assert heartbeat(stage, "a", generation).error == ErrorCode.UNKNOWN_MEMBER_ID
+    zombie = only(stage.commit("a", {("orders", 0): 1}, generation=generation, member_id=old_a), OffsetCommitResponse)
     assert zombie.error == ErrorCode.UNKNOWN_MEMBER_ID
     stage.ids.clear()
     stage.join("a")
