@@ -5,8 +5,9 @@ expiry and long-polled acquires, with leaders and dead-lettering handed to their
 every message it does not handle itself and its 50 ms tick. Per-record delivery state lives in
 `SharePartition` (actors/share_partition.py); this module owns what spans share-partitions:
 
-- Membership is soft state, like the classic protocol's: a member heartbeats; after its session
-  timeout it is removed and every lock it held is released (records available, counts kept). A
+- Membership is soft state (unlike a classic group's, which is stored: a rejoining share member
+  loses nothing, since its locks are void after a restart anyway): a member heartbeats; after its
+  session timeout it is removed and every lock it held is released (records available, counts kept). A
   group id is a share group from its first share join (its settings are stored then); a classic
   group's id is refused with INCONSISTENT_GROUP_PROTOCOL, and the classic join refuses ours.
 - Durability: every change to a share-partition is put to the coordinator's `DurableState` before
