@@ -33,6 +33,8 @@ from actors.messages import (
 from storage.batch import iter_batches
 
 EARLIEST, LATEST = -2, -1
+LEADERSHIP_ERRORS = frozenset({ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+                               ErrorCode.UNKNOWN_LEADER_EPOCH})  # answers that mean: ask metadata who leads
 RETRY_BACKOFF_MS = 100
 
 
@@ -292,9 +294,13 @@ class ConsumerClient:
             return []
         kind, target = entry
         if kind == "user":
-            token, = target
+            token, topic, partition = target
             if response.error != ErrorCode.NONE:
-                return [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
+                effects: list[Effect] = [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
+                if response.error in LEADERSHIP_ERRORS:  # the caller retries: let it find the current leader
+                    self._forget_leader(topic, partition)
+                    effects += self.request_metadata([topic])
+                return effects
             return [Notify("result", (token, (response.offset, response.timestamp_ms), None))]
         fetch: PartitionFetch = target
         fetch.reset_correlation = 0
@@ -311,7 +317,7 @@ class ConsumerClient:
             return effects + [Notify("result", (command.token, None, RailmqError(
                 ErrorCode.LEADER_NOT_AVAILABLE, f"no known leader for {arguments['topic']}/{arguments['partition']}")))]
         self.correlation += 1
-        self.by_correlation[self.correlation] = ("user", (command.token,))
+        self.by_correlation[self.correlation] = ("user", (command.token, arguments["topic"], arguments["partition"]))
         return [Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=arguments["topic"],
                                                   partition=arguments["partition"], timestamp_ms=arguments["timestamp"],
                                                   leader_epoch=epoch))]

@@ -343,7 +343,7 @@ class ListOffsetsRequest(Message, kw_only=True):
     topic: str
     partition: int
     timestamp_ms: int  # -2: earliest, -1: latest (high watermark), otherwise a time
-    leader_epoch: int = -1
+    leader_epoch: int = -1  # the epoch the caller believes current, checked as a fetch's is; -1: unchecked
 
 
 class ListOffsetsResponse(Message, kw_only=True):

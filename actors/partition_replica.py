@@ -386,6 +386,13 @@ class PartitionReplica:
                     high_watermark=self.high_watermark, log_end_offset=self.log.log_end_offset)
         if self.leader is None:
             return ListOffsetsResponse(**base, error=ErrorCode.NOT_LEADER, error_message=self._not_leader_text())
+        epoch = self.leader.epoch
+        if 0 <= request.leader_epoch < epoch:  # the caller's metadata is older than this leader (KIP-320)
+            return ListOffsetsResponse(**base, error=ErrorCode.FENCED_LEADER_EPOCH,
+                                       error_message=f"epoch {request.leader_epoch} is older than the leader's {epoch}")
+        if request.leader_epoch > epoch:  # this replica has not heard of the caller's leader yet
+            return ListOffsetsResponse(**base, error=ErrorCode.UNKNOWN_LEADER_EPOCH,
+                                       error_message=f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
         if request.timestamp_ms == EARLIEST:
             offset = self.log.log_start_offset
         elif request.timestamp_ms == LATEST:

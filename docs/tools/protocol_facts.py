@@ -119,10 +119,10 @@ ERROR_WHEN = {
                        "group has members. Stop the members first.",
     "GROUP_ID_NOT_FOUND": "Describe or delete of a group that does not exist; share requests naming a group "
                           "that is not a share group.",
-    "FENCED_LEADER_EPOCH": "Fetch with a `leader_epoch` older than the leader's (the fetcher's metadata "
+    "FENCED_LEADER_EPOCH": "Fetch or ListOffsets with a `leader_epoch` older than the leader's (the fetcher's metadata "
                            "is stale), or an AlterIsr from a leader that is no longer the leader of that "
                            "epoch (a zombie). Refresh metadata and retry.",
-    "UNKNOWN_LEADER_EPOCH": "Fetch with a `leader_epoch` newer than the replica's own: the fetcher heard "
+    "UNKNOWN_LEADER_EPOCH": "Fetch or ListOffsets with a `leader_epoch` newer than the replica's own: the fetcher heard "
                             "of an election the replica has not applied yet. Retry after a backoff.",
     "FENCED_INSTANCE_ID": "A static member (`group_instance_id`) was replaced by a newer instance with the "
                           "same id. Fatal for the old instance.",

@@ -273,6 +273,21 @@ def test_list_offsets_for_the_user_returns_offset_and_timestamp(stage):
     assert notices(effects, "result") == [(stage.tokens, (9, 12_400), None)]
 
 
+def test_a_user_list_offsets_refused_for_a_stale_leader_asks_who_leads_now(stage):
+    stage.assigned_at(0)
+    stage.harness.take(BOOTSTRAP, MetadataRequest)
+
+    stage.command("list-offsets", topic="orders", partition=0, timestamp=-1)
+    request = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
+    refusal = ListOffsetsResponse(correlation_id=request.correlation_id, error=ErrorCode.FENCED_LEADER_EPOCH)
+    effects = stage.harness.deliver(CONSUMER, refusal, LEADER)
+
+    [(_, value, error)] = notices(effects, "result")
+    assert (value, error.code, error.retriable) == (None, ErrorCode.FENCED_LEADER_EPOCH, True)
+    assert only(effects, MetadataRequest).topics == ["orders"]
+    assert request.leader_epoch == 4, "the request names the epoch the consumer believes current"
+
+
 def test_an_unknown_command_is_answered_with_an_error(stage):
     effects = stage.command("teleport")
 

@@ -107,9 +107,9 @@ class Stage:
                                max_bytes=max_bytes)
         return self.harness.deliver(LEADER, request, CLIENT)
 
-    def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
+    def list_offsets(self, timestamp_ms: int, leader_epoch: int = -1) -> ListOffsetsResponse:
         request = ListOffsetsRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
-                                     timestamp_ms=timestamp_ms)
+                                     timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
         return only(self.harness.deliver(LEADER, request, CLIENT), ListOffsetsResponse)
 
     def replies(self, kind=ProduceResponse) -> list:
@@ -471,6 +471,19 @@ def test_a_fetch_with_the_current_epoch_or_none_is_served(stage):
 
     assert offsets_in(only(stage.consumer_fetch(0, leader_epoch=1), FetchResponse).records) == [0]
     assert offsets_in(only(stage.consumer_fetch(0, leader_epoch=-1), FetchResponse).records) == [0]
+
+
+@pytest.mark.parametrize("epoch, code", [(0, ErrorCode.FENCED_LEADER_EPOCH),
+                                         (2, ErrorCode.UNKNOWN_LEADER_EPOCH),
+                                         (1, ErrorCode.NONE), (-1, ErrorCode.NONE)])
+def test_list_offsets_is_fenced_by_the_leader_epoch_like_a_fetch(stage, epoch, code):
+    stage.produce(count=3)
+    stage.catch_up()
+
+    response = stage.list_offsets(-1, leader_epoch=epoch)  # latest
+
+    assert response.error == code
+    assert response.offset == (3 if code == ErrorCode.NONE else -1)
 
 
 @pytest.mark.parametrize("offset", [-1, 4])
