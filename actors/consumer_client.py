@@ -41,6 +41,7 @@ RETRY_BACKOFF_MS = 100
 class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
     auto_offset_reset: str = "latest"  # earliest | latest | none
     fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1  # a leader holds the answer until this many bytes (or fetch_max_wait_ms)
     fetch_partition_bytes_max: int = 4 * 1024 * 1024
     buffer_bytes_max: int = 64 * 1024 * 1024
     request_timeout_ms: int = 30_000
@@ -239,7 +240,8 @@ class ConsumerClient:
             effects.append(Send(endpoint, FetchRequest(
                 correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
                 offset=fetch.position, max_bytes=self.settings.fetch_partition_bytes_max,
-                max_wait_ms=self.settings.fetch_max_wait_ms, leader_epoch=epoch)))
+                max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
+                leader_epoch=epoch)))
         if missing:
             effects += self.request_metadata(sorted(missing))
         return effects

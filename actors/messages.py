@@ -312,7 +312,7 @@ class FetchRequest(Message, kw_only=True):
     offset: int
     max_bytes: int = 1024 * 1024
     max_wait_ms: int = 500
-    min_bytes: int = 1
+    min_bytes: int = 1  # wait (up to max_wait_ms) until this many bytes of whole batches are there
     leader_epoch: int = -1  # the epoch the fetcher believes current (KIP-320); -1: unchecked
     replica: int = -1  # the follower's node id; -1 for consumers
     last_fetched_epoch: int = -1  # followers: epoch of the last batch they hold (KIP-595 style)

@@ -297,8 +297,9 @@ class PartitionReplica:
         if request.leader_epoch > epoch:
             return self._fetch_error(request, ErrorCode.UNKNOWN_LEADER_EPOCH,
                                      f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
-        if request.max_bytes <= 0 or request.max_wait_ms < 0:
-            return self._fetch_error(request, ErrorCode.INVALID_REQUEST, "max_bytes must be positive and max_wait_ms not negative")
+        if request.max_bytes <= 0 or request.max_wait_ms < 0 or request.min_bytes < 0:
+            return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
+                                     "max_bytes must be positive, max_wait_ms and min_bytes not negative")
         if request.replica >= 0:
             if request.replica not in self.state.replicas or request.replica == self.node:
                 return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
@@ -322,9 +323,26 @@ class PartitionReplica:
         return None
 
     def _has_data(self, request: FetchRequest) -> bool:
-        if request.replica >= 0:
-            return self.log.log_end_offset > request.offset
-        return self.high_watermark > request.offset
+        """Enough to answer now: any data, or with `min_bytes` above 1 that many bytes of whole
+        batches (Kafka's fetch.min.bytes: fewer, larger answers for a consumer that can wait)."""
+        end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
+        if end <= request.offset:
+            return False
+        return request.min_bytes <= 1 or self._bytes_ready(request.offset, end, request.min_bytes) >= request.min_bytes
+
+    def _bytes_ready(self, offset: int, end: int, enough: int) -> int:
+        """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`."""
+        total = 0
+        try:
+            for header in self.log.iter_headers(offset):
+                if header.base_offset >= end:
+                    break
+                total += header.size
+                if total >= enough:
+                    break
+        except (OffsetOutOfRange, CorruptLog):
+            return enough  # answer now: the read reports the problem
+        return total
 
     def _read(self, request: FetchRequest) -> FetchResponse:
         bound = None if request.replica >= 0 else self.high_watermark

@@ -34,7 +34,8 @@ class Consumer(ClientShell):
     _client_noun = "consumer"
 
     def __init__(self, bootstrap: str, *, group_id: str | None = None, auto_offset_reset: str = "latest",
-                 fetch_max_wait_ms: int = 500, fetch_partition_bytes_max: int = 4 * 1024 * 1024,
+                 fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
+                 fetch_partition_bytes_max: int = 4 * 1024 * 1024,
                  buffer_bytes_max: int = 64 * 1024 * 1024, max_poll_records: int = 500,
                  check_crcs: bool = True, request_timeout_ms: int = 30_000, client_id: str = "consumer",
                  shared_memory: bool = False, **group_options: Any) -> None:
@@ -42,6 +43,8 @@ class Consumer(ClientShell):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         if max_poll_records <= 0:
             raise ValueError("max_poll_records must be positive")
+        if fetch_min_bytes < 0 or fetch_max_wait_ms < 0:
+            raise ValueError("fetch_min_bytes and fetch_max_wait_ms must not be negative")
         super().__init__(request_timeout_ms)
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -58,7 +61,7 @@ class Consumer(ClientShell):
         self._seek_epoch = 0
         self._partition_counts: dict[str, int] = {}
         settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
-                                    fetch_partition_bytes_max=fetch_partition_bytes_max,
+                                    fetch_min_bytes=fetch_min_bytes, fetch_partition_bytes_max=fetch_partition_bytes_max,
                                     buffer_bytes_max=buffer_bytes_max, request_timeout_ms=request_timeout_ms)
         self._actor = ConsumerClient(bootstrap=bootstrap, settings=settings, name=client_id)
         self._group = None

@@ -288,6 +288,14 @@ def test_a_user_list_offsets_refused_for_a_stale_leader_asks_who_leads_now(stage
     assert request.leader_epoch == 4, "the request names the epoch the consumer believes current"
 
 
+def test_fetches_carry_the_consumers_min_bytes_and_max_wait():
+    stage = Stage(fetch_min_bytes=64 * 1024, fetch_max_wait_ms=250)
+
+    request = stage.assigned_at(0)
+
+    assert (request.min_bytes, request.max_wait_ms) == (64 * 1024, 250)
+
+
 def test_an_unknown_command_is_answered_with_an_error(stage):
     effects = stage.command("teleport")
 
@@ -302,3 +310,12 @@ def test_reassigning_keeps_the_position_of_kept_partitions(stage):
 
     assert stage.consumer.fetches[("orders", 0)].position == 40
     assert stage.consumer.fetches[("orders", 1)].position == -1
+
+
+@pytest.mark.parametrize("options", [{"fetch_min_bytes": -1}, {"fetch_max_wait_ms": -1}, {"max_poll_records": 0},
+                                     {"auto_offset_reset": "sometimes"}])
+def test_a_consumer_refuses_bad_fetch_options_before_it_starts(options):
+    from railmq.consumer import Consumer
+
+    with pytest.raises(ValueError):
+        Consumer("tcp://127.0.0.1:1", **options)

@@ -101,10 +101,10 @@ class Stage:
             self.follower_fetch(node)
 
     def consumer_fetch(self, offset: int, *, max_wait_ms: int = 0, leader_epoch: int = -1,
-                       max_bytes: int = 1 << 20) -> list:
+                       max_bytes: int = 1 << 20, min_bytes: int = 1) -> list:
         request = FetchRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
                                offset=offset, max_wait_ms=max_wait_ms, leader_epoch=leader_epoch,
-                               max_bytes=max_bytes)
+                               max_bytes=max_bytes, min_bytes=min_bytes)
         return self.harness.deliver(LEADER, request, CLIENT)
 
     def list_offsets(self, timestamp_ms: int, leader_epoch: int = -1) -> ListOffsetsResponse:
@@ -433,6 +433,40 @@ def test_a_parked_fetch_with_nothing_new_is_answered_empty_when_its_wait_ends(st
 
     response = only(stage.replies(FetchResponse), FetchResponse)
     assert response.error == ErrorCode.NONE and len(response.records) == 0
+
+
+def test_a_fetch_with_min_bytes_waits_until_that_many_bytes_are_committed(stage):
+    one_batch = len(batch())
+    stage.produce()
+    stage.catch_up()
+
+    effects = stage.consumer_fetch(0, max_wait_ms=5_000, min_bytes=2 * one_batch + 1)
+    assert messages(effects, FetchResponse) == [], "one batch is not enough"
+    stage.produce()
+    stage.catch_up()
+    assert stage.replies(FetchResponse) == [], "two batches are still one byte short"
+    stage.produce()
+    stage.catch_up()
+
+    woken = only(stage.replies(FetchResponse), FetchResponse)
+    assert offsets_in(woken.records) == [0, 1, 2]
+
+
+def test_a_fetch_with_min_bytes_gets_what_there_is_when_its_wait_ends(stage):
+    stage.produce()
+    stage.catch_up()
+    stage.consumer_fetch(0, max_wait_ms=300, min_bytes=1 << 20)
+
+    stage.harness.advance(299)
+    assert stage.replies(FetchResponse) == []
+    stage.harness.advance(1)
+
+    assert offsets_in(only(stage.replies(FetchResponse), FetchResponse).records) == [0]
+
+
+def test_a_negative_min_bytes_is_an_invalid_request(stage):
+    response = only(stage.consumer_fetch(0, min_bytes=-1), FetchResponse)
+    assert response.error == ErrorCode.INVALID_REQUEST
 
 
 def test_a_parked_follower_fetch_wakes_when_the_log_grows(stage):
