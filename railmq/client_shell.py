@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from abc import ABC, abstractmethod
 import time
 from collections import deque
 from typing import Any, Callable, ClassVar, Self
@@ -31,7 +32,7 @@ from transport.client_engine import ClientEngine
 WAIT_SLICE_S = 0.1
 
 
-class ClientShell:
+class ClientShell(ABC):
     """Commands, calls and errors between the caller's threads and one ClientEngine."""
 
     # How errors name this client ("the consumer is closed").
@@ -112,14 +113,15 @@ class ClientShell:
         if slot is not None:
             slot.append((value, error))
 
+    @abstractmethod
     def _handle_notice(self, kind: str, payload: Any) -> None:
         """A notification other than a result, with `_ready` held (waiters are woken after)."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ lifetime
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop the client: leave what it joined, stop its I/O thread."""
 
     def __enter__(self) -> Self:
         return self

@@ -143,3 +143,12 @@ def test_a_client_whose_io_thread_failed_refuses_commands():
     with pytest.raises(RuntimeError, match="the test client's I/O thread failed") as raised:
         shell._command("poll")
     assert isinstance(raised.value.__cause__, OSError)
+
+
+def test_a_client_shell_must_say_how_it_handles_notices_and_closes():
+    class Incomplete(ClientShell):
+        def close(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="_handle_notice"):
+        Incomplete(100)
