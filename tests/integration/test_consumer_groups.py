@@ -151,20 +151,25 @@ def test_members_beyond_the_partition_count_are_idle(cluster, admin, unique_name
             member.close()
 
 
-def test_sigkill_mid_batch_redelivers_exactly_the_processed_but_uncommitted(cluster, admin, unique_name, tmp_path):
-    topic = unique_name()
-    admin.create_topic(topic, partitions=2)
-    produce(cluster.bootstrap, topic, 200, 2)
-    log_path = str(tmp_path / "member.jsonl")
-    child = start_member(cluster.bootstrap, topic, topic, log_path, "after", 55, 10)
+def kill_once_parked(bootstrap: str, topic: str, log_path: str, mode: str, stop_after: int) -> list[dict]:
+    """Run a member (committing every 10 records) until it has processed `stop_after` records,
+    SIGKILL it, and return its log."""
+    child = start_member(bootstrap, topic, topic, log_path, mode, stop_after, 10)
     try:
         wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)),
-                 timeout_s=30, what="the member to process 55")
+                 timeout_s=30, what=f"the member to process {stop_after}")
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
     finally:
         stop_process(child)
-    entries = read_log(log_path)
+    return read_log(log_path)
+
+
+def test_sigkill_mid_batch_redelivers_exactly_the_processed_but_uncommitted(cluster, admin, unique_name, tmp_path):
+    topic = unique_name()
+    admin.create_topic(topic, partitions=2)
+    produce(cluster.bootstrap, topic, 200, 2)
+    entries = kill_once_parked(cluster.bootstrap, topic, str(tmp_path / "member.jsonl"), "after", 55)
     processed = {(e["partition"], e["offset"]) for e in entries if e["event"] == "processed"}
     committed: dict[int, int] = {}
     for entry in entries:
@@ -185,16 +190,7 @@ def test_at_most_once_loses_exactly_the_in_flight_records(cluster, admin, unique
     topic = unique_name()
     admin.create_topic(topic, partitions=1)
     produce(cluster.bootstrap, topic, 100, 1)
-    log_path = str(tmp_path / "member.jsonl")
-    child = start_member(cluster.bootstrap, topic, topic, log_path, "before", 25, 10)
-    try:
-        wait_for(lambda: any(e["event"] == "parked" for e in read_log(log_path)),
-                 timeout_s=30, what="the member to process 25")
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
-    finally:
-        stop_process(child)
-    entries = read_log(log_path)
+    entries = kill_once_parked(cluster.bootstrap, topic, str(tmp_path / "member.jsonl"), "before", 25)
     processed = {e["offset"] for e in entries if e["event"] == "processed"}
     committed = max(offset for e in entries if e["event"] == "committed" for _, offset in e["upto"])
     in_flight = set(range(max(processed) + 1, committed))
