@@ -27,6 +27,22 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     return parser.parse_args()
 
 
+def plain_consume_rate(bootstrap: str, topic: str, partitions: int, count: int, **options) -> float:
+    """Records/s of a plain (assigned, group-less) consumer reading `count` records from the start
+    of `topic`'s partitions 0..partitions-1, timed from the first poll."""
+    from railmq.consumer import Consumer
+
+    settings = {"max_poll_records": 10_000, "fetch_partition_bytes_max": 8 * 1024 * 1024, **options}
+    with Consumer(bootstrap, auto_offset_reset="earliest", **settings) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        for p in range(partitions):
+            consumer.position((topic, p))
+        started, seen = time.perf_counter(), 0
+        while seen < count:
+            seen += len(consumer.poll(1000))
+        return seen / (time.perf_counter() - started)
+
+
 def median_of(repeat: int, measure: Callable[[], float]) -> float:
     """Run `measure` `repeat` times and return the median of what it returns."""
     return statistics.median(measure() for _ in range(max(1, repeat)))

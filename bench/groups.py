@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from bench.common import parse_args, percentile, report
+from bench.common import parse_args, percentile, plain_consume_rate, report
 
 PARTITIONS = 6
 
@@ -142,15 +142,7 @@ def consume_throughput(bootstrap: str, admin, count: int) -> tuple[float, float]
                 seen += len(records)
                 member.commit()
         group_rate = seen / (time.perf_counter() - started)
-    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=10_000,
-                  fetch_partition_bytes_max=8 * 1024 * 1024) as plain:
-        plain.assign([("throughput", 0)])
-        plain.position(("throughput", 0))
-        started, seen = time.perf_counter(), 0
-        while seen < count:
-            seen += len(plain.poll(1000))
-        plain_rate = seen / (time.perf_counter() - started)
-    return group_rate, plain_rate
+    return group_rate, plain_consume_rate(bootstrap, "throughput", 1, count)
 
 
 def main() -> None:

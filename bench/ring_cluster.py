@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import time
 
+from bench.common import plain_consume_rate
+
 RECORD_BYTES = 1000
 
 
 def replication_and_fetch(records: int, shared_memory: bool) -> tuple[float, float]:
     from railmq.admin import Admin
     from railmq.cluster import LocalCluster
-    from railmq.consumer import Consumer
     from railmq.producer import Producer
 
     values = [os.urandom(RECORD_BYTES)] * 1000
@@ -32,14 +33,8 @@ def replication_and_fetch(records: int, shared_memory: bool) -> tuple[float, flo
                 producer.send_batch("rep", values)
             producer.flush(300)
             produce_rate = records / (time.perf_counter() - started)
-        with Consumer(cluster.bootstrap, auto_offset_reset="earliest", max_poll_records=10_000,
-                      fetch_partition_bytes_max=4 * 1024 * 1024, shared_memory=shared_memory) as consumer:
-            consumer.assign([("rep", 0)])
-            consumer.position(("rep", 0))
-            started, seen = time.perf_counter(), 0
-            while seen < records:
-                seen += len(consumer.poll(1000))
-            fetch_rate = seen / (time.perf_counter() - started)
+        fetch_rate = plain_consume_rate(cluster.bootstrap, "rep", 1, records, shared_memory=shared_memory,
+                                        fetch_partition_bytes_max=4 * 1024 * 1024)
     return produce_rate, fetch_rate
 
 

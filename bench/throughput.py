@@ -25,7 +25,7 @@ import time
 
 import zmq
 
-from bench.common import median_of, parse_args, percentile, report
+from bench.common import median_of, parse_args, percentile, plain_consume_rate, report
 
 RECORD_BYTES = 1000
 
@@ -128,18 +128,7 @@ def produce(bootstrap: str, topic: str, count: int, payload: bytes, *, bulk: boo
 
 
 def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
-    from railmq.consumer import Consumer
-
-    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=10_000,
-                  fetch_partition_bytes_max=8 * 1024 * 1024) as consumer:
-        consumer.assign([(topic, p) for p in range(partitions)])
-        for p in range(partitions):
-            consumer.position((topic, p))
-        started = time.perf_counter()
-        seen = 0
-        while seen < count:
-            seen += len(consumer.poll(1000))
-        return seen / (time.perf_counter() - started)
+    return plain_consume_rate(bootstrap, topic, partitions, count)
 
 
 def ack_latency(bootstrap: str, topic: str, samples: int) -> list[float]:
