@@ -536,20 +536,30 @@ def parse_faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chaos.simulator", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
     parser.add_argument("--seed", type=int, default=1, help="the seed of one run (default 1)")
     parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds starting at --seed")
     parser.add_argument("--duration-ms", type=int, default=SimConfig.duration_ms, help="simulated time with faults")
-    parser.add_argument("--steps", type=int, default=0, help="stop a run after about this many steps (0: no limit)")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="end the faulty phase after about this many steps (0: no limit)")
     parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
                         help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}) or 'none'")
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos.simulator", description=__doc__.splitlines()[0])
+    add_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the seeds `add_arguments` describes; 1 when any failed."""
     config = SimConfig(duration_ms=args.duration_ms, faults=args.faults, steps_max=args.steps)
     seeds = range(args.seed, args.seed + max(1, args.seeds))
     failures, simulated, wall, started = [], 0.0, 0.0, time.perf_counter()
