@@ -14,7 +14,14 @@ known yet (a new assignment, `seek_to_beginning`, an out-of-range offset with an
 Commands from the shell arrive as `ClientCommand`; results go back as `Notify` effects:
 ("records", (topic, partition, session, batches, high_watermark)), ("position", (topic,
 partition, session, offset)), ("result", (token, value, error)), ("partition-error",
-(topic, partition, error)), ("metadata", topics).
+(topic, partition, error)), ("metadata", topics), ("unreadable", (topic, partition, session,
+offset, reason)).
+
+A fetched batch whose header does not parse ends the readable part of a response: the batches
+before it go to the shell, then an "unreadable" notice naming the offset where the bad batch
+starts, and the partition is *held* (no more fetches) until the shell starts a new session with
+a seek. The shell checks CRCs and records itself and holds a partition the same way, with the
+"hold" command, so a bad batch is never fetched again and again, nor silently stepped over.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from actors.messages import (
     ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, PeerDisconnected, RefreshMetadata, Stop, TimerFired, TopicMetadata,
 )
-from storage.batch import iter_batches
+from storage.batch import BatchHeader, iter_batches
+from storage.errors import StorageError
 
 EARLIEST, LATEST = -2, -1
 LEADERSHIP_ERRORS = frozenset({ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
@@ -49,7 +57,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
-                 "retry_at_ns", "reset_correlation", "endpoint", "reported")
+                 "retry_at_ns", "reset_correlation", "endpoint", "reported", "held")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -64,6 +72,7 @@ class PartitionFetch:
         self.reset_correlation = 0
         self.endpoint = ""  # where the fetch or reset in flight went
         self.reported = False  # the shell was told this partition has no position
+        self.held = False  # an unreadable batch is at `position`: no fetch until a seek
 
 
 class ConsumerClient:
@@ -138,6 +147,8 @@ class ConsumerClient:
             case "consumed":
                 self.buffered_bytes -= arguments["bytes"]
                 return self._fetch_all(now_ns)
+            case "hold":
+                return self._hold(arguments["topic"], arguments["partition"], tuple(arguments["session"]))
             case "list-offsets":
                 return self._list_offsets_for_user(command, now_ns)
         if self.member is not None:
@@ -190,9 +201,20 @@ class ConsumerClient:
         fetch.position, fetch.reset = -1, timestamp
         return self._fetch_all(now_ns)
 
+    def _hold(self, topic: str, partition: int, session: tuple[int, int]) -> list[Effect]:
+        """The shell found an unreadable batch in this session's data: stop fetching until a seek."""
+        fetch = self.fetches.get((topic, partition))
+        if fetch is not None and tuple(fetch.session) == session:
+            fetch.held = True
+            if fetch.correlation:
+                self.by_correlation.pop(fetch.correlation, None)
+                fetch.correlation = 0
+        return []
+
     def _new_session(self, fetch: PartitionFetch, epoch: int | None = None) -> None:
         """A seek from the shell starts session (epoch, 0); a reset decided here bumps the second part."""
         fetch.session = (epoch, 0) if epoch is not None else (fetch.session[0], fetch.session[1] + 1)
+        fetch.held = False
         if fetch.correlation:
             self.by_correlation.pop(fetch.correlation, None)
             fetch.correlation = 0
@@ -215,7 +237,7 @@ class ConsumerClient:
         effects: list[Effect] = []
         missing: set[str] = set()
         for fetch in self.fetches.values():
-            if fetch.paused or fetch.correlation or fetch.reset_correlation or now_ns < fetch.retry_at_ns:
+            if fetch.paused or fetch.held or fetch.correlation or fetch.reset_correlation or now_ns < fetch.retry_at_ns:
                 continue
             endpoint, epoch = self._leader(fetch.topic, fetch.partition, now_ns)
             if not endpoint:
@@ -265,14 +287,17 @@ class ConsumerClient:
             effects: list[Effect] = []
             records = response.records
             if len(records):
-                last = None
-                for _, header in iter_batches(records, verify=False):
-                    last = header
+                readable, last, reason = readable_batches(records)
                 if last is not None and last.next_offset > fetch.position:
                     fetch.position = last.next_offset
-                    self.buffered_bytes += len(records)
-                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session, records,
+                    self.buffered_bytes += readable
+                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session,
+                                                      records[:readable] if reason else records,
                                                       response.high_watermark)))
+                if reason:
+                    fetch.held = True
+                    effects.append(Notify("unreadable", (fetch.topic, fetch.partition, fetch.session,
+                                                         fetch.position, reason)))
             return effects + self._fetch_all(now_ns)
         return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
 
@@ -389,3 +414,15 @@ class ConsumerClient:
         metadata = self.topics.get(topic)
         if metadata is not None and partition < len(metadata.partitions):
             metadata.partitions[partition].leader_endpoint = ""
+
+
+def readable_batches(records: bytes | memoryview) -> tuple[int, BatchHeader | None, str]:
+    """(bytes of the whole batches whose headers parse, the last such header, why the batch
+    after them does not parse: "" when every header did)."""
+    readable, last = 0, None
+    try:
+        for position, header in iter_batches(records, verify=False):
+            readable, last = position + header.size, header
+    except StorageError as error:
+        return readable, last, str(error)
+    return readable, last, ""

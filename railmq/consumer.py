@@ -7,6 +7,16 @@ offset order per partition, and advances the consumed position.
 
 Positions: `position(tp)` is the offset of the next record `poll` will return for `tp`. After
 `seek`, data fetched before the seek is discarded (each seek opens a new fetch session).
+
+`poll(timeout_ms)` waits up to `timeout_ms` for the first record, whatever happens meanwhile: a
+group member joining, being assigned partitions or giving some up runs its callbacks inside the
+same call and keeps waiting (Kafka's poll does the same), so a first poll on a new member returns
+records as soon as the group has handed it partitions that hold some.
+
+An unreadable batch (bad header, CRC or records) is never skipped silently nor fetched in a
+loop: the partition stops at the batch and every `poll` raises `CorruptBatchError` (offset and
+all) until the user moves past it with `skip_corrupt_batch(error)` or `seek`; the records of
+every batch before it are returned first.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSet
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import ClientCommand, TopicMetadata
 from railmq.client_shell import ClientShell
-from railmq.records import ConsumerRecord, TopicPartition, decode_fetched
+from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix
 from transport.client_engine import ClientEngine
 
 Session = tuple[int, int]
@@ -58,6 +68,7 @@ class Consumer(ClientShell):
         self._sessions: dict[TopicPartition, Session] = {}
         self._assignment: list[TopicPartition] = []
         self._paused: set[TopicPartition] = set()
+        self._corrupt: dict[TopicPartition, CorruptBatchError] = {}  # held at an unreadable batch
         self._seek_epoch = 0
         self._partition_counts: dict[str, int] = {}
         settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
@@ -107,6 +118,8 @@ class Consumer(ClientShell):
             for tp in added:
                 self._sessions[tp] = (epoch, 0)
             self._paused &= set(partitions)
+            for tp in [tp for tp in self._corrupt if tp not in partitions]:
+                del self._corrupt[tp]
         self._command("assign", partitions=[list(tp) for tp in partitions], epoch=epoch)
 
     def assignment(self) -> list[TopicPartition]:
@@ -165,6 +178,22 @@ class Consumer(ClientShell):
             self._positions[tp] = offset
         self._command("seek", topic=tp.topic, partition=tp.partition, offset=offset, epoch=epoch)
 
+    def skip_corrupt_batch(self, corrupt: CorruptBatchError | Any) -> int:
+        """Move past the unreadable batch `poll` raised for (`corrupt.topic`, `corrupt.partition`),
+        or for the partition given; returns the new position. The records of that batch are not
+        read: skipping is the user's decision, which is why it is never made for them."""
+        tp = corrupt.topic_partition if isinstance(corrupt, CorruptBatchError) else _tp(corrupt)
+        with self._ready:
+            error = self._corrupt.get(tp)
+        if error is None:
+            raise RailmqError(ErrorCode.INVALID_REQUEST, f"{tp.topic}/{tp.partition} is not held at an unreadable batch")
+        if error.next_offset is None:
+            raise RailmqError(ErrorCode.CORRUPT_MESSAGE,
+                              f"{tp.topic}/{tp.partition}: the header of the batch at offset {error.offset} is "
+                              "unreadable, so where the next batch starts is unknown; seek to an offset you choose")
+        self.seek(tp, error.next_offset)
+        return error.next_offset
+
     def seek_to_beginning(self, partitions: Iterable[Any] | None = None) -> None:
         self._seek_reset(partitions, EARLIEST)
 
@@ -181,6 +210,7 @@ class Consumer(ClientShell):
 
     def _next_seek_epoch(self, tp: TopicPartition) -> int:
         with self._ready:
+            self._corrupt.pop(tp, None)  # a new session refetches from wherever the seek goes
             self._seek_epoch += 1
             self._sessions[tp] = (self._seek_epoch, 0)
             return self._seek_epoch
@@ -241,33 +271,56 @@ class Consumer(ClientShell):
     # ------------------------------------------------------------------ polling
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Return up to `max_records` records, waiting up to `timeout_ms` for the first."""
+        """Return up to `max_records` records, waiting up to `timeout_ms` for the first (group
+        callbacks run meanwhile, in this thread, and do not end the wait)."""
         self._check_usable()
-        if self._group is not None:
-            self._group.before_poll()
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         out: list[ConsumerRecord] = []
         consumed = 0
-        with self._ready:
-            while len(out) < limit:
-                self._raise_errors()
-                if self._take_current(out, limit):
-                    continue
-                if self._chunks:
-                    consumed += self._open_chunk(self._chunks.popleft())
-                    continue
-                remaining = deadline - time.monotonic()
-                if out or remaining <= 0:
+        try:
+            while True:
+                if self._group is not None:
+                    self._group.before_poll()  # rebalance callbacks, outside the lock
+                with self._ready:
+                    consumed += self._gather(out, limit, deadline)
+                attention = self._group is not None and self._group.needs_attention()
+                if out or not attention or time.monotonic() >= deadline:
                     break
-                self._ready.wait(min(remaining, 0.1))
-                if self._group is not None and self._group.needs_attention():
-                    break
-        if consumed:
-            self._engine.submit(ClientCommand(command="consumed", arguments={"bytes": consumed}))
+        finally:
+            if consumed:
+                self._engine.submit(ClientCommand(command="consumed", arguments={"bytes": consumed}))
         if self._group is not None:
             self._group.after_poll(out)
         return out
+
+    def _gather(self, out: list[ConsumerRecord], limit: int, deadline: float) -> int:
+        """Fill `out` from the buffer until `limit`, the deadline, or a group callback waiting
+        (then the caller runs it); returns the fetched bytes it used up. Holding `_ready`."""
+        consumed = 0
+        while len(out) < limit:
+            self._raise_errors()
+            if self._take_current(out, limit):
+                continue
+            if not out:
+                self._raise_corrupt()
+            if self._chunks:
+                consumed += self._open_chunk(self._chunks.popleft())
+                continue
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                break
+            self._ready.wait(min(remaining, 0.1))
+            if self._group is not None and self._group.needs_attention():
+                break
+        return consumed
+
+    def _raise_corrupt(self) -> None:
+        """Raise the error of a partition held at an unreadable batch once its good records are
+        all returned; it stays, and is raised again, until a seek moves the partition."""
+        for tp, error in self._corrupt.items():
+            if tp in self._assignment and tp not in self._paused:
+                raise error
 
     def _take_current(self, out: list[ConsumerRecord], limit: int) -> bool:
         if self._current_key is None:
@@ -287,13 +340,22 @@ class Consumer(ClientShell):
         return bool(take) or self._current_key is None
 
     def _open_chunk(self, chunk: tuple) -> int:
-        topic, partition, session, records, _ = chunk
+        """Make a fetched chunk the current records; its last slot is the high watermark, or the
+        `CorruptBatchError` of an unreadable header the I/O thread met after its batches."""
+        topic, partition, session, records, after = chunk
         tp = TopicPartition(topic, partition)
         known = self._sessions.get(tp, (0, 0))
-        if session < known or tp not in self._positions or tp not in self._assignment:
+        if session < known or tp not in self._positions or tp not in self._assignment or tp in self._corrupt:
             return len(records)
         self._sessions[tp] = session
-        decoded = decode_fetched(topic, partition, records, self._positions[tp], check_crcs=self.check_crcs)
+        decoded, corrupt = decode_fetched_prefix(topic, partition, records, self._positions[tp],
+                                                 check_crcs=self.check_crcs)
+        if corrupt is None and isinstance(after, CorruptBatchError):
+            corrupt = after
+        if corrupt is not None:
+            self._corrupt[tp] = corrupt
+            self._engine.submit(ClientCommand(command="hold", arguments={
+                "topic": topic, "partition": partition, "session": list(session)}))
         if decoded:
             self._current, self._current_index, self._current_key = decoded, 0, (tp, session)
         return len(records)
@@ -303,6 +365,10 @@ class Consumer(ClientShell):
     def _handle_notice(self, kind: str, payload: Any) -> None:
         if kind == "records":
             self._chunks.append(payload)
+        elif kind == "unreadable":
+            topic, partition, session, offset, reason = payload
+            self._chunks.append((topic, partition, session, b"",
+                                 CorruptBatchError(topic, partition, offset, None, reason)))
         elif kind == "position":
             topic, partition, session, offset = payload
             tp = TopicPartition(topic, partition)

@@ -2,7 +2,13 @@
 
 A fetch returns whole batches starting at the batch that holds the requested offset, so the
 first batch can begin before the position: `decode_fetched` skips those records. Each batch's
-CRC is checked before its records are decoded (Kafka's check.crcs), unless the caller opts out.
+CRC is checked before its records are decoded (Kafka's check.crcs), unless the caller opts out,
+and a batch must hold exactly the `record_count` records its header claims.
+
+A batch that fails any of these checks is never half-read: `decode_fetched_prefix` returns the
+records of the good batches before it and a `CorruptBatchError` naming the partition and the
+offset where the bad batch starts (and, when its header is readable, where the next one
+starts), so a consumer can report it and let its user skip it on purpose.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from storage.batch import HEADER_SIZE, RecordTuple, iter_batches
+from actors.errors import ErrorCode, RailmqError
+from storage.batch import HEADER_SIZE, RecordTuple, compute_crc, parse_header
+from storage.errors import StorageError
 
 
 class TopicPartition(NamedTuple):
@@ -36,23 +44,75 @@ class ConsumerRecord(msgspec.Struct, array_like=True, gc=False):
         return None if self.value is None else self.value.decode("utf-8")
 
 
+class CorruptBatchError(RailmqError):
+    """A fetched batch that cannot be read: its header, CRC or records do not check out.
+
+    `offset` is where the bad batch starts; `next_offset` is where the batch after it starts,
+    or None when the header itself is unreadable (then nobody knows how long the batch is).
+    A consumer raises this from every `poll` until its user moves the partition's position:
+    `Consumer.skip_corrupt_batch(error)` seeks to `next_offset`, `Consumer.seek` anywhere else.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, next_offset: int | None, reason: str) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.next_offset, self.reason = next_offset, reason
+        if next_offset is not None:
+            way_out = (f"skip it with consumer.skip_corrupt_batch(error) or "
+                       f"consumer.seek(({topic!r}, {partition}), {next_offset})")
+        else:
+            way_out = "its header is unreadable, so seek past it to an offset you choose"
+        super().__init__(ErrorCode.CORRUPT_MESSAGE,
+                         f"{topic}/{partition}: the batch at offset {offset} cannot be read ({reason}); {way_out}")
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
 _records_decoder = msgspec.msgpack.Decoder(list[RecordTuple])
+
+
+def decode_fetched_prefix(topic: str, partition: int, batches: bytes | memoryview, position: int,
+                          *, check_crcs: bool = True) -> tuple[list[ConsumerRecord], CorruptBatchError | None]:
+    """Records at or after `position` from concatenated whole batches, up to the first batch that
+    does not check out, and the error naming that batch (None when every batch was good)."""
+    view = memoryview(batches)
+    out: list[ConsumerRecord] = []
+    start, end, expected = 0, len(view), position
+    while start < end:
+        try:
+            header = parse_header(view, start, available=end - start)
+        except StorageError as error:
+            return out, CorruptBatchError(topic, partition, max(expected, position), None, str(error))
+        try:
+            if check_crcs and compute_crc(view, start, header) != header.crc:
+                raise StorageError(f"CRC mismatch: the header says {header.crc:#010x}, the bytes give "
+                                   f"{compute_crc(view, start, header):#010x}")
+            tuples = None
+            if header.next_offset > position and not header.is_control:
+                tuples = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
+                if len(tuples) != header.record_count:
+                    raise StorageError(f"it holds {len(tuples)} records, its header claims {header.record_count}")
+        except (StorageError, msgspec.DecodeError) as error:
+            return out, CorruptBatchError(topic, partition, header.base_offset, header.next_offset, str(error))
+        if tuples is not None:
+            # Decoding to tuples and building the records in one comprehension is the cheapest way
+            # to give each record its offset and absolute timestamp (~0.35 us a record).
+            first = header.first_timestamp_ms
+            skip = max(0, position - header.base_offset)
+            out.extend([ConsumerRecord(delta + first, key, value, headers, topic, partition, offset)
+                        for offset, (delta, key, value, headers) in enumerate(tuples[skip:] if skip else tuples,
+                                                                             header.base_offset + skip)])
+        expected = header.next_offset
+        start += header.size
+    return out, None
 
 
 def decode_fetched(topic: str, partition: int, batches: bytes | memoryview, position: int,
                    *, check_crcs: bool = True) -> list[ConsumerRecord]:
-    """Records at or after `position` from concatenated whole batches."""
-    view = memoryview(batches)
-    out: list[ConsumerRecord] = []
-    for start, header in iter_batches(view, verify=check_crcs):
-        if header.next_offset <= position or header.is_control:
-            continue
-        # Decoding to tuples and building the records in one comprehension is the cheapest way
-        # to give each record its offset and absolute timestamp (~0.35 us a record).
-        tuples = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
-        first = header.first_timestamp_ms
-        skip = max(0, position - header.base_offset)
-        out.extend([ConsumerRecord(delta + first, key, value, headers, topic, partition, offset)
-                    for offset, (delta, key, value, headers) in enumerate(tuples[skip:] if skip else tuples,
-                                                                         header.base_offset + skip)])
-    return out
+    """Records at or after `position` from concatenated whole batches; `CorruptBatchError` at
+    the first batch that does not check out."""
+    records, corrupt = decode_fetched_prefix(topic, partition, batches, position, check_crcs=check_crcs)
+    if corrupt is not None:
+        raise corrupt
+    return records
