@@ -223,6 +223,12 @@ class Consumer(ClientShell):
             self._wait_until(lambda: tp in self._positions, timeout, f"the position of {tp} is not known yet")
             return self._positions[tp]
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """The known position of every assigned partition, without waiting (a partition whose
+        starting offset is still being looked up is absent)."""
+        with self._ready:
+            return {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
+
     def _require_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._assignment:
             raise RailmqError(ErrorCode.INVALID_REQUEST, f"{tp.topic}/{tp.partition} is not assigned to this consumer")

@@ -10,7 +10,10 @@ Two layers, so tests and tools can reuse the arithmetic without a cluster:
   one small fetch at the committed offset for the timestamp of the oldest unconsumed record.
 
 Definitions (Kafka's kafka-consumer-groups, plus time):
-- lag in messages = high watermark − committed offset (unknown without a commit);
+- lag in messages = high watermark − committed offset. A partition with no commit is measured
+  from where a member that joined now would start (`start_from` says which: `latest`, Kafka's
+  default, starts at the high watermark, so its lag is 0 and the records already there would be
+  skipped; `earliest` starts at the log start); `start_offset` is that position;
 - lag in seconds = now − timestamp of the record at the committed offset (0 when there is no lag);
 - a partition is hot when its lag exceeds `lag_ratio` × the median lag of the other partitions of
   its topic and `lag_messages_min`, or (with a rate sample) when its arrival rate exceeds
@@ -52,7 +55,10 @@ class PartitionLag(msgspec.Struct, kw_only=True):
     member_id: str | None = None  # None: no live member owns it
     client_id: str | None = None
     committed_offset: int | None = None
+    log_start_offset: int | None = None  # known for partitions without a commit
     log_end_offset: int | None = None
+    start_from: str = "committed"  # "committed" | "earliest" | "latest": what the lag is measured from
+    start_offset: int | None = None  # the committed offset, or where a new member would start
     lag_messages: int | None = None
     lag_seconds: float | None = None
     arrival_rate_per_s: float | None = None  # only with a rate sample
@@ -80,11 +86,12 @@ class GroupLag(msgspec.Struct, kw_only=True):
     total_lag_messages: int = 0
     measured_at_ms: int = 0
     sample_ms: int = 0
+    reset: str = "latest"  # the auto_offset_reset assumed for partitions without a commit
 
 
 class ResetTarget(msgspec.Struct, frozen=True):
-    kind: str  # "earliest" | "latest" | "timestamp" | "shift"
-    value: int = 0  # the timestamp (ms) or the shift (messages)
+    kind: str  # "earliest" | "latest" | "timestamp" | "shift" | "offset"
+    value: int = 0  # the timestamp (ms), the shift (messages) or the offset
 
 
 class OffsetResetPlan(msgspec.Struct, kw_only=True):
@@ -127,19 +134,32 @@ def arrival_rates(before: dict[Any, int], after: dict[Any, int], elapsed_ms: flo
     return {key: max(0, after[key] - before[key]) * 1000 / elapsed_ms for key in after if key in before}
 
 
+def start_position(committed: int | None, reset: str, log_start: int | None, log_end: int | None) -> int | None:
+    """Where a member starts: the commit, else the log start (earliest) or end (latest)."""
+    if committed is not None:
+        return committed
+    return log_start if reset == "earliest" else log_end
+
+
 def build_group_lag(description: DescribeGroupResponse, partition_counts: dict[str, int],
                     log_ends: dict[TopicPartitionKey, int], oldest_timestamps: dict[TopicPartitionKey, int],
                     now_ms: int, *, rates: dict[TopicPartitionKey, float] | None = None,
-                    rule: HotRule = HotRule(), sample_ms: int = 0) -> GroupLag:
-    """Lag per partition of every topic the group has commits for or is assigned."""
+                    rule: HotRule = HotRule(), sample_ms: int = 0, reset: str = "latest",
+                    log_starts: dict[TopicPartitionKey, int] | None = None) -> GroupLag:
+    """Lag per partition of every topic the group has commits for or is assigned; a partition
+    without a commit is measured from where `reset` would start a member (`log_starts` gives
+    the log start of those partitions)."""
+    if reset not in ("earliest", "latest"):
+        raise ValueError(f"reset must be earliest or latest, not {reset!r}")
     owners = {tuple(tp): member for member in description.members for tp in member.assignment}
     committed = {(entry.topic, entry.partition): entry.offset for entry in description.offsets}
     topics = sorted({tp[0] for tp in committed} | {tp[0] for tp in owners})
+    starts = log_starts or {}
     rows: list[PartitionLag] = []
     for topic in topics:
         keys = _partitions_of(topic, partition_counts, committed, owners)
-        topic_rows = [_partition_row(key, owners, committed, log_ends, oldest_timestamps, now_ms, rates)
-                      for key in keys]
+        topic_rows = [_partition_row(key, owners, committed, log_ends, oldest_timestamps, now_ms, rates,
+                                     reset, starts) for key in keys]
         _flag_hot(topic_rows, rule)
         rows += topic_rows
     members = [_member_row(member, rows) for member in description.members]
@@ -147,7 +167,7 @@ def build_group_lag(description: DescribeGroupResponse, partition_counts: dict[s
         group_id=description.group_id, kind=description.kind, state=description.state,
         generation=description.generation, protocol=description.protocol_name, members=members,
         partitions=rows, total_lag_messages=sum(row.lag_messages or 0 for row in rows), measured_at_ms=now_ms,
-        sample_ms=sample_ms)
+        sample_ms=sample_ms, reset=reset)
 
 
 def _partitions_of(topic: str, counts: dict[str, int], committed: dict,
@@ -158,13 +178,17 @@ def _partitions_of(topic: str, counts: dict[str, int], committed: dict,
 
 
 def _partition_row(key: TopicPartitionKey, owners: dict, committed: dict, log_ends: dict, timestamps: dict,
-                   now_ms: int, rates: dict | None) -> PartitionLag:
+                   now_ms: int, rates: dict | None, reset: str, log_starts: dict) -> PartitionLag:
     owner = owners.get(key)
-    lag = lag_messages(committed.get(key), log_ends.get(key))
+    commit = committed.get(key)
+    start = start_position(commit, reset, log_starts.get(key), log_ends.get(key))
+    lag = lag_messages(start, log_ends.get(key))
     return PartitionLag(
         topic=key[0], partition=key[1], member_id=owner.member_id if owner else None,
-        client_id=owner.client_id if owner else None, committed_offset=committed.get(key),
-        log_end_offset=log_ends.get(key), lag_messages=lag,
+        client_id=owner.client_id if owner else None, committed_offset=commit,
+        log_start_offset=log_starts.get(key) if commit is None else None,
+        log_end_offset=log_ends.get(key), start_from="committed" if commit is not None else reset,
+        start_offset=start, lag_messages=lag,
         lag_seconds=lag_seconds(now_ms, lag, timestamps.get(key)),
         arrival_rate_per_s=None if rates is None else rates.get(key))
 
@@ -198,6 +222,8 @@ def plan_reset(target: ResetTarget, topic: str, partition: int, *, committed: in
         new = at_time if at_time is not None and at_time >= 0 else latest
     elif target.kind == "shift":
         new = min(latest, max(earliest, (committed if committed is not None else earliest) + target.value))
+    elif target.kind == "offset":
+        new = min(latest, max(earliest, target.value))  # Kafka clamps an out-of-range --to-offset too
     else:
         raise ValueError(f"unknown reset target {target.kind!r}")
     return OffsetResetPlan(topic=topic, partition=partition, current_offset=committed, new_offset=new)
@@ -320,8 +346,10 @@ class GroupAdminClient:
 
 
 def measure_group_lag(client: GroupAdminClient, group_id: str, *, sample_ms: int = 0,
-                      rule: HotRule = HotRule(), sleep: Callable[[float], None] = time.sleep) -> GroupLag:
-    """Describe the group and compute its lag; with `sample_ms`, also each partition's arrival rate."""
+                      rule: HotRule = HotRule(), sleep: Callable[[float], None] = time.sleep,
+                      reset: str = "latest") -> GroupLag:
+    """Describe the group and compute its lag; with `sample_ms`, also each partition's arrival
+    rate. Partitions without a commit are measured from where `reset` starts a new member."""
     description = client.describe_group(group_id)
     committed = {(entry.topic, entry.partition): entry.offset for entry in description.offsets}
     assigned = {tuple(tp) for member in description.members for tp in member.assignment}
@@ -335,9 +363,13 @@ def measure_group_lag(client: GroupAdminClient, group_id: str, *, sample_ms: int
         later = _log_ends(client, keys)
         rates = arrival_rates(log_ends, later, client.clock_ms() - started)
         log_ends = later
-    timestamps = _oldest_unconsumed_timestamps(client, committed, log_ends)
+    uncommitted = [key for key in keys if key not in committed]
+    log_starts = {key: client.list_offset(key[0], key[1], EARLIEST) for key in uncommitted}
+    starts = {**{key: start for key in uncommitted
+                 if (start := start_position(None, reset, log_starts[key], log_ends[key])) is not None}, **committed}
+    timestamps = _oldest_unconsumed_timestamps(client, starts, log_ends)
     return build_group_lag(description, counts, log_ends, timestamps, client.clock_ms(), rates=rates,
-                           rule=rule, sample_ms=sample_ms)
+                           rule=rule, sample_ms=sample_ms, reset=reset, log_starts=log_starts)
 
 
 def _oldest_unconsumed_timestamps(client: GroupAdminClient, committed: dict[TopicPartitionKey, int],

@@ -37,6 +37,7 @@ from actors.errors import ErrorCode, RailmqError
 from actors.messages import RefreshMetadata, TopicConfig, TopicMetadata
 from railmq.admin import Admin
 from railmq.dlq import REASON_REJECTED, REASON_RETRIES_EXHAUSTED, DeadLetter, default_dlq_topic
+from railmq.member_notices import dead_letter_line, retry_line
 from railmq.producer import Producer, RecordMetadata
 from railmq.records import ConsumerRecord
 
@@ -128,8 +129,10 @@ class RetryingHandler:
 
     def __init__(self, handler: Callable[[ConsumerRecord], Any], policy: RetryPolicy,
                  dead_letters: "DeadLetterWriter", group: str, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], int] = wall_clock_ms, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], int] = wall_clock_ms, rng: random.Random | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
         self.handler = handler
+        self.say = say  # told each retry and each dead letter, as one line (railmq/member_notices.py)
         self.policy = policy
         self.dead_letters = dead_letters
         self.group = group
@@ -158,7 +161,10 @@ class RetryingHandler:
                 if attempt >= self.policy.attempts:
                     return self._give_up(records, REASON_RETRIES_EXHAUSTED, attempt, error, first_delivery_ms)
                 self.retried += 1
-                self.sleep(self.policy.backoff_before_ms(attempt, self.rng) / 1000)
+                backoff_ms = self.policy.backoff_before_ms(attempt, self.rng)
+                if self.say is not None:
+                    self.say(retry_line(_where(records), attempt, self.policy.attempts, backoff_ms, error))
+                self.sleep(backoff_ms / 1000)
                 continue
             self.handled += len(records)
             return Outcome("handled", attempt)
@@ -172,7 +178,17 @@ class RetryingHandler:
                                            dead_lettered_ms=self.clock())
             written.append(self.dead_letters.write(letter))
             self.dead_lettered += 1
+            if self.say is not None:
+                where = written[-1]
+                self.say(dead_letter_line(_where([record]), f"{where.topic}/{where.partition}@{where.offset}",
+                                          attempts, reason, error))
         return Outcome("dead-lettered", attempts, tuple(written))
+
+
+def _where(records: list[ConsumerRecord]) -> str:
+    first = records[0]
+    more = f" (+{len(records) - 1} more)" if len(records) > 1 else ""
+    return f"{first.topic}/{first.partition}@{first.offset}{more}"
 
 
 def retrying_delivery(policy: RetryPolicy, dead_letters: "DeadLetterWriter", group: str,

@@ -73,13 +73,36 @@ def test_group_lag_joins_commits_assignments_and_log_ends_per_partition():
     report = build_group_lag(description, {"t": 3}, {("t", 0): 100, ("t", 1): 10, ("t", 2): 50},
                              {("t", 0): 4_000}, now_ms=10_000)
     rows = {row.partition: row for row in report.partitions}
-    assert [(row.partition, row.lag_messages) for row in report.partitions] == [(0, 30), (1, 0), (2, None)]
-    assert rows[0].lag_seconds == 6.0 and rows[1].lag_seconds == 0.0 and rows[2].lag_seconds is None
+    # Partition 2 has no commit: a member joining now (auto_offset_reset=latest) starts at its end.
+    assert [(row.partition, row.lag_messages) for row in report.partitions] == [(0, 30), (1, 0), (2, 0)]
+    assert [row.start_from for row in report.partitions] == ["committed", "committed", "latest"]
+    assert (rows[2].start_offset, rows[2].committed_offset) == (50, None)
+    assert rows[0].lag_seconds == 6.0 and rows[1].lag_seconds == 0.0 and rows[2].lag_seconds == 0.0
     assert rows[0].member_id == "worker-1-abc" and rows[2].member_id is None
     assert report.total_lag_messages == 30
     idle = [member.member_id for member in report.members if member.idle]
     assert idle == ["worker-2-def"]
     assert report.members[0].lag_messages == 30 and report.members[0].partitions == [("t", 0), ("t", 1)]
+
+
+def test_a_partition_without_a_commit_is_measured_from_where_the_reset_policy_starts_a_member():
+    description = _description(offsets=[OffsetEntry(topic="t", partition=0, offset=4)])
+    ends, starts = {("t", 0): 10, ("t", 1): 12}, {("t", 1): 2}
+    latest = build_group_lag(description, {"t": 2}, ends, {}, now_ms=0, log_starts=starts)
+    earliest = build_group_lag(description, {"t": 2}, ends, {}, now_ms=0, log_starts=starts, reset="earliest")
+
+    assert [(row.start_from, row.start_offset, row.lag_messages) for row in latest.partitions] == [
+        ("committed", 4, 6), ("latest", 12, 0)]
+    assert [(row.start_from, row.start_offset, row.lag_messages) for row in earliest.partitions] == [
+        ("committed", 4, 6), ("earliest", 2, 10)]
+    assert (latest.total_lag_messages, earliest.total_lag_messages) == (6, 16)
+    assert latest.partitions[1].log_start_offset == 2 and latest.partitions[0].log_start_offset is None
+    from railmq.cli_groups import no_commit_notes
+
+    [note] = no_commit_notes(latest)
+    assert "skip the 10 records" in note and "--from-beginning" in note
+    with pytest.raises(ValueError, match="earliest or latest"):
+        build_group_lag(description, {"t": 2}, ends, {}, now_ms=0, reset="none")
 
 
 def test_group_lag_flags_hot_partitions_by_lag_and_by_arrival_rate_within_a_topic():
@@ -119,8 +142,8 @@ class FakeGroupClient:
         return TopicMetadata(name="t", partitions=[PartitionMetadata(partition=p) for p in range(4)])
 
     def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
-        assert timestamp_ms == -1, "lag is measured against the latest offset"
-        return self.ends[partition]
+        assert timestamp_ms in (-1, -2), "lag is measured against the latest offset (and the earliest without a commit)"
+        return self.ends[partition] if timestamp_ms == -1 else 0
 
     def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
         self.timestamp_requests.append((partition, offset))
@@ -133,7 +156,8 @@ def test_measuring_a_group_samples_arrival_rates_over_the_injected_clock():
     report = measure_group_lag(client, "g", sample_ms=1000, sleep=client.sleep)
     rows = {row.partition: row for row in report.partitions}
     assert [rows[p].arrival_rate_per_s for p in range(4)] == [500.0, 10.0, 5.0, 20.0]
-    assert [rows[p].lag_messages for p in range(4)] == [520, 20, 5, None]  # partition 3 has no commit
+    assert [rows[p].lag_messages for p in range(4)] == [520, 20, 5, 0]  # no commit on 3: a new member starts at its end
+    assert rows[3].start_from == "latest" and rows[3].log_start_offset == 0
     assert rows[0].hot and rows[0].hot_reasons == ["lag", "rate"]
     assert not any(rows[p].hot for p in (1, 2, 3))
     assert rows[0].lag_seconds == 6.0 and rows[1].lag_seconds == 4.0
@@ -198,16 +222,35 @@ def test_handlers_load_from_module_colon_function_and_bad_specs_say_why():
 
 
 class FakeConsumer:
-    """Records commits; while `refusing`, refuses them as a rebalancing group would."""
+    """Records commits (while `refusing`, refuses them as a rebalancing group would) and keeps the
+    positions a real consumer would: `returned(records)` is what a poll that returned them does."""
 
     def __init__(self) -> None:
         self.commits: list[dict] = []
         self.refusing = False
+        self._positions: dict[TopicPartition, int] = {}
+        self.seeks: list[tuple[TopicPartition, int]] = []
 
     def commit(self, offsets):
         if self.refusing:
             raise RailmqError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
         self.commits.append(dict(offsets))
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return dict(self._positions)
+
+    def returned(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        for record in records:
+            self._positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        return records
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+        self._positions[tp] = offset
+
+    def drop(self, tp: TopicPartition) -> None:
+        """What the consumer does after a revoke or loss: the partition is no longer assigned."""
+        self._positions.pop(tp, None)
 
 
 def _records(*offsets: int, partition: int = 0, poison_at: int | None = None) -> list[ConsumerRecord]:
@@ -231,10 +274,10 @@ def _member(delivery: str, commit_every: str, handled: list) -> tuple[GroupMembe
 def test_at_least_once_commits_after_handling_and_never_past_a_failed_record():
     handled: list[int] = []
     member, consumer = _member("at-least-once", "batch", handled)
-    member._handle_batch(_records(0, 1, 2))
+    member._handle_batch(consumer.returned(_records(0, 1, 2)))
     assert consumer.commits == [{TopicPartition("t", 0): 3}]
     with pytest.raises(Exception, match="t/0@5"):
-        member._handle_batch(_records(3, 4, 5, 6, poison_at=5))
+        member._handle_batch(consumer.returned(_records(3, 4, 5, 6, poison_at=5)))
     assert handled == [0, 1, 2, 3, 4]
     assert consumer.commits[-1] == {TopicPartition("t", 0): 5}, "the failed record stays uncommitted"
 
@@ -250,7 +293,7 @@ def test_at_most_once_commits_before_handling():
         original(records)
 
     member.delivery = deliver
-    member._handle_batch(_records(7, 8))
+    member._handle_batch(consumer.returned(_records(7, 8)))
     assert consumer.commits == [{TopicPartition("t", 0): 8}, {TopicPartition("t", 0): 9}]
     assert seen_commits_at_handle == [1, 2], "each record was committed before its handler ran"
 
@@ -259,23 +302,51 @@ def test_at_most_once_does_not_handle_records_whose_commit_was_refused(capsys):
     handled: list[int] = []
     member, consumer = _member("at-most-once", "batch", handled)
     consumer.refusing = True
-    member._handle_batch(_records(0, 1))
+    member._handle_batch(consumer.returned(_records(0, 1)))
     assert handled == [] and "commit not accepted" in capsys.readouterr().err
+    assert consumer.seeks == [(TopicPartition("t", 0), 0)], "the position went back: no commit passes them"
     consumer.refusing = False
-    member._handle_batch(_records(2))
-    assert handled == [2]
+    member._handle_batch(consumer.returned(_records(0, 1)))
+    assert handled == [0, 1]
 
 
 def test_revoked_partitions_commit_their_processed_offsets_and_lost_ones_do_not():
     handled: list[int] = []
     member, consumer = _member("at-least-once", "60000ms", handled)
-    member._handle_batch(_records(0, 1) + _records(4, partition=1))
+    member._handle_batch(consumer.returned(_records(0, 1) + _records(4, partition=1)))
     assert consumer.commits == []
     member._on_revoke([TopicPartition("t", 0)])
+    consumer.drop(TopicPartition("t", 0))
     assert consumer.commits == [{TopicPartition("t", 0): 2}]
     member._on_lost([TopicPartition("t", 1)])
+    consumer.drop(TopicPartition("t", 1))
     member._commit_processed()
     assert consumer.commits == [{TopicPartition("t", 0): 2}], "a lost partition's offsets are not committed"
+
+
+def test_a_commit_covers_every_assigned_partition_including_those_that_returned_nothing():
+    handled: list[int] = []
+    member, consumer = _member("at-least-once", "batch", handled)
+    consumer._positions = {TopicPartition("t", 1): 7, TopicPartition("t", 2): 0}  # assigned, nothing yet
+    member._handle_batch(consumer.returned(_records(3, 4)))
+    assert consumer.commits == [{TopicPartition("t", 0): 5, TopicPartition("t", 1): 7, TopicPartition("t", 2): 0}]
+    member._commit_moved_positions()
+    assert len(consumer.commits) == 1, "positions already committed are not committed again"
+    consumer._positions[TopicPartition("t", 3)] = 12  # a new assignment's start becomes known
+    member._commit_moved_positions()
+    assert consumer.commits[-1] == {TopicPartition("t", 3): 12}
+
+
+def test_the_member_says_where_each_new_partition_starts(capsys):
+    member, consumer = _member("at-least-once", "batch", [])
+    member.starting = {TopicPartition("t", 0): 5, TopicPartition("t", 1): None}
+    consumer.assignment = lambda: [TopicPartition("t", 0), TopicPartition("t", 1)]
+    consumer._positions = {TopicPartition("t", 1): 40}
+    records = consumer.returned(_records(5, 6))  # the first poll already returned partition 0's records
+    member._announce_starts(records)
+    line = capsys.readouterr().err.strip()
+    assert line == ("group g: starts t/0 at 5 (committed), t/1 at 40 (no commit yet: latest); records "
+                    "already there are skipped (--from-beginning reads them)")
 
 
 # --------------------------------------------------------------------------- rendering and configs
