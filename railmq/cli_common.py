@@ -1,8 +1,11 @@
 """What every `railmq` command shares: exit codes, the cluster flags, error lines, record rendering.
 
-The cluster flags are `--bootstrap` (default from `RAILMQ_BOOTSTRAP`, else the address `railmq up`
-listens on by default) and `--request-timeout-ms` (how long one request may wait for an answer;
-a cluster that is not there is reported as REQUEST_TIMED_OUT after it).
+The cluster flags are `-b/--bootstrap` (also spelt `--bootstrap-server`, as Kafka's tools do, and
+`--brokers`, as rpk does; default from `RAILMQ_BOOTSTRAP`, else the address `railmq up` listens on
+by default) and `--request-timeout-ms` (how long one request may wait for an answer). An address
+is `host:port`, `tcp://host:port` or `ipc://path`; `localhost` means 127.0.0.1, where `railmq up`
+listens. Whether anything answers there is checked once before a command runs
+(railmq/cli_connect.py), so a missing cluster is reported in about a second, not after a timeout.
 
 Record rendering is one pure function per format, so `consume` and a group member print the same
 lines: `record_to_json` (one JSON object, bytes as UTF-8 text or base64 with an `*_encoding`
@@ -35,7 +38,7 @@ REQUEST_TIMEOUT_DEFAULT_MS = 10_000
 # A human line shows at most this many characters of a value; --json shows everything.
 LINE_VALUE_CHARS_MAX = 200
 
-_ENDPOINT = re.compile(r"^(tcp://[^:/\s]+:\d{1,5}|ipc://\S+)$")
+_HOST_PORT = re.compile(r"^(?:tcp://)?(?P<host>[A-Za-z0-9.\-]+):(?P<port>\d{1,5})$")
 
 
 class UsageError(Exception):
@@ -54,9 +57,32 @@ def print_error(name: str, sentence: str) -> None:
 
 
 def endpoint(text: str) -> str:
-    if not _ENDPOINT.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an endpoint like tcp://127.0.0.1:{DEFAULT_PORT}")
-    return text
+    """`host:port`, `tcp://host:port` or `ipc://path` as the ZeroMQ endpoint clients connect to."""
+    text = text.strip()
+    if text.startswith("ipc://") and len(text) > len("ipc://"):
+        return text
+    match = _HOST_PORT.match(text)
+    if match is None or not 0 < int(match.group("port")) <= 65535:
+        hint = " (railmq has one coordinator address)" if "," in text else ""
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an endpoint like 127.0.0.1:{DEFAULT_PORT} or tcp://127.0.0.1:{DEFAULT_PORT}{hint}")
+    host = "127.0.0.1" if match.group("host") == "localhost" else match.group("host")
+    return f"tcp://{host}:{int(match.group('port'))}"
+
+
+def clients_default_bootstrap() -> str:
+    """The address a client command uses when given none ($RAILMQ_BOOTSTRAP, else 127.0.0.1:7411)."""
+    try:
+        return endpoint(os.environ.get(BOOTSTRAP_ENVIRONMENT) or f"127.0.0.1:{DEFAULT_PORT}")
+    except argparse.ArgumentTypeError:
+        return DEFAULT_BOOTSTRAP
+
+
+def default_port() -> int:
+    """Where `railmq up` listens by default: where clients will look ($RAILMQ_BOOTSTRAP's port when
+    it names 127.0.0.1), else 7411."""
+    host, _, port = clients_default_bootstrap().removeprefix("tcp://").rpartition(":")
+    return int(port) if host == "127.0.0.1" else DEFAULT_PORT
 
 
 def positive_int(text: str) -> int:
@@ -88,13 +114,17 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap", type=endpoint, default=os.environ.get(BOOTSTRAP_ENVIRONMENT) or DEFAULT_BOOTSTRAP,
-        help=f"the cluster's coordinator endpoint (default: ${BOOTSTRAP_ENVIRONMENT} or {DEFAULT_BOOTSTRAP})")
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument(
+        "-b", "--bootstrap", "--bootstrap-server", "--brokers", dest="bootstrap", type=endpoint,
+        default=os.environ.get(BOOTSTRAP_ENVIRONMENT) or DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        help=f"the cluster's coordinator address (default: ${BOOTSTRAP_ENVIRONMENT}, else "
+             f"127.0.0.1:{DEFAULT_PORT}, where `railmq up` listens)")
     # argparse passes a string default through `type` too, so a bad RAILMQ_BOOTSTRAP exits 2.
-    parser.add_argument(
+    cluster.add_argument(
         "--request-timeout-ms", type=positive_int, default=REQUEST_TIMEOUT_DEFAULT_MS, metavar="MS",
         help=f"how long one request waits for an answer (default {REQUEST_TIMEOUT_DEFAULT_MS})")
+    parser.set_defaults(needs_cluster=True)
 
 
 # --------------------------------------------------------------------------- records
