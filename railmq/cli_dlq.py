@@ -4,10 +4,14 @@ Rendering only: the facts come from `railmq.dlq` (depth, `inspect`, `redrive`), 
 printed here are the ones tests and other tools compute.
 
 - `list`: every `*.dlq` topic with its depth and how many of those records the redrive group has
-  not moved back yet (the log is append-only: a redriven record stays until retention).
+  not moved back yet (the log is append-only: a redriven record stays until retention); `--json`.
 - `inspect TOPIC`: dead letters with their source, group, reason, attempts and last error
   (`--json`: one object per line, bytes as UTF-8 text or base64 like `railmq consume --json`).
-- `redrive TOPIC`: move them back to their source topics (or `--to`), at most `--rate` a second.
+- `redrive TOPIC`: move them back to their source topics (or `--to`), at most `--rate` a second;
+  `--json` prints the result as one object.
+
+`inspect` on a topic none of whose records is a dead letter (a source topic named by mistake) is
+an error that names the topic's dead-letter topics, not a table of "not a dead letter" rows.
 
 `dlq_warning(admin, group_topics)` gives `railmq groups describe` its dead-letter lines: the
 depth of each DLQ topic of the group's topics, as a warning when it is not zero (a dead-letter
@@ -27,7 +31,9 @@ import sys
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
+import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -38,9 +44,10 @@ from railmq.cli_common import (
     record_to_dict,
 )
 from railmq.dlq import (
-    DEFAULT_REDRIVE_GROUP, DeadLetter, DeadLetterTopicInfo, RedriveResult, default_dlq_topic,
+    DEFAULT_REDRIVE_GROUP, DLQ_SUFFIX, DeadLetter, DeadLetterTopicInfo, RedriveResult, default_dlq_topic,
     describe_dead_letter_topic, inspect, list_dead_letter_topics, redrive,
 )
+from railmq.cli_tables import Column, print_table
 from railmq.records import ConsumerRecord
 
 INSPECT_LIMIT_DEFAULT = 20
@@ -54,6 +61,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     dlq = commands.add_parser("dlq", help="list, inspect and redrive dead-letter topics")
     actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="every dead-letter topic (*.dlq) with its depth")
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
     add_cluster_arguments(listing)
     listing.set_defaults(handler=run_list)
     reading = actions.add_parser("inspect", help="dead letters: source, group, reason, attempts, last error")
@@ -78,8 +86,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     moving.add_argument("--group", default=DEFAULT_REDRIVE_GROUP, metavar="G",
                         help=f"the group that remembers how far redrives got "
                              f"(default {DEFAULT_REDRIVE_GROUP})")
+    moving.add_argument("--json", action="store_true", help="print the result as JSON")
     add_cluster_arguments(moving)
-    moving.set_defaults(handler=run_redrive, parser=moving)
+    moving.set_defaults(handler=run_redrive, parser=moving, precheck=check_redrive_usage)
 
 
 def reporting_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -103,18 +112,23 @@ def reporting_errors(command: Callable[[argparse.Namespace], int]) -> Callable[[
 def run_list(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap, timeout_ms=args.request_timeout_ms) as admin:
         topics = list_dead_letter_topics(admin)
-    Console().print(depth_table(topics) if topics else "no dead-letter topics")
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(topics), indent=2))
+        return EXIT_OK
+    if not topics:
+        Console().print("no dead-letter topics")
+        return EXIT_OK
+    print_table(Console(), DEPTH_COLUMNS, depth_rows(topics), title="dead-letter topics")
     return EXIT_OK
 
 
-def depth_table(topics: list[DeadLetterTopicInfo]) -> Table:
-    table = Table(title="dead-letter topics", title_justify="left")
-    for column in ("topic", "source", "partitions", "depth", "not redriven"):
-        table.add_column(column, justify="left" if column in ("topic", "source") else "right")
-    for info in topics:
-        depth = f"[bold red]{info.depth}[/]" if info.depth else "0"
-        table.add_row(info.topic, info.source_topic, str(info.partitions), depth, str(info.pending))
-    return table
+DEPTH_COLUMNS = [Column("topic"), Column("source"), Column("partitions", "right", optional=True),
+                 Column("depth", "right"), Column("not redriven", "right")]
+
+
+def depth_rows(topics: list[DeadLetterTopicInfo]) -> list[list[str]]:
+    return [[info.topic, info.source_topic, str(info.partitions), f"[bold red]{info.depth}[/]" if info.depth else "0",
+             str(info.pending)] for info in topics]
 
 
 # --------------------------------------------------------------------------- inspect
@@ -124,12 +138,31 @@ def depth_table(topics: list[DeadLetterTopicInfo]) -> Table:
 def run_inspect(args: argparse.Namespace) -> int:
     letters = inspect(args.bootstrap, args.topic, args.limit, args.from_offset, partition=args.partition,
                       timeout_ms=args.request_timeout_ms)
+    if letters and all(letter.malformed for letter in letters) and not args.topic.endswith(DLQ_SUFFIX):
+        raise RailmqError(ErrorCode.INVALID_REQUEST, not_a_dlq_sentence(args))
     if args.json:
         lines = [json.dumps(letter_to_dict(letter), ensure_ascii=False) + "\n" for letter in letters]
         sys.stdout.write("".join(lines))
     else:
-        Console().print(letters_table(args.topic, letters) if letters else f"no dead letters in {args.topic}")
+        console = Console()
+        if letters:
+            print_table(console, LETTER_COLUMNS, letter_rows(letters), title=f"dead letters in {args.topic}")
+        else:
+            console.print(f"no dead letters in {args.topic}")
     return EXIT_OK
+
+
+def not_a_dlq_sentence(args: argparse.Namespace) -> str:
+    with Admin(args.bootstrap, timeout_ms=args.request_timeout_ms) as admin:
+        known = [info.topic for info in list_dead_letter_topics(admin)]
+    mine = default_dlq_topic(args.topic)
+    if mine in known:
+        hint = f"its dead letters are in {mine}: railmq dlq inspect {mine}"
+    elif known:
+        hint = f"dead-letter topics: {', '.join(known)}"
+    else:
+        hint = "no dead-letter topic exists yet"
+    return f"{args.topic} is not a dead-letter topic (none of its records carries railmq.dlq.* headers); {hint}"
 
 
 def letter_to_dict(letter: DeadLetter) -> dict:
@@ -149,21 +182,23 @@ def letter_to_dict(letter: DeadLetter) -> dict:
     }
 
 
-def letters_table(topic: str, letters: list[DeadLetter]) -> Table:
-    table = Table(title=f"dead letters in {topic}", title_justify="left")
-    for column in ("at", "source", "group", "reason", "attempts", "last error", "dead-lettered", "key",
-                   "value"):
-        table.add_column(column, justify="right" if column == "attempts" else "left")
+LETTER_COLUMNS = [Column("at"), Column("source"), Column("group", optional=True), Column("reason"),
+                  Column("attempts", "right"), Column("last error"), Column("dead-lettered", optional=True),
+                  Column("key", optional=True), Column("value", optional=True)]
+
+
+def letter_rows(letters: list[DeadLetter]) -> list[list[str]]:
+    rows = []
     for letter in letters:
         if letter.malformed:
-            source, reason = "-", f"[bold red]not a dead letter: {_cut(letter.malformed)}[/]"
+            source, reason = "-", f"[bold red]not a dead letter: {escape(_cut(letter.malformed))}[/]"
         else:
             source = f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset}"
-            reason = letter.reason
-        table.add_row(f"{letter.partition}@{letter.offset}", source, letter.group or "-", reason,
-                      str(letter.attempts) if letter.attempts >= 0 else "-", _cut(letter.last_error) or "-",
-                      _when(letter.dead_lettered_ms), _shown(letter.key), _shown(letter.value))
-    return table
+            reason = escape(letter.reason)
+        rows.append([f"{letter.partition}@{letter.offset}", escape(source), escape(letter.group or "-"), reason,
+                     str(letter.attempts) if letter.attempts >= 0 else "-", escape(_cut(letter.last_error) or "-"),
+                     _when(letter.dead_lettered_ms), escape(_shown(letter.key)), escape(_shown(letter.value))])
+    return rows
 
 
 def _when(timestamp_ms: int) -> str:
@@ -189,11 +224,15 @@ def _cut(text: str) -> str:
 # --------------------------------------------------------------------------- redrive
 
 
-@reporting_errors
-def run_redrive(args: argparse.Namespace) -> int:
+def check_redrive_usage(args: argparse.Namespace) -> None:
     if args.to_topic == args.topic:
         raise UsageError(args.parser,
                          "--to names the dead-letter topic itself; records would go round in circles")
+
+
+@reporting_errors
+def run_redrive(args: argparse.Namespace) -> int:
+    check_redrive_usage(args)
     progress = Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
     with progress:
         task = progress.add_task(f"redriving {args.topic}", total=None)
@@ -203,6 +242,9 @@ def run_redrive(args: argparse.Namespace) -> int:
         result = redrive(args.bootstrap, args.topic, to_topic=args.to_topic, rate_per_s=args.rate,
                          max_messages=args.max_messages, group=args.group,
                          request_timeout_ms=args.request_timeout_ms, on_progress=show)
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(result), indent=2))
+        return EXIT_OK
     console = Console()
     console.print(redrive_summary(result))
     if result.by_destination:

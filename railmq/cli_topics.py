@@ -1,72 +1,109 @@
-"""`railmq topics create|list|describe|delete`: topic administration over `railmq.admin.Admin`.
+"""`railmq topics create|list|describe|describe-config|add-partitions|delete`: topic administration.
 
 This module parses, calls the admin client and renders; it decides nothing about topics itself
 (the coordinator validates names, counts and configs and answers with typed errors). Topic
-configs given as `--config key=value` are converted to `TopicConfig` field types here so a
-misspelt key or a non-number is a usage error (exit 2) before anything is sent.
+configs given as `-c key=value` (Kafka's dotted names such as `retention.ms` work too) are
+converted to `TopicConfig` field types here, so a misspelt key or a non-number is a usage error
+(exit 2) before anything is sent. Topic settings are fixed at creation; partitions can be added.
+
+Defaults fit the cluster: 3 partitions, a replication factor of min(3, nodes), and min in-sync 2
+when there are at least 3 replicas (so acks=all survives one replica down), else 1.
 
 `describe` reads the leader's position from the `ReplicaInfo` the coordinator last heard from
 each replica, so its high watermark and log end offset can trail the leader's by one heartbeat.
+Its table is a list of `Column`s (`DESCRIBE_COLUMNS`) and one cell function per column, so a
+column is added in one place; columns that do not fit the terminal are dropped, last first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 from rich.console import Console
-from rich.table import Table
 
+from actors.errors import ErrorCode, RailmqError
 from actors.messages import PartitionMetadata, ReplicaInfo, TopicConfig, TopicMetadata
 from railmq.admin import Admin
-from railmq.cli_common import (
-    EXIT_OK, UsageError, add_cluster_arguments, key_value, positive_int,
-)
+from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, key_value, positive_int
+from railmq.cli_tables import Column, print_table
 
-# Config keys settable with --config: every TopicConfig field except the one with its own flag.
+# Config keys settable with -c: every TopicConfig field except the one with its own flag.
 CONFIG_KEYS = tuple(name for name in TopicConfig.__struct_fields__ if name != "min_insync_replicas")
 _NONE_WORDS = frozenset({"none", "null", ""})
+DEFAULT_PARTITIONS = 3
+REPLICATION_FACTOR_MAX_DEFAULT = 3  # Kafka's usual production choice
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    topics = commands.add_parser("topics", help="create, list, describe and delete topics")
+    topics = commands.add_parser("topics", help="create, list, describe, grow and delete topics",
+                                 description="Topic administration.")
     actions = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     _add_create(actions)
     listing = actions.add_parser("list", help="every topic with its partition and replica counts")
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
     add_cluster_arguments(listing)
     listing.set_defaults(handler=run_list)
     describe = actions.add_parser("describe", help="leaders, replicas, ISR and offsets per partition")
-    describe.add_argument("name", metavar="NAME")
+    describe.add_argument("name", metavar="NAME", help="the topic")
     describe.add_argument("--json", action="store_true", help="print every replica's details as JSON")
     add_cluster_arguments(describe)
     describe.set_defaults(handler=run_describe)
-    delete = actions.add_parser("delete", help="delete a topic and its data")
-    delete.add_argument("name", metavar="NAME")
+    settings = actions.add_parser("describe-config", help="every setting of a topic, and which are defaults")
+    settings.add_argument("name", metavar="NAME", help="the topic")
+    settings.add_argument("--json", action="store_true", help="print the settings as JSON")
+    add_cluster_arguments(settings)
+    settings.set_defaults(handler=run_describe_config)
+    _add_partitions(actions)
+    delete = actions.add_parser("delete", help="delete topics and their data")
+    delete.add_argument("names", nargs="+", metavar="NAME", help="the topics")
+    delete.add_argument("--if-exists", action="store_true", help="a topic that does not exist is not an error")
     add_cluster_arguments(delete)
     delete.set_defaults(handler=run_delete)
 
 
 def _add_create(actions: argparse._SubParsersAction) -> None:
     create = actions.add_parser("create", help="create a topic")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument("--partitions", type=positive_int, default=1, metavar="N")
-    create.add_argument("--replication-factor", type=positive_int, default=1, metavar="N")
-    create.add_argument("--min-insync", type=positive_int, default=1, metavar="N",
-                        help="replicas that must have a record before acks=all acknowledges it")
-    create.add_argument("--config", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+    create.add_argument("name", metavar="NAME", help="the topic's name")
+    create.add_argument("-p", "--partitions", type=positive_int, default=DEFAULT_PARTITIONS, metavar="N",
+                        help="how many partitions (the unit of parallelism and of ordering)")
+    create.add_argument("-r", "--replication-factor", "--replicas", dest="replication_factor", type=positive_int,
+                        metavar="N", help="copies of each partition (default: min(3, the cluster's nodes))")
+    create.add_argument("--min-insync", "--min-insync-replicas", dest="min_insync", type=positive_int, metavar="N",
+                        help="replicas that must have a record before acks=all acknowledges it "
+                             "(default: 2 with 3 or more replicas, else 1)")
+    create.add_argument("-c", "--config", "--topic-config", dest="config", type=key_value, action="append",
+                        default=[], metavar="KEY=VALUE",
                         help=f"topic setting, repeatable; keys: {', '.join(CONFIG_KEYS)}")
+    create.add_argument("--if-not-exists", action="store_true", help="a topic that exists already is not an error")
     add_cluster_arguments(create)
-    create.set_defaults(handler=run_create, parser=create)
+    create.set_defaults(handler=run_create, precheck=check_create_usage, parser=create)
+
+
+def _add_partitions(actions: argparse._SubParsersAction) -> None:
+    grow = actions.add_parser("add-partitions", help="give a topic more partitions (never fewer)",
+                              description="Add partitions to a topic. Keys hash to partitions by count, "
+                                          "so a key may land on a new partition afterwards.")
+    grow.add_argument("name", metavar="NAME", help="the topic")
+    count = grow.add_mutually_exclusive_group(required=True)
+    count.add_argument("-n", "--num", type=positive_int, metavar="N", help="add N partitions (rpk's --num)")
+    count.add_argument("--total", type=positive_int, metavar="N",
+                       help="grow to N partitions in all (kafka-topics --alter --partitions)")
+    add_cluster_arguments(grow)
+    grow.set_defaults(handler=run_add_partitions)
 
 
 def topic_config(pairs: list[tuple[str, str]], min_insync: int) -> TopicConfig:
     """A TopicConfig from `key=value` strings; ValueError names the bad key or value."""
     values: dict[str, Any] = {"min_insync_replicas": min_insync}
-    for name, text in pairs:
+    for given, text in pairs:
+        name = given.replace(".", "_").replace("-", "_")
+        if name == "min_insync_replicas":
+            raise ValueError("min in-sync replicas has its own flag: --min-insync N")
         if name not in CONFIG_KEYS:
-            raise ValueError(f"unknown config key {name!r}; known keys: {', '.join(CONFIG_KEYS)}")
+            raise ValueError(f"unknown config key {given!r}; known keys: {', '.join(CONFIG_KEYS)}")
         values[name] = None if text.strip().lower() in _NONE_WORDS else text
     try:
         return msgspec.convert(values, TopicConfig, strict=False)
@@ -78,33 +115,70 @@ def _admin(args: argparse.Namespace) -> Admin:
     return Admin(args.bootstrap, timeout_ms=args.request_timeout_ms)
 
 
-def run_create(args: argparse.Namespace) -> int:
+def creation_defaults(nodes: int, replication_factor: int | None, min_insync: int | None) -> tuple[int, int]:
+    """(replication factor, min in-sync) with the defaults filled in for a cluster of `nodes`."""
+    replication = replication_factor or max(1, min(REPLICATION_FACTOR_MAX_DEFAULT, nodes))
+    return replication, min_insync or (2 if replication >= 3 else 1)
+
+
+def check_create_usage(args: argparse.Namespace) -> None:
     try:
-        config = topic_config(args.config, args.min_insync)
+        topic_config(args.config, args.min_insync or 1)
     except ValueError as error:
         raise UsageError(args.parser, str(error)) from None
+
+
+def run_create(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        admin.create_topic(args.name, partitions=args.partitions, replication_factor=args.replication_factor,
-                           config=config, timeout_s=args.request_timeout_ms / 1000)
-    print(f"created topic {args.name} with {args.partitions} partitions, replication factor "
-          f"{args.replication_factor}, min in-sync {args.min_insync}")
+        replication, min_insync = creation_defaults(len(admin.metadata([]).nodes), args.replication_factor,
+                                                    args.min_insync)
+        try:
+            config = topic_config(args.config, min_insync)
+        except ValueError as error:
+            raise UsageError(args.parser, str(error)) from None
+        try:
+            admin.create_topic(args.name, partitions=args.partitions, replication_factor=replication,
+                               config=config, timeout_s=args.request_timeout_ms / 1000)
+        except RailmqError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS or not args.if_not_exists:
+                raise
+            print(f"topic {args.name} exists already")
+            return EXIT_OK
+    print(f"created topic {args.name}: {args.partitions} partition{'s' if args.partitions != 1 else ''}, "
+          f"replication factor {replication}, min in-sync {min_insync}")
     return EXIT_OK
+
+
+def _topic_row(topic: TopicMetadata) -> dict[str, Any]:
+    partitions = topic.partitions
+    return {
+        "topic": topic.name, "partitions": len(partitions),
+        "replication_factor": len(partitions[0].replicas) if partitions else 0,
+        "min_insync_replicas": topic.config.min_insync_replicas,
+        "under_replicated": sum(1 for p in partitions if len(p.isr) < len(p.replicas)),
+        "offline": sum(1 for p in partitions if p.leader < 0 or not p.leader_endpoint),
+    }
+
+
+LIST_COLUMNS = [Column("topic"), Column("partitions", "right"), Column("replication", "right"),
+                Column("min in-sync", "right"), Column("under-replicated", "right", optional=True),
+                Column("offline", "right")]
 
 
 def run_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         topics = admin.metadata().topics
-    table = Table(title="topics", title_justify="left")
-    for column in ("topic", "partitions", "replication", "min in-sync", "under-replicated", "offline"):
-        table.add_column(column, justify="left" if column == "topic" else "right")
-    for topic in topics:
-        partitions = topic.partitions
-        replication = len(partitions[0].replicas) if partitions else 0
-        under = sum(1 for p in partitions if len(p.isr) < len(p.replicas))
-        offline = sum(1 for p in partitions if p.leader < 0 or not p.leader_endpoint)
-        table.add_row(topic.name, str(len(partitions)), str(replication),
-                      str(topic.config.min_insync_replicas), _warn(under), _warn(offline))
-    Console().print(table if topics else "no topics")
+    rows = [_topic_row(topic) for topic in topics]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    console = Console()
+    if not rows:
+        console.print("no topics (railmq topics create NAME makes one)")
+        return EXIT_OK
+    cells = [[row["topic"], str(row["partitions"]), str(row["replication_factor"]), str(row["min_insync_replicas"]),
+              _warn(row["under_replicated"]), _warn(row["offline"])] for row in rows]
+    print_table(console, LIST_COLUMNS, cells, title="topics")
     return EXIT_OK
 
 
@@ -118,7 +192,9 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(describe_to_dict(topic), indent=2))
     else:
-        Console().print(_describe_table(topic))
+        config = topic.config
+        print_table(Console(), DESCRIBE_COLUMNS, [describe_cells(partition) for partition in topic.partitions],
+                    title=f"topic {topic.name} (min in-sync {config.min_insync_replicas}, flush {config.flush_policy})")
     return EXIT_OK
 
 
@@ -130,12 +206,12 @@ def describe_to_dict(topic: TopicMetadata) -> dict[str, Any]:
     return {
         "topic": topic.name,
         "topic_id": topic.topic_id,
-        "config": _config_settings(topic.config),
+        "config": config_settings(topic.config),
         "partitions": [_partition_to_dict(partition) for partition in topic.partitions],
     }
 
 
-def _config_settings(config: TopicConfig) -> dict[str, Any]:
+def config_settings(config: TopicConfig) -> dict[str, Any]:
     """Every setting, defaults included (msgspec would omit the defaults when encoding)."""
     return {name: getattr(config, name) for name in TopicConfig.__struct_fields__}
 
@@ -160,28 +236,80 @@ def _partition_to_dict(partition: PartitionMetadata) -> dict[str, Any]:
     }
 
 
-def _describe_table(topic: TopicMetadata) -> Table:
-    config = topic.config
-    table = Table(title=f"topic {topic.name} (min in-sync {config.min_insync_replicas}, "
-                        f"flush {config.flush_policy})", title_justify="left")
-    for column in ("partition", "leader", "epoch", "replicas", "isr", "high watermark", "log end offset"):
-        table.add_column(column, justify="right" if column not in ("replicas", "isr") else "left")
-    for partition in topic.partitions:
+def _leader_cell(partition: PartitionMetadata) -> str:
+    return str(partition.leader) if partition.leader >= 0 and partition.leader_endpoint else "[red]none[/]"
+
+
+def _isr_cell(partition: PartitionMetadata) -> str:
+    text = ",".join(map(str, partition.isr)) or "-"
+    return f"[yellow]{text}[/]" if len(partition.isr) < len(partition.replicas) else text
+
+
+def _leader_offset(field: str) -> Callable[[PartitionMetadata], str]:
+    def cell(partition: PartitionMetadata) -> str:
         leader = leader_info(partition)
-        led = partition.leader >= 0 and partition.leader_endpoint
-        leader_text = str(partition.leader) if led else "[red]none[/]"
-        isr_text = ",".join(map(str, partition.isr))
-        if len(partition.isr) < len(partition.replicas):
-            isr_text = f"[yellow]{isr_text}[/]"
-        table.add_row(str(partition.partition), leader_text, str(partition.leader_epoch),
-                      ",".join(map(str, partition.replicas)), isr_text,
-                      str(leader.high_watermark) if leader else "-",
-                      str(leader.log_end_offset) if leader else "-")
-    return table
+        return str(getattr(leader, field)) if leader else "-"
+    return cell
+
+
+# One (column, cell) pair per column of `topics describe`, in order; add a column here.
+DESCRIBE_TABLE: list[tuple[Column, Callable[[PartitionMetadata], str]]] = [
+    (Column("partition", "right"), lambda partition: str(partition.partition)),
+    (Column("leader", "right"), _leader_cell),
+    (Column("epoch", "right"), lambda partition: str(partition.leader_epoch)),
+    (Column("replicas"), lambda partition: ",".join(map(str, partition.replicas))),
+    (Column("isr"), _isr_cell),
+    (Column("high watermark", "right"), _leader_offset("high_watermark")),
+    (Column("log end", "right", optional=True), _leader_offset("log_end_offset")),
+    (Column("log start", "right", optional=True), _leader_offset("log_start_offset")),
+]
+DESCRIBE_COLUMNS = [column for column, _ in DESCRIBE_TABLE]
+
+
+def describe_cells(partition: PartitionMetadata) -> list[str]:
+    return [cell(partition) for _, cell in DESCRIBE_TABLE]
+
+
+CONFIG_COLUMNS = [Column("setting"), Column("value", "right"), Column("source")]
+
+
+def run_describe_config(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        topic = admin.describe_topic(args.name)
+    settings = config_settings(topic.config)
+    defaults = config_settings(TopicConfig())
+    if args.json:
+        print(json.dumps({"topic": topic.name, "config": settings,
+                          "defaults": sorted(name for name in settings if settings[name] == defaults[name])},
+                         indent=2))
+        return EXIT_OK
+    rows = [[name, "none" if value is None else str(value),
+             "default" if value == defaults[name] else "set at creation"] for name, value in settings.items()]
+    print_table(Console(), CONFIG_COLUMNS, rows, title=f"settings of topic {topic.name} (fixed at creation)")
+    return EXIT_OK
+
+
+def run_add_partitions(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        current = len(admin.describe_topic(args.name).partitions)
+        total = args.total if args.total is not None else current + args.num
+        if total <= current:
+            raise RailmqError(ErrorCode.INVALID_PARTITIONS,
+                              f"{args.name} has {current} partitions already; partitions can only be added")
+        admin.create_partitions(args.name, total, timeout_s=args.request_timeout_ms / 1000)
+    print(f"topic {args.name} now has {total} partitions (was {current}); keys may map to new partitions")
+    return EXIT_OK
 
 
 def run_delete(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        admin.delete_topic(args.name)
-    print(f"deleted topic {args.name}")
+        for name in args.names:
+            try:
+                admin.delete_topic(name)
+            except RailmqError as error:
+                if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or not args.if_exists:
+                    raise
+                print(f"topic {name} does not exist")
+                continue
+            print(f"deleted topic {name}")
     return EXIT_OK
