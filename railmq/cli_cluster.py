@@ -1,7 +1,11 @@
-"""`railmq up` (a local cluster in the foreground) and `railmq demo` (the main job, end to end).
+"""`railmq up` (a local cluster, in the foreground or `--detach`ed), `down`, `cluster info|health`
+(railmq/cli_health.py) and `railmq demo` (the main job, end to end).
 
 Both own a `LocalCluster` for their whole life and always stop it — on Ctrl-C, SIGTERM, an error
 or a normal end — so no actor process and (for the demo) no temporary directory outlives them.
+A foreground `up` records itself in `<data dir>/railmq.json` while it runs, which is how
+`up --detach` knows it started and `down` finds it (railmq/cli_daemon.py). A foreground `up` put
+in the background of a shell (`railmq up &`) draws no spinner and says that Ctrl-C will not reach it.
 Actor processes ignore SIGINT (transport/actor_main.py): the terminal's Ctrl-C reaches only this
 process's handler, which stops the actors in order.
 
@@ -14,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 import sys
 import time
+from contextlib import nullcontext
 
 from rich.console import Console
 from rich.panel import Panel
@@ -24,12 +30,18 @@ from rich.table import Table
 
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
-from railmq.cli_common import DEFAULT_PORT, EXIT_FAILED, EXIT_OK, non_negative_int, positive_int, print_error
+from railmq import cli_health
+from railmq.cli_common import (
+    BOOTSTRAP_ENVIRONMENT, DEFAULT_PORT, EXIT_FAILED, EXIT_OK, clients_default_bootstrap, default_port,
+    non_negative_int, positive_int, print_error,
+)
+from railmq.cli_daemon import remove_state, run_detached, run_down, write_state
 from railmq.cluster import LocalCluster
 from railmq.consumer import Consumer
 from railmq.member_process import StopSignal
 from railmq.producer import Producer
 
+DATA_DIR_DEFAULT = "./railmq-data"
 # How often `up` wakes while waiting for a stop signal (signals also interrupt the wait).
 UP_WAKE_INTERVAL_S = 1.0
 DEMO_TOPIC = "orders"
@@ -40,13 +52,24 @@ DEMO_READ_TIMEOUT_S = 10.0
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    up = commands.add_parser("up", help="run a local cluster in the foreground (Ctrl-C stops it)")
+    up = commands.add_parser("up", help="run a local cluster (foreground: Ctrl-C stops it; --detach: railmq down)",
+                             description="Run a local cluster on this machine.")
     up.add_argument("--nodes", type=positive_int, default=3, metavar="N", help="broker nodes (default 3)")
-    up.add_argument("--data-dir", default="./railmq-data", metavar="DIR",
-                    help="where data lives (default ./railmq-data)")
-    up.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, metavar="P",
-                    help=f"the coordinator's port; clients use tcp://127.0.0.1:P (default {DEFAULT_PORT})")
+    up.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
+                    help=f"where data lives (default {DATA_DIR_DEFAULT})")
+    up.add_argument("--port", type=tcp_port, default=default_port(), metavar="P",
+                    help=f"the coordinator's port; clients use 127.0.0.1:P (default: the port of "
+                         f"${BOOTSTRAP_ENVIRONMENT} when it names this machine, else {DEFAULT_PORT})")
+    up.add_argument("-d", "--detach", action="store_true",
+                    help="run in the background and return once it answers; `railmq down` stops it")
     up.set_defaults(handler=run_up)
+    down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
+    down.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
+                      help=f"the data directory it was started with (default {DATA_DIR_DEFAULT})")
+    down.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                      help="how long to wait for it to stop before killing it")
+    down.set_defaults(handler=run_down)
+    cli_health.register(commands)
     demo = commands.add_parser("demo", help="start a cluster, send keyed messages, show per-key order, stop")
     demo.set_defaults(handler=run_demo)
 
@@ -76,26 +99,40 @@ def port_is_free(port: int) -> bool:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.detach:
+        return run_detached(args, port_is_free)
     if not port_is_free(args.port):
         print_error("INVALID_CONFIG", f"port {args.port} on 127.0.0.1 is in use; choose another with --port")
         return EXIT_FAILED
     console = Console()
+    background = in_shell_background()
     with StopSignal() as stopping:
         cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port)
         try:
-            with console.status(f"starting {args.nodes} nodes..."):
+            with console.status(f"starting {args.nodes} nodes...") if not background else nullcontext():
                 cluster.start()
-            _announce(console, cluster)
+            write_state(args.data_dir, cluster.bootstrap, len(cluster.node_ids))
+            _announce(console, cluster, background)
             while not stopping.is_set():
                 stopping.wait(UP_WAKE_INTERVAL_S)
             console.print("stopping...")
         finally:
             cluster.stop()
+            remove_state(args.data_dir)
     console.print("stopped")
     return EXIT_OK
 
 
-def _announce(console: Console, cluster: LocalCluster) -> None:
+def in_shell_background() -> bool:
+    """True for a job put in the background of an interactive shell (`railmq up &`): the
+    terminal's Ctrl-C goes to the foreground job, and a spinner would draw over the prompt."""
+    try:
+        return os.getpgrp() != os.tcgetpgrp(sys.stdout.fileno())
+    except OSError:
+        return False  # no terminal: nothing to draw over
+
+
+def _announce(console: Console, cluster: LocalCluster, background: bool = False) -> None:
     endpoints = {actor["kind"]: actor["endpoint"] for actor in cluster.actors()}
     bootstrap = cluster.bootstrap
     lines = [
@@ -104,11 +141,15 @@ def _announce(console: Console, cluster: LocalCluster) -> None:
         f"nodes              {', '.join(map(str, cluster.node_ids))}",
         f"data               {cluster.data_dir}",
     ]
-    console.print(Panel("\n".join(lines), title="railmq is up", subtitle="Ctrl-C stops it", expand=False))
-    flag = "" if bootstrap.endswith(f":{DEFAULT_PORT}") else f" --bootstrap {bootstrap}"
+    stopping = "kill %1 (or kill the pid) stops it" if background else "Ctrl-C stops it"
+    console.print(Panel("\n".join(lines), title="railmq is up", subtitle=stopping, expand=False))
+    if background:
+        console.print("this runs in the background of your shell, where Ctrl-C does not reach it; "
+                      "`railmq up --detach` and `railmq down` are made for that", highlight=False)
+    flag = "" if bootstrap == clients_default_bootstrap() else f" --bootstrap {bootstrap}"
     replication = min(3, len(cluster.node_ids))
-    console.print(f"try: railmq topics create demo --partitions 3 --replication-factor {replication}{flag}"
-                  f" && railmq produce demo hello{flag} && railmq consume demo --from-beginning{flag}",
+    console.print(f"try: railmq topics create demo --replication-factor {replication}{flag}"
+                  f" && railmq produce demo hello{flag} && railmq consume demo --from-beginning -e{flag}",
                   soft_wrap=True, highlight=False)
     sys.stdout.flush()
 
