@@ -1,35 +1,108 @@
-"""The seed sweep behind `python -m chaos.simulator` and `railmq sim`: run seeds, print outcomes.
+"""The seed sweep behind `python -m chaos.simulator` and `railmq sim`: run seeds, say what each did.
 
-`run(args)` takes the flags `chaos.simulator.add_arguments` defines, simulates each seed in turn
-and prints one line per seed and a summary; a failing seed is printed with its problems and its
-last events, so it can be replayed from the seed alone. It decides nothing about the simulation
-itself: that is chaos/simulator.py.
+`run(args)` takes the flags `chaos.simulator.add_arguments` defines (plus `--json` under
+`railmq sim`), simulates each seed in turn and prints, per seed, its outcome, what it checked
+(how many acknowledged writes, deliveries, final logs and replica logs went through the checker)
+and which faults ran; then a summary. A sweep of several seeds shows a progress bar on a terminal
+(on stderr, so the lines and the JSON stay clean). A failing seed is printed with its problems
+and its last events, so it can be replayed from the seed alone. It decides nothing about the
+simulation itself: that is chaos/simulator.py; `seed_summary` reads a result's history.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import textwrap
 import time
+from collections import Counter
+from typing import Any
 
-from chaos.simulator import SimConfig, SimulationFailed, simulate
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from chaos.simulator import SimConfig, SimulationFailed, SimulationResult, simulate
+
+# What every seed is held to (chaos/simulator.py and chaos/sim_checks.py run these).
+CHECKS = (
+    "every actor's invariants after every step", "at most one leader per partition and epoch",
+    "no high watermark moving back within an epoch", "no acknowledged write lost", "per-key order",
+    "one value per offset", "committed offsets never moving back", "replicas agreeing below the high watermark",
+    "every acknowledged write reaching the group", "the group settling after the heal",
+)
+
+
+def seed_summary(result: SimulationResult) -> dict[str, Any]:
+    """What one seed's history holds: the checker's inputs, and the faults injected by kind."""
+    acknowledged = deliveries = commits = final_reads = replica_logs = 0
+    faults: Counter[str] = Counter()
+    events = []
+    for line in result.history:
+        kind, operation = line.get("type"), line.get("f")
+        if kind == "ok" and operation == "send":
+            acknowledged += 1
+        elif kind == "ok" and operation == "poll":
+            deliveries += len(line.get("records") or [])
+        elif kind == "ok" and operation == "commit":
+            commits += 1
+        elif kind == "final-read":
+            final_reads += 1
+        elif kind == "replica-log":
+            replica_logs += 1
+        elif kind == "fault" and line.get("phase", "start") == "start":
+            faults[str(line.get("nemesis"))] += 1
+            events.append({"at_ms": round((line["time_ns"] - result.history[0]["time_ns"]) / 1e6, 1),
+                           "nemesis": line.get("nemesis"), "target": line.get("target")})
+    return {"seed": result.seed, "ok": result.ok, "simulated_s": round(result.simulated_s, 3),
+            "wall_s": round(result.wall_s, 3), "steps": result.steps,
+            "checked": {"acknowledged_writes": acknowledged, "deliveries": deliveries, "commits": commits,
+                        "final_logs": final_reads, "replica_logs": replica_logs},
+            "faults": dict(sorted(faults.items())), "fault_events": events, "problems": list(result.problems)}
+
+
+def seed_line(summary: dict[str, Any]) -> str:
+    checked = summary["checked"]
+    faults = ", ".join(f"{name} ×{count}" for name, count in summary["faults"].items()) or "none"
+    outcome = "ok" if summary["ok"] else "FAILED"
+    return (f"seed {summary['seed']}: {outcome}  {summary['simulated_s']:.1f} simulated s in {summary['wall_s']:.2f} s, "
+            f"{summary['steps']:,} steps; checked {checked['acknowledged_writes']:,} acknowledged writes, "
+            f"{checked['deliveries']:,} deliveries, {checked['final_logs']} final logs, "
+            f"{checked['replica_logs']} replica logs; faults: {faults}")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the seeds `add_arguments` describes; 1 when any failed."""
     config = SimConfig(duration_ms=args.duration_ms, faults=args.faults, steps_max=args.steps)
     seeds = range(args.seed, args.seed + max(1, args.seeds))
-    failures, simulated, wall, started = [], 0.0, 0.0, time.perf_counter()
-    for seed in seeds:
-        result = simulate(seed, config)
-        simulated += result.simulated_s
-        wall += result.wall_s
-        if not result.ok:
-            failures.append(seed)
-            print(SimulationFailed(seed, result.problems, result.trace), file=sys.stderr)
-        elif not args.quiet:
-            print(f"seed {seed}: ok  {result.simulated_s:.1f} simulated s in {result.wall_s:.2f} s, {result.steps} steps")
+    as_json = bool(getattr(args, "json", False))
+    if not as_json and not args.quiet:
+        print(textwrap.fill(f"each seed is checked for: {'; '.join(CHECKS)}", width=100))
+    summaries, failures, simulated, wall, started = [], [], 0.0, 0.0, time.perf_counter()
+    progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("seeds"),
+                        TextColumn("{task.fields[failed]} failed"), TimeRemainingColumn(),
+                        console=Console(stderr=True), transient=True,
+                        disable=len(seeds) < 2 or not sys.stderr.isatty())
+    with progress:
+        task = progress.add_task("sweep", total=len(seeds), failed=0)
+        for seed in seeds:
+            result = simulate(seed, config)
+            summary = seed_summary(result)
+            summaries.append(summary)
+            simulated += result.simulated_s
+            wall += result.wall_s
+            if not result.ok:
+                failures.append(seed)
+                print(SimulationFailed(seed, result.problems, result.trace), file=sys.stderr, flush=True)
+            if not as_json and (not args.quiet or not result.ok):
+                print(seed_line(summary), flush=True)  # above the bar: rich redirects stdout while it draws
+            progress.update(task, advance=1, failed=len(failures))
     elapsed = time.perf_counter() - started
-    print(f"{len(seeds)} seeds, {len(failures)} failed {failures if failures else ''}; "
-          f"{simulated / wall:.0f}x real time, {len(seeds) / elapsed * 60:.0f} seeds per minute")
+    speed = {"x_real_time": round(simulated / wall, 1) if wall else None,
+             "seeds_per_minute": round(len(seeds) / elapsed * 60, 1) if elapsed else None}
+    if as_json:
+        print(json.dumps({"seeds": summaries, "failed": failures, "checks": list(CHECKS), **speed}, indent=2))
+    else:
+        print(f"{len(seeds)} seeds, {len(failures)} failed {failures if failures else ''}; "
+              f"{speed['x_real_time']:.0f}x real time, {speed['seeds_per_minute']:.0f} seeds per minute")
     return 1 if failures else 0
