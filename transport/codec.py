@@ -2,8 +2,17 @@
 
 A message on the wire is a list of frames: frame 0 is the MessagePack of the Struct with its
 payload fields emptied; then one frame per name in `PAYLOAD_FIELDS`, in order (see
-actors/messages.py). Decoding never raises anything but `DecodeFailure`, which carries the error
+actors/messages.py); then, from a member of the cluster, one authentication tag frame
+(transport/auth.py). Decoding never raises anything but `DecodeFailure`, which carries the error
 code to answer with and, when the header was readable, the correlation id to answer to.
+
+Everything a frame can be is treated as hostile (STYLE rule 7): a frame reaches an actor only as
+a known, typed message with the right number of frames. msgspec's decoders recurse on nested
+arrays and maps — also when they skip a field they do not know — and raise `RecursionError` at
+Python's recursion limit, so every decode here catches every exception, not only
+`msgspec.DecodeError`. When a header does not decode, the codec peeks at it once more for a
+correlation id to answer to; that peek reads only frames up to `PEEK_BYTES_MAX`, keeps only a
+`type` string and an integer `correlation_id` in [0, 2**63), and catches everything too.
 """
 
 from __future__ import annotations
@@ -13,7 +22,12 @@ from typing import Any, Sequence, Union
 import msgspec
 
 from actors.errors import ErrorCode
-from actors.messages import INTERNAL_TYPES, Message, wire_message_types
+from actors.messages import CORRELATION_ID_MAX, INTERNAL_TYPES, Message, wire_message_types
+from transport.auth import TAG_BYTES, Signer, looks_like_tag
+
+# A header worth peeking at for a correlation id is small: the largest legitimate headers
+# (an offset commit for a few thousand partitions) are tens of kilobytes.
+PEEK_BYTES_MAX = 256 * 1024
 
 
 class DecodeFailure(Exception):
@@ -23,16 +37,37 @@ class DecodeFailure(Exception):
         self.correlation_id = correlation_id
 
 
+class _Peek(msgspec.Struct):
+    """The two fields worth knowing about a header that failed to decode, left raw so that a
+    wrong type in one does not hide the other."""
+
+    type: msgspec.Raw = msgspec.Raw(b"")
+    correlation_id: msgspec.Raw = msgspec.Raw(b"")
+
+
+_peek_decoder = msgspec.msgpack.Decoder(_Peek)
+_name_decoder = msgspec.msgpack.Decoder(str)
+_int_decoder = msgspec.msgpack.Decoder(int)
+
+
 def _buffer(frame: Any) -> Any:
     """The bytes-like view of a received frame (zmq.Frame when received with copy=False)."""
     return getattr(frame, "buffer", frame)
 
 
+def _raw_or_none(decoder: msgspec.msgpack.Decoder, raw: msgspec.Raw) -> Any:
+    if not len(raw):
+        return None
+    try:
+        return decoder.decode(raw)
+    except Exception:  # noqa: BLE001 - a hostile field: know nothing of it
+        return None
+
+
 class Codec:
-    def __init__(self, frame_bytes_max: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, frame_bytes_max: int = 32 * 1024 * 1024, *, secret: bytes | None = None) -> None:
         types = wire_message_types()
         self._decoder = msgspec.msgpack.Decoder(Union[tuple(types)])  # type: ignore[misc]
-        self._loose_decoder = msgspec.msgpack.Decoder()
         self._encoder = msgspec.msgpack.Encoder()
         self._known_names = {cls.__name__ for cls in types}
         self._internal_names = {cls.__name__ for cls in INTERNAL_TYPES}
@@ -40,17 +75,26 @@ class Codec:
             cls: {name: b"" for name in cls.PAYLOAD_FIELDS} for cls in types if cls.PAYLOAD_FIELDS
         }
         self.frame_bytes_max = frame_bytes_max
+        self.signer = Signer(secret) if secret else None
+        # Set by `decode`: whether the message just decoded carried a valid tag of this cluster.
+        self.last_authenticated = False
 
     def encode(self, message: Message) -> list[Any]:
-        """Frames for one message; payload frames are the caller's buffers, not copies."""
+        """Frames for one message; payload frames are the caller's buffers, not copies. A codec
+        holding the cluster secret appends the authentication tag frame."""
         empties = self._empty_payloads.get(type(message))
         if empties is None:
-            return [self._encoder.encode(message)]
-        payloads = [getattr(message, name) for name in type(message).PAYLOAD_FIELDS]
-        header = msgspec.structs.replace(message, **empties)
-        return [self._encoder.encode(header), *payloads]
+            frames = [self._encoder.encode(message)]
+        else:
+            payloads = [getattr(message, name) for name in type(message).PAYLOAD_FIELDS]
+            header = msgspec.structs.replace(message, **empties)
+            frames = [self._encoder.encode(header), *payloads]
+        if self.signer is not None:
+            frames.append(self.signer.tag(frames))
+        return frames
 
     def decode(self, frames: Sequence[Any]) -> Message:
+        self.last_authenticated = False
         if not frames:
             raise DecodeFailure(ErrorCode.MALFORMED_FRAME, "empty message: no frames")
         header = _buffer(frames[0])
@@ -59,46 +103,61 @@ class Codec:
             raise DecodeFailure(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"message of {total} bytes exceeds the limit of {self.frame_bytes_max}",
-                self._correlation_id_of(frames[0]),
+                self._peek(header)[2],
             )
         try:
             message = self._decoder.decode(header)
-        except msgspec.DecodeError as error:
+        except Exception as error:  # noqa: BLE001 - DecodeError, ValidationError, RecursionError, ...
             raise self._explain(header, error) from None
         expected = type(message).PAYLOAD_FIELDS
-        if len(frames) != 1 + len(expected):
+        count = len(frames)
+        if count == 2 + len(expected) and looks_like_tag(frames[-1]):
+            self.last_authenticated = self.signer is not None and self.signer.verify(frames)
+            count -= 1
+        elif count != 1 + len(expected):
             raise DecodeFailure(
                 ErrorCode.INVALID_REQUEST,
-                f"{type(message).__name__} takes {1 + len(expected)} frames, got {len(frames)}",
+                f"{type(message).__name__} takes {1 + len(expected)} frames (plus an optional "
+                f"{TAG_BYTES}-byte authentication tag), got {len(frames)}",
                 getattr(message, "correlation_id", -1),
             )
-        for name, frame in zip(expected, frames[1:]):
+        for name, frame in zip(expected, frames[1:count]):
             setattr(message, name, _buffer(frame))
         return message
 
-    def _correlation_id_of(self, frame: Any) -> int:
+    def _peek(self, header: Any) -> tuple[bool, Any, int]:
+        """(a map of fields?, type name or None, correlation id or -1) of a header that may be
+        anything."""
+        if len(header) > PEEK_BYTES_MAX:
+            return False, None, -1
         try:
-            loose = self._loose_decoder.decode(_buffer(frame))
-        except msgspec.DecodeError:
-            return -1
-        if isinstance(loose, dict) and isinstance(loose.get("correlation_id"), int):
-            return loose["correlation_id"]
-        return -1
+            peek = _peek_decoder.decode(header)
+        except Exception:  # noqa: BLE001 - not even a map of fields: know nothing of it
+            return False, None, -1
+        name = _raw_or_none(_name_decoder, peek.type)
+        correlation_id = _raw_or_none(_int_decoder, peek.correlation_id)
+        if not isinstance(correlation_id, int) or not 0 <= correlation_id <= CORRELATION_ID_MAX:
+            correlation_id = -1
+        return True, name, correlation_id
 
     def _explain(self, header: Any, error: Exception) -> DecodeFailure:
         """Turn a decode error into the most specific typed failure we can name."""
-        try:
-            loose = self._loose_decoder.decode(header)
-        except msgspec.DecodeError:
-            return DecodeFailure(ErrorCode.MALFORMED_FRAME, f"frame 0 is not MessagePack: {error}")
-        if not isinstance(loose, dict):
-            return DecodeFailure(ErrorCode.MALFORMED_FRAME, "frame 0 must be a MessagePack map")
-        correlation_id = loose.get("correlation_id", -1)
-        if not isinstance(correlation_id, int):
-            correlation_id = -1
-        kind = loose.get("type")
+        is_map, kind, correlation_id = self._peek(header)
+        if isinstance(error, RecursionError):
+            return DecodeFailure(ErrorCode.MALFORMED_FRAME, "frame 0 nests arrays or maps too deeply", correlation_id)
+        if not isinstance(error, msgspec.DecodeError):
+            return DecodeFailure(ErrorCode.MALFORMED_FRAME,
+                                 f"frame 0 could not be decoded ({type(error).__name__})", correlation_id)
+        if not is_map:
+            return DecodeFailure(ErrorCode.MALFORMED_FRAME, f"frame 0 is not a MessagePack map of fields: {error}")
         if kind in self._internal_names:
-            return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"{kind} is internal and not accepted from the network", correlation_id)
+            return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"{kind} is internal and not accepted from the network",
+                                 correlation_id)
         if kind not in self._known_names:
-            return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"unknown message type {kind!r}", correlation_id)
+            return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"unknown message type {_printable(kind)}", correlation_id)
         return DecodeFailure(ErrorCode.INVALID_REQUEST, f"{kind} is invalid: {error}", correlation_id)
+
+
+def _printable(kind: Any) -> str:
+    text = repr(kind)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -30,10 +30,11 @@ _ids = itertools.count(1)
 
 
 class RpcClient:
-    def __init__(self, identity: str = "rpc", context: zmq.Context | None = None) -> None:
+    def __init__(self, identity: str = "rpc", context: zmq.Context | None = None, *,
+                 secret: bytes | None = None) -> None:
         self.context = context or zmq.Context.instance()
         self.identity = identity
-        self.codec = Codec(DEFAULT_LIMITS.frame_bytes_hard_max)
+        self.codec = Codec(DEFAULT_LIMITS.frame_bytes_hard_max, secret=secret)
         self._sockets: dict[str, zmq.Socket] = {}
 
     def _socket(self, endpoint: str) -> zmq.Socket:
@@ -47,8 +48,11 @@ class RpcClient:
             self._sockets[endpoint] = socket
         return socket
 
-    def request(self, endpoint: str, message: Message, timeout_ms: int = 5000) -> Any:
-        """Send `message` (its correlation_id is replaced) and return the matching reply."""
+    def request(self, endpoint: str, message: Message, timeout_ms: int = 5000, *,
+                authenticated_only: bool = False) -> Any:
+        """Send `message` (its correlation_id is replaced) and return the matching reply. With
+        `authenticated_only`, a reply without this cluster's tag is ignored (a process that took
+        over a dead actor's port cannot answer for it)."""
         correlation_id = next(_ids)
         message = msgspec.structs.replace(message, correlation_id=correlation_id)
         socket = self._socket(endpoint)
@@ -63,6 +67,8 @@ class RpcClient:
             try:
                 reply = self.codec.decode(frames)
             except DecodeFailure:
+                continue
+            if authenticated_only and not self.codec.last_authenticated:
                 continue
             if getattr(reply, "correlation_id", None) == correlation_id:
                 return reply

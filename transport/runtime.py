@@ -32,6 +32,7 @@ from actors.messages import (
     ErrorResponse, FaultControlRequest, FaultControlResponse, Message, PeerDisconnected, RuntimeStatsRequest,
     RuntimeStatsResponse, Stop, TimerFired,
 )
+from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
 from transport.faults import FaultSwitch
 from transport.timers import Timers
@@ -60,19 +61,25 @@ class Runtime:
         on_trace: Callable[[str, dict], None] | None = None,
         storage_faults: Any = None,
         ring_links: Any = None,
+        secret: bytes | None = None,
+        faults_enabled: bool = False,
     ) -> None:
         self.actor = actor
         self.identity = identity
         self.limits = limits
         self.context = context or zmq.Context.instance()
         self.clock = clock
-        self.codec = Codec(limits.frame_bytes_max)
+        self.codec = Codec(limits.frame_bytes_max, secret=secret)
+        # The fault switch obeys only the chaos harness of the cluster that started this actor
+        # (an authenticated FaultControlRequest), and only when the cluster was started for chaos.
+        self.faults_enabled = faults_enabled
         self.faults = FaultSwitch(rng or random.Random())
         self.timers = Timers()
         self.on_notify = on_notify
         self.on_trace = on_trace
         self.storage_faults = storage_faults
         self.counters: dict[str, int] = {}
+        self.trace_file: Any = None  # actor_main's TraceFile, for its dropped-line count
         self.ring_links = ring_links  # transport/ring_link.py: fetch payloads through shared memory
         self.endpoint = ""
         self._router: zmq.Socket | None = None
@@ -202,12 +209,18 @@ class Runtime:
                 self.send(sender, ErrorResponse(
                     correlation_id=failure.correlation_id, error=failure.code, error_message=str(failure)))
             return
+        authenticated = self.codec.last_authenticated
         if isinstance(message, RuntimeStatsRequest):
             self.send(sender, self._stats(message.correlation_id))
             return
         if isinstance(message, FaultControlRequest):
-            self._apply_fault_control(message)
-            self.send(sender, FaultControlResponse(correlation_id=message.correlation_id))
+            self.send(sender, self._on_fault_control(message, authenticated))
+            return
+        refused = refusal(self.actor, message, authenticated)
+        if refused is not None:
+            self.count("rejected_unauthenticated")
+            if isinstance(sender, bytes):
+                self.send(sender, refused)
             return
         links = self.ring_links
         if links is None:
@@ -381,15 +394,28 @@ class Runtime:
     def _stats(self, correlation_id: int) -> RuntimeStatsResponse:
         counters = dict(self.counters)
         counters["timers"] = len(self.timers)
+        if self.trace_file is not None:
+            counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)
         return RuntimeStatsResponse(
             correlation_id=correlation_id, actor=self.identity, pid=os.getpid(), counters=counters)
 
-    def _apply_fault_control(self, request: FaultControlRequest) -> None:
+    def _on_fault_control(self, request: FaultControlRequest, authenticated: bool) -> FaultControlResponse:
+        if not self.faults_enabled:
+            self.count("rejected_fault_control")
+            return FaultControlResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="the fault switch is off: this cluster was not started for chaos experiments")
+        if not authenticated:
+            self.count("rejected_fault_control")
+            return FaultControlResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="the fault switch obeys only the chaos harness of this cluster (no valid tag)")
         self.faults.configure(request.links)
         if self.storage_faults is not None:
             self.storage_faults(disk_full=request.disk_full, fail_next_fsync=request.fail_next_fsync)
         self.count("fault_controls")
+        return FaultControlResponse(correlation_id=request.correlation_id)
 
     def close(self) -> None:
         if self._stopped:
