@@ -4,7 +4,11 @@ Everything below `recovery_offset` was covered by an fsync when the checkpoint w
 open that region only gets a header walk and any failure in it is corruption to refuse, never a
 torn tail to cut. The checkpoint also holds the byte position of the recovery point inside its
 segment (so a scan can resume there after a refused range) and the log start offset (moved by
-DeleteRecords, which would otherwise be forgotten on restart).
+DeleteRecords, which would otherwise be forgotten on restart), the high watermark the replica had
+seen committed with the leader epoch it learned it in (a follower never truncates below it on a
+leader's word alone), and whether the last close was clean: `close()` writes `clean`, and the
+first checkpoint after open clears it, so a crash is always told apart from a clean stop
+(Kafka's clean-shutdown file, KIP-966's unclean-shutdown detection).
 
 Format: two fixed 64-byte slots, written alternately in place with a sequence number and a CRC,
 then fdatasync'ed, like a file-system superblock pair. A torn slot write fails its CRC and the
@@ -20,8 +24,13 @@ from typing import NamedTuple
 from storage.fs import FileHandle, FileSystem
 
 RECOVERY_POINT_NAME = "recovery-point-checkpoint"
-_MAGIC = 0x52504331  # "RPC1"
-_SLOT = struct.Struct("<IQqqqq")  # magic, sequence, recovery offset, segment base, position, log start
+_MAGIC = 0x52504332  # "RPC2"
+_MAGIC_V1 = 0x52504331  # "RPC1": no high watermark, never clean
+# magic, sequence, recovery offset, segment base, position, log start, high watermark,
+# high-watermark epoch, flags (bit 0: written by a clean close)
+_SLOT = struct.Struct("<IQqqqqqiB")
+_SLOT_V1 = struct.Struct("<IQqqqq")
+_CLEAN = 1
 _CRC = struct.Struct("<I")
 SLOT_BYTES = 64
 assert _SLOT.size + _CRC.size <= SLOT_BYTES
@@ -32,6 +41,9 @@ class RecoveryPoint(NamedTuple):
     segment_base_offset: int  # the segment holding the recovery point
     position: int  # byte position of the recovery point in that segment
     log_start_offset: int
+    high_watermark: int = 0  # the committed end this replica had seen when writing the point
+    high_watermark_epoch: int = -1  # the leader epoch in which it learned that high watermark
+    clean: bool = False  # written by a clean close, nothing appended since
 
 
 class RecoveryPointFile:
@@ -56,7 +68,8 @@ class RecoveryPointFile:
         if point == self.point:
             return
         self._sequence += 1
-        body = _SLOT.pack(_MAGIC, self._sequence, *point)
+        *fields, clean = point
+        body = _SLOT.pack(_MAGIC, self._sequence, *fields, _CLEAN if clean else 0)
         slot = body + _CRC.pack(zlib.crc32(body))
         self._handle.write_at((self._sequence % 2) * SLOT_BYTES, slot.ljust(SLOT_BYTES, b"\0"))
         self._handle.sync()
@@ -67,12 +80,16 @@ class RecoveryPointFile:
 
 
 def _decode_slot(data: bytes) -> tuple[int, RecoveryPoint] | None:
-    if len(data) < _SLOT.size + _CRC.size:
-        return None
-    (crc,) = _CRC.unpack_from(data, _SLOT.size)
-    if crc != zlib.crc32(data[: _SLOT.size]):
-        return None
-    magic, sequence, *fields = _SLOT.unpack_from(data)
-    if magic != _MAGIC:
-        return None
-    return sequence, RecoveryPoint(*fields)
+    for layout in (_SLOT, _SLOT_V1):
+        if len(data) < layout.size + _CRC.size:
+            continue
+        (crc,) = _CRC.unpack_from(data, layout.size)
+        if crc != zlib.crc32(data[: layout.size]):
+            continue
+        magic, sequence, *fields = layout.unpack_from(data)
+        if layout is _SLOT and magic == _MAGIC:
+            *values, flags = fields
+            return sequence, RecoveryPoint(*values, clean=bool(flags & _CLEAN))
+        if layout is _SLOT_V1 and magic == _MAGIC_V1:
+            return sequence, RecoveryPoint(*fields)
+    return None

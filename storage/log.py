@@ -51,7 +51,13 @@ class PartitionLog(ShrinkOperations):
         self._flushed = 0
         self._last_flush_ms = now_ms
         self._closed_reason: str | None = None
+        self._high_watermark = 0
+        self._high_watermark_epoch = -1
         self.recovery = RecoveryReport()
+        # What the previous owner of the directory left: a clean close (everything flushed, the
+        # checkpoint written last), and whether a recovery-point checkpoint existed at all.
+        self.clean_shutdown = False
+        self.checkpoint_found = False
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -88,7 +94,20 @@ class PartitionLog(ShrinkOperations):
         changed = epochs.drop_beyond(log.log_end_offset) | epochs.truncate_from_start(log._log_start)
         if changed or not trusted:
             epochs.persist()
+        log._adopt_previous_point(checkpoint.point)
         return log
+
+    def _adopt_previous_point(self, point: RecoveryPoint | None) -> None:
+        """Take over what the last checkpoint says, then mark the directory as in use: a crash
+        from here on is read as an unclean shutdown by the next open."""
+        self.checkpoint_found = point is not None
+        if point is not None:
+            self.clean_shutdown = point.clean and not self.recovery.problems
+            if point.high_watermark_epoch >= 0:
+                self._high_watermark = min(point.high_watermark, self.log_end_offset)
+                self._high_watermark_epoch = point.high_watermark_epoch
+        with self._fatal_on_fsync_failure():
+            self._store_checkpoint()
 
     def _report_problem(self, sentence: str) -> None:
         self.recovery.problems.append(sentence)
@@ -114,6 +133,11 @@ class PartitionLog(ShrinkOperations):
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    @property
+    def refused_count(self) -> int:
+        """How many ranges the log refuses (cheap: for noticing that a read refused a new one)."""
+        return sum(len(segment.refused) for segment in self._segments)
 
     @property
     def corrupt_ranges(self) -> list[tuple[int, int]]:
@@ -261,12 +285,31 @@ class PartitionLog(ShrinkOperations):
         point = self._checkpoint.point
         return point is not None and point.recovery_offset == self._flushed and point.log_start_offset == self._log_start
 
-    def _store_checkpoint(self) -> None:
+    def _store_checkpoint(self, *, clean: bool = False) -> None:
         """Persist the recovery point (`_flushed`, which must be a durable batch boundary)."""
         index = self._segment_index(self._flushed)
         segment = self._segments[index]
         position = segment.size_bytes if self._flushed >= segment.next_offset else self._position_of(segment)
-        self._checkpoint.store(RecoveryPoint(self._flushed, segment.base_offset, position, self._log_start))
+        self._checkpoint.store(RecoveryPoint(
+            self._flushed, segment.base_offset, position, self._log_start,
+            min(self._high_watermark, self._flushed), self._high_watermark_epoch, clean))
+
+    # -- the committed end this replica has seen ---------------------------------------------
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark last handed to `note_high_watermark` (or found in the checkpoint)."""
+        return self._high_watermark
+
+    @property
+    def high_watermark_epoch(self) -> int:
+        return self._high_watermark_epoch
+
+    def note_high_watermark(self, high_watermark: int, leader_epoch: int) -> None:
+        """Remember the committed end the replica has seen; persisted with the next checkpoint
+        (every flush, truncation and the clean close). In memory only until then: a lower bound
+        after a crash is all a follower's defence needs."""
+        self._high_watermark = high_watermark
+        self._high_watermark_epoch = leader_epoch
 
     def _position_of(self, segment: Segment) -> int:
         found = segment.find_batch(self._flushed)
@@ -296,6 +339,18 @@ class PartitionLog(ShrinkOperations):
             return b""
         index, position, header = found
         return gather(self._segments, index, position, header, max_bytes, max_offset)
+
+    def scrub(self, offset: int, max_bytes: int) -> int:
+        """Read (and so CRC-check) whole batches from `offset`, about `max_bytes` of them, and
+        return the offset to continue from. Bit rot found is refused like any read's
+        (`CorruptLog` when it is at `offset`); nothing is returned to anyone."""
+        data = self.read(offset, max_bytes)
+        if not data:
+            return self.log_end_offset
+        next_offset = offset
+        for _, header in iter_batches(data, verify=False, batch_bytes_max=self._config.batch_bytes_max):
+            next_offset = header.next_offset
+        return next_offset
 
     def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers from the batch holding `from_offset` to the end, stepping over refused ranges.
@@ -371,7 +426,9 @@ class PartitionLog(ShrinkOperations):
             return
         try:
             if self._closed_reason is None:
-                self.flush()
+                with self._fatal_on_fsync_failure():
+                    self._sync_segments()
+                    self._store_checkpoint(clean=True)
         finally:
             self._closed_reason = _CLOSED
             for segment in self._segments:

@@ -53,6 +53,7 @@ class ShrinkOperations:
         # The kept prefix is made durable too, so the recovery point can sit exactly at the new
         # end: a truncation is rare (a failover), and a follower refetches from there anyway.
         self._flushed = min(self._flushed, new_end)
+        self._high_watermark = min(self._high_watermark, new_end)
         self._sync_segments()
         self._store_checkpoint()
         if self._epochs.truncate_from_end(new_end):
@@ -72,7 +73,8 @@ class ShrinkOperations:
         self._segments.clear()
         self._bases.clear()
         self._log_start = self._flushed = offset
-        self._checkpoint.store(RecoveryPoint(offset, offset, 0, offset))
+        self._high_watermark = min(self._high_watermark, offset)
+        self._checkpoint.store(RecoveryPoint(offset, offset, 0, offset, self._high_watermark, self._high_watermark_epoch))
         self._roll(offset, self._last_flush_ms)
         if self._epochs.clear():
             self._epochs.persist()

@@ -1,0 +1,183 @@
+"""Who owns a directory, and which cluster it belongs to.
+
+Two rules for everything railmq keeps on disk (DESIGN.md, "Trust boundaries"):
+
+- **One owner.** A data directory, a replica directory, a coordinator directory belongs to one
+  process at a time. `DirectoryLock` takes an exclusive `flock` on `<directory>/.lock` and writes
+  the holder's pid into it; a second `railmq up` on the same data directory, or a second process
+  of the same replica, fails at once with `DirectoryInUse` naming that pid. The kernel drops the
+  lock when the holder dies (even by SIGKILL), so a crash never leaves a stale lock behind.
+- **One cluster.** The first start of a cluster writes `<data dir>/cluster.meta` (its id) and
+  `<data dir>/cluster.secret` (32 random bytes, mode 0600: the key of transport/auth.py). Later
+  starts read them; every replica directory records the cluster id too (storage/replica_meta.py),
+  so a directory of another cluster is refused instead of being served or deleted.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+import uuid
+
+LOCK_NAME = ".lock"
+CLUSTER_META_NAME = "cluster.meta"
+CLUSTER_SECRET_NAME = "cluster.secret"
+SECRET_BYTES = 32
+
+
+class DirectoryInUse(RuntimeError):
+    """Another live process holds the directory's lock."""
+
+    def __init__(self, directory: str, holder_pid: int | None) -> None:
+        holder = f"process {holder_pid}" if holder_pid else "another process"
+        super().__init__(f"{directory} is in use by {holder} (it holds {LOCK_NAME}); stop it first, "
+                         "or use another directory")
+        self.directory = directory
+        self.holder_pid = holder_pid
+
+
+class ClusterMismatch(RuntimeError):
+    """A directory belongs to a different cluster than the one opening it."""
+
+
+class DirectoryLock:
+    """An exclusive flock on `<directory>/.lock`, held until `release` or process exit."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, LOCK_NAME)
+        self._fd: int | None = None
+
+    def acquire(self) -> "DirectoryLock":
+        os.makedirs(self.directory, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise DirectoryInUse(self.directory, holder) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> "DirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def lock_holder(directory: str) -> int | None:
+    """The pid written in a directory's lock file, if any (the lock itself is not tested)."""
+    try:
+        with open(os.path.join(directory, LOCK_NAME), "rb") as handle:
+            text = handle.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class ClusterIdentity:
+    """A cluster's id and secret, as kept in its data directory."""
+
+    def __init__(self, cluster_id: str, secret: bytes, created_ms: int, created_now: bool) -> None:
+        self.cluster_id = cluster_id
+        self.secret = secret
+        self.created_ms = created_ms
+        self.created_now = created_now
+
+    @classmethod
+    def load_or_create(cls, data_dir: str, cluster_id: str | None = None) -> "ClusterIdentity":
+        """Read the data directory's identity, or create it when the directory holds no cluster.
+        A given `cluster_id` must match the stored one (`ClusterMismatch` otherwise)."""
+        meta_path = os.path.join(data_dir, CLUSTER_META_NAME)
+        secret_path = os.path.join(data_dir, CLUSTER_SECRET_NAME)
+        if os.path.exists(meta_path):
+            stored = _read_meta(meta_path)
+            if cluster_id is not None and cluster_id != stored["cluster_id"]:
+                raise ClusterMismatch(f"{data_dir} holds cluster {stored['cluster_id']!r}, not {cluster_id!r}")
+            return cls(stored["cluster_id"], _read_secret(secret_path), int(stored.get("created_ms", 0)), False)
+        if _holds_cluster_data(data_dir):
+            raise ClusterMismatch(
+                f"{data_dir} holds cluster data (node or coordinator directories) but no {CLUSTER_META_NAME}; "
+                "refusing to start a new cluster over it. Restore the file, or move the data away")
+        os.makedirs(data_dir, exist_ok=True)
+        identity = cls(cluster_id or uuid.uuid4().hex[:12], os.urandom(SECRET_BYTES), time.time_ns() // 1_000_000, True)
+        _write_atomic(secret_path, identity.secret, mode=0o600)
+        _write_atomic(meta_path, json.dumps({"cluster_id": identity.cluster_id, "created_ms": identity.created_ms,
+                                             "format": 1}).encode() + b"\n", mode=0o644)
+        return identity
+
+
+def _holds_cluster_data(data_dir: str) -> bool:
+    try:
+        names = os.listdir(data_dir)
+    except FileNotFoundError:
+        return False
+    return any(name.startswith("node-") or name in ("coordinator", "group-coordinator") for name in names)
+
+
+def _read_meta(path: str) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            meta = json.loads(handle.read())
+    except (OSError, ValueError) as error:
+        raise ClusterMismatch(f"{path} is unreadable ({error}); refusing to guess which cluster this is") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("cluster_id"), str) or not meta["cluster_id"]:
+        raise ClusterMismatch(f"{path} names no cluster id; refusing to guess which cluster this is")
+    return meta
+
+
+def _read_secret(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            secret = handle.read()
+    except OSError as error:
+        raise ClusterMismatch(f"the cluster secret {path} is unreadable ({error})") from None
+    if len(secret) < 16:
+        raise ClusterMismatch(f"the cluster secret {path} is shorter than 16 bytes")
+    return secret
+
+
+def _write_atomic(path: str, data: bytes, *, mode: int) -> None:
+    temporary = f"{path}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
