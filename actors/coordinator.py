@@ -31,7 +31,7 @@ from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
     MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, PartitionMetadata,
     PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
-    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, TimerFired, TopicConfig,
+    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicConfig,
     TopicMetadata,
 )
 
@@ -55,6 +55,15 @@ class Liveness(msgspec.Struct, kw_only=True):
     log_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
+    storage: StorageReport = StorageReport()
+
+
+# Deleted topics are remembered by id (tombstones) so a node agent deletes a replica's data only
+# for a topic the coordinator recorded as deleted, never for one it merely does not know. A
+# tombstone is ~40 bytes; the oldest are forgotten past this many (a forgotten tombstone can only
+# leave an old directory on disk, never delete live data).
+TOMBSTONES_MAX = 10_000
+AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartbeat)
 
 
 PartitionKey = tuple[str, int]
@@ -75,11 +84,22 @@ class Coordinator:
         self.services: dict[str, Liveness] = {}
         self.started_ns = 0
         self.topic_born_ns: dict[str, int] = {}
+        self.tombstones: dict[int, str] = {}  # deleted topic id -> its name, oldest first
         self._load()
 
     # ------------------------------------------------------------------ lifecycle
 
     def _load(self) -> None:
+        stored_id = self.state.get("cluster/id")
+        if stored_id is None:
+            if self.cluster_id:
+                self.state.put("cluster/id", self.cluster_id)
+        elif self.cluster_id and stored_id != self.cluster_id:
+            raise ValueError(f"the coordinator's state belongs to cluster {stored_id!r}, not {self.cluster_id!r}")
+        else:
+            self.cluster_id = stored_id
+        for key, value in self.state.items("deleted/"):
+            self.tombstones[int(key.rsplit("/", 1)[1])] = value.get("name", "") if isinstance(value, dict) else ""
         for _, value in self.state.items("topic/"):
             record = msgspec.convert(value, TopicRecord)
             self.topics[record.name] = record
@@ -90,6 +110,10 @@ class Coordinator:
     def start(self, now_ns: int) -> list[Effect]:
         self.started_ns = now_ns
         return [SetTimer("liveness", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+
+    def needs_authentication(self, message: Any) -> bool:
+        """Liveness, ISR changes and exit notices come only from processes of this cluster."""
+        return isinstance(message, AUTHENTICATED)
 
     def invariants(self) -> None:
         for (topic, partition), record in self.partitions.items():
@@ -140,7 +164,7 @@ class Coordinator:
         topic = self.topics.get(beat.topic)
         if topic is None or topic.topic_id != beat.topic_id or not 0 <= beat.partition < len(topic.replicas) \
                 or beat.node not in topic.replicas[beat.partition]:
-            return [Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, deleted=True))]
+            return [Send(sender, self._not_a_replica(beat))]
         key = (beat.topic, beat.partition, beat.node)
         previous = self.liveness.get(key)
         if previous is not None and previous.exited and previous.incarnation == beat.incarnation:
@@ -148,20 +172,40 @@ class Coordinator:
         self.liveness[key] = Liveness(
             endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns,
             log_start_offset=beat.log_start_offset, log_end_offset=beat.log_end_offset,
-            high_watermark=beat.high_watermark,
+            high_watermark=beat.high_watermark, storage=beat.storage,
         )
         effects: list[Effect] = []
         news = previous is None or previous.incarnation != beat.incarnation or previous.exited
         moved = previous is None or previous.endpoint != beat.endpoint
-        if news or moved:
+        storage_news = previous is not None and previous.storage.state != beat.storage.state
+        if news or moved or storage_news:
+            if storage_news:
+                effects.append(Trace("replica-storage", {"topic": beat.topic, "partition": beat.partition,
+                                                         "node": beat.node, "state": beat.storage.state,
+                                                         "detail": beat.storage.detail}))
             effects += self._reconcile(beat.topic, beat.partition, now_ns)
         record = self.partitions[(beat.topic, beat.partition)]
-        if moved and record.leader == beat.node and not effects:
+        if moved and record.leader == beat.node and not any(isinstance(e, Send) for e in effects):
             effects += self._announce(beat.topic, beat.partition, now_ns)  # followers learn where to fetch
         stale = (beat.leader_epoch, beat.partition_epoch) != (record.leader_epoch, record.partition_epoch)
         state = self._partition_state(beat.topic, beat.partition, now_ns) if stale or news else None
         reply = Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state))
         return self._after_persist(effects, [reply])
+
+    def _not_a_replica(self, beat: ReplicaHeartbeat) -> ReplicaHeartbeatResponse:
+        """A replica of a topic id the coordinator recorded as deleted stops for good; one it only
+        does not know (a mistake, a state from another cluster) is told so and keeps its data."""
+        if beat.topic_id in self.tombstones:
+            return ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, deleted=True)
+        topic = self.topics.get(beat.topic)
+        if topic is not None and topic.topic_id == beat.topic_id:
+            # The topic is known and its placement has no such replica: it must not run (its data is
+            # deleted only for a tombstone, by the node agent).
+            return ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, deleted=True)
+        return ReplicaHeartbeatResponse(
+            correlation_id=beat.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            error_message=(f"the coordinator knows no replica {beat.topic}/{beat.partition} on node {beat.node} "
+                           f"with topic id {beat.topic_id:x}, and has no record of deleting it"))
 
     def _on_replica_exited(self, notice: ReplicaExited, now_ns: int) -> list[Effect]:
         live = self.liveness.get((notice.topic, notice.partition, notice.node))
@@ -191,10 +235,15 @@ class Coordinator:
         for node in self.topics[topic].replicas[partition]:
             live = self.liveness.get((topic, partition, node))
             if live is not None:
-                views[node] = ReplicaView(self._is_live(live, now_ns), live.incarnation, live.log_end_offset)
+                storage = live.storage
+                views[node] = ReplicaView(
+                    self._is_live(live, now_ns), live.incarnation, live.log_end_offset,
+                    clean=storage.clean_shutdown, damaged=storage.state in ("damaged", "repairing"),
+                    new_directory=storage.state == "new", last_epoch=storage.last_epoch,
+                    high_watermark=live.high_watermark)
             elif presume:
                 recorded = record.leader_incarnation if node == record.leader else record.isr_incarnations.get(node, 0)
-                views[node] = ReplicaView(True, recorded, 0)
+                views[node] = ReplicaView(True, recorded, 0, reported=False)
         return views
 
     def _settled(self, topic: str, now_ns: int) -> bool:
@@ -322,6 +371,7 @@ class Coordinator:
                 correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 error_message=f"topic {request.name!r} does not exist"))]
         self.state.delete(f"topic/{request.name}")
+        self._record_tombstone(record)
         for partition in range(len(record.replicas)):
             self.partitions.pop((request.name, partition), None)
             self.state.delete(f"partition/{request.name}/{partition}")
@@ -329,6 +379,14 @@ class Coordinator:
             del self.liveness[key]
         reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
         return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
+
+    def _record_tombstone(self, record: TopicRecord) -> None:
+        self.tombstones[record.topic_id] = record.name
+        self.state.put(f"deleted/{record.topic_id}", {"name": record.name})
+        while len(self.tombstones) > TOMBSTONES_MAX:
+            oldest = next(iter(self.tombstones))
+            del self.tombstones[oldest]
+            self.state.delete(f"deleted/{oldest}")
 
     def _on_create_partitions(self, request: CreatePartitionsRequest, sender: Any, now_ns: int) -> list[Effect]:
         record = self.topics.get(request.name)
@@ -375,6 +433,7 @@ class Coordinator:
             leader_endpoint=self._leader_endpoint(topic, partition, record, now_ns),
             leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
             replicas=list(topic_record.replicas[partition]), isr=list(record.isr), config=topic_record.config,
+            last_unclean_epoch=record.last_unclean_epoch,
         )
 
     def _leader_endpoint(self, topic: str, partition: int, record: PartitionRecord, now_ns: int) -> str:
@@ -394,13 +453,14 @@ class Coordinator:
                 info.append(ReplicaInfo(node=node) if live is None else ReplicaInfo(
                     node=node, endpoint=live.endpoint, pid=live.pid, alive=self._is_live(live, now_ns),
                     log_start_offset=live.log_start_offset, log_end_offset=live.log_end_offset,
-                    high_watermark=live.high_watermark))
+                    high_watermark=live.high_watermark, storage=live.storage))
             endpoint = self._leader_endpoint(name, partition, state, now_ns)
             partitions.append(PartitionMetadata(
                 partition=partition, leader=state.leader, leader_endpoint=endpoint,
                 leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                 replicas=list(replicas), isr=list(state.isr), replica_info=info,
                 error=ErrorCode.NONE if endpoint else ErrorCode.LEADER_NOT_AVAILABLE,
+                offline_reason=state.offline_reason,
             ))
         return TopicMetadata(name=name, topic_id=record.topic_id, config=record.config, partitions=partitions)
 
@@ -420,12 +480,14 @@ class Coordinator:
     def _assignments(self, request: NodeAssignmentsRequest) -> NodeAssignmentsResponse:
         wanted = set(request.nodes)
         replicas = [
-            ReplicaAssignment(topic=name, topic_id=record.topic_id, partition=partition, node=node, config=record.config)
+            ReplicaAssignment(topic=name, topic_id=record.topic_id, partition=partition, node=node, config=record.config,
+                              replicas=list(placed))
             for name, record in sorted(self.topics.items())
             for partition, placed in enumerate(record.replicas)
             for node in placed if node in wanted
         ]
-        return NodeAssignmentsResponse(correlation_id=request.correlation_id, replicas=replicas)
+        return NodeAssignmentsResponse(correlation_id=request.correlation_id, replicas=replicas,
+                                       deleted_topic_ids=sorted(self.tombstones), cluster_id=self.cluster_id)
 
 
 def place_replicas(nodes: list[int], first_partition: int, count: int, replication_factor: int,

@@ -1,19 +1,32 @@
 """Leader election and ISR maintenance rules, as pure functions over one partition's record.
 
 The coordinator calls `reconcile` whenever anything it knows about a partition's replicas
-changes (a heartbeat from a new incarnation, a session timeout, a process exit). The rules:
+changes (a heartbeat from a new incarnation or with new storage news, a session timeout, a
+process exit). The rules:
 
-1. An ISR member that is dead, or that restarted since it joined the ISR (its incarnation
-   changed: its log may have lost an unflushed tail, and its in-memory state is gone), leaves the
-   ISR — unless it is the last member. The ISR never becomes empty: its last member is the
-   replica known to hold every acknowledged write (Kafka keeps the last member too). When every
-   member must go, the survivor is the live one with the longest log, else the old leader.
-2. The leader must be a live ISR member whose incarnation is the one that was elected. If it is
-   not, the first live ISR member in replica order leads (Kafka's preferred-replica order).
-3. With nobody eligible the partition goes offline (leader -1) rather than lose data — unless
-   `unclean_leader_election` is on, when the live replica with the longest log leads and becomes
-   the whole ISR. That choice can lose acknowledged writes: the result says so, so it is visible.
-4. Every leader change (including to none and to a new incarnation of the same node) bumps the
+1. An ISR member stays while it is live with the incarnation it joined with, or after it
+   restarted from a *clean* shutdown with its storage intact (it lost nothing: KIP-966's
+   clean-shutdown rule). It leaves the ISR when it is dead, when it restarted uncleanly (its
+   unflushed tail may be gone, its memory certainly is), and at once when it reports **lost or
+   damaged data** — flushed offsets missing or refused as corrupt, or an empty directory where it
+   held data before (docs/architecture.md, "Storage faults"). A damaged replica is never eligible
+   to lead until it has repaired from a healthy leader and rejoined the ISR.
+2. The ISR never becomes empty: its last member is the replica known to hold every acknowledged
+   write. Who remains when every member would leave is decided on evidence, not on who reported
+   last: while some member has not reported since this coordinator started (within its grace)
+   nothing is decided; then, among the members that reported and lost nothing, the one with the
+   highest (holds the known high watermark, last leader epoch, log end offset) stays and leads.
+   If every member lost data (or is dead), the last one stays as the ISR but is not eligible, and
+   the partition goes offline saying why.
+3. The leader must be a live ISR member whose incarnation is the one that was elected. If it is
+   not, the first ISR member in replica order that is live at its known incarnation leads
+   (Kafka's preferred-replica order); with none, the best of the cleanly restarted members.
+4. With nobody eligible the partition goes offline (leader -1) rather than lose data — unless
+   `unclean_leader_election` is on: then the best live replica (lossless first, then by the key of
+   rule 2) leads and becomes the whole ISR. That choice can lose acknowledged writes: the result
+   says so, and `last_unclean_epoch` tells followers they may truncate below what they had seen
+   committed.
+5. Every leader change (including to none and to a new incarnation of the same node) bumps the
    leader epoch; every leader or ISR change bumps the partition epoch (KIP-497).
 """
 
@@ -35,6 +48,11 @@ class PartitionRecord(msgspec.Struct, kw_only=True):
     leader_incarnation: int = 0  # 0: not yet seen (a brand-new partition)
     isr: list[int] = []
     isr_incarnations: dict[int, int] = {}  # node -> incarnation when it joined; 0: not yet seen
+    last_unclean_epoch: int = -1  # the latest leader epoch that began with an unclean election
+    offline_reason: str = ""  # why the partition has no leader, when it has none
+    # Rebuilt from the replica directories (transport/metadata_rebuild.py): the members'
+    # incarnations are unknown, so the first to report is not trusted over the others.
+    unknown_history: bool = False
 
 
 class ReplicaView(NamedTuple):
@@ -43,6 +61,12 @@ class ReplicaView(NamedTuple):
     live: bool
     incarnation: int
     log_end_offset: int
+    reported: bool = True  # False: presumed alive during a grace period, not heard from yet
+    clean: bool = False  # this incarnation started from a clean shutdown of the previous one
+    damaged: bool = False  # reports flushed data it lost or refuses as corrupt
+    new_directory: bool = False  # started from an empty directory (holds none of the past)
+    last_epoch: int = -1  # the leader epoch of the last batch it holds
+    high_watermark: int = 0  # the committed end it had seen (restored from its checkpoint)
 
 
 class Decision(NamedTuple):
@@ -59,29 +83,60 @@ def reconcile(
 ) -> Decision | None:
     """Apply the rules above; return the new record and what happened, or None if nothing changes."""
     incarnations = _adopt_first_seen(record, views)
-    keep = [node for node in record.isr if _healthy(node, incarnations, views)]
+    members = _classify(record, views, incarnations)
+    keep = [node for node in record.isr if members[node] in (CURRENT, CLEAN, PRESUMED)]
+    for node in keep:
+        incarnations[node] = views[node].incarnation
     events: list[tuple[str, dict]] = []
-    if not keep:
-        survivor = _survivor(record, replicas, views)
-        keep = [survivor]
-        if survivor in views and views[survivor].live:
-            incarnations[survivor] = views[survivor].incarnation
     leader, leader_incarnation = record.leader, record.leader_incarnation
     if leader_incarnation == 0 and leader in views and views[leader].live and record.leader_epoch == 0:
         leader_incarnation = views[leader].incarnation  # a new partition's first leader shows up
-    leader_ok = (
-        leader in keep and leader in views and views[leader].live
-        and views[leader].incarnation == leader_incarnation
-    )
-    if not leader_ok:
-        leader, leader_incarnation, keep, unclean = _elect(replicas, keep, views, unclean_allowed)
-        if unclean:
-            incarnations = {leader: leader_incarnation}
-            events.append(("unclean-election", {"leader": leader, "isr_before": list(record.isr)}))
+    known_high_watermark = max((view.high_watermark for view in views.values() if view.reported), default=0)
+    reported_keep = [node for node in keep if members[node] in (CURRENT, CLEAN)]
+    waiting = [node for node in record.isr if members[node] == PRESUMED]
+    if not reported_keep and waiting:
+        # Nobody known to hold everything has reported yet: keep every member that may still hold
+        # it (restarted ones included) and decide nothing until the rest report or the grace ends.
+        keep = [node for node in record.isr if members[node] in (PRESUMED, UNCLEAN)]
+    leader_ok = (leader in keep and members[leader] in (CURRENT, PRESUMED)
+                 and views[leader].incarnation == leader_incarnation)
+    unclean = False
+    offline_reason = ""
+    if leader_ok:
+        pass
+    elif reported_keep:
+        leader = _first_current(replicas, reported_keep, members) or _best(reported_keep, views, replicas,
+                                                                              known_high_watermark)
+        leader_incarnation = views[leader].incarnation
+    elif waiting:
+        leader, leader_incarnation = -1, 0
+        offline_reason = f"waiting for ISR members {waiting} to report after a restart"
+    else:
+        restarted = [node for node in record.isr if members[node] == UNCLEAN]
+        if restarted:
+            leader = _best(restarted, views, replicas, known_high_watermark)
+            leader_incarnation = views[leader].incarnation
+            keep = [leader]
+            incarnations[leader] = leader_incarnation
+        else:
+            keep = [_survivor(record, replicas, views, members)]
+            leader, leader_incarnation = -1, 0
+            offline_reason = _offline_reason(record, members)
+            if unclean_allowed:
+                chosen = _unclean_choice(replicas, views, record, known_high_watermark)
+                if chosen is not None:
+                    leader, leader_incarnation, keep, unclean = chosen, views[chosen].incarnation, [chosen], True
+                    incarnations = {chosen: leader_incarnation}
+                    offline_reason = ""
+                    events.append(("unclean-election", {"leader": chosen, "isr_before": list(record.isr)}))
+    if not keep:
+        keep = [_survivor(record, replicas, views, members)]
     incarnations = {node: incarnations.get(node, 0) for node in keep}
     new = PartitionRecord(
         leader=leader, leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
         leader_incarnation=leader_incarnation, isr=keep, isr_incarnations=incarnations,
+        last_unclean_epoch=record.last_unclean_epoch, offline_reason=offline_reason if leader < 0 else "",
+        unknown_history=record.unknown_history and leader < 0,
     )
     if new == record:
         return None
@@ -89,13 +144,102 @@ def reconcile(
         record.leader_incarnation != 0 or new.leader != record.leader
     ):
         new.leader_epoch += 1
+        if unclean:
+            new.last_unclean_epoch = new.leader_epoch
         events.append(("leader-elected" if leader >= 0 else "partition-offline",
-                       {"leader": leader, "leader_epoch": new.leader_epoch, "previous_leader": record.leader}))
+                       {"leader": leader, "leader_epoch": new.leader_epoch, "previous_leader": record.leader,
+                        **({"reason": new.offline_reason} if leader < 0 else {})}))
     if new.isr != record.isr or new.leader != record.leader or new.leader_epoch != record.leader_epoch:
         new.partition_epoch += 1
         if new.isr != record.isr:
             events.append(("isr-changed", {"isr": list(new.isr), "previous_isr": list(record.isr)}))
     return Decision(new, events)
+
+
+CURRENT, CLEAN, UNCLEAN, LOST, DEAD = "current", "restarted-clean", "restarted-unclean", "lost-data", "dead"
+PRESUMED = "not-reported-yet"  # presumed alive during a grace period: never dropped, never elected
+
+
+def _classify(record: PartitionRecord, views: dict[int, ReplicaView], incarnations: dict[int, int]) -> dict[int, str]:
+    """Each ISR member's standing (rule 1)."""
+    standing = {}
+    for node in record.isr:
+        view = views.get(node)
+        known = incarnations.get(node, 0)
+        if view is None or not view.live:
+            standing[node] = DEAD
+        elif not view.reported:
+            standing[node] = PRESUMED
+        elif lost_data(node, record, view):
+            standing[node] = LOST
+        elif record.unknown_history and record.isr_incarnations.get(node, 0) == 0:
+            standing[node] = UNCLEAN  # nothing is known of its past: judged with the others
+        elif known == 0 or known == view.incarnation:
+            standing[node] = CURRENT
+        elif view.clean:
+            standing[node] = CLEAN
+        else:
+            standing[node] = UNCLEAN
+    return standing
+
+
+def lost_data(node: int, record: PartitionRecord, view: ReplicaView) -> bool:
+    """The replica reports damage, or an empty directory where an earlier process of it held
+    data: another incarnation had reported to this partition, so the emptiness is a loss (the
+    first process of a brand-new replica reports an empty directory too, and loses nothing)."""
+    if view.damaged:
+        return True
+    if not view.new_directory:
+        return False
+    known = {record.isr_incarnations.get(node, 0), record.leader_incarnation if node == record.leader else 0}
+    return any(incarnation not in (0, view.incarnation) for incarnation in known)
+
+
+def _first_current(replicas: list[int], candidates: list[int], members: dict[int, str]) -> int | None:
+    for node in replicas:
+        if node in candidates and members[node] == CURRENT:
+            return node
+    return None
+
+
+def _election_key(node: int, views: dict[int, ReplicaView], replicas: list[int], high_watermark: int) -> tuple:
+    view = views[node]
+    return (view.log_end_offset >= high_watermark, view.last_epoch, view.log_end_offset, -_rank(replicas, node))
+
+
+def _best(candidates: list[int], views: dict[int, ReplicaView], replicas: list[int], high_watermark: int) -> int:
+    return max(candidates, key=lambda node: _election_key(node, views, replicas, high_watermark))
+
+
+def _survivor(record: PartitionRecord, replicas: list[int], views: dict[int, ReplicaView],
+              members: dict[int, str]) -> int:
+    """The ISR's last member when nobody eligible remains: a live lossless one if any, else the
+    one that led, else the first."""
+    live = [node for node in record.isr if members.get(node) not in (DEAD, PRESUMED, None)]
+    lossless = [node for node in live if members[node] != LOST]
+    if lossless:
+        return max(lossless, key=lambda node: (views[node].log_end_offset, -_rank(replicas, node)))
+    return record.leader if record.leader in record.isr else record.isr[0]
+
+
+def _offline_reason(record: PartitionRecord, members: dict[int, str]) -> str:
+    lost = [node for node in record.isr if members[node] == LOST]
+    dead = [node for node in record.isr if members[node] == DEAD]
+    parts = []
+    if lost:
+        parts.append(f"ISR members {lost} lost or damaged data")
+    if dead:
+        parts.append(f"ISR members {dead} are not running")
+    return "no in-sync replica can lead: " + "; ".join(parts) if parts else "no in-sync replica can lead"
+
+
+def _unclean_choice(replicas: list[int], views: dict[int, ReplicaView], record: PartitionRecord,
+                    high_watermark: int) -> int | None:
+    live = [node for node in replicas if node in views and views[node].live and views[node].reported]
+    if not live:
+        return None
+    lossless = [node for node in live if not lost_data(node, record, views[node])]
+    return _best(lossless or live, views, replicas, high_watermark)
 
 
 def _adopt_first_seen(record: PartitionRecord, views: dict[int, ReplicaView]) -> dict[int, int]:
@@ -107,38 +251,8 @@ def _adopt_first_seen(record: PartitionRecord, views: dict[int, ReplicaView]) ->
     return incarnations
 
 
-def _healthy(node: int, incarnations: dict[int, int], views: dict[int, ReplicaView]) -> bool:
-    view = views.get(node)
-    if view is None or not view.live:
-        return False
-    known = incarnations.get(node, 0)
-    return known == 0 or known == view.incarnation
-
-
-def _survivor(record: PartitionRecord, replicas: list[int], views: dict[int, ReplicaView]) -> int:
-    live = [node for node in record.isr if node in views and views[node].live]
-    if live:
-        return max(live, key=lambda node: (views[node].log_end_offset, -_rank(replicas, node)))
-    return record.leader if record.leader in record.isr else record.isr[0]
-
-
 def _rank(replicas: list[int], node: int) -> int:
     return replicas.index(node) if node in replicas else len(replicas)
-
-
-def _elect(
-    replicas: list[int], keep: list[int], views: dict[int, ReplicaView], unclean_allowed: bool,
-) -> tuple[int, int, list[int], bool]:
-    """(leader, its incarnation, isr, unclean?)"""
-    for node in replicas:
-        if node in keep and node in views and views[node].live:
-            return node, views[node].incarnation, keep, False
-    if unclean_allowed:
-        live = [node for node in replicas if node in views and views[node].live]
-        if live:
-            chosen = max(live, key=lambda node: (views[node].log_end_offset, -_rank(replicas, node)))
-            return chosen, views[chosen].incarnation, [chosen], True
-    return -1, 0, keep, False
 
 
 def check_alter_isr(
@@ -170,11 +284,14 @@ def check_alter_isr(
         view = views.get(node)
         if view is None or not view.live:
             return ErrorCode.INVALID_REQUEST, f"replica {node} is not alive and cannot join the ISR"
+        if view.damaged or view.new_directory:
+            return ErrorCode.INVALID_REQUEST, (f"replica {node} reports lost or damaged data and joins the ISR "
+                                               "only once it has repaired from the leader")
         if seen.get(node, view.incarnation) != view.incarnation:
             return ErrorCode.INVALID_REQUEST, f"replica {node} restarted since the leader saw it"
         incarnations[node] = view.incarnation
     return PartitionRecord(
         leader=record.leader, leader_epoch=record.leader_epoch,
         partition_epoch=record.partition_epoch + 1, leader_incarnation=record.leader_incarnation,
-        isr=list(isr), isr_incarnations=incarnations,
+        isr=list(isr), isr_incarnations=incarnations, last_unclean_epoch=record.last_unclean_epoch,
     )

@@ -18,9 +18,14 @@ arrive from the network.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import msgspec
+
+
+# Correlation ids are non-negative 63-bit integers (0 marks an unsolicited push, -1 "unknown" in
+# an ErrorResponse); a peer's id outside that range is never echoed back.
+CORRELATION_ID_MAX = 2**63 - 1
 
 
 class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
@@ -46,6 +51,16 @@ class TopicConfig(msgspec.Struct, omit_defaults=True, kw_only=True, frozen=True)
     batch_bytes_max: int = 8 * 1024 * 1024
 
 
+class StorageReport(msgspec.Struct, omit_defaults=True, kw_only=True, frozen=True):
+    """What a replica knows of its own disk (storage/replica_meta.py), in every heartbeat."""
+
+    state: str = "ok"  # "ok" | "new" (empty directory) | "damaged" | "repairing" (damaged, re-fetching)
+    clean_shutdown: bool = False  # this process found the directory closed cleanly by the last one
+    damage: list[tuple[int, int]] = []  # offset ranges lost or refused as corrupt; end -1: unknown
+    detail: str = ""  # a sentence for `topics describe`
+    last_epoch: int = -1  # the leader epoch of the last batch it holds
+
+
 class ReplicaInfo(msgspec.Struct, omit_defaults=True, kw_only=True):
     """What the coordinator last heard from one replica of a partition."""
 
@@ -56,6 +71,7 @@ class ReplicaInfo(msgspec.Struct, omit_defaults=True, kw_only=True):
     log_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
+    storage: StorageReport = StorageReport()
 
 
 class PartitionState(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -71,6 +87,9 @@ class PartitionState(msgspec.Struct, omit_defaults=True, kw_only=True):
     replicas: list[int] = []
     isr: list[int] = []
     config: TopicConfig = TopicConfig()
+    # The latest leader epoch that began with an unclean election: a follower may truncate below
+    # the high watermark it had seen only when this is newer than the epoch it saw it in.
+    last_unclean_epoch: int = -1
 
 
 class PartitionMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -83,6 +102,7 @@ class PartitionMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
     isr: list[int] = []
     replica_info: list[ReplicaInfo] = []
     error: int = 0
+    offline_reason: str = ""  # why the partition has no leader, when it has none
 
 
 class TopicMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -109,6 +129,7 @@ class ReplicaAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
     partition: int
     node: int
     config: TopicConfig = TopicConfig()
+    replicas: list[int] = []  # the partition's replica list, recorded in the replica's directory
 
 
 # --------------------------------------------------------------------------- errors
@@ -209,6 +230,7 @@ class ReplicaHeartbeat(Message, kw_only=True):
     log_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
+    storage: StorageReport = StorageReport()
 
 
 class ReplicaHeartbeatResponse(Message, kw_only=True):
@@ -267,6 +289,10 @@ class NodeAssignmentsResponse(Message, kw_only=True):
     error: int = 0
     error_message: str = ""
     replicas: list[ReplicaAssignment] = []
+    # Topic ids the coordinator has recorded as deleted (tombstones): the only data a node agent
+    # may delete. A replica merely missing from `replicas` is stopped, never deleted.
+    deleted_topic_ids: list[int] = []
+    cluster_id: str = ""
 
 
 class ReplicaExited(Message, kw_only=True):
@@ -288,9 +314,10 @@ class ProduceRequest(Message, kw_only=True):
     correlation_id: int
     topic: str
     partition: int
+    topic_id: int = 0  # the topic id from metadata; 0: unchecked (older clients)
     acks: int = 1  # 0: no reply, 1: leader appended, -1: all in-sync replicas have it
     timeout_ms: int = 30_000
-    batch: Any = b""  # one record batch (storage/batch.py), its own frame
+    batch: bytes = b""  # one record batch (storage/batch.py), its own frame (a buffer once received)
 
 
 class ProduceResponse(Message, kw_only=True):
@@ -309,6 +336,7 @@ class FetchRequest(Message, kw_only=True):
     correlation_id: int
     topic: str
     partition: int
+    topic_id: int = 0  # the topic id from metadata; 0: unchecked (older clients)
     offset: int
     max_bytes: int = 1024 * 1024
     max_wait_ms: int = 500
@@ -319,6 +347,7 @@ class FetchRequest(Message, kw_only=True):
     incarnation: int = 0  # followers: their process incarnation
     ring: str = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
     host: str = ""  # the fetcher's host identity: a ring is only usable on the same host
+    repairing: bool = False  # followers: re-fetching data their disk lost (not ready for the ISR)
 
 
 class FetchResponse(Message, kw_only=True):
@@ -335,19 +364,22 @@ class FetchResponse(Message, kw_only=True):
     leader_epoch: int = -1
     diverging_epoch: EpochEndOffset | None = None
     ring_bytes: int = -1  # >= 0: the records (that many bytes) were written to the request's ring
-    records: Any = b""  # concatenated whole batches, its own frame
+    records: bytes = b""  # concatenated whole batches, its own frame (a buffer once received)
 
 
 class ListOffsetsRequest(Message, kw_only=True):
     correlation_id: int
     topic: str
     partition: int
+    topic_id: int = 0  # the topic id from metadata; 0: unchecked (older clients)
     timestamp_ms: int  # -2: earliest, -1: latest (high watermark), otherwise a time
     leader_epoch: int = -1  # the epoch the caller believes current, checked as a fetch's is; -1: unchecked
 
 
 class ListOffsetsResponse(Message, kw_only=True):
     correlation_id: int
+    topic: str = ""  # the partition this answers for, so a client can check the echo
+    partition: int = -1
     error: int = 0
     error_message: str = ""
     offset: int = -1

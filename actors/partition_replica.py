@@ -9,11 +9,23 @@ ignored. Roles:
     follower --state naming this node--> leader
     any     --deleted / not a replica any more--> stopped
 
-Leader behaviour is in `replica_leader.py`, follower behaviour in `replica_follower.py`; this
-module owns what both share: the log, the high watermark, heartbeats, parked (long-poll)
-fetches, retention and flushing, and the dispatch. Consumers only ever see offsets below the
-high watermark. Storage errors that leave the disk state unknown (a failed fsync) end in a
-`Crash` effect: the process dies and restarts from what is on disk, never retries the fsync.
+Leader behaviour is in `replica_leader.py`, follower behaviour in `replica_follower.py`, fetch
+serving in `replica_fetch.py` and what the replica knows of its own disk in `replica_health.py`;
+this module owns what they share: the log, the high watermark, heartbeats, retention, flushing,
+and the dispatch. Consumers only ever see offsets below the high watermark. Storage errors that
+leave the disk state unknown (a failed fsync) end in a `Crash` effect: the process dies and
+restarts from what is on disk, never retries the fsync.
+
+Who may say what: partition states, stop notices and ISR answers come only from the coordinator,
+follower fetches only from replica processes — both proven by the cluster's authentication tag
+(`needs_authentication`, checked by the runtime and the simulator before `handle`). Every
+request is checked against this replica's own topic, topic id and partition (`misdirected`).
+
+The committed floor: a replica remembers the highest high watermark it has seen and the leader
+epoch it saw it in (persisted with the log's checkpoint). A follower never truncates below it
+because a leader says so — a leader that lacks committed data was not elected cleanly — unless
+the coordinator has since made an unclean election (`last_unclean_epoch`). `invariants()` checks
+that a healthy replica's log never ends below it.
 """
 
 from __future__ import annotations
@@ -25,32 +37,25 @@ from actors.effects import AfterFlush, Crash, Effect, Exit, Send, SetTimer, Trac
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
-    AlterIsrResponse, EpochEndOffset, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, PartitionState, PeerDisconnected, ProduceRequest, ProduceResponse, ReplicaHeartbeat,
-    ReplicaHeartbeatResponse, Stop, TimerFired, TopicConfig,
+    AlterIsrResponse, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, PartitionState,
+    PeerDisconnected, ProduceRequest, ProduceResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, Stop,
+    TimerFired, TopicConfig,
 )
 from actors.producer_state import ProducerStateTable
+from actors.replica_fetch import FetchServing
 from actors.replica_follower import FollowerRole
+from actors.replica_health import ReplicaStorage
 from actors.replica_leader import LeaderRole
-from storage.errors import CorruptLog, FsyncFailed, OffsetOutOfRange, StorageError
+from storage.errors import FsyncFailed, StorageError
 
 RETENTION_CHECK_INTERVAL_MS = 5000  # retention deletes whole segments: no need to look often
-LATEST, EARLIEST = -1, -2
+FROM_THE_COORDINATOR = (ReplicaHeartbeatResponse, AlterIsrResponse)
 
 
-class ParkedFetch:
-    __slots__ = ("sender", "request", "deadline_ns")
-
-    def __init__(self, sender: Any, request: FetchRequest, deadline_ns: int) -> None:
-        self.sender = sender
-        self.request = request
-        self.deadline_ns = deadline_ns
-
-
-class PartitionReplica:
+class PartitionReplica(FetchServing):
     def __init__(self, *, topic: str, topic_id: int, partition: int, node: int, endpoint: str,
                  coordinator: str, log: Any, config: TopicConfig, incarnation: int, pid: int = 0,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS, health: Any = None, findings: list[str] = ()) -> None:
         self.name = f"replica/{topic}/{partition}/n{node}"
         self.topic, self.topic_id, self.partition, self.node = topic, topic_id, partition, node
         self.endpoint, self.coordinator = endpoint, coordinator
@@ -62,11 +67,17 @@ class PartitionReplica:
         self.state: PartitionState | None = None
         self.leader: LeaderRole | None = None
         self.follower: FollowerRole | None = None
-        self.high_watermark = 0
         self.correlation = 0
-        self.parked: list[ParkedFetch] = []
+        self.parked: list = []
         self.producers = ProducerStateTable()
         self.counters_appended = 0
+        self.deferred: list[Effect] = []  # effects found while building an answer (damage a read met)
+        self.storage = ReplicaStorage(self, health, findings)
+        # The committed floor (see the module docstring), restored from the log's checkpoint.
+        restored = getattr(log, "high_watermark", 0) if self.storage.healthy else 0
+        self.high_watermark = min(restored, log.log_end_offset)
+        self.committed_offset = self.high_watermark
+        self.committed_epoch = getattr(log, "high_watermark_epoch", -1) if self.high_watermark else -1
         self._rebuild_producer_state()
 
     def _rebuild_producer_state(self) -> None:
@@ -78,18 +89,32 @@ class PartitionReplica:
 
     def start(self, now_ns: int) -> list[Effect]:
         return [
+            Trace("replica-started", {"topic": self.topic, "partition": self.partition, "node": self.node,
+                                      "log_end_offset": self.log.log_end_offset, "high_watermark": self.high_watermark,
+                                      "clean_shutdown": self.storage.clean_shutdown, "storage": self.storage.state(),
+                                      "findings": self.storage.findings,
+                                      "recovery": str(getattr(self.log, "recovery", ""))}),
             *self._heartbeat(now_ns),
             SetTimer("retention", now_ns + RETENTION_CHECK_INTERVAL_MS * MS),
-            Trace("replica-started", {"topic": self.topic, "partition": self.partition, "node": self.node,
-                                      "log_end_offset": self.log.log_end_offset,
-                                      "recovery": str(getattr(self.log, "recovery", ""))}),
+            SetTimer("scrub", now_ns + self.limits.scrub_interval_ms * MS),
         ]
+
+    def needs_authentication(self, message: Any) -> bool:
+        """Partition states, stop notices, ISR answers and fetch answers come from inside the
+        cluster; so does a follower's fetch (it moves the high watermark)."""
+        if isinstance(message, (ReplicaHeartbeatResponse, AlterIsrResponse, FetchResponse)):
+            return True
+        return isinstance(message, FetchRequest) and message.replica >= 0
 
     def invariants(self) -> None:
         assert 0 <= self.high_watermark <= self.log.log_end_offset or self.log.log_end_offset == 0, (
             f"{self.name}: high watermark {self.high_watermark} outside [0, {self.log.log_end_offset}]")
         assert (self.role == "leader") == (self.leader is not None), f"{self.name}: role {self.role} without its state"
         assert (self.role == "follower") == (self.follower is not None), f"{self.name}: role {self.role} without its state"
+        if self.storage.healthy and self.role in ("leader", "follower"):
+            assert self.log.log_end_offset >= self.committed_offset, (
+                f"{self.name}: the log ends at {self.log.log_end_offset}, below the committed offset "
+                f"{self.committed_offset} it saw in epoch {self.committed_epoch} (truncated on a leader's word?)")
         if self.leader is not None:
             self.leader.invariants()
         assert len(self.parked) <= self.limits.purgatory_fetch_max
@@ -97,6 +122,13 @@ class PartitionReplica:
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        effects = self._dispatch(message, sender, now_ns)
+        if self.deferred:
+            effects += self.deferred
+            self.deferred = []
+        return effects
+
+    def _dispatch(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         if self.role == "stopped" and not isinstance(message, Stop):
             return self._refuse(message, sender, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "this replica has stopped")
         match message:
@@ -151,20 +183,52 @@ class PartitionReplica:
                 return self._on_flush_timer(now_ns)
             case "retention":
                 return self._on_retention(now_ns)
+            case "scrub":
+                return self.storage.scrub(now_ns)
         raise AssertionError(f"{self.name}: unknown timer {name!r}")
 
     # ------------------------------------------------------------------ coordinator
 
     def _heartbeat(self, now_ns: int) -> list[Effect]:
+        self.log.note_high_watermark(self.committed_offset, self.committed_epoch)
+        return [self._heartbeat_message(), SetTimer("heartbeat", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+
+    def _heartbeat_message(self) -> Send:
         state = self.state
         beat = ReplicaHeartbeat(
             topic=self.topic, topic_id=self.topic_id, partition=self.partition, node=self.node,
             endpoint=self.endpoint, pid=self.pid, incarnation=self.incarnation,
             leader_epoch=state.leader_epoch if state else -1, partition_epoch=state.partition_epoch if state else -1,
             log_start_offset=self.log.log_start_offset, log_end_offset=self.log.log_end_offset,
-            high_watermark=self.high_watermark)
-        return [Send(self.coordinator, beat),
-                SetTimer("heartbeat", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+            high_watermark=self.committed_offset, storage=self.storage.report())
+        return Send(self.coordinator, beat)
+
+    def heartbeat_now(self) -> list[Effect]:
+        """Storage news travels at once, not at the next heartbeat."""
+        return [self._heartbeat_message()]
+
+    def last_batch_epoch(self) -> int:
+        """The epoch of the last batch this replica holds (Kafka's lastFetchedEpoch): an epoch in
+        which this replica led but wrote nothing has an entry starting at the log end, and it
+        is not the epoch of any batch."""
+        end = self.log.log_end_offset
+        epochs = [epoch for epoch, start in self.log.epoch_entries() if start < end]
+        return max(epochs) if epochs else -1
+
+    def advance_high_watermark(self, value: int, epoch: int) -> None:
+        self.high_watermark = value
+        if value > self.committed_offset:
+            self.committed_offset, self.committed_epoch = value, epoch
+
+    def may_truncate_below_committed(self) -> bool:
+        """An unclean election after the epoch this replica learned its committed offset in."""
+        return self.state is not None and self.state.last_unclean_epoch > self.committed_epoch
+
+    def lost_own_data(self, log_end: int) -> None:
+        """The log shrank for a reason the replica accepts (its own damage, an unclean election):
+        what it had seen committed is no longer what it holds."""
+        self.high_watermark = min(self.high_watermark, log_end)
+        self.committed_offset = min(self.committed_offset, log_end)
 
     def _on_heartbeat_response(self, response: ReplicaHeartbeatResponse, now_ns: int) -> list[Effect]:
         if response.deleted:
@@ -194,6 +258,7 @@ class PartitionReplica:
 
     def _become_leader(self, now_ns: int) -> list[Effect]:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "leadership moved")
+        effects += self.storage.on_elected()
         self.log.assign_epoch(self.state.leader_epoch, self.log.log_end_offset)
         self.role = "leader"
         self.leader = LeaderRole(self, now_ns)
@@ -213,6 +278,10 @@ class PartitionReplica:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "this replica is no longer the leader")
         self.role = "follower"
         self.follower = FollowerRole(self)
+        try:
+            effects += self.storage.prepare_to_follow()
+        except StorageError as error:
+            return effects + self.storage_failure(error)
         effects.append(Trace("became-follower", {"topic": self.topic, "partition": self.partition, "node": self.node,
                                                  "leader": self.state.leader, "leader_epoch": self.state.leader_epoch}))
         return effects + self.follower.begin(now_ns) + self._flush_timer(now_ns)
@@ -242,6 +311,9 @@ class PartitionReplica:
     # ------------------------------------------------------------------ produce
 
     def _on_produce(self, request: ProduceRequest, sender: Any, now_ns: int) -> list[Effect]:
+        misdirected = self.misdirected(request)
+        if misdirected is not None:
+            return self.produce_error(request, sender, *misdirected)
         if self.leader is None:
             return self.produce_error(request, sender, ErrorCode.NOT_LEADER, self._not_leader_text())
         return self.leader.on_produce(request, sender, now_ns)
@@ -249,8 +321,8 @@ class PartitionReplica:
     def produce_error(self, request: ProduceRequest, sender: Any, code: ErrorCode, text: str) -> list[Effect]:
         if request.acks == 0:
             return [Trace("produce-refused", {"error": code.name, "message": text})]
-        return [Send(sender, ProduceResponse(correlation_id=request.correlation_id, topic=self.topic,
-                                             partition=self.partition, error=code, error_message=text))]
+        return [Send(sender, ProduceResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                             partition=request.partition, error=code, error_message=text))]
 
     def durable_reply(self, sender: Any, response: Any) -> list[Effect]:
         """Replies that promise the data is written wait for the flush when the topic asks for it."""
@@ -265,165 +337,6 @@ class PartitionReplica:
         if self.state is None:
             return f"node {self.node} does not know the leader of {self.topic}/{self.partition} yet"
         return f"node {self.node} is not the leader of {self.topic}/{self.partition}; node {self.state.leader} is"
-
-    # ------------------------------------------------------------------ fetch
-
-    def _on_fetch(self, request: FetchRequest, sender: Any, now_ns: int) -> list[Effect]:
-        problem = self._check_fetch(request, now_ns)
-        if problem is not None:
-            return [Send(sender, problem)]
-        effects: list[Effect] = []
-        if request.replica >= 0:
-            diverging = self._diverging(request)
-            if diverging is not None:
-                return [Send(sender, self._fetch_response(request, diverging=diverging))]
-            self.leader.on_follower_fetch(request, now_ns)
-            effects = self.leader.after_log_growth(now_ns)
-        if self._has_data(request) or request.max_wait_ms <= 0:
-            return effects + [Send(sender, self._read(request))]
-        if len(self.parked) >= self.limits.purgatory_fetch_max:
-            return effects + [Send(sender, self._fetch_error(request, ErrorCode.BUSY, "too many waiting fetches"))]
-        wait_ms = min(request.max_wait_ms, self.limits.fetch_wait_max_ms)
-        self.parked.append(ParkedFetch(sender, request, now_ns + wait_ms * MS))
-        return effects + [SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked))]
-
-    def _check_fetch(self, request: FetchRequest, now_ns: int) -> FetchResponse | None:
-        if self.leader is None:
-            return self._fetch_error(request, ErrorCode.NOT_LEADER, self._not_leader_text())
-        epoch = self.leader.epoch
-        if request.leader_epoch >= 0 and request.leader_epoch < epoch:
-            return self._fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH,
-                                     f"epoch {request.leader_epoch} is older than the leader's {epoch}")
-        if request.leader_epoch > epoch:
-            return self._fetch_error(request, ErrorCode.UNKNOWN_LEADER_EPOCH,
-                                     f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
-        if request.max_bytes <= 0 or request.max_wait_ms < 0 or request.min_bytes < 0:
-            return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
-                                     "max_bytes must be positive, max_wait_ms and min_bytes not negative")
-        if request.replica >= 0:
-            if request.replica not in self.state.replicas or request.replica == self.node:
-                return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
-                                         f"node {request.replica} is not a follower of this partition")
-            if request.offset < self.log.log_start_offset and request.last_fetched_epoch < 0:
-                return self._out_of_range(request)
-            return None
-        if not self.log.log_start_offset <= request.offset <= self.log.log_end_offset:
-            return self._out_of_range(request)
-        return None
-
-    def _diverging(self, request: FetchRequest) -> EpochEndOffset | None:
-        """KIP-595-style divergence check for a follower fetch (truncation by epoch)."""
-        if request.last_fetched_epoch < 0:
-            if request.offset > self.log.log_end_offset:
-                return EpochEndOffset(epoch=-1, end_offset=self.log.log_start_offset)
-            return None
-        epoch, end_offset = self.log.end_offset_for_epoch(request.last_fetched_epoch)
-        if epoch != request.last_fetched_epoch or end_offset < request.offset:
-            return EpochEndOffset(epoch=epoch, end_offset=end_offset)
-        return None
-
-    def _has_data(self, request: FetchRequest) -> bool:
-        """Enough to answer now: any data, or with `min_bytes` above 1 that many bytes of whole
-        batches (Kafka's fetch.min.bytes: fewer, larger answers for a consumer that can wait)."""
-        end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
-        if end <= request.offset:
-            return False
-        return request.min_bytes <= 1 or self._bytes_ready(request.offset, end, request.min_bytes) >= request.min_bytes
-
-    def _bytes_ready(self, offset: int, end: int, enough: int) -> int:
-        """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`."""
-        total = 0
-        try:
-            for header in self.log.iter_headers(offset):
-                if header.base_offset >= end:
-                    break
-                total += header.size
-                if total >= enough:
-                    break
-        except (OffsetOutOfRange, CorruptLog):
-            return enough  # answer now: the read reports the problem
-        return total
-
-    def _read(self, request: FetchRequest) -> FetchResponse:
-        bound = None if request.replica >= 0 else self.high_watermark
-        max_bytes = min(request.max_bytes, self.limits.fetch_bytes_max)
-        try:
-            records = self.log.read(request.offset, max_bytes, max_offset=bound)
-        except OffsetOutOfRange:
-            return self._out_of_range(request)
-        except CorruptLog as error:
-            return self._fetch_error(request, ErrorCode.STORAGE_ERROR, f"refusing corrupt range: {error}")
-        return self._fetch_response(request, records=records)
-
-    def _fetch_response(self, request: FetchRequest, *, records: Any = b"",
-                        diverging: EpochEndOffset | None = None) -> FetchResponse:
-        return FetchResponse(
-            correlation_id=request.correlation_id, topic=self.topic, partition=self.partition,
-            high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
-            log_end_offset=self.log.log_end_offset, leader_epoch=self.leader.epoch if self.leader else -1,
-            diverging_epoch=diverging, records=records)
-
-    def _fetch_error(self, request: FetchRequest, code: ErrorCode, text: str) -> FetchResponse:
-        return FetchResponse(
-            correlation_id=request.correlation_id, topic=self.topic, partition=self.partition, error=code,
-            error_message=text, high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
-            log_end_offset=self.log.log_end_offset)
-
-    def _out_of_range(self, request: FetchRequest) -> FetchResponse:
-        return self._fetch_error(request, ErrorCode.OFFSET_OUT_OF_RANGE, (
-            f"offset {request.offset} is outside [{self.log.log_start_offset}, {self.log.log_end_offset}]"))
-
-    def wake_parked_fetches(self, now_ns: int) -> list[Effect]:
-        if not self.parked:
-            return []
-        return self._answer_parked(lambda parked: self._read(parked.request) if self._has_data(parked.request) else None)
-
-    def _expire_parked(self, now_ns: int) -> list[Effect]:
-        effects = self._answer_parked(
-            lambda parked: self._read(parked.request) if parked.deadline_ns <= now_ns else None)
-        if self.parked:
-            effects.append(SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked)))
-        return effects
-
-    def _answer_parked(self, answer: Any) -> list[Effect]:
-        effects: list[Effect] = []
-        waiting: list[ParkedFetch] = []
-        for parked in self.parked:
-            response = answer(parked)
-            if response is None:
-                waiting.append(parked)
-            else:
-                effects.append(Send(parked.sender, response))
-        self.parked = waiting
-        return effects
-
-    # ------------------------------------------------------------------ offsets
-
-    def _list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        base = dict(correlation_id=request.correlation_id, log_start_offset=self.log.log_start_offset,
-                    high_watermark=self.high_watermark, log_end_offset=self.log.log_end_offset)
-        if self.leader is None:
-            return ListOffsetsResponse(**base, error=ErrorCode.NOT_LEADER, error_message=self._not_leader_text())
-        epoch = self.leader.epoch
-        if 0 <= request.leader_epoch < epoch:  # the caller's metadata is older than this leader (KIP-320)
-            return ListOffsetsResponse(**base, error=ErrorCode.FENCED_LEADER_EPOCH,
-                                       error_message=f"epoch {request.leader_epoch} is older than the leader's {epoch}")
-        if request.leader_epoch > epoch:  # this replica has not heard of the caller's leader yet
-            return ListOffsetsResponse(**base, error=ErrorCode.UNKNOWN_LEADER_EPOCH,
-                                       error_message=f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
-        if request.timestamp_ms == EARLIEST:
-            offset = self.log.log_start_offset
-        elif request.timestamp_ms == LATEST:
-            offset = self.high_watermark
-        elif request.timestamp_ms < 0:
-            return ListOffsetsResponse(**base, error=ErrorCode.INVALID_REQUEST,
-                                       error_message=f"timestamp {request.timestamp_ms} is not -1, -2 or a time")
-        else:
-            found = self.log.offset_for_timestamp(request.timestamp_ms)
-            offset = self.high_watermark if found is None else min(found, self.high_watermark)
-        timestamp = self.log.batch_timestamp(offset) if offset < self.high_watermark else None
-        return ListOffsetsResponse(**base, offset=offset, leader_epoch=self.leader.epoch,
-                                   timestamp_ms=-1 if timestamp is None else timestamp)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -450,5 +363,6 @@ class PartitionReplica:
     def _on_stop(self) -> list[Effect]:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "the replica is shutting down")
         self.role = "stopped"
+        self.log.note_high_watermark(self.committed_offset, self.committed_epoch)
         self.log.close()
         return effects

@@ -6,7 +6,10 @@ kept), its high watermark, or a diverging epoch when the follower's tail does no
 
 Truncation is by leader epoch (KIP-101/KIP-279), never by high watermark alone: told that epoch
 E ends at offset O in the leader's log, the follower truncates to min(O, where E ends in its own
-log) and asks again with its new last epoch, until the logs agree. A fetch that the follower
+log) and asks again with its new last epoch, until the logs agree. It never truncates below the
+offset it has seen committed (PartitionReplica's committed floor) on a leader's word: a leader
+that lacks committed records was not elected cleanly, so unless the coordinator announced an
+unclean election since, the follower refuses, says so, and keeps its log. A fetch that the follower
 makes next tells the leader what the follower holds, so with `flush_policy=every_batch` the next
 fetch waits for the flush: the leader never counts bytes a follower could still lose.
 """
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
 RETRY_BACKOFF_MS = 50
 DISK_FULL_BACKOFF_MS = 1000
+REFUSED_TRUNCATION_BACKOFF_MS = 1000  # until the coordinator sends a new state
 
 
 class FollowerRole:
@@ -49,20 +53,12 @@ class FollowerRole:
         limits = replica.limits
         request = FetchRequest(
             correlation_id=self.fetch_correlation, topic=replica.topic, partition=replica.partition,
-            offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
+            topic_id=replica.topic_id, offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
             max_wait_ms=limits.replica_fetch_wait_max_ms, leader_epoch=self.epoch, replica=replica.node,
-            last_fetched_epoch=self._last_batch_epoch(), incarnation=replica.incarnation)
+            last_fetched_epoch=replica.last_batch_epoch(), incarnation=replica.incarnation,
+            repairing=not replica.storage.healthy)
         deadline = now_ns + (limits.replica_fetch_timeout_ms + limits.replica_fetch_wait_max_ms) * MS
         return [Send(self.leader_endpoint, request), SetTimer("follower-fetch-timeout", deadline)]
-
-    def _last_batch_epoch(self) -> int:
-        """The epoch of the last batch this replica holds (Kafka's lastFetchedEpoch): an epoch in
-        which this replica led but wrote nothing has an entry starting at the log end, and it
-        is not the epoch of any batch."""
-        log = self.replica.log
-        end = log.log_end_offset
-        epochs = [epoch for epoch, start in log.epoch_entries() if start < end]
-        return max(epochs) if epochs else -1
 
     def retry_later(self, now_ns: int, backoff_ms: int = RETRY_BACKOFF_MS) -> list[Effect]:
         self.fetch_correlation = 0
@@ -75,7 +71,10 @@ class FollowerRole:
         effects: list[Effect] = [CancelTimer("follower-fetch-timeout")]
         code = response.error
         if code == ErrorCode.NONE and response.diverging_epoch is not None:
-            return effects + self._truncate_to_leader(response, now_ns) + self.send_fetch(now_ns)
+            truncated = self._truncate_to_leader(response, now_ns)
+            if truncated and truncated[0].event == "follower-refused-truncation":
+                return effects + truncated + self.retry_later(now_ns, REFUSED_TRUNCATION_BACKOFF_MS)
+            return effects + truncated + self.send_fetch(now_ns)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return effects + self._reset_past_leader_start(response, now_ns)
         if code != ErrorCode.NONE:
@@ -98,11 +97,13 @@ class FollowerRole:
             for _, header in iter_batches(records, verify=False):
                 replica.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                          header.record_count, header.base_offset)
-        replica.high_watermark = max(replica.high_watermark, min(response.high_watermark, replica.log.log_end_offset))
+        replica.advance_high_watermark(
+            max(replica.high_watermark, min(response.high_watermark, replica.log.log_end_offset)), self.epoch)
+        effects = replica.storage.after_fetch(response.log_end_offset)
         next_fetch = self.send_fetch(now_ns)
         if len(records) and replica.config.flush_policy == "every_batch":
-            return [AfterFlush(replica.log, tuple(next_fetch))]
-        return next_fetch
+            return effects + [AfterFlush(replica.log, tuple(next_fetch))]
+        return effects + next_fetch
 
     def _truncate_to_leader(self, response: FetchResponse, now_ns: int) -> list[Effect]:
         replica = self.replica
@@ -115,10 +116,16 @@ class FollowerRole:
             _, own_end = log.end_offset_for_epoch(diverging.epoch)
             target = min(diverging.end_offset, own_end if own_end >= 0 else log.log_start_offset)
         target = max(target, log.log_start_offset)
+        if target < replica.committed_offset and replica.storage.healthy and not replica.may_truncate_below_committed():
+            return [Trace("follower-refused-truncation", {
+                "topic": replica.topic, "partition": replica.partition, "node": replica.node,
+                "leader_end_offset": diverging.end_offset, "target": target,
+                "committed_offset": replica.committed_offset, "committed_epoch": replica.committed_epoch,
+                "leader_epoch": self.epoch})]
         if target <= before:
             log.truncate_to(target)  # also drops epoch entries from the target on, data or not
             replica.producers.truncate(log.log_end_offset)
-        replica.high_watermark = min(replica.high_watermark, log.log_end_offset)
+        replica.lost_own_data(log.log_end_offset)
         return [Trace("follower-truncated", {
             "topic": replica.topic, "partition": replica.partition, "from": before,
             "to": log.log_end_offset, "leader_epoch": diverging.epoch, "leader_end_offset": diverging.end_offset})]
@@ -130,7 +137,7 @@ class FollowerRole:
             before = log.log_end_offset
             log.reset_to(response.log_start_offset)
             replica.producers.truncate(0)
-            replica.high_watermark = log.log_end_offset
+            replica.advance_high_watermark(log.log_end_offset, self.epoch)
             return [Trace("follower-reset", {"topic": replica.topic, "partition": replica.partition,
                                              "from": before, "to": response.log_start_offset})] + self.send_fetch(now_ns)
         return self.retry_later(now_ns)

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 
 
 class FollowerProgress:
-    __slots__ = ("offset", "incarnation", "last_fetch_ns", "end_at_last_fetch", "last_caught_up_ns")
+    __slots__ = ("offset", "incarnation", "last_fetch_ns", "end_at_last_fetch", "last_caught_up_ns", "repairing")
 
     def __init__(self, now_ns: int) -> None:
+        self.repairing = False
         self.offset = -1
         self.incarnation = 0
         self.last_fetch_ns = now_ns
@@ -187,6 +188,7 @@ class LeaderRole:
             progress.last_caught_up_ns = max(progress.last_caught_up_ns, progress.last_fetch_ns)
         progress.offset = request.offset
         progress.incarnation = request.incarnation
+        progress.repairing = request.repairing
         progress.last_fetch_ns = now_ns
         progress.end_at_last_fetch = end
 
@@ -213,7 +215,7 @@ class LeaderRole:
         candidate = self.compute_high_watermark()
         effects: list[Effect] = []
         if candidate > replica.high_watermark:
-            replica.high_watermark = candidate
+            replica.advance_high_watermark(candidate, self.epoch)
             effects += self.complete_purgatory()
         return effects + replica.wake_parked_fetches(now_ns)
 
@@ -243,7 +245,7 @@ class LeaderRole:
 
     def _caught_up(self, node: int, now_ns: int, lag_ns: int) -> bool:
         progress = self.progress.get(node)
-        return (progress is not None and progress.offset >= self.replica.high_watermark
+        return (progress is not None and not progress.repairing and progress.offset >= self.replica.high_watermark
                 and progress.offset >= self.epoch_start_offset and now_ns - progress.last_caught_up_ns <= lag_ns)
 
     def _request_isr(self, isr: list[int], now_ns: int) -> list[Effect]:

@@ -59,13 +59,18 @@ ERROR_WHEN = {
     "LEADER_NOT_AVAILABLE": "Metadata: the partition has no live leader right now (`leader_endpoint` is "
                             "empty) — during an election, before a new leader's first heartbeat, or "
                             "while the partition is offline. Ask for metadata again after a backoff.",
-    "NOT_LEADER": "Produce, fetch or list offsets sent to a replica that is not the leader (it names the "
-                  "leader in the sentence), or answered to acks=all requests still waiting when "
-                  "leadership moved (their fate is unknown). Refresh metadata and retry.",
+    "NOT_LEADER": "Kafka's NOT_LEADER_OR_FOLLOWER (code 6). Produce, fetch or list offsets sent to a replica "
+                  "that is not the leader (it names the leader in the sentence), or to a process that serves "
+                  "another topic or partition than the request names (a stale endpoint: replicas answer only "
+                  "for their own partition), or answered to acks=all requests still waiting when leadership "
+                  "moved (their fate is unknown). Refresh metadata and retry.",
     "REQUEST_TIMED_OUT": "acks=all: the batch was appended but the ISR did not reach it within the "
                          "request's `timeout_ms`; it may still become visible. Clients also use it for "
                          "a request that got no answer in time. Retrying can duplicate a record unless "
                          "the producer is idempotent.",
+    "OFFSET_METADATA_TOO_LARGE": "Offset commit whose `metadata` string is longer than "
+                                 "`offset_metadata_length_max` (Kafka's offset.metadata.max.bytes). Nothing of that "
+                                 "commit was stored.",
     "MESSAGE_TOO_LARGE": "A whole multipart message above `frame_bytes_max` (sent as `ErrorResponse`, "
                          "with the correlation id when the header was readable), or a batch above the "
                          "topic's `batch_bytes_max` (sent as `ProduceResponse`). Split the batch.",
@@ -92,6 +97,10 @@ ERROR_WHEN = {
     "REBALANCE_IN_PROGRESS": "The group is rebalancing: heartbeats and syncs during the join phase, "
                              "commits while the leader's assignment is awaited, and the unsolicited "
                              "rebalance notice. Revoke (eager) and rejoin.",
+    "CLUSTER_AUTHORIZATION_FAILED": "A message only processes of the cluster may send (partition states, ISR "
+                                    "changes, replica heartbeats and fetches, exit notices, the fault switch) came "
+                                    "without this cluster's authentication tag; or the fault switch is off because "
+                                    "the cluster was not started for chaos. Nothing changed (docs/security.md).",
     "TOPIC_ALREADY_EXISTS": "Create topic: the name is taken. Nothing changed.",
     "INVALID_PARTITIONS": "Create topic or grow: the count is outside 1..`partitions_per_topic_max`, or "
                           "a grow does not add partitions.",
@@ -111,7 +120,9 @@ ERROR_WHEN = {
     "INVALID_PRODUCER_EPOCH": "Idempotent produce with an epoch older than the one the leader knows for "
                               "that producer id: a zombie producer. Fatal for that producer id.",
     "STORAGE_ERROR": "Fetch met a range of the log that failed its checks on disk (refused, never "
-                     "served). Another replica may serve it after a failover.",
+                     "served). The replica records the damage and tells the coordinator at once; a leader steps "
+                     "down for a healthy in-sync replica and repairs as a follower. Retry after refreshing "
+                     "metadata.",
     "UNKNOWN_PRODUCER_ID": "Never sent by the broker today (a producer id it does not know starts fresh). "
                            "The share groups' dead-letter writer treats it like "
                            "OUT_OF_ORDER_SEQUENCE_NUMBER.",
@@ -126,6 +137,13 @@ ERROR_WHEN = {
                             "of an election the replica has not applied yet. Retry after a backoff.",
     "FENCED_INSTANCE_ID": "A static member (`group_instance_id`) was replaced by a newer instance with the "
                           "same id. Fatal for the old instance.",
+    "INVALID_RECORD": "Produce: the batch's header and CRC are fine but its payload is not what the header claims "
+                      "(a record count, timestamps or offset deltas that do not match the records), or it sets "
+                      "attributes only the broker may set (a control batch). Nothing was written.",
+    "UNKNOWN_TOPIC_ID": "Produce, fetch or list offsets naming a `topic_id` other than the replica's: the topic was "
+                        "deleted and created again under the same name. Refresh metadata.",
+    "INCONSISTENT_CLUSTER_ID": "A state or directory of another cluster: never sent on the wire today; processes refuse "
+                               "to start on such a directory (docs/operations.md, \"Storage faults\").",
     "INVALID_RECORD_STATE": "Share acknowledgement for records the member does not hold (never acquired, "
                             "lock expired, already answered). Nothing in that range changed.",
     "UNKNOWN_MESSAGE": "Frame 0 names a `type` that is unknown or internal, or an actor that does not "
@@ -136,5 +154,7 @@ ERROR_WHEN = {
             "members per group, share groups or share-partitions per coordinator. Back off and retry.",
     "DISK_FULL": "Produce: the leader's disk (or the fault switch's quota) refused the write; nothing was "
                  "written.",
+    "LIMIT_REACHED": "A bound of actors/limits.py would be passed (groups, offsets per group, replica processes "
+                     "per node, group state bytes...): the sentence names the limit. Nothing changed.",
 }
 

@@ -237,6 +237,7 @@ def test_followers_are_the_next_nodes_after_the_leader():
 
 def test_deleting_a_topic_forgets_it_durably_and_tells_its_replicas_to_stop(cluster):
     cluster.create("orders")
+    topic_id = cluster.coordinator.topics["orders"].topic_id
     cluster.heartbeat(1)
 
     effects = cluster.ask(DeleteTopicRequest(correlation_id=9, name="orders"))
@@ -247,7 +248,18 @@ def test_deleting_a_topic_forgets_it_durably_and_tells_its_replicas_to_stop(clus
     assert cluster.coordinator.partitions == {}
     metadata = cluster.metadata("orders")
     assert metadata.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert only(cluster.heartbeat(1, topic_id=123), ReplicaHeartbeatResponse).deleted
+    assert only(cluster.heartbeat(1, topic_id=topic_id), ReplicaHeartbeatResponse).deleted
+    assert topic_id in cluster.ask(NodeAssignmentsRequest(correlation_id=3, nodes=[1]))[0].message.deleted_topic_ids
+
+
+def test_a_replica_of_a_topic_the_coordinator_never_deleted_is_not_told_to_stop(cluster):
+    """A coordinator that does not know a topic (another cluster's state, a lost file) must not
+    make its replicas exit: only a recorded deletion (a tombstone) does."""
+    reply = only(cluster.heartbeat(1, topic="never-created", topic_id=123), ReplicaHeartbeatResponse)
+
+    assert not reply.deleted
+    assert reply.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert cluster.ask(NodeAssignmentsRequest(correlation_id=3, nodes=[1]))[0].message.deleted_topic_ids == []
 
 
 def test_deleting_an_unknown_topic_is_an_error(cluster):

@@ -1,0 +1,224 @@
+"""How a partition replica answers fetches and offset lookups: checks, long polls, reads.
+
+A mixin of `PartitionReplica` (actors/partition_replica.py), kept apart because serving reads has
+its own rules:
+- a request is answered only for this replica's own (topic, topic id, partition): anything else
+  gets NOT_LEADER ("this process serves another partition: refresh metadata") or UNKNOWN_TOPIC_ID
+  (the same name, another incarnation of the topic), never this partition's data;
+- consumers see offsets below the high watermark only; followers see up to the log end, and a
+  follower fetch must carry the cluster's authentication tag (transport/auth.py) — it moves the
+  high watermark, so a client must not be able to pose as one;
+- a fetch with nothing to return waits (the purgatory, `purgatory_fetch_max` deep) until data
+  arrives or its `max_wait_ms` ends;
+- a read that meets a range failing its CRC answers STORAGE_ERROR and records the damage
+  (actors/replica_health.py), which the coordinator hears of at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.actor import MS
+from actors.effects import Effect, Send, SetTimer
+from actors.errors import ErrorCode
+from actors.messages import EpochEndOffset, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from storage.errors import CorruptLog, OffsetOutOfRange
+
+LATEST, EARLIEST = -1, -2
+
+
+class ParkedFetch:
+    __slots__ = ("sender", "request", "deadline_ns")
+
+    def __init__(self, sender: Any, request: FetchRequest, deadline_ns: int) -> None:
+        self.sender = sender
+        self.request = request
+        self.deadline_ns = deadline_ns
+
+
+class FetchServing:
+    # ------------------------------------------------------------------ who the request is for
+
+    def misdirected(self, request: Any) -> tuple[ErrorCode, str] | None:
+        """(error, sentence) when a request names another partition than this replica's."""
+        if request.topic != self.topic or request.partition != self.partition:
+            return ErrorCode.NOT_LEADER, (
+                f"this process serves {self.topic}/{self.partition}, not {request.topic}/{request.partition}: "
+                "refresh metadata")
+        topic_id = getattr(request, "topic_id", 0)
+        if topic_id and topic_id != self.topic_id:
+            return ErrorCode.UNKNOWN_TOPIC_ID, (
+                f"topic {self.topic!r} here has id {self.topic_id:x}, not {topic_id:x} (it was deleted and "
+                "created again): refresh metadata")
+        return None
+
+    # ------------------------------------------------------------------ fetch
+
+    def _on_fetch(self, request: FetchRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self._check_fetch(request, now_ns)
+        if problem is not None:
+            return [Send(sender, problem)]
+        effects: list[Effect] = []
+        if request.replica >= 0:
+            diverging = self._diverging(request)
+            if diverging is not None:
+                return [Send(sender, self._fetch_response(request, diverging=diverging))]
+            self.leader.on_follower_fetch(request, now_ns)
+            effects = self.leader.after_log_growth(now_ns)
+        if self._has_data(request) or request.max_wait_ms <= 0:
+            return effects + [Send(sender, self._read(request))]
+        if len(self.parked) >= self.limits.purgatory_fetch_max:
+            return effects + [Send(sender, self._fetch_error(request, ErrorCode.BUSY, "too many waiting fetches"))]
+        wait_ms = min(request.max_wait_ms, self.limits.fetch_wait_max_ms)
+        self.parked.append(ParkedFetch(sender, request, now_ns + wait_ms * MS))
+        return effects + [SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked))]
+
+    def _check_fetch(self, request: FetchRequest, now_ns: int) -> FetchResponse | None:
+        misdirected = self.misdirected(request)
+        if misdirected is not None:
+            return self._fetch_error(request, *misdirected)
+        if self.leader is None:
+            return self._fetch_error(request, ErrorCode.NOT_LEADER, self._not_leader_text())
+        epoch = self.leader.epoch
+        if request.leader_epoch >= 0 and request.leader_epoch < epoch:
+            return self._fetch_error(request, ErrorCode.FENCED_LEADER_EPOCH,
+                                     f"epoch {request.leader_epoch} is older than the leader's {epoch}")
+        if request.leader_epoch > epoch:
+            return self._fetch_error(request, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                                     f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
+        if request.max_bytes <= 0 or request.max_wait_ms < 0 or request.min_bytes < 0:
+            return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
+                                     "max_bytes must be positive, max_wait_ms and min_bytes not negative")
+        if request.replica >= 0:
+            if request.replica not in self.state.replicas or request.replica == self.node:
+                return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
+                                         f"node {request.replica} is not a follower of this partition")
+            if request.offset < self.log.log_start_offset and request.last_fetched_epoch < 0:
+                return self._out_of_range(request)
+            return None
+        if not self.log.log_start_offset <= request.offset <= self.log.log_end_offset:
+            return self._out_of_range(request)
+        return None
+
+    def _diverging(self, request: FetchRequest) -> EpochEndOffset | None:
+        """KIP-595-style divergence check for a follower fetch (truncation by epoch)."""
+        if request.last_fetched_epoch < 0:
+            if request.offset > self.log.log_end_offset:
+                return EpochEndOffset(epoch=-1, end_offset=self.log.log_start_offset)
+            return None
+        epoch, end_offset = self.log.end_offset_for_epoch(request.last_fetched_epoch)
+        if epoch != request.last_fetched_epoch or end_offset < request.offset:
+            return EpochEndOffset(epoch=epoch, end_offset=end_offset)
+        return None
+
+    def _has_data(self, request: FetchRequest) -> bool:
+        """Enough to answer now: any data, or with `min_bytes` above 1 that many bytes of whole
+        batches (Kafka's fetch.min.bytes: fewer, larger answers for a consumer that can wait)."""
+        end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
+        if end <= request.offset:
+            return False
+        return request.min_bytes <= 1 or self._bytes_ready(request.offset, end, request.min_bytes) >= request.min_bytes
+
+    def _bytes_ready(self, offset: int, end: int, enough: int) -> int:
+        """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`."""
+        total = 0
+        try:
+            for header in self.log.iter_headers(offset):
+                if header.base_offset >= end:
+                    break
+                total += header.size
+                if total >= enough:
+                    break
+        except (OffsetOutOfRange, CorruptLog):
+            return enough  # answer now: the read reports the problem
+        return total
+
+    def _read(self, request: FetchRequest) -> FetchResponse:
+        bound = None if request.replica >= 0 else self.high_watermark
+        max_bytes = min(request.max_bytes, self.limits.fetch_bytes_max)
+        try:
+            records = self.log.read(request.offset, max_bytes, max_offset=bound)
+        except OffsetOutOfRange:
+            return self._out_of_range(request)
+        except CorruptLog as error:
+            self.deferred += self.storage.record_corruption(error)
+            return self._fetch_error(request, ErrorCode.STORAGE_ERROR, f"refusing corrupt range: {error}")
+        if self.log.refused_count != self.storage.refusals_seen:
+            # The read stopped early at a bad batch and refused it without raising.
+            self.deferred += self.storage.record_refusals()
+        return self._fetch_response(request, records=records)
+
+    def _fetch_response(self, request: FetchRequest, *, records: Any = b"",
+                        diverging: EpochEndOffset | None = None) -> FetchResponse:
+        return FetchResponse(
+            correlation_id=request.correlation_id, topic=self.topic, partition=self.partition,
+            high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset, leader_epoch=self.leader.epoch if self.leader else -1,
+            diverging_epoch=diverging, records=records)
+
+    def _fetch_error(self, request: FetchRequest, code: ErrorCode, text: str) -> FetchResponse:
+        return FetchResponse(
+            correlation_id=request.correlation_id, topic=request.topic, partition=request.partition, error=code,
+            error_message=text, high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset)
+
+    def _out_of_range(self, request: FetchRequest) -> FetchResponse:
+        return self._fetch_error(request, ErrorCode.OFFSET_OUT_OF_RANGE, (
+            f"offset {request.offset} is outside [{self.log.log_start_offset}, {self.log.log_end_offset}]"))
+
+    def wake_parked_fetches(self, now_ns: int) -> list[Effect]:
+        if not self.parked:
+            return []
+        return self._answer_parked(lambda parked: self._read(parked.request) if self._has_data(parked.request) else None)
+
+    def _expire_parked(self, now_ns: int) -> list[Effect]:
+        effects = self._answer_parked(
+            lambda parked: self._read(parked.request) if parked.deadline_ns <= now_ns else None)
+        if self.parked:
+            effects.append(SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked)))
+        return effects
+
+    def _answer_parked(self, answer: Any) -> list[Effect]:
+        effects: list[Effect] = []
+        waiting: list[ParkedFetch] = []
+        for parked in self.parked:
+            response = answer(parked)
+            if response is None:
+                waiting.append(parked)
+            else:
+                effects.append(Send(parked.sender, response))
+        self.parked = waiting
+        return effects
+
+    # ------------------------------------------------------------------ offsets
+
+    def _list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        base = dict(correlation_id=request.correlation_id, topic=request.topic, partition=request.partition,
+                    log_start_offset=self.log.log_start_offset, high_watermark=self.high_watermark,
+                    log_end_offset=self.log.log_end_offset)
+        misdirected = self.misdirected(request)
+        if misdirected is not None:
+            code, text = misdirected
+            return ListOffsetsResponse(**base, error=code, error_message=text)
+        if self.leader is None:
+            return ListOffsetsResponse(**base, error=ErrorCode.NOT_LEADER, error_message=self._not_leader_text())
+        epoch = self.leader.epoch
+        if 0 <= request.leader_epoch < epoch:  # the caller's metadata is older than this leader (KIP-320)
+            return ListOffsetsResponse(**base, error=ErrorCode.FENCED_LEADER_EPOCH,
+                                       error_message=f"epoch {request.leader_epoch} is older than the leader's {epoch}")
+        if request.leader_epoch > epoch:  # this replica has not heard of the caller's leader yet
+            return ListOffsetsResponse(**base, error=ErrorCode.UNKNOWN_LEADER_EPOCH,
+                                       error_message=f"epoch {request.leader_epoch} is newer than this leader's {epoch}")
+        if request.timestamp_ms == EARLIEST:
+            offset = self.log.log_start_offset
+        elif request.timestamp_ms == LATEST:
+            offset = self.high_watermark
+        elif request.timestamp_ms < 0:
+            return ListOffsetsResponse(**base, error=ErrorCode.INVALID_REQUEST,
+                                       error_message=f"timestamp {request.timestamp_ms} is not -1, -2 or a time")
+        else:
+            found = self.log.offset_for_timestamp(request.timestamp_ms)
+            offset = self.high_watermark if found is None else min(found, self.high_watermark)
+        timestamp = self.log.batch_timestamp(offset) if offset < self.high_watermark else None
+        return ListOffsetsResponse(**base, offset=offset, leader_epoch=self.leader.epoch,
+                                   timestamp_ms=-1 if timestamp is None else timestamp)

@@ -1,0 +1,276 @@
+"""A replica that finds damage on its own disk says so, and gets the data back from its leader
+(actors/replica_health.py); a follower never lets a leader truncate what it saw committed; a
+replica answers only for its own partition (actors/replica_fetch.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import (
+    AlterIsrResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, PartitionState,
+    ProduceRequest, ProduceResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, TopicConfig,
+)
+from actors.partition_replica import PartitionReplica
+from storage.log import LogConfig
+from storage.memory import MemoryFileSystem
+from storage.replica_meta import ReplicaMeta, open_replica_directory
+from tests.unit.actor_harness import Harness, only
+from tests.unit.test_partition_replica import CLIENT, COORDINATOR, LEADER, TOPIC_ID, Stage, batch
+
+FOLLOWER, OTHER_LEADER = "tcp://127.0.0.1:9/orders/0/n1", "tcp://127.0.0.1:9/orders/0/n2"
+DIRECTORY = "/replica"
+LIMITS = Limits()
+
+
+def meta(node: int = 1) -> ReplicaMeta:
+    return ReplicaMeta(cluster_id="c", topic="orders", topic_id=TOPIC_ID, partition=0, node=node, replicas=[1, 2, 3])
+
+
+def heartbeats(harness: Harness) -> list[ReplicaHeartbeat]:
+    return harness.take(COORDINATOR, ReplicaHeartbeat)
+
+
+class FollowerStage:
+    """Node 1 follows node 2 (played by the test) over a replica directory on a memory disk."""
+
+    def __init__(self, fs: MemoryFileSystem | None = None, *, epoch: int = 3, last_unclean_epoch: int = -1) -> None:
+        self.fs = fs or MemoryFileSystem()
+        self.open()
+        self.state(epoch, last_unclean_epoch)
+
+    def open(self) -> None:
+        opened = open_replica_directory(self.fs, DIRECTORY, meta(), LogConfig(segment_bytes=2048), now_ms=0)
+        self.log, self.health = opened.log, opened.health
+        self.harness = Harness()
+        self.replica = PartitionReplica(
+            topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=FOLLOWER, coordinator=COORDINATOR,
+            log=self.log, config=TopicConfig(), incarnation=7, limits=LIMITS, health=self.health,
+            findings=opened.findings)
+        self.harness.add(FOLLOWER, self.replica)
+
+    def state(self, epoch: int, last_unclean_epoch: int = -1) -> None:
+        state = PartitionState(topic="orders", topic_id=TOPIC_ID, partition=0, leader=2, leader_endpoint=OTHER_LEADER,
+                               leader_epoch=epoch, partition_epoch=epoch, replicas=[1, 2, 3], isr=[2, 3],
+                               last_unclean_epoch=last_unclean_epoch)
+        self.epoch = epoch
+        self.harness.deliver(FOLLOWER, ReplicaHeartbeatResponse(state=state), COORDINATOR)
+
+    def fetch(self) -> FetchRequest:
+        requests = self.harness.take(OTHER_LEADER, FetchRequest)
+        assert requests, "the follower has no fetch in flight"
+        return requests[-1]
+
+    def answer(self, request: FetchRequest, records: bytes = b"", *, high_watermark: int = 0,
+               log_end_offset: int | None = None, diverging=None) -> list:
+        end = log_end_offset if log_end_offset is not None else request.offset
+        response = FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                                 high_watermark=high_watermark, log_end_offset=end, leader_epoch=self.epoch,
+                                 diverging_epoch=diverging, records=records)
+        return self.harness.deliver(FOLLOWER, response, OTHER_LEADER)
+
+
+def leader_batches(count: int, *, epoch: int, start: int = 0) -> bytes:
+    """`count` one-record batches as a leader of `epoch` would send them, from offset `start`."""
+    from storage.memory import open_memory_log
+
+    log = open_memory_log(LogConfig())
+    if start:
+        log.reset_to(start)
+    for index in range(count):
+        log.append_producer_batch(batch(1, tag=f"x{start + index}"), epoch, 0)
+    return log.read(start, 1 << 20)
+
+
+# ---------------------------------------------------------------------------- finding damage
+
+
+def test_a_leader_whose_read_meets_bit_rot_refuses_the_range_and_tells_the_coordinator_at_once():
+    stage = Stage()
+    stage.produce(count=3)
+    stage.catch_up()
+    segment = [name for name in stage.fs.list_directory("/log") if name.endswith(".log")][0]
+    stage.fs.corrupt(f"/log/{segment}", 100)  # inside the first batch's payload (under the CRC)
+    stage.harness.take(COORDINATOR, ReplicaHeartbeat)
+
+    response = only(stage.consumer_fetch(0), FetchResponse)
+
+    assert response.error == ErrorCode.STORAGE_ERROR
+    beat = only(heartbeats(stage.harness), ReplicaHeartbeat)
+    assert beat.storage.state == "damaged"
+    assert beat.storage.damage == [(0, 2)]
+    assert stage.harness.trace_events("storage-damage-found")
+
+
+def test_the_scrubber_finds_bit_rot_in_a_follower_log_nobody_reads():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 200)
+    heartbeats(follower.harness)
+
+    follower.harness.advance(LIMITS.scrub_interval_ms * 3)
+
+    assert follower.replica.storage.damaged
+    assert any(beat.storage.state == "repairing" for beat in heartbeats(follower.harness))
+
+
+# ---------------------------------------------------------------------------- repairing
+
+
+def test_a_follower_with_a_refused_range_truncates_below_it_refetches_and_reports_ok_again():
+    fs = MemoryFileSystem()
+    first = FollowerStage(fs)
+    first.answer(first.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    first.log.close()
+    segment = sorted(name for name in fs.list_directory(DIRECTORY) if name.endswith(".log"))[0]
+    fs.corrupt(f"{DIRECTORY}/{segment}", 4)  # a flushed batch's stamped offset: refused on open
+
+    follower = FollowerStage(fs)  # restarted over the damaged directory
+
+    assert follower.replica.storage.damaged
+    request = follower.fetch()
+    assert request.offset == 0 and request.repairing, "the refused range and all after it is fetched again"
+    assert follower.harness.trace_events("repair-truncated")
+    follower.answer(request, leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    assert follower.replica.storage.healthy
+    assert follower.log.log_end_offset == 6
+    assert not follower.fetch().repairing
+    assert follower.harness.trace_events("storage-repaired")
+    assert not follower.log.corrupt_ranges
+
+
+def test_a_new_directory_is_repaired_once_it_has_caught_up_with_its_leader():
+    follower = FollowerStage()
+    assert follower.replica.storage.state() == "new"
+
+    follower.answer(follower.fetch(), leader_batches(3, epoch=3), high_watermark=3, log_end_offset=5)
+    assert follower.replica.storage.state() == "new", "not caught up yet: the leader has 5"
+    follower.answer(follower.fetch(), leader_batches(2, epoch=3, start=3), high_watermark=5, log_end_offset=5)
+
+    assert follower.replica.storage.state() == "ok"
+
+
+# ---------------------------------------------------------------------------- the committed floor
+
+
+def diverging_to(end_offset: int, epoch: int = 3):
+    from actors.messages import EpochEndOffset
+
+    return EpochEndOffset(epoch=epoch, end_offset=end_offset)
+
+
+def test_a_follower_refuses_to_truncate_below_what_it_saw_committed():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    follower.state(epoch=4)  # a new leader...
+
+    follower.answer(follower.fetch(), diverging=diverging_to(2))  # ... claims epoch 3 ended at 2
+
+    assert follower.log.log_end_offset == 6
+    refused = follower.harness.trace_events("follower-refused-truncation")
+    assert refused and refused[0]["committed_offset"] == 6
+    follower.replica.invariants()
+
+
+def test_after_an_unclean_election_the_follower_truncates_as_told():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    follower.state(epoch=4, last_unclean_epoch=4)
+
+    follower.answer(follower.fetch(), diverging=diverging_to(2))
+
+    assert follower.log.log_end_offset == 2
+    assert follower.replica.committed_offset == 2
+    follower.replica.invariants()
+
+
+def test_the_committed_floor_survives_a_restart():
+    fs = MemoryFileSystem()
+    first = FollowerStage(fs)
+    first.answer(first.fetch(), leader_batches(6, epoch=3), high_watermark=5, log_end_offset=6)
+    first.harness.advance(LIMITS.replica_heartbeat_interval_ms + 1)  # the floor is noted with the heartbeat
+    first.replica.handle(__import__("actors.messages", fromlist=["Stop"]).Stop(), b"", 0)
+
+    again = FollowerStage(fs, epoch=4)
+
+    assert again.replica.committed_offset == 5
+    again.answer(again.fetch(), diverging=diverging_to(3))
+    assert again.log.log_end_offset == 6, "the restarted follower still defends offset 5"
+
+
+def test_the_invariant_catches_a_follower_that_truncates_below_its_floor():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+
+    follower.log.truncate_to(2)  # what a follower that believed any leader would have done ...
+    follower.replica.high_watermark = 2  # ... keeping its high watermark inside its log
+
+    with pytest.raises(AssertionError, match="below the committed offset"):
+        follower.replica.invariants()
+
+
+# ---------------------------------------------------------------------------- who the request is for
+
+
+@pytest.mark.parametrize("topic, partition, topic_id, code", [
+    ("payments", 0, 0, ErrorCode.NOT_LEADER),
+    ("orders", 1, 0, ErrorCode.NOT_LEADER),
+    ("orders", 99, 0, ErrorCode.NOT_LEADER),
+    ("no-such-topic", 0, 0, ErrorCode.NOT_LEADER),
+    ("orders", 0, TOPIC_ID + 1, ErrorCode.UNKNOWN_TOPIC_ID),
+])
+def test_a_produce_for_another_partition_is_refused_and_nothing_is_appended(topic, partition, topic_id, code):
+    stage = Stage()
+    request = ProduceRequest(correlation_id=5, topic=topic, partition=partition, topic_id=topic_id, acks=1,
+                             batch=batch(3))
+
+    response = only(stage.harness.deliver(LEADER, request, CLIENT), ProduceResponse)
+
+    assert response.error == code
+    assert (response.topic, response.partition) == (topic, partition), "the answer names what was asked"
+    assert stage.log.log_end_offset == 0
+
+
+def test_a_produce_naming_the_right_topic_id_is_appended():
+    stage = Stage()
+    request = ProduceRequest(correlation_id=5, topic="orders", partition=0, topic_id=TOPIC_ID, acks=1, batch=batch(3))
+
+    assert only(stage.harness.deliver(LEADER, request, CLIENT), ProduceResponse).error == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("topic, partition", [("payments", 0), ("orders", 3)])
+def test_fetch_and_list_offsets_for_another_partition_are_refused(topic, partition):
+    stage = Stage()
+    stage.produce(count=2)
+    stage.catch_up()
+
+    fetch = only(stage.harness.deliver(LEADER, FetchRequest(correlation_id=6, topic=topic, partition=partition,
+                                                            offset=0, max_wait_ms=0), CLIENT), FetchResponse)
+    listed = only(stage.harness.deliver(LEADER, ListOffsetsRequest(correlation_id=7, topic=topic, partition=partition,
+                                                                   timestamp_ms=-1), CLIENT), ListOffsetsResponse)
+
+    assert fetch.error == ErrorCode.NOT_LEADER and not len(fetch.records)
+    assert (listed.error, listed.topic, listed.partition) == (ErrorCode.NOT_LEADER, topic, partition)
+
+
+def test_list_offsets_answers_name_their_partition():
+    stage = Stage()
+
+    listed = stage.list_offsets(-1)
+
+    assert (listed.topic, listed.partition, listed.error) == ("orders", 0, ErrorCode.NONE)
+
+
+@pytest.mark.parametrize("message, needed", [
+    (ReplicaHeartbeatResponse(deleted=True), True),
+    (AlterIsrResponse(correlation_id=1), True),
+    (FetchResponse(correlation_id=1), True),
+    (FetchRequest(correlation_id=1, topic="orders", partition=0, offset=0, replica=2), True),
+    (FetchRequest(correlation_id=1, topic="orders", partition=0, offset=0), False),
+    (ProduceRequest(correlation_id=1, topic="orders", partition=0), False),
+    (ListOffsetsRequest(correlation_id=1, topic="orders", partition=0, timestamp_ms=-1), False),
+], ids=["state-push", "isr-answer", "fetch-answer", "follower-fetch", "consumer-fetch", "produce", "list-offsets"])
+def test_what_a_replica_accepts_only_from_inside_the_cluster(message, needed):
+    assert Stage().replica.needs_authentication(message) is needed
