@@ -101,7 +101,7 @@ class Nemesis:
         self.log = log
         self.abort = threading.Event()
         self._admin_lock = threading.Lock()
-        self._admin = Admin(cluster.bootstrap, timeout_ms=NEMESIS_REQUEST_TIMEOUT_MS)
+        self._admin = Admin(cluster.bootstrap, timeout_ms=NEMESIS_REQUEST_TIMEOUT_MS, secret=cluster.secret)
         self.board = FaultBoard(self._endpoint_of, self._set_faults)
         self.paused: dict[str, Victim] = {}
         self.labels: dict[str, list[Victim]] = {}

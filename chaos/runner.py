@@ -123,7 +123,7 @@ class ChaosRun:
         self._record_config()
         data_dir = tempfile.mkdtemp(prefix="railmq-chaos-")
         cluster = LocalCluster(self.scenario.shape.nodes, data_dir=data_dir, limits=CHAOS_LIMITS,
-                               restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True)
+                               restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True, fault_injection=True)
         log = FaultLog(self.recorder, detail, TOPIC)
         workers: WorkerPool | None = None
         try:

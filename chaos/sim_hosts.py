@@ -65,7 +65,8 @@ def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:
         from storage.state import DurableState
 
         state = DurableState.open("/coordinator/metadata.state", fs=host.fs)
-        return Coordinator(state=state, nodes=nodes, rng=random.Random(incarnation), limits=limits)
+        return Coordinator(state=state, nodes=nodes, rng=random.Random(incarnation), limits=limits,
+                           cluster_id=SIM_CLUSTER_ID)
     return build
 
 
@@ -80,15 +81,26 @@ def group_coordinator_factory(coordinator: str, limits: Limits) -> ActorFactory:
     return build
 
 
+SIM_CLUSTER_ID = "sim"
+REPLICA_DIRECTORY = "/replica"
+
+
 def replica_factory(topic: str, topic_id: int, partition: int, node: int, coordinator: str, config: TopicConfig,
-                    limits: Limits, clock: Callable[[], int]) -> ActorFactory:
+                    limits: Limits, clock: Callable[[], int], replicas: list[int] = ()) -> ActorFactory:
     def build(host: Host, incarnation: int) -> Any:
+        import msgspec
+
         from actors.partition_replica import PartitionReplica
-        from storage.memory import open_memory_log
+        from storage.replica_meta import ReplicaMeta, open_replica_directory
         from transport.actor_main import log_config_for
 
-        log = open_memory_log(log_config_for(config), clock() // 1_000_000, fs=host.fs)
+        now_ms = clock() // 1_000_000
+        expected = ReplicaMeta(cluster_id=SIM_CLUSTER_ID, topic=topic, topic_id=topic_id, partition=partition,
+                               node=node, replicas=list(replicas), config=msgspec.to_builtins(config),
+                               created_ms=now_ms)
+        opened = open_replica_directory(host.fs, REPLICA_DIRECTORY, expected, log_config_for(config), now_ms)
         return PartitionReplica(topic=topic, topic_id=topic_id, partition=partition, node=node,
-                                endpoint=host.endpoint, coordinator=coordinator, log=log, config=config,
-                                incarnation=incarnation, pid=0, limits=limits)
+                                endpoint=host.endpoint, coordinator=coordinator, log=opened.log, config=config,
+                                incarnation=incarnation, pid=0, limits=limits, health=opened.health,
+                                findings=opened.findings)
     return build

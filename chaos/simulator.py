@@ -37,7 +37,10 @@ from actors.messages import (
 from chaos.sim_hosts import Host, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network, NetworkFaults
 from chaos.sim_workload import ConsumerShell, ProducerShell
+from transport.auth import refusal
 from transport.codec import Codec
+
+SIM_SECRET = b"railmq-simulated-cluster-secret!"
 
 START_NS = 1_800_000_000 * 1_000_000_000  # a plausible wall clock for record timestamps
 SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=1500,
@@ -124,7 +127,10 @@ class Simulator:
         self.queue = EventQueue()
         self.queue.now_ns = START_NS
         self.network = Network(random.Random(self.rng.getrandbits(64)), self.config.network)
-        self.codec = Codec()
+        # Processes of the cluster sign what they send with the cluster secret; clients do not.
+        # Receivers check it through the same rule the runtime applies (transport/auth.py).
+        self.codec = Codec(secret=SIM_SECRET)
+        self.client_codec = Codec()
         self.hosts: dict[str, Host] = {}
         self.by_endpoint: dict[str, Host] = {}
         self.by_routing: dict[bytes, Host] = {}
@@ -204,7 +210,7 @@ class Simulator:
                 continue
             factory = replica_factory(assignment.topic, assignment.topic_id, assignment.partition, assignment.node,
                                       self.coordinator_endpoint, assignment.config, self.config.limits,
-                                      lambda: self.now_ns)
+                                      lambda: self.now_ns, assignment.replicas)
             host = Host(name, "replica", assignment.node, factory)
             host.state["topic_partition"] = (assignment.topic, assignment.partition)
             self._add(host)
@@ -253,8 +259,15 @@ class Simulator:
 
     def _on_trace(self, host: Host, event: str, details: dict) -> None:
         if event in ("became-leader", "leader-elected", "isr-changed", "unclean-election", "follower-truncated",
+                     "follower-refused-truncation", "storage-damage-found", "storage-repaired", "repair-truncated",
                      "generation-started", "member-removed"):
             self._note(f"{host.name} {event} {details}")
+        if event == "follower-refused-truncation":
+            # The follower defended its log: the leader it was told to follow lacks offsets the
+            # follower had seen committed. Only a broken election does that (no unclean election runs here).
+            self.problems.append(f"{host.name}: leader of epoch {details['leader_epoch']} lacks committed offsets "
+                                 f"(it ends at {details['leader_end_offset']}; {details['committed_offset']} were "
+                                 f"committed in epoch {details['committed_epoch']})")
         if event == "became-leader":
             key = (details["topic"], details["partition"], details["leader_epoch"])
             previous = self.leaders.setdefault(key, details["node"])
@@ -265,7 +278,7 @@ class Simulator:
     # ------------------------------------------------------------------ network
 
     def _send(self, host: Host, to: Any, message: Any) -> None:
-        frames = self.codec.encode(message)
+        frames = (self.codec if host.server or host.kind == "agent" else self.client_codec).encode(message)
         if len(frames) > 1:  # payload frames may be the sender's buffers: the wire copies them
             frames = [bytes(frame) for frame in frames]
         if isinstance(to, str):
@@ -306,7 +319,12 @@ class Simulator:
         if host.paused_until_ns > self.now_ns:
             self.queue.push(host.paused_until_ns, "deliver", (name, target, sender, frames))
             return
-        self._step(host, self.codec.decode(frames), sender)
+        message = self.codec.decode(frames)
+        refused = refusal(host.actor, message, self.codec.last_authenticated)
+        if refused is not None:
+            self.problems.append(f"{host.name} got an unauthenticated {type(message).__name__} from {sender!r}")
+            return
+        self._step(host, message, sender)
 
     def _step(self, host: Host, message: Any, sender: Any) -> None:
         self.steps += 1

@@ -27,10 +27,11 @@ def _check(reply: Any) -> Any:
 
 
 class Admin:
-    def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000) -> None:
+    def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000, secret: bytes | None = None) -> None:
+        """`secret`: the cluster secret (`LocalCluster.secret`), needed only for the fault switch."""
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
-        self.rpc = RpcClient(identity="admin")
+        self.rpc = RpcClient(identity="admin", secret=secret)
 
     def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None) -> Any:
         try:

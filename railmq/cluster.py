@@ -11,7 +11,13 @@ actors recorded are unlinked. `railmq up` is this class in the foreground.
 
 For chaos experiments it exposes the processes: `actors()` lists name, pid, endpoint and role;
 `kill`, `pause` and `resume` signal one by name; `leader_of(topic, partition)` names the actor
-leading a partition right now.
+leading a partition right now. The fault switch of every actor (link cuts, disk faults) obeys only
+a cluster started with `fault_injection=True`, and only requests carrying this cluster's secret
+(`Admin(bootstrap, secret=cluster.secret)`).
+
+The data directory belongs to one cluster at a time: `start` takes its lock (a second
+`LocalCluster` or `railmq up` on it fails with `DirectoryInUse` naming the holder's pid), and
+reads its identity — the cluster id and secret created by its first start (storage/directory.py).
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ import os
 import shutil
 import signal
 import tempfile
-import uuid
 from typing import Any
 
 from actors.limits import Limits
+from storage.directory import ClusterIdentity, DirectoryLock
 from transport.actor_main import ActorSpec
 from transport.node_agent import NodeAgent, replica_actor_name
 from transport.supervisor import ManagedActor, Supervisor
@@ -32,7 +38,8 @@ from transport.supervisor import ManagedActor, Supervisor
 class LocalCluster:
     def __init__(self, nodes: int = 3, *, data_dir: str | None = None, port: int = 0,
                  limits: Limits | None = None, restart_delay_ms: int = 500, trace: bool = True,
-                 log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True) -> None:
+                 log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True,
+                 fault_injection: bool = False, rebuild_metadata: bool = False) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.node_ids = list(range(1, nodes + 1))
@@ -40,7 +47,12 @@ class LocalCluster:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="railmq-")
         self.port = port
         self.limits = limits or Limits()
-        self.cluster_id = cluster_id or uuid.uuid4().hex[:8]
+        self.requested_cluster_id = cluster_id
+        self.cluster_id = cluster_id or ""
+        self.secret = b""
+        self.fault_injection = fault_injection
+        self.rebuild_metadata = rebuild_metadata
+        self._lock: DirectoryLock | None = None
         self.trace_path = os.path.join(self.data_dir, "trace.jsonl") if trace else ""
         self.log_level = log_level
         self.shared_memory = shared_memory
@@ -54,16 +66,27 @@ class LocalCluster:
         from transport.ring import unlink_orphaned_rings
         from transport.shm import cluster_prefix
 
+        self._lock = DirectoryLock(self.data_dir).acquire()
+        try:
+            identity = ClusterIdentity.load_or_create(self.data_dir, self.requested_cluster_id)
+        except BaseException:
+            self._release_lock()
+            raise
+        self.cluster_id, self.secret = identity.cluster_id, identity.secret
         unlink_orphaned_rings(cluster_prefix(self.cluster_id))  # a previous run killed outright
         try:
-            coordinator = self.supervisor.start(self._spec("coordinator", "coordinator", port=self.port))
+            spec = self._spec("coordinator", "coordinator", port=self.port)
+            spec.rebuild_metadata = self.rebuild_metadata
+            coordinator = self.supervisor.start(spec)
+            spec.rebuild_metadata = False  # restarts open the rebuilt state
             self.bootstrap = coordinator.endpoint
             coordinator.spec.port = int(coordinator.endpoint.rsplit(":", 1)[1])  # restarts keep the port
             self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
                 data_dir=self.data_dir, cluster_id=self.cluster_id, limits=self.limits,
-                trace_path=self.trace_path, log_level=self.log_level, shared_memory=self.shared_memory)
+                trace_path=self.trace_path, log_level=self.log_level, shared_memory=self.shared_memory,
+                secret=self.secret, faults_enabled=self.fault_injection)
             self.agent.start()
             self.started = True
         except BaseException:
@@ -74,7 +97,8 @@ class LocalCluster:
     def _spec(self, kind: str, name: str, port: int = 0) -> ActorSpec:
         return ActorSpec(kind=kind, name=name, cluster_id=self.cluster_id, data_dir=self.data_dir, port=port,
                          coordinator=self.bootstrap, nodes=self.node_ids, limits=self.limits,
-                         trace_path=self.trace_path, log_level=self.log_level)
+                         trace_path=self.trace_path, log_level=self.log_level, secret=self.secret,
+                         faults_enabled=self.fault_injection)
 
     def stop(self) -> None:
         if self.agent is not None:
@@ -83,10 +107,17 @@ class LocalCluster:
         self.supervisor.stop_all()
         from transport.shm import cluster_prefix, unlink_segments
 
-        unlink_segments(cluster_prefix(self.cluster_id))  # every ring of the cluster, clients' too
+        if self.cluster_id:
+            unlink_segments(cluster_prefix(self.cluster_id))  # every ring of the cluster, clients' too
         self.started = False
+        self._release_lock()
         if self.own_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

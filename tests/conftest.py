@@ -67,7 +67,8 @@ def _start_cluster(tmp_path_factory, nodes: int = 3, **options):
 
     data_dir = options.pop("data_dir", None) or str(tmp_path_factory.mktemp("cluster"))
     cluster = LocalCluster(nodes=nodes, data_dir=data_dir, limits=options.pop("limits", TEST_LIMITS),
-                           restart_delay_ms=options.pop("restart_delay_ms", 200), **options)
+                           restart_delay_ms=options.pop("restart_delay_ms", 200),
+                           fault_injection=options.pop("fault_injection", True), **options)
     cluster.start()
     return cluster
 

@@ -8,6 +8,12 @@ The lifeline is the supervisor's end of a pipe: when the supervisor dies (even b
 pipe reads EOF and this process stops — no orphans. Ctrl-C (SIGINT) reaches every process in the
 terminal's process group, so actors ignore it and let the supervisor stop them in order with
 SIGTERM (graceful: the actor's `Stop` flushes its storage) or a "stop" line on the lifeline.
+
+Before an actor touches its directory it takes the directory's lock (storage/directory.py) and
+checks whose it is: a replica directory of another cluster, topic id, partition or node, a
+coordinator whose state file is missing, short or corrupt while replica directories exist, a
+directory another live process holds — each makes the process *refuse to start*: it sends
+("refused", sentence) on the lifeline and exits with EXIT_REFUSED, having changed nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from actors.messages import TopicConfig
 
 EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
+EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's, or its state is lost
+TRACE_FILE_BYTES_MAX = 64 * 1024 * 1024  # a trace file is rotated at this size ...
+TRACE_FILES_KEPT = 3  # ... keeping this many older ones (trace.jsonl.1 .. .3)
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 
 
@@ -50,6 +59,14 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     trace_path: str = ""
     log_level: str = "WARNING"
     shared_memory: bool = True  # fetch payloads through shared-memory rings on this host
+    secret: bytes = b""  # the cluster secret (transport/auth.py); handed over the pipe, never a socket
+    faults_enabled: bool = False  # obey the chaos harness's fault switch (clusters started for chaos)
+    replicas: list[int] = []  # replicas: the partition's replica list, recorded in its directory
+    rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
+
+
+class RefusedToStart(Exception):
+    """The actor must not run on this directory; the sentence says why and what to do."""
 
 
 def replica_directory(data_dir: str, node: int, topic: str, partition: int, topic_id: int) -> str:
@@ -82,56 +99,140 @@ class StorageFaults:
 
 
 def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, Any]:
-    """(actor, storage fault hook) for a spec."""
+    """(actor, storage fault hook) for a spec. Raises RefusedToStart when the directory is not
+    this actor's to use."""
+    from storage.directory import DirectoryInUse, DirectoryLock
     from storage.fs import OsFileSystem
 
     fs = OsFileSystem()
+    directory = actor_directory(spec)
+    try:
+        _LOCKS.append(DirectoryLock(directory).acquire())  # held until the process exits
+    except DirectoryInUse as error:
+        raise RefusedToStart(str(error)) from None
     if spec.kind == "coordinator":
-        from actors.coordinator import Coordinator
-        from storage.state import DurableState
-
-        directory = os.path.join(spec.data_dir, "coordinator")
-        os.makedirs(directory, exist_ok=True)
-        state = DurableState.open(os.path.join(directory, "metadata.state"), fs=fs)
-        coordinator = Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits,
-                                  cluster_id=spec.cluster_id)
-        return coordinator, StorageFaults(fs)
+        return _build_coordinator(spec, fs, directory, incarnation), StorageFaults(fs)
     if spec.kind == "group-coordinator":
         from actors.group_coordinator import GroupCoordinator
         from storage.state import DurableState
 
-        directory = os.path.join(spec.data_dir, "group-coordinator")
-        os.makedirs(directory, exist_ok=True)
         state = DurableState.open(os.path.join(directory, "groups.state"), fs=fs)
         actor = GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                  incarnation=incarnation, pid=os.getpid(), limits=spec.limits,
                                  rng=random.Random(incarnation))
         return actor, StorageFaults(fs)
     if spec.kind == "replica":
-        from actors.partition_replica import PartitionReplica
-        from storage.log import PartitionLog
-
-        directory = replica_directory(spec.data_dir, spec.node, spec.topic, spec.partition, spec.topic_id)
-        os.makedirs(directory, exist_ok=True)
-        log = PartitionLog.open(directory, log_config_for(spec.config), fs=fs, now_ms=time.time_ns() // 1_000_000)
-        actor = PartitionReplica(
-            topic=spec.topic, topic_id=spec.topic_id, partition=spec.partition, node=spec.node, endpoint=endpoint,
-            coordinator=spec.coordinator, log=log, config=spec.config, incarnation=incarnation, pid=os.getpid(),
-            limits=spec.limits)
-        return actor, StorageFaults(fs)
+        return _build_replica(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
     raise ValueError(f"unknown actor kind {spec.kind!r}")
 
 
-class TraceFile:
-    """Appends an actor's Trace effects as JSON lines (the chaos harness and labs read them)."""
+_LOCKS: list[Any] = []
 
-    def __init__(self, path: str, actor_name: str) -> None:
-        self.handle = open(path, "a", encoding="utf-8", buffering=1)
+
+def actor_directory(spec: ActorSpec) -> str:
+    if spec.kind == "replica":
+        return replica_directory(spec.data_dir, spec.node, spec.topic, spec.partition, spec.topic_id)
+    return os.path.join(spec.data_dir, spec.kind)
+
+
+def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: int) -> Any:
+    from actors.coordinator import Coordinator
+    from storage.errors import CorruptState
+    from storage.state import DurableState
+    from transport.metadata_rebuild import check_state_present, rebuild_state
+
+    path = os.path.join(directory, "metadata.state")
+    if spec.rebuild_metadata:
+        rebuild_state(spec.data_dir, path, spec.cluster_id, fs)
+    check_state_present(spec.data_dir, path)
+    try:
+        state = DurableState.open(path, fs=fs)
+    except CorruptState as error:
+        raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
+                             "for --rebuild-metadata") from None
+    try:
+        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits,
+                           cluster_id=spec.cluster_id)
+    except ValueError as error:
+        raise RefusedToStart(str(error)) from None
+
+
+def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
+    from actors.partition_replica import PartitionReplica
+    from storage.replica_meta import MetaMismatch, ReplicaMeta, open_replica_directory
+
+    now_ms = time.time_ns() // 1_000_000
+    expected = ReplicaMeta(cluster_id=spec.cluster_id, topic=spec.topic, topic_id=spec.topic_id,
+                           partition=spec.partition, node=spec.node, replicas=list(spec.replicas),
+                           config=msgspec.to_builtins(spec.config), created_ms=now_ms)
+    try:
+        opened = open_replica_directory(fs, directory, expected, log_config_for(spec.config), now_ms)
+    except MetaMismatch as error:
+        raise RefusedToStart(str(error)) from None
+    return PartitionReplica(
+        topic=spec.topic, topic_id=spec.topic_id, partition=spec.partition, node=spec.node, endpoint=endpoint,
+        coordinator=spec.coordinator, log=opened.log, config=spec.config, incarnation=incarnation, pid=os.getpid(),
+        limits=spec.limits, health=opened.health, findings=opened.findings)
+
+
+class TraceFile:
+    """Appends an actor's Trace effects as JSON lines (the chaos harness and labs read them).
+
+    Tracing never kills an actor: a failed write (a full disk, an I/O error) is counted in
+    `dropped` and the line is lost; the file is rotated at `bytes_max` (trace.jsonl -> .1 -> .2 ...),
+    keeping `kept` old ones, so it never grows without bound. Several actors append to one file;
+    whichever sees it past the limit renames it (the others keep writing to the renamed file
+    until they notice, within one line).
+    """
+
+    def __init__(self, path: str, actor_name: str, *, bytes_max: int = TRACE_FILE_BYTES_MAX,
+                 kept: int = TRACE_FILES_KEPT) -> None:
+        self.path = path
         self.actor_name = actor_name
+        self.bytes_max = bytes_max
+        self.kept = kept
+        self.dropped = 0
+        self.handle: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self.handle = open(self.path, "a", encoding="utf-8", buffering=1)
+        except OSError:
+            self.handle = None
 
     def __call__(self, event: str, details: dict) -> None:
         line = {"time_ns": time.time_ns(), "actor": self.actor_name, "pid": os.getpid(), "event": event, **details}
-        self.handle.write(json.dumps(line, default=str) + "\n")
+        try:
+            if self.handle is None:
+                self._open()
+                if self.handle is None:
+                    raise OSError("the trace file cannot be opened")
+            self.handle.write(json.dumps(line, default=str) + "\n")
+            self._rotate_if_needed()
+        except (OSError, ValueError):
+            self.dropped += 1
+            self._close_quietly()
+
+    def _rotate_if_needed(self) -> None:
+        if self.handle.tell() < self.bytes_max:
+            return
+        try:
+            if os.path.exists(self.path) and os.path.getsize(self.path) >= self.bytes_max:
+                for index in range(self.kept, 0, -1):
+                    older = f"{self.path}.{index - 1}" if index > 1 else self.path
+                    if os.path.exists(older):
+                        os.replace(older, f"{self.path}.{index}")
+        finally:
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        if self.handle is not None:
+            try:
+                self.handle.close()
+            except OSError:
+                pass
+            self.handle = None
 
 
 def _name_process(name: str) -> None:
@@ -150,6 +251,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     spec = msgspec.msgpack.decode(spec_bytes, type=ActorSpec)
     _name_process(spec.name.replace("replica/", "r/"))
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
+    logging.raiseExceptions = False  # a log line that cannot be written (a full disk) is dropped, silently
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     incarnation = random.SystemRandom().getrandbits(62) + 1
     context = zmq.Context()
@@ -159,9 +261,11 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
 
         links = RingLinks(actor_id=spec.name, cluster_id=spec.cluster_id, zero_copy=True, counters={},
                           capacity_bytes=2 * spec.limits.replica_fetch_bytes_max + 4096)
-    runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context,
-                      on_trace=TraceFile(spec.trace_path, spec.name) if spec.trace_path else None,
-                      ring_links=links)
+    trace = TraceFile(spec.trace_path, spec.name) if spec.trace_path else None
+    runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context, on_trace=trace,
+                      ring_links=links, secret=spec.secret or None, faults_enabled=spec.faults_enabled)
+    if trace is not None:
+        runtime.trace_file = trace
     if links is not None:
         links.counters = runtime.counters
     wake_read, wake_write = os.pipe()
@@ -187,6 +291,13 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
             exit_code = EXIT_PARENT_GONE
     except ActorCrashed:
         exit_code = EXIT_CRASHED
+    except RefusedToStart as refusal:
+        logging.getLogger("railmq.actor").error("%s refuses to start: %s", spec.name, refusal)
+        try:
+            lifeline.send(("refused", str(refusal)))
+        except OSError:
+            pass
+        exit_code = EXIT_REFUSED
     except Exception:
         logging.getLogger("railmq.actor").exception("%s failed", spec.name)
         exit_code = 1

@@ -61,6 +61,8 @@ class ManagedActor:
         self.started_ns = 0
         self.restart_at_ns: int | None = None
         self.exit_code: int | None = None
+        self.refusal = ""  # why the last process refused to start, if it did
+        self.refusals = 0  # refusals in a row
         self.segments: set[str] = set()
 
     @property
@@ -74,6 +76,9 @@ class ManagedActor:
 
 class ActorStartFailed(RuntimeError):
     pass
+
+
+REFUSED_RESTART_DELAY_MAX_MS = 10_000
 
 
 class Supervisor:
@@ -115,6 +120,7 @@ class Supervisor:
         managed.ready = False
         managed.endpoint = ""
         managed.exit_code = None
+        managed.refusal = ""
         managed.restart_at_ns = None
         managed.started_ns = time.time_ns()
 
@@ -133,6 +139,9 @@ class Supervisor:
             for managed in pending:
                 self.check_ready(managed, 0)
                 if managed.process is not None and not managed.process.is_alive() and not managed.ready:
+                    self.check_ready(managed, 0)
+                    if managed.refusal:
+                        raise ActorStartFailed(f"{managed.name} refused to start: {managed.refusal}")
                     raise ActorStartFailed(f"{managed.name} exited with code {managed.process.exitcode} while starting")
             pending = [managed for managed in pending if not managed.ready]
             if pending:
@@ -152,6 +161,9 @@ class Supervisor:
         if isinstance(message, tuple) and message and message[0] == "ready":
             _, managed.endpoint, managed.pid, managed.incarnation = message
             managed.ready = True
+            managed.refusal = ""
+        elif isinstance(message, tuple) and len(message) == 2 and message[0] == "refused":
+            managed.refusal = str(message[1])
         return managed.ready
 
     # ------------------------------------------------------------------ watching
@@ -173,16 +185,30 @@ class Supervisor:
                 if process.is_alive():
                     self.check_ready(managed)
                     continue
+                self.check_ready(managed)  # a refusal sent just before the exit
                 self._reap(managed)
                 exited.append(managed)
                 if managed.wanted:
-                    managed.restart_at_ns = now + self.restart_delay_ms * 1_000_000
+                    managed.restart_at_ns = now + self._restart_delay_ns(managed)
                 else:
                     self._forget(managed)
         for managed in exited:
             if self.on_exit is not None:
                 self.on_exit(managed)
         return exited
+
+    def _restart_delay_ns(self, managed: ManagedActor) -> int:
+        """An actor that refused to start (its directory is in use, or not its own) is retried
+        with a doubling delay up to REFUSED_RESTART_DELAY_MAX_MS: the cause may pass (a previous
+        process still exiting), but a loop must not spin."""
+        delay_ms = self.restart_delay_ms
+        if managed.refusal:
+            managed.refusals += 1
+            delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(managed.refusals, 10))
+            log.error("%s refused to start (%d times): %s", managed.name, managed.refusals, managed.refusal)
+        else:
+            managed.refusals = 0
+        return delay_ms * 1_000_000
 
     def _reap(self, managed: ManagedActor) -> None:
         process = managed.process
