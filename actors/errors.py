@@ -73,6 +73,7 @@ RETRIABLE = frozenset({
     ErrorCode.FENCED_LEADER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.BUSY,
 })
 

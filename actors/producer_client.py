@@ -177,8 +177,10 @@ class ProducerClient:
         self.in_flight[pending.correlation_id] = pending
         self.sent_to[pending.correlation_id] = endpoint
         self.in_flight_count[key] = self.in_flight_count.get(key, 0) + 1
+        known = self.topics.get(batch.topic)
         request = ProduceRequest(
             correlation_id=pending.correlation_id, topic=batch.topic, partition=batch.partition,
+            topic_id=known.topic_id if known is not None else 0,
             acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded)
         effects: list[Effect] = [Send(endpoint, request)]
         if self.settings.acks == 0:
@@ -201,6 +203,11 @@ class ProducerClient:
         if pending is None:
             return []  # answer to a request we already gave up on
         code = response.error
+        batch = pending.batch
+        if code == ErrorCode.NONE and (response.topic, response.partition) != (batch.topic, batch.partition):
+            # An answer for another partition (a stale endpoint): what happened to ours is unknown.
+            return self._retry_or_fail(pending, ErrorCode.NOT_LEADER, (
+                f"the answer names {response.topic}/{response.partition}, not {batch.topic}/{batch.partition}"), now_ns)
         if code == ErrorCode.NONE:
             return self._finish(pending, response.base_offset, None, now_ns)
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.settings.idempotent:

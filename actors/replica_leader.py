@@ -30,7 +30,7 @@ from actors.effects import Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.messages import AlterIsrRequest, FetchRequest, ProduceResponse
 from storage.batch import parse_header
-from storage.errors import BatchTooLarge, CorruptBatch, StorageError, StorageFull
+from storage.errors import BatchTooLarge, CorruptBatch, InvalidBatch, StorageError, StorageFull
 
 if TYPE_CHECKING:
     from actors.partition_replica import PartitionReplica
@@ -103,6 +103,8 @@ class LeaderRole:
             return replica.produce_error(request, sender, ErrorCode.MESSAGE_TOO_LARGE, str(error))
         except CorruptBatch as error:
             return replica.produce_error(request, sender, ErrorCode.CORRUPT_MESSAGE, str(error))
+        except InvalidBatch as error:
+            return replica.produce_error(request, sender, ErrorCode.INVALID_RECORD, str(error))
         except StorageFull as error:
             return replica.produce_error(request, sender, ErrorCode.DISK_FULL, str(error))
         except StorageError as error:

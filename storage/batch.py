@@ -23,19 +23,24 @@ assigns offsets by overwriting 12 bytes and never re-hashes the payload (Kafka's
 the same choice). Records carry no offset: record i of a batch has offset base_offset + i.
 
 Encoding and decoding are one msgspec call each over the whole payload; nothing here loops over
-records in Python. Validation happens in two steps, cheapest first: `parse_header` checks the
-header's lengths, count and version without touching the payload; `verify_batch` adds the CRC.
+records in Python. Validation happens in steps, cheapest first: `parse_header` checks the
+header's lengths, count and version without touching the payload; `verify_batch` adds the CRC;
+`validate_producer_batch`, run by the leader on every batch a producer sends, checks that the
+payload is what the header claims (Kafka's LogValidator): exactly `record_count` well-typed
+records, timestamp deltas that put every record between the header's first and max timestamps
+and reach the max, producer fields that agree, and no attribute a producer may not set. A header
+is a claim; the payload is the truth.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple, Sequence
+from typing import Annotated, Iterator, NamedTuple, Sequence
 
 import msgspec
 
 from storage.checksum import crc32
-from storage.errors import BatchTooLarge, CorruptBatch, UnsupportedVersion
+from storage.errors import BatchTooLarge, CorruptBatch, InvalidBatch, UnsupportedVersion
 
 FORMAT_VERSION = 1
 HEADER = struct.Struct("<qiIBBhIqiIqq")
@@ -59,6 +64,12 @@ RecordTuple = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | N
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[RecordTuple])
+# The validating decoder: deltas are non-negative 32-bit ints, keys and values bytes or nil,
+# headers [str, bytes] pairs. Bytes are decoded as views of the payload (no copy).
+_TimestampDelta = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+_validator = msgspec.msgpack.Decoder(
+    list[tuple[_TimestampDelta, memoryview | None, memoryview | None, list[tuple[str, memoryview]] | None]])
+PRODUCER_ATTRIBUTES = 0  # no attribute bit is a producer's to set (no compression codecs yet)
 
 
 class BatchHeader(NamedTuple):
@@ -178,6 +189,34 @@ def verify_batch(
     if actual != header.crc:
         raise CorruptBatch(f"CRC mismatch: header says {header.crc:#010x}, bytes give {actual:#010x}")
     return header
+
+
+def validate_producer_batch(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Raise InvalidBatch unless the batch (header and CRC already checked) holds exactly what
+    its header says and nothing a producer may not write."""
+    if header.attributes & ~PRODUCER_ATTRIBUTES:
+        what = "a control batch" if header.is_control else f"attributes {header.attributes:#04x}"
+        raise InvalidBatch(f"{what}: only the broker may set these attribute bits")
+    if header.producer_id < 0:
+        if header.producer_id != -1 or header.producer_epoch != -1 or header.base_sequence != -1:
+            raise InvalidBatch("a batch without a producer id (-1) must have producer epoch and base sequence -1, "
+                               f"got {header.producer_epoch} and {header.base_sequence}")
+    elif header.producer_epoch < 0 or header.base_sequence < 0:
+        raise InvalidBatch(f"producer {header.producer_id} sent epoch {header.producer_epoch} and base sequence "
+                           f"{header.base_sequence}; both must be >= 0")
+    if header.first_timestamp_ms < 0:
+        raise InvalidBatch(f"first timestamp {header.first_timestamp_ms} is negative")
+    payload = memoryview(buffer)[HEADER_SIZE: header.size]
+    try:
+        records = _validator.decode(payload)
+    except Exception as error:  # noqa: BLE001 - DecodeError, ValidationError, RecursionError
+        raise InvalidBatch(f"the payload is not a list of records: {str(error)[:200]}") from None
+    if len(records) != header.record_count:
+        raise InvalidBatch(f"the header claims {header.record_count} records, the payload holds {len(records)}")
+    largest = max(record[0] for record in records)
+    if header.first_timestamp_ms + largest != header.max_timestamp_ms:
+        raise InvalidBatch(f"the header's max timestamp {header.max_timestamp_ms} is not the records' latest "
+                           f"({header.first_timestamp_ms} + {largest})")
 
 
 def stamp(batch: bytes | bytearray, base_offset: int, leader_epoch: int) -> bytes:

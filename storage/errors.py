@@ -16,6 +16,11 @@ class CorruptBatch(StorageError):
     """A batch's header or CRC does not check out; nothing of it was written."""
 
 
+class InvalidBatch(StorageError):
+    """A batch whose header and CRC check out but whose content is not what it claims, or that sets
+    what only the broker may set; nothing of it was written (Kafka's INVALID_RECORD)."""
+
+
 class BatchTooLarge(StorageError):
     """A batch is larger than the configured `batch_bytes_max`."""
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Iterator
 
-from storage.batch import STAMP, BatchHeader, iter_batches, verify_batch
+from storage.batch import STAMP, BatchHeader, iter_batches, validate_producer_batch, verify_batch
 from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import AppendResult, FlushPolicy, LogConfig, RecoveryReport
 from storage.epochs import EPOCH_CHECKPOINT_NAME, EpochCheckpointCorrupt, LeaderEpochCache
@@ -155,6 +155,7 @@ class PartitionLog(ShrinkOperations):
         header = verify_batch(view, 0, batch_bytes_max=self._config.batch_bytes_max)
         if header.size != len(view):
             raise CorruptBatch(f"{len(view) - header.size} bytes follow the batch; one batch was expected")
+        validate_producer_batch(view, header)
         latest = self._epochs.latest_epoch()
         if leader_epoch < latest:
             raise StaleLeaderEpoch(latest, leader_epoch)

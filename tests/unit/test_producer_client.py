@@ -347,3 +347,35 @@ def test_a_failed_producer_id_request_is_asked_again():
 
     assert only(effects, InitProducerIdRequest)
     assert stage.producer.producer_id == -1
+
+
+# ---------------------------------------------------------------------------- answers are checked
+
+
+def test_a_success_answer_naming_another_partition_is_not_taken_as_an_acknowledgement(stage):
+    """A stale endpoint may now belong to another partition's process: its answer says nothing of
+    our batch, which is retried after a metadata refresh."""
+    stage.send()
+    stage.metadata({0: 1})
+    request = only(stage.requests(), ProduceRequest)
+    wrong = ProduceResponse(correlation_id=request.correlation_id, topic="payments", partition=0, base_offset=7)
+
+    stage.harness.deliver(PRODUCER, wrong, leader(1))
+
+    assert stage.done() == []
+    stage.harness.advance(stage.settings.retry_backoff_ms + 1)
+    stage.metadata({0: 1})
+    again = only(stage.requests(), ProduceRequest)
+    assert again.batch == request.batch
+    stage.answer(again, base_offset=3)
+    assert stage.done() == [(1, 0, 3, None)]
+
+
+def test_produce_requests_carry_the_topic_id_from_metadata(stage):
+    stage.send()
+    asked = stage.harness.take(BOOTSTRAP, MetadataRequest)
+    topic = TopicMetadata(name="orders", topic_id=77, partitions=[PartitionMetadata(partition=0, leader=1,
+                                                                                    leader_endpoint=leader(1))])
+    stage.harness.deliver(PRODUCER, MetadataResponse(correlation_id=asked[-1].correlation_id, topics=[topic]), BOOTSTRAP)
+
+    assert only(stage.requests(), ProduceRequest).topic_id == 77
