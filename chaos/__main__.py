@@ -8,7 +8,10 @@ function and sets its handler; `railmq chaos` (railmq/cli_chaos.py) registers th
 - `list` prints every scenario: name, whether it is expected to lose data, what it does;
 - `run SCENARIO --seed N --duration SECONDS [--report DIR]` runs it on real processes with a
   progress bar, prints the summary table and writes the report folder;
-- `check HISTORY [--json]` judges a recorded history.
+- `check HISTORY [--json]` judges a recorded history and prints the same summary as `run` (with
+  the run's facts and why each lost message was lost when the history sits in a report folder
+  beside its summary.json and trace.jsonl), then the first anomalies of each kind in words,
+  times in seconds.
 
 Exit codes: 0 valid (for a teaching scenario: the loss is expected and reported), 1 at least one
 safety violation, 2 the history could not be read or the command was misused (an unknown
@@ -32,9 +35,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from chaos.checker import ANOMALY_FIELDS, SUMMARY_FIELDS, CheckResult, check_file, summary_dict
+from chaos.checker import ANOMALY_FIELDS, CheckResult, check_file, summary_dict
 from chaos.history import HistoryError, UnreadableHistory
-from chaos.report import render_terminal
+from chaos.report import explanations_for, render_terminal
 from chaos.runner import RECOVERY_WINDOW_S, run_scenario
 from chaos.runner import Progress as RunProgress
 from chaos.scenarios import SCENARIOS, UnknownScenario, get_scenario
@@ -142,7 +145,8 @@ def run_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.summary, indent=2, default=str))
     else:
-        render_terminal(outcome.result, outcome.run_info, console)
+        render_terminal(outcome.result, outcome.run_info, console,
+                        explanations_for(report_dir, outcome.result, outcome.run_info))
         console.print(f"report: {escape(os.path.join(report_dir, 'report.html'))}", highlight=False)
     return EXIT_VALID if outcome.result.valid else EXIT_VIOLATION
 
@@ -181,49 +185,59 @@ def run_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary_dict(result), indent=2))
     else:
-        render_result(result, Console())
+        render_result(result, Console(), run_info_beside(args.history, result), os.path.dirname(args.history))
     return EXIT_VALID if result.valid else EXIT_VIOLATION
 
 
-def render_result(result: CheckResult, console: Console) -> None:
-    """The summary table, then the first anomalies of each kind, then the verdict."""
-    console.print(_summary_table(result))
-    for name in ANOMALY_FIELDS:
-        anomalies = getattr(result, name)
-        if anomalies:
-            console.print(_anomaly_table(name, anomalies))
-    for sentence in result.violations:
-        console.print(f"[bold red]violation[/]: {escape(sentence)}", highlight=False)
-    verdict = "[bold green]VALID[/]" if result.valid else "[bold red]INVALID[/]"
-    console.print(f"history is {verdict}")
+def run_info_beside(history_path: str, result: CheckResult) -> dict[str, Any]:
+    """The run's facts from the summary.json next to the history, or what the history itself says."""
+    info: dict[str, Any] = {"scenario": result.scenario, "seed": result.seed}
+    summary_path = os.path.join(os.path.dirname(history_path) or ".", "summary.json")
+    try:
+        with open(summary_path, encoding="utf-8") as handle:
+            info.update(json.load(handle).get("run") or {})
+    except (OSError, ValueError, AttributeError):
+        pass
+    return info
 
 
-def _summary_table(result: CheckResult) -> Table:
-    table = Table(title="chaos history summary", show_header=False)
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for name in SUMMARY_FIELDS:
-        table.add_row(name, _shown(getattr(result, name)))
-    table.add_row("leftover_processes", _shown(len(result.leftover_processes)))
-    table.add_row("leftover_shm", _shown(len(result.leftover_shm)))
-    return table
+def render_result(result: CheckResult, console: Console, run_info: dict[str, Any] | None = None,
+                  report_dir: str = "") -> None:
+    """The summary `chaos run` prints, then the first anomalies of each kind, in words."""
+    run_info = run_info or {"scenario": result.scenario, "seed": result.seed}
+    explanations = explanations_for(report_dir or ".", result, run_info) if result.lost_messages else []
+    render_terminal(result, run_info, console, explanations)
+    found = [name for name in ANOMALY_FIELDS if getattr(result, name)]
+    for name in found:
+        if name != "lost_messages":  # lost messages are in the summary already, with why
+            console.print(_anomaly_table(name, getattr(result, name)))
+    if found:
+        listed = ", ".join(f"{name} ({len(getattr(result, name))})" for name in found)
+        console.print(f"--json lists each of them under anomalies: {listed}", highlight=False, markup=False)
+
+
+def _words(name: str) -> str:
+    """`earlier_offset` -> `earlier offset`; `fault_ns` -> `fault (s)`: a column as a person reads it."""
+    return (name[:-3] + " (s)" if name.endswith("_ns") else name).replace("_", " ")
 
 
 def _anomaly_table(name: str, anomalies: list[msgspec.Struct]) -> Table:
     columns = anomalies[0].__struct_fields__
     shown = min(len(anomalies), ANOMALY_ROWS_SHOWN_MAX)
-    table = Table(title=f"{name} (first {shown})")
+    table = Table(title=f"{_words(name)} (first {shown} of {len(anomalies)} listed)")
     for column in columns:
-        table.add_column(column)
+        table.add_column(_words(column), overflow="fold")
     for anomaly in anomalies[:shown]:
-        table.add_row(*(_shown(getattr(anomaly, column)) for column in columns))
+        table.add_row(*(_shown(getattr(anomaly, column), column) for column in columns))
     return table
 
 
-def _shown(value: Any) -> Text:
+def _shown(value: Any, column: str = "") -> Text:
     """A cell as plain text: values from a history are never read as rich markup."""
     if value is None:
         return Text("-")
+    if column.endswith("_ns") and isinstance(value, int):
+        return Text(f"{value / 1e9:,.3f}")
     if isinstance(value, float):
         return Text(f"{value:,.3f}")
     if isinstance(value, (list, tuple, dict)):

@@ -5,9 +5,12 @@
 `failover_ms_p99`, `faults`, ...) plus a `run` object (scenario, seed, durations, what the
 harness observed). `report.html` is one file with no external reference of any kind (no script,
 no font, no stylesheet link, no namespace URL): inline CSS and inline SVG — a timeline of
-acknowledged writes per second, p50/p99 acknowledgement latency per second (log scale), labelled
-fault bands, the heal, and leader changes as ticks — then the summary table, the violations,
-the lost messages by name, the failover samples and the faults.
+acknowledged writes per second, p50/p99 acknowledgement latency (log scale), both in 100 ms bins
+around faults, labelled fault bands, the heal, and leader changes as ticks — then the summary
+table, the violations, the lost messages by name with why each was lost (chaos/loss_explain.py:
+the acknowledging leader and epoch, the election and the truncation that followed), the
+failover samples, the faults and a glossary of every measure (chaos/glossary.py).
+`summary.json` also carries `lost_explained`, those explanations as data.
 
 Everything taken from a history (values, keys, targets) is escaped before it reaches the HTML.
 """
@@ -24,7 +27,11 @@ from rich.console import Console
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
+import msgspec
+
 from chaos.checker import CheckResult, summary_dict
+from chaos.glossary import GLOSSARY, entries_for
+from chaos.loss_explain import LossExplanation, explain_losses
 from chaos.timeline import Timeline, build_timeline
 from chaos.timeline import percentile_of_sorted as percentile
 
@@ -60,12 +67,19 @@ def write_report(report_dir: str, result: CheckResult, run_info: dict[str, Any])
     timeline = build_timeline(os.path.join(report_dir, "history.jsonl"),
                               os.path.join(report_dir, "trace.jsonl"), run_info.get("wall_origin_ns"))
     run_info = {**run_info, **failover_figures(timeline)}
-    summary = {**summary_dict(result), "run": run_info}
+    explanations = explanations_for(report_dir, result, run_info)
+    summary = {**summary_dict(result), "run": run_info, "lost_explained": msgspec.to_builtins(explanations)}
     with open(os.path.join(report_dir, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2, default=str)
     with open(os.path.join(report_dir, "report.html"), "w", encoding="utf-8") as handle:
-        handle.write(render_html(result, run_info, timeline))
+        handle.write(render_html(result, run_info, timeline, explanations))
     return summary
+
+
+def explanations_for(report_dir: str, result: CheckResult, run_info: dict[str, Any]) -> list[LossExplanation]:
+    """Why each listed lost message was lost, from the history and trace in `report_dir`."""
+    return explain_losses(result.lost_messages, os.path.join(report_dir, "history.jsonl"),
+                          os.path.join(report_dir, "trace.jsonl"), run_info.get("wall_origin_ns"))
 
 
 def failover_figures(timeline: Timeline) -> dict[str, Any]:
@@ -105,7 +119,8 @@ def verdict(result: CheckResult) -> tuple[str, str]:
     return "valid", "VALID: no safety violation"
 
 
-def render_html(result: CheckResult, run_info: dict[str, Any], timeline: Timeline) -> str:
+def render_html(result: CheckResult, run_info: dict[str, Any], timeline: Timeline,
+                explanations: list[LossExplanation] | None = None) -> str:
     css_class, words = verdict(result)
     scenario, seed = run_info.get("scenario", result.scenario), run_info.get("seed", result.seed)
     title = f"railmq chaos: {scenario} seed {seed}"
@@ -120,9 +135,10 @@ def render_html(result: CheckResult, run_info: dict[str, Any], timeline: Timelin
         parts += ["<h2>Violations</h2><ul>"] + [f"<li>{_e(sentence)}</li>" for sentence in result.violations]
         parts.append("</ul>")
     if result.lost_messages:
-        parts += [f"<h2>Lost messages ({result.lost})</h2>", _lost_table(result)]
+        parts += [f"<h2>Lost messages ({result.lost})</h2>", _lost_table(result, explanations)]
     parts += ["<h2>Failovers</h2>", _failover_table(result, timeline)]
     parts += ["<h2>Faults</h2>", _fault_table(timeline)]
+    parts += ["<h2>Glossary</h2>", _glossary()]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -171,10 +187,21 @@ def _summary_table(result: CheckResult, run_info: dict[str, Any]) -> str:
     return _rows(["measure", "value"], rows, frozenset({1}))
 
 
-def _lost_table(result: CheckResult) -> str:
-    rows = [[lost.topic, lost.partition, lost.offset, lost.key, lost.value, lost.reason]
-            for lost in result.lost_messages[:HTML_ROWS_MAX]]
+def _why(index: int, reason: str, explanations: list[LossExplanation] | None) -> str:
+    if explanations and index < len(explanations) and explanations[index].sentence:
+        return explanations[index].sentence
+    return reason
+
+
+def _lost_table(result: CheckResult, explanations: list[LossExplanation] | None = None) -> str:
+    rows = [[lost.topic, lost.partition, lost.offset, lost.key, lost.value, _why(index, lost.reason, explanations)]
+            for index, lost in enumerate(result.lost_messages[:HTML_ROWS_MAX])]
     return _rows(["topic", "partition", "offset", "key", "value", "why"], rows, frozenset({1, 2}))
+
+
+def _glossary() -> str:
+    items = "".join(f"<dt><strong>{_e(term)}</strong></dt><dd>{_e(words)}</dd>" for term, words in GLOSSARY)
+    return f"<dl>{items}</dl>"
 
 
 def _failover_table(result: CheckResult, timeline: Timeline) -> str:
@@ -262,24 +289,30 @@ def _fault_svg(timeline: Timeline, end_s: float) -> list[str]:
 
 
 def _throughput_svg(timeline: Timeline, end_s: float) -> list[str]:
-    peak = max([second.acknowledged for second in timeline.seconds] + [1])
-    step = (WIDTH - LEFT - RIGHT) / max(end_s, 1e-9)
+    bins = timeline.drawn_bins()
+    peak = max([round(one.rate_per_s) for one in bins] + [1])
+    fine = any(one.width_s < 1 for one in bins)
+    title = "acknowledged writes per second" + (" (100 ms bins around faults)" if fine else "")
     parts = [f'<text x="{LEFT - 6}" y="{THROUGHPUT_TOP + 10}" text-anchor="end">{peak:,}</text>',
              f'<text x="{LEFT - 6}" y="{THROUGHPUT_TOP + CHART_HEIGHT}" text-anchor="end">0</text>',
-             f'<text x="{LEFT}" y="{THROUGHPUT_TOP - 4}">acknowledged writes per second</text>',
+             f'<text x="{LEFT}" y="{THROUGHPUT_TOP - 4}">{title}</text>',
              f'<line x1="{LEFT}" y1="{THROUGHPUT_TOP + CHART_HEIGHT}" x2="{WIDTH - RIGHT}" '
              f'y2="{THROUGHPUT_TOP + CHART_HEIGHT}" stroke="#9aa3b2"/>']
-    for second in timeline.seconds:
-        height = CHART_HEIGHT * second.acknowledged / peak
-        x = _x(second.second, end_s)
+    scale = (WIDTH - LEFT - RIGHT) / max(end_s, 1e-9)
+    for one in bins:
+        height = CHART_HEIGHT * min(1.0, one.rate_per_s / peak)
+        x = _x(one.start_s, end_s)
+        gap = 1 if one.width_s >= 1 else 0.3
         parts.append(f'<rect x="{x:.1f}" y="{THROUGHPUT_TOP + CHART_HEIGHT - height:.1f}" '
-                     f'width="{max(step - 1, 1):.1f}" height="{height:.1f}" fill="#7aa6d8">'
-                     f"<title>{second.second} s: {second.acknowledged} acknowledged</title></rect>")
+                     f'width="{max(scale * one.width_s - gap, 0.6):.1f}" height="{height:.1f}" fill="#7aa6d8">'
+                     f"<title>{one.start_s:g}-{one.start_s + one.width_s:g} s: {one.acknowledged} acknowledged"
+                     f"</title></rect>")
     return parts
 
 
 def _latency_svg(timeline: Timeline, end_s: float) -> list[str]:
-    top_ms = max([second.latency_ms_p99 or 0.0 for second in timeline.seconds] + [10.0])
+    bins = timeline.drawn_bins()
+    top_ms = max([one.latency_ms_p99 or 0.0 for one in bins] + [10.0])
     title = "acknowledgement latency p50 / p99 (ms, log scale)"
     parts = [f'<text x="{LEFT}" y="{LATENCY_TOP - 4}">{title}</text>']
     for grid_ms in (1, 10, 100, 1000, 10000):
@@ -289,22 +322,21 @@ def _latency_svg(timeline: Timeline, end_s: float) -> list[str]:
                          f'stroke="#e3e6ec"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
                          f'text-anchor="end">{grid_ms:,}</text>')
     for field_name, color in (("latency_ms_p50", "#1f5fa8"), ("latency_ms_p99", "#d9822b")):
-        for run in _runs(timeline, field_name):
-            points = " ".join(f"{_x(second + 0.5, end_s):.1f},{_latency_y(value, top_ms):.1f}"
-                              for second, value in run)
+        for run in _runs(bins, field_name):
+            points = " ".join(f"{_x(middle_s, end_s):.1f},{_latency_y(value, top_ms):.1f}" for middle_s, value in run)
             parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.6"/>')
     return parts
 
 
-def _runs(timeline: Timeline, field_name: str) -> list[list[tuple[int, float]]]:
-    """Consecutive seconds that have a value: a gap (no acknowledgement) breaks the line."""
-    runs: list[list[tuple[int, float]]] = [[]]
-    for second in timeline.seconds:
-        value = getattr(second, field_name)
+def _runs(bins: list, field_name: str) -> list[list[tuple[float, float]]]:
+    """Consecutive bins that have a value (at their middles): a gap (no acknowledgement) breaks the line."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for one in bins:
+        value = getattr(one, field_name)
         if value is None:
             runs.append([])
         else:
-            runs[-1].append((second.second, value))
+            runs[-1].append((one.start_s + one.width_s / 2, value))
     return [run for run in runs if run]
 
 
@@ -334,8 +366,10 @@ def _time_axis_svg(end_s: float) -> list[str]:
 # --------------------------------------------------------------------------- terminal
 
 
-def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Console) -> None:
-    """The summary table, the first lost messages, the violations and the verdict."""
+def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Console,
+                    explanations: list[LossExplanation] | None = None) -> None:
+    """The summary table, the first lost messages and why, what the anomalies found mean, the
+    violations and the verdict."""
     title = f"chaos run: {run_info.get('scenario')} seed {run_info.get('seed')}"
     table = Table(title=rich_escape(title), show_header=False)
     table.add_column("measure")
@@ -348,10 +382,17 @@ def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Cons
         lost = Table(title=f"lost messages (first {shown} of {result.lost})")
         for column in ("partition", "offset", "key", "value", "why"):
             lost.add_column(column)
-        for message in result.lost_messages[:TERMINAL_LOST_ROWS_MAX]:
-            cells = (message.partition, message.offset, message.key, message.value, message.reason)
+        for index, message in enumerate(result.lost_messages[:TERMINAL_LOST_ROWS_MAX]):
+            cells = (message.partition, message.offset, message.key, message.value,
+                     _why(index, message.reason, explanations))
             lost.add_row(*(rich_escape(_number(cell)) for cell in cells))
         console.print(lost)
+    found = entries_for({name: getattr(result, name) for name in
+                         ("lost", "phantom", "failed_reads", "inconsistent_offsets", "order_violations",
+                          "poll_violations", "commit_regressions", "divergences", "unseen", "duplicates",
+                          "indeterminate_sends")})
+    for term, words in found:
+        console.print(f"[bold]{rich_escape(term)}[/]: {rich_escape(words)}", highlight=False)
     for sentence in result.violations:
         console.print(f"[bold red]violation[/]: {rich_escape(sentence)}", highlight=False)
     css_class, words = verdict(result)

@@ -1,7 +1,9 @@
 """The time series a chaos report draws, computed from a history and the cluster trace.
 
 Per whole second of the run (history time, seconds since its origin): how many sends were
-acknowledged, and the p50 and p99 of their latency (ok time minus invoke time); the fault bands
+acknowledged, and the p50 and p99 of their latency (ok time minus invoke time); around each fault
+(from a second before it to two seconds after it ends) the same in 100 ms bins (`bins`), since a
+one-second bin flattens a 100 ms failover into a dent; the fault bands
 (a `fault` start line to its `stop` line, or a short mark for an instantaneous fault such as a
 kill); the `heal` time; and the leader changes the coordinator traced (`leader-elected`,
 `unclean-election`), moved from wall-clock to history time with the run's `wall_origin_ns`.
@@ -27,6 +29,9 @@ import msgspec
 
 from chaos.history import iter_history
 
+# Around a fault, acknowledgements are binned this finely, from this long before it to this long after.
+FINE_BIN_S = 0.1
+FINE_BEFORE_S, FINE_AFTER_S = 1.0, 2.0
 # An instantaneous fault is drawn as a band this wide so it can be seen and labelled.
 INSTANT_FAULT_S = 0.25
 # Faults of one step start within this of each other (one nemesis call, several targets).
@@ -39,6 +44,20 @@ class Second(msgspec.Struct, frozen=True):
     acknowledged: int
     latency_ms_p50: float | None
     latency_ms_p99: float | None
+
+
+class Bin(msgspec.Struct, frozen=True):
+    """Acknowledgements completed in [start_s, start_s + width_s): a second, or 100 ms near a fault."""
+
+    start_s: float
+    width_s: float
+    acknowledged: int
+    latency_ms_p50: float | None
+    latency_ms_p99: float | None
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.acknowledged / self.width_s
 
 
 class FaultBand(msgspec.Struct, frozen=True):
@@ -61,6 +80,12 @@ class Timeline(msgspec.Struct):
     heal_s: float | None
     end_s: float
     failover_ms: list[float | None] = []  # per leader fault; None: no later send was acknowledged
+    bins: list[Bin] = []  # `seconds`, with the seconds near faults split into 100 ms bins
+
+    def drawn_bins(self) -> list[Bin]:
+        """What a chart draws: the fine bins, or one bin per second when there are none."""
+        return self.bins or [Bin(float(second.second), 1.0, second.acknowledged, second.latency_ms_p50,
+                                 second.latency_ms_p99) for second in self.seconds]
 
 
 def failover_after_fault(fault_lines: list[dict[str, Any]],
@@ -109,6 +134,35 @@ def per_second(latencies: Iterable[tuple[float, float]], end_s: float) -> list[S
         seconds.append(Second(second, len(samples), percentile_of_sorted(samples, 0.50),
                               percentile_of_sorted(samples, 0.99)))
     return seconds
+
+
+def fine_seconds(bands: list[FaultBand], end_s: float) -> set[int]:
+    """The whole seconds that lie within FINE_BEFORE_S before to FINE_AFTER_S after a fault."""
+    seconds: set[int] = set()
+    for band in bands:
+        first = max(0, int(math.floor(band.start_s - FINE_BEFORE_S)))
+        last = min(int(math.ceil(end_s)), int(math.ceil(band.end_s + FINE_AFTER_S)))
+        seconds.update(range(first, last))
+    return seconds
+
+
+def binned(latencies: Iterable[tuple[float, float]], end_s: float, fine: set[int]) -> list[Bin]:
+    """One bin per second, except 100 ms bins within the seconds in `fine`."""
+    per_bin: dict[tuple[int, int], list[float]] = {}
+    steps = int(round(1 / FINE_BIN_S))
+    for at_s, latency_ms in latencies:
+        second = int(at_s)
+        slot = min(steps - 1, int((at_s - second) / FINE_BIN_S)) if second in fine else 0
+        per_bin.setdefault((second, slot), []).append(latency_ms)
+    out = []
+    for second in range(int(math.ceil(end_s)) or 1):
+        slots = range(steps) if second in fine else range(1)
+        width = FINE_BIN_S if second in fine else 1.0
+        for slot in slots:
+            samples = sorted(per_bin.get((second, slot), []))
+            out.append(Bin(round(second + slot * width, 3), width, len(samples), percentile_of_sorted(samples, 0.50),
+                           percentile_of_sorted(samples, 0.99)))
+    return out
 
 
 def fault_label(line: dict[str, Any]) -> str:
@@ -211,5 +265,6 @@ def build_timeline(history_path: str, trace_path: str = "", wall_origin_ns: int 
             wall_origin_ns = line.get("wall_origin_ns")
     end_s = max([end_ns / 1e9] + [at for at, _ in latencies])
     changes = leader_changes(trace_path, wall_origin_ns) if wall_origin_ns is not None else []
-    return Timeline(per_second(latencies, end_s), fault_bands(faults, end_s), changes, heal_s, end_s,
-                    failover_after_fault(faults, acknowledged))
+    bands = fault_bands(faults, end_s)
+    return Timeline(per_second(latencies, end_s), bands, changes, heal_s, end_s,
+                    failover_after_fault(faults, acknowledged), binned(latencies, end_s, fine_seconds(bands, end_s)))
