@@ -238,8 +238,8 @@ LABS = [
         "partition.\"", hot_key,
         "one partition's lag (messages and seconds) climbs at share × arrival − capacity; the rest stay near 0"),
     Lab(5, "idle-consumers", "more consumers than partitions sit idle", ARTICLE_GUIDE,
-        "\"If a topic has 20 partitions, a classic group can use at most 20 busy members; a twenty-first sits "
-        "idle.\" And for a backlog: \"30 consumers drain it in 20 minutes, but only if the topic has at least 30 "
+        "\"If a topic has 20 partitions ..., a classic group can use at most 20 busy members; a twenty-first "
+        "sits idle.\" And for a backlog: \"30 consumers drain it in 20 minutes, but only if the topic has at least 30 "
         "partitions.\"", idle_consumers,
         "idle members = members − partitions; the drain time does not halve until the partitions double"),
 ]

@@ -218,8 +218,8 @@ LABS = [
         "duplicates against the formula; replayed per crash is exactly 1 when committing each message"),
     Lab(2, "ack-before-processing", "acknowledging before processing loses messages", ARTICLE_GUIDE,
         "\"Ack before processing: a crash in between loses the message, so delivery is at-most-once.\" "
-        "The common mistake: \"We ack first so we never process twice\" — \"a crash after the ack loses the "
-        "message.\"", ack_before_processing, "lost equals the crashes, one each; nothing is processed twice"),
+        "The common mistake: \"We ack first so we never process twice\" — wrong: \"A crash after the ack "
+        "loses the message.\"", ack_before_processing, "lost equals the crashes, one each; nothing is processed twice"),
     Lab(12, "exactly-once-boundary", "where exactly-once stops", ARTICLE_QUESTIONS,
         "\"Exactly-once delivery across a network is not achievable in the general case ... What real systems "
         "provide is at-least-once delivery plus an idempotent consumer.\" The interview guide adds that \"a "

@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from actors.errors import RailmqError
 from chaos.labs.framework import (
     ARTICLE_GUIDE, ARTICLE_QUESTIONS, Band, Lab, LabContext, LabResult, Measure, Plot, Series,
 )
@@ -30,7 +31,7 @@ from railmq.dlq import DeadLetter, default_dlq_topic, dlq_depth
 from railmq.lag import GroupAdminClient, measure_group_lag
 from railmq.producer import RECORD_OVERHEAD_BYTES, BufferFull, Producer
 from railmq.records import TopicPartition
-from railmq.retry import DeadLetterWriter, RetryingHandler, RetryPolicy
+from railmq.retry import DeadLetterWriter, RetryingHandler, RetryPolicy, ensure_dead_letter_topic
 from railmq.share_consumer import ShareConsumer
 from transport.supervisor import process_context
 
@@ -69,7 +70,7 @@ class PoisonedMember:
         while not self.stop_event.is_set():
             for record in self.consumer.poll(100):
                 if self.handler is not None:
-                    self.handler(record)
+                    self.handler(record)  # railmq.retry: returns once handled or dead-lettered
                 else:
                     while not self.stop_event.is_set():  # retry forever: the partition waits
                         try:
@@ -79,7 +80,10 @@ class PoisonedMember:
                             time.sleep(self.backoff_s)
                     if self.stop_event.is_set():
                         return
-                self.consumer.commit({TopicPartition(record.topic, record.partition): record.offset + 1})
+                try:
+                    self.consumer.commit({TopicPartition(record.topic, record.partition): record.offset + 1})
+                except RailmqError:
+                    break  # the group is moving: the next owner starts from the last commit
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -101,46 +105,41 @@ def poison_message(context: LabContext, result: LabResult) -> None:
     per_partition, poison_at = 30, 5
     blocked_s = 2.0 if context.quick else 4.0
     topic = context.topic("orders", partitions=2)
+    dlq_topic = default_dlq_topic(topic)
+    with Admin(context.bootstrap) as admin:
+        ensure_dead_letter_topic(admin, topic, dlq_topic)  # created up front, as an operator would
+    context.adopt_topic(dlq_topic)
+    policy = RetryPolicy(attempts=3, backoff_ms=20, backoff_max_ms=50)
+    writer = DeadLetterWriter.connect(context.bootstrap)
+    context.on_cleanup(writer.close)
+    forever, capped = context.name("forever"), context.name("capped")
+
+    def member(group: str, index: int) -> PoisonedMember:
+        started = PoisonedMember(context.bootstrap, group, topic, f"{group}-{index}")
+        if group == capped:
+            started.handler = RetryingHandler(started._handle, policy, writer, capped)
+        context.on_cleanup(started.stop)
+        return started.start()
+
+    retrying_forever = [member(forever, index) for index in range(2)]
+    with_dlq = [member(capped, index) for index in range(2)]
+    wait_for(lambda: _members_settled(retrying_forever) and _members_settled(with_dlq), 30,
+             "one partition per member in both groups")
+    context.say(f"2 partitions of {per_partition} records; partition 0 offset {poison_at} always fails; one group "
+                f"retries forever, the other {policy.attempts} times and then dead-letters")
     for partition in (0, 1):
         values = [POISON if partition == 0 and index == poison_at else f"order-{partition}-{index}"
                   for index in range(per_partition)]
         produce(context.bootstrap, topic, values, partition=partition, acks=1)
-    context.say(f"2 partitions of {per_partition} records; partition 0 offset {poison_at} always fails")
-    forever = context.name("forever")
-    members = [PoisonedMember(context.bootstrap, forever, topic, f"forever-{index}").start() for index in range(2)]
-    for member in members:
-        context.on_cleanup(member.stop)
-    wait_for(lambda: _members_settled(members), 30, "one partition per member")
+    wait_for(lambda: _group_lag(context.bootstrap, capped) == {0: 0, 1: 0}, 30, "the DLQ group to drain both partitions")
+    drained = _group_lag(context.bootstrap, capped)
     time.sleep(blocked_s)
     blocked = _group_lag(context.bootstrap, forever)
-    attempts = sum(member.attempts for member in members)
-    for member in members:
-        member.stop()
-    context.say(f"  retrying forever: after {blocked_s:.0f} s the lag is {blocked}; the poison was tried "
-                f"{attempts - per_partition - poison_at} times")
-    dlq_topic = default_dlq_topic(topic)
-    context.adopt_topic(dlq_topic)
-    policy = RetryPolicy(attempts=3, backoff_ms=20, backoff_max_ms=50)
-    capped = context.name("capped")
-    writer = DeadLetterWriter.connect(context.bootstrap)
-    context.on_cleanup(writer.close)
-    handlers: list[RetryingHandler] = []
-
-    def member(index: int) -> PoisonedMember:
-        inner = PoisonedMember(context.bootstrap, capped, topic, f"capped-{index}")
-        retrying = RetryingHandler(inner._handle, policy, writer, capped)
-        handlers.append(retrying)
-        inner.handler = retrying
-        return inner.start()
-
-    members = [member(index) for index in range(2)]
-    for started in members:
-        context.on_cleanup(started.stop)
-    wait_for(lambda: all(value == 0 for value in _group_lag(context.bootstrap, capped).values())
-             and len(_group_lag(context.bootstrap, capped)) == 2, 30, "the group to drain both partitions")
-    drained = _group_lag(context.bootstrap, capped)
-    for started in members:
+    attempts = sum(started.attempts for started in retrying_forever)
+    for started in retrying_forever + with_dlq:
         started.stop()
+    context.say(f"  retrying forever: after {blocked_s:.0f} s more the lag is {blocked}; the poison was tried "
+                f"{attempts - per_partition - poison_at} times")
     with Admin(context.bootstrap) as admin:
         depth = dlq_depth(admin, dlq_topic)
     (letter_record,) = [record for partition in (0, 1) for record in read_partition(context.bootstrap, dlq_topic, partition)]
@@ -335,6 +334,7 @@ def backpressure(context: LabContext, result: LabResult) -> None:
     result.facts.append(f"The refusal is immediate news at the edge ({refusal}); an unbounded buffer would have kept "
                         "accepting until the process ran out of memory, long after anyone could react.")
     result.plots.append(Plot("producer buffer while the leader does not answer", "sends", "KiB buffered",
+                             marks=[(accepted + 1, f"send {accepted + 1}: BufferFull after {blocked_s * 1000:.0f} ms")],
                              series=[Series("buffered", curve, COLORS[1]),
                                      Series("buffer_bytes_max", [(0, buffer_bytes / 1024), (max(accepted, 1),
                                                                                              buffer_bytes / 1024)],
@@ -353,7 +353,7 @@ LABS = [
         "queue behaviour. Several groups give pub/sub.\" And \"a new group can also start from the oldest message "
         "and replay history.\"", queue_and_pubsub,
         "the queue group reads each record once, split between members; every other group reads everything"),
-    Lab(13, "visibility-timeout", "a slow member's records are redelivered after the visibility timeout",
+    Lab(13, "visibility-timeout", "a member that stops answering loses its records after the visibility timeout",
         ARTICLE_QUESTIONS,
         "\"The message was never acknowledged. After a visibility timeout, the broker redelivers it to another "
         "consumer. That is correct behaviour, not a bug — and it is why the default delivery guarantee is "

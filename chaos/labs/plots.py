@@ -33,10 +33,10 @@ def nice_ticks(high: float, count: int = 5) -> list[float]:
     raw = high / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(factor * magnitude for factor in (1, 2, 2.5, 5, 10) if factor * magnitude >= raw)
-    ticks, value = [], 0.0
-    while value < high + step * 0.5:
-        ticks.append(round(value, 10))
+    ticks, value = [0.0], 0.0
+    while value < high - 1e-9:  # the last tick is at or above `high`: no point is drawn off the top
         value += step
+        ticks.append(round(value, 10))
     return ticks
 
 
