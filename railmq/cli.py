@@ -24,7 +24,9 @@ from importlib import metadata
 from typing import Callable, Sequence
 
 from actors.errors import ErrorCode, RailmqError
-from railmq import cli_chaos, cli_cluster, cli_data, cli_dlq, cli_groups, cli_sim, cli_topics
+from railmq import (
+    cli_chaos, cli_cluster, cli_data, cli_dlq, cli_groups, cli_lab, cli_sim, cli_size, cli_topics,
+)
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
 
 Register = Callable[[argparse._SubParsersAction], None]
@@ -55,6 +57,8 @@ COMMAND_GROUPS: list[Register] = [
     cli_dlq.register,
     cli_chaos.register,
     cli_sim.register,
+    cli_size.register,
+    cli_lab.register,
     _register_version,
 ]
 
