@@ -2,6 +2,12 @@
 
 Benchmarks print figures and never assert timings: a 2-core machine is noisy, so every figure
 is a median over repeats and sits beside a baseline measured in the same run.
+
+While a benchmark runs it says what it is measuring: `parse_args` starts a progress display on
+stderr (a rich spinner with the step, the repeat and the time so far on a terminal; one line per
+step otherwise), each `phase(label)` names the next step, `median_of(..., label=)` counts its
+repeats, and `report` ends the display before it prints the figures. Stdout and the --json file
+carry only the figures, as before.
 """
 
 from __future__ import annotations
@@ -16,6 +22,41 @@ from typing import Callable
 
 import os
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+_progress: "BenchProgress | None" = None
+
+
+class BenchProgress:
+    """The running benchmark's current step, on stderr."""
+
+    def __init__(self, name: str) -> None:
+        self.console = Console(stderr=True)
+        self.live = self.console.is_terminal
+        self.steps = 0
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=self.console, transient=True, disable=not self.live)
+        self.task = self.progress.add_task(name, total=None)
+        self.name = name
+        self.progress.start()
+
+    def step(self, label: str) -> None:
+        self.steps += 1
+        if self.live:
+            self.progress.update(self.task, description=f"{self.name}: {label}")
+        else:
+            print(f"[{self.name}] {label}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+def phase(label: str) -> None:
+    """Say what the benchmark measures next (on stderr; figures stay on stdout)."""
+    if _progress is not None:
+        _progress.step(label)
+
 
 def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
@@ -24,7 +65,10 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     if extra is not None:
         extra(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    global _progress
+    _progress = BenchProgress("bench." + os.path.basename(sys.argv[0] if sys.argv else "bench").removesuffix(".py"))
+    return args
 
 
 def plain_consume_rate(bootstrap: str, topic: str, partitions: int, count: int, **options) -> float:
@@ -43,9 +87,14 @@ def plain_consume_rate(bootstrap: str, topic: str, partitions: int, count: int, 
         return seen / (time.perf_counter() - started)
 
 
-def median_of(repeat: int, measure: Callable[[], float]) -> float:
+def median_of(repeat: int, measure: Callable[[], float], label: str = "") -> float:
     """Run `measure` `repeat` times and return the median of what it returns."""
-    return statistics.median(measure() for _ in range(max(1, repeat)))
+    values = []
+    for run in range(max(1, repeat)):
+        if label:
+            phase(f"{label} (run {run + 1} of {max(1, repeat)})")
+        values.append(measure())
+    return statistics.median(values)
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -67,6 +116,8 @@ class Stopwatch:
 
 def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes: dict | None = None) -> None:
     """Print figures as an aligned table and, with --json, save them with machine facts."""
+    if _progress is not None:
+        _progress.stop()
     width = max(len(key) for key in figures)
     print(f"{name}")
     for key, value in figures.items():

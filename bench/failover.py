@@ -19,7 +19,7 @@ import os
 import threading
 import time
 
-from bench.common import parse_args, percentile, report
+from bench.common import parse_args, percentile, phase, report
 from bench.throughput import RECORD_BYTES
 
 OUTSTANDING_RECORDS_MAX = 200
@@ -107,10 +107,12 @@ def main() -> None:
     kills = args.kills or (5 if args.quick else 20)
     count = 50_000 if args.quick else 200_000
     samples: list[float] = []
+    phase("starting a 3-node cluster")
     with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
         admin.create_topic("rf3", partitions=1, replication_factor=3, config={"min_insync_replicas": 2})
         admin.create_topic("rf1", partitions=1, replication_factor=1)
         wait_full_isr(admin, "rf3")
+        phase(f"baseline: {count:,} records to rf3 (acks=all) and rf1 (acks=1)")
         figures: dict[str, float] = {
             "produce_rf3_acks_all_records_per_s": throughput(cluster.bootstrap, "rf3", "all", count),
             "produce_rf1_acks_1_records_per_s": throughput(cluster.bootstrap, "rf1", 1, count),
@@ -124,6 +126,7 @@ def main() -> None:
             wait_full_isr(admin, "failover")
             time.sleep(0.3)
             leader = cluster.leader_of("failover", 0)
+            phase(f"kill {kill + 1} of {kills}: {leader}")
             moment = time.perf_counter()
             cluster.kill(leader)
             first = recorder.first_ack_after(moment)
@@ -131,6 +134,7 @@ def main() -> None:
                 samples.append((first - moment) * 1000)
             print(f"kill {kill + 1}/{kills}: {leader} -> first ack after {samples[-1]:.0f} ms", flush=True)
         recorder.close()
+        phase("reading back every acknowledged record")
         acked = {value: offset for _, offset, value, _ in recorder.acks}
         with Consumer(cluster.bootstrap, auto_offset_reset="earliest", max_poll_records=10_000) as consumer:
             consumer.assign([("failover", 0)])

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from bench.common import parse_args, percentile, plain_consume_rate, report
+from bench.common import parse_args, percentile, phase, plain_consume_rate, report
 
 PARTITIONS = 6
 
@@ -155,10 +155,12 @@ def main() -> None:
     notes: dict[str, list[float]] = {}
     with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
         for label, assignor in (("eager", "range"), ("cooperative", "cooperative-sticky")):
+            phase(f"{trials} rebalances with the {assignor} assignor")
             samples = rebalance_pauses(cluster.bootstrap, admin, assignor, trials)
             notes[f"rebalance_pause_ms_{label}"] = samples
             figures[f"rebalance_pause_p50_ms_{label}"] = percentile(samples, 0.5)
             figures[f"rebalance_pause_p99_ms_{label}"] = percentile(samples, 0.99)
+        phase("consume throughput: a group member beside an assigned consumer")
         group_rate, plain_rate = consume_throughput(cluster.bootstrap, admin, 100_000 if args.quick else 300_000)
     figures["group_consume_records_per_s"] = group_rate
     figures["assigned_consume_records_per_s"] = plain_rate

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import zmq
 
-from bench.common import median_of, parse_args, percentile, report
+from bench.common import median_of, parse_args, percentile, phase, report
 from storage.checksum import IMPLEMENTATION as CRC32_IMPLEMENTATION, crc32
 from transport.ring import RingReader, RingWriter
 from transport.shm import segment_name, unlink_segment
@@ -282,11 +282,14 @@ def main() -> None:
     }
     figures: dict[str, float] = {}
     for transport in TRANSPORTS:
+        phase(f"streaming through {transport}")
         figures.update(stream_figures(transport, args, counts))
+    phase("single-process costs: memcpy and CRC-32")
     figures.update(single_process_costs(args.repeat))
     figures.update(ratios(figures))
     from bench.ring_cluster import cluster_figures
 
+    phase("a real cluster with shared memory off and on")
     figures.update(cluster_figures(50_000 if args.quick else 200_000, args.repeat))
     notes = {
         "counts": counts,

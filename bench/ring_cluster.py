@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.common import plain_consume_rate
+from bench.common import phase, plain_consume_rate
 
 RECORD_BYTES = 1000
 
@@ -40,8 +40,10 @@ def replication_and_fetch(records: int, shared_memory: bool) -> tuple[float, flo
 
 def cluster_figures(records: int, repeat: int) -> dict[str, float]:
     runs = {True: [], False: []}
-    for _ in range(repeat):
+    for run in range(repeat):
         for shared_memory in (False, True):
+            phase(f"replication and consumer fetch, shared memory {'on' if shared_memory else 'off'} "
+                  f"(run {run + 1} of {repeat})")
             runs[shared_memory].append(replication_and_fetch(records, shared_memory))
     figures = {}
     for shared_memory, label in ((True, "on"), (False, "off")):

@@ -31,7 +31,7 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from bench.common import median_of, parse_args, report
+from bench.common import median_of, parse_args, phase, report
 
 RECORD_BYTES = 1000
 MEMBER_COUNTS = (1, 2, 4)
@@ -145,11 +145,14 @@ def arguments(parser: Any) -> None:
 
 def measure(cluster: Any, topic: str, prefix: str, work: Work, repeat: int, figures: dict[str, float]) -> None:
     runs = iter(range(1_000_000))
+    kind = "busy handlers" if prefix else "no handler work"
     figures[f"{prefix}classic_records_per_s"] = median_of(repeat, lambda: run_group(
-        classic_member, cluster.bootstrap, topic, f"{prefix}classic-{next(runs)}", 1, work))
+        classic_member, cluster.bootstrap, topic, f"{prefix}classic-{next(runs)}", 1, work),
+        f"one classic member, {kind}")
     for members in MEMBER_COUNTS:
         figures[f"{prefix}share_records_per_s_{members}"] = median_of(repeat, lambda: run_group(
-            share_member, cluster.bootstrap, topic, f"{prefix}share-{members}-{next(runs)}", members, work))
+            share_member, cluster.bootstrap, topic, f"{prefix}share-{members}-{next(runs)}", members, work),
+            f"a share group of {members}, {kind}")
 
 
 def main() -> None:
@@ -164,6 +167,7 @@ def main() -> None:
     with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
         topic = "bench-share"
         admin.create_topic(topic, partitions=1, replication_factor=1, config={"segment_bytes": 256 * 1024 * 1024})
+        phase(f"producing {total:,} records")
         produce(cluster.bootstrap, topic, total)
         measure(cluster, topic, "", Work(total), args.repeat, figures)
         measure(cluster, topic, "busy_", Work(busy_total, args.handler_ms, 20), args.repeat, figures)

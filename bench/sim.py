@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench.common import parse_args, report
+from bench.common import parse_args, phase, report
 
 
 def sweep(seeds: int, faults: bool) -> dict[str, float]:
@@ -26,6 +26,7 @@ def sweep(seeds: int, faults: bool) -> dict[str, float]:
     ratios, steps, simulated, wall = [], 0, 0.0, 0.0
     started = time.perf_counter()
     for seed in range(1, seeds + 1):
+        phase(f"seed {seed} of {seeds}, faults {'on' if faults else 'off'}")
         result = simulate(seed, config)
         result.raise_for_problems()
         ratios.append(result.simulated_s / result.wall_s)

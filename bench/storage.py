@@ -19,7 +19,7 @@ import tempfile
 import time
 import zlib
 
-from bench.common import median_of, parse_args, report
+from bench.common import median_of, parse_args, phase, report
 from storage.batch import encode_batch
 from storage.checkpoint import RECOVERY_POINT_NAME
 from storage.fs import OsFileSystem
@@ -149,15 +149,18 @@ def main() -> None:
             "append_fsync_mb_per_s": lambda: bench.log_append(FlushPolicy.EVERY_BATCH),
         }
         samples: dict[str, list[float]] = {name: [] for name in measures}
-        for _ in range(max(1, args.repeat)):
+        for run in range(max(1, args.repeat)):
             for name, measure in measures.items():
+                phase(f"{name.replace('_', ' ')} (run {run + 1} of {max(1, args.repeat)})")
                 samples[name].append(measure())
         figures = {name: statistics.median(values) for name, values in samples.items()}
         bench.log_append(FlushPolicy.NEVER, keep=True)  # the log that reads and recovery use
-        figures["read_mb_per_s"] = median_of(args.repeat, bench.log_read)
-        figures["recovery_flushed_mb_per_s"] = median_of(args.repeat, lambda: bench.recovery(crash=False))
-        figures["recovery_mb_per_s"] = median_of(args.repeat, lambda: bench.recovery(crash=True))
-        figures["crc32_mb_per_s"] = median_of(args.repeat, lambda: crc_speed(bench.batch))
+        figures["read_mb_per_s"] = median_of(args.repeat, bench.log_read, "reads")
+        figures["recovery_flushed_mb_per_s"] = median_of(args.repeat, lambda: bench.recovery(crash=False),
+                                                         "recovery of a flushed log")
+        figures["recovery_mb_per_s"] = median_of(args.repeat, lambda: bench.recovery(crash=True),
+                                                 "recovery after a crash")
+        figures["crc32_mb_per_s"] = median_of(args.repeat, lambda: crc_speed(bench.batch), "CRC-32 speed")
         figures["append_ratio_to_plain"] = figures["append_mb_per_s"] / figures["plain_write_mb_per_s"]
         figures["append_fsync_ratio_to_plain"] = figures["append_fsync_mb_per_s"] / figures["plain_write_fsync_mb_per_s"]
         figures["fs_append_ratio_to_plain"] = figures["fs_append_mb_per_s"] / figures["plain_write_mb_per_s"]

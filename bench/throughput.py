@@ -25,7 +25,7 @@ import time
 
 import zmq
 
-from bench.common import median_of, parse_args, percentile, plain_consume_rate, report
+from bench.common import median_of, parse_args, percentile, phase, plain_consume_rate, report
 
 RECORD_BYTES = 1000
 
@@ -153,20 +153,27 @@ def main() -> None:
     count = args.records or (50_000 if args.quick else 300_000)
     payload = os.urandom(RECORD_BYTES)
     figures: dict[str, float] = {}
-    figures["zmq_pushpull_records_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(count, RECORD_BYTES))
-    figures["zmq_pushpull_batched_mb_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(300, 1 << 20)) * (1 << 20) / 1e6
+    figures["zmq_pushpull_records_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(count, RECORD_BYTES),
+                                                      "baseline: 1 KB messages through PUSH/PULL")
+    figures["zmq_pushpull_batched_mb_per_s"] = median_of(args.repeat, lambda: zmq_pushpull(300, 1 << 20),
+                                                         "baseline: 1 MiB messages") * (1 << 20) / 1e6
+    phase("baseline: DEALER/ROUTER round trips")
     roundtrips = zmq_roundtrip(500 if args.quick else 3000)
+    phase("starting a 3-node cluster")
     figures["zmq_roundtrip_p50_us"] = percentile(roundtrips, 0.50)
     figures["zmq_roundtrip_p99_us"] = percentile(roundtrips, 0.99)
     with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
         # Latency first, on a quiet cluster: after the throughput runs the kernel is still writing
         # back hundreds of MB of page cache, which is the disk's latency, not the broker's.
         admin.create_topic("bench-latency", partitions=1, replication_factor=1)
+        phase("acknowledgement latency on a quiet cluster")
         latencies = ack_latency(cluster.bootstrap, "bench-latency", 500 if args.quick else 3000)
         for partitions in (1, 4):
             runs = []
             for run in range(args.repeat):
                 topic = f"bench-{partitions}p-{run}"
+                phase(f"produce and consume {count:,} records, {partitions} partition{'s' if partitions > 1 else ''} "
+                      f"(run {run + 1} of {args.repeat})")
                 admin.create_topic(topic, partitions=partitions, replication_factor=1,
                                    config={"segment_bytes": 256 * 1024 * 1024})
                 produced = produce(cluster.bootstrap, topic, count, payload)
