@@ -241,9 +241,11 @@ class Coordinator:
                     clean=storage.clean_shutdown, damaged=storage.state in ("damaged", "repairing"),
                     new_directory=storage.state == "new", last_epoch=storage.last_epoch,
                     high_watermark=live.high_watermark)
-            elif presume:
+            else:
+                # Not heard from since this coordinator started: presumed alive during the grace,
+                # then absent — never counted as dead, which takes evidence (a report, then silence).
                 recorded = record.leader_incarnation if node == record.leader else record.isr_incarnations.get(node, 0)
-                views[node] = ReplicaView(True, recorded, 0, reported=False)
+                views[node] = ReplicaView(presume, recorded, 0, reported=False)
         return views
 
     def _settled(self, topic: str, now_ns: int) -> bool:

@@ -16,8 +16,10 @@ process exit). The rules:
    last: while some member has not reported since this coordinator started (within its grace)
    nothing is decided; then, among the members that reported and lost nothing, the one with the
    highest (holds the known high watermark, last leader epoch, log end offset) stays and leads.
-   If every member lost data (or is dead), the last one stays as the ISR but is not eligible, and
-   the partition goes offline saying why.
+   A member is never dropped for not having reported (it is not known to be gone; a leader
+   shrinks the ISR of followers that do not fetch): with nobody else eligible the partition
+   waits for it. If every member lost data (or is dead), the last one stays as the ISR but is not
+   eligible, and the partition goes offline saying why.
 3. The leader must be a live ISR member whose incarnation is the one that was elected. If it is
    not, the first ISR member in replica order that is live at its known incarnation leads
    (Kafka's preferred-replica order); with none, the best of the cleanly restarted members.
@@ -84,9 +86,10 @@ def reconcile(
     """Apply the rules above; return the new record and what happened, or None if nothing changes."""
     incarnations = _adopt_first_seen(record, views)
     members = _classify(record, views, incarnations)
-    keep = [node for node in record.isr if members[node] in (CURRENT, CLEAN, PRESUMED)]
+    keep = [node for node in record.isr if members[node] in (CURRENT, CLEAN, PRESUMED, ABSENT)]
     for node in keep:
-        incarnations[node] = views[node].incarnation
+        if members[node] in (CURRENT, CLEAN):
+            incarnations[node] = views[node].incarnation
     events: list[tuple[str, dict]] = []
     leader, leader_incarnation = record.leader, record.leader_incarnation
     if leader_incarnation == 0 and leader in views and views[leader].live and record.leader_epoch == 0:
@@ -94,10 +97,11 @@ def reconcile(
     known_high_watermark = max((view.high_watermark for view in views.values() if view.reported), default=0)
     reported_keep = [node for node in keep if members[node] in (CURRENT, CLEAN)]
     waiting = [node for node in record.isr if members[node] == PRESUMED]
+    absent = [node for node in record.isr if members[node] == ABSENT]
     if not reported_keep and waiting:
         # Nobody known to hold everything has reported yet: keep every member that may still hold
         # it (restarted ones included) and decide nothing until the rest report or the grace ends.
-        keep = [node for node in record.isr if members[node] in (PRESUMED, UNCLEAN)]
+        keep = [node for node in record.isr if members[node] in (PRESUMED, ABSENT, UNCLEAN)]
     leader_ok = (leader in keep and members[leader] in (CURRENT, PRESUMED)
                  and views[leader].incarnation == leader_incarnation)
     unclean = False
@@ -116,19 +120,25 @@ def reconcile(
         if restarted:
             leader = _best(restarted, views, replicas, known_high_watermark)
             leader_incarnation = views[leader].incarnation
-            keep = [leader]
+            keep = [node for node in record.isr if node == leader or members[node] == ABSENT]
             incarnations[leader] = leader_incarnation
+        elif absent:
+            keep = [node for node in record.isr if members[node] == ABSENT]
+            leader, leader_incarnation = -1, 0
+            offline_reason = (f"waiting for ISR members {absent} to report: no in-sync replica that reported "
+                              "can lead" + (f" ({_offline_reason(record, members)})" if len(absent) < len(record.isr)
+                                            else ""))
         else:
             keep = [_survivor(record, replicas, views, members)]
             leader, leader_incarnation = -1, 0
             offline_reason = _offline_reason(record, members)
-            if unclean_allowed:
-                chosen = _unclean_choice(replicas, views, record, known_high_watermark)
-                if chosen is not None:
-                    leader, leader_incarnation, keep, unclean = chosen, views[chosen].incarnation, [chosen], True
-                    incarnations = {chosen: leader_incarnation}
-                    offline_reason = ""
-                    events.append(("unclean-election", {"leader": chosen, "isr_before": list(record.isr)}))
+        if leader < 0 and unclean_allowed:
+            chosen = _unclean_choice(replicas, views, record, known_high_watermark)
+            if chosen is not None:
+                leader, leader_incarnation, keep, unclean = chosen, views[chosen].incarnation, [chosen], True
+                incarnations = {chosen: leader_incarnation}
+                offline_reason = ""
+                events.append(("unclean-election", {"leader": chosen, "isr_before": list(record.isr)}))
     if not keep:
         keep = [_survivor(record, replicas, views, members)]
     incarnations = {node: incarnations.get(node, 0) for node in keep}
@@ -158,6 +168,7 @@ def reconcile(
 
 CURRENT, CLEAN, UNCLEAN, LOST, DEAD = "current", "restarted-clean", "restarted-unclean", "lost-data", "dead"
 PRESUMED = "not-reported-yet"  # presumed alive during a grace period: never dropped, never elected
+ABSENT = "never-reported"  # not heard from since the coordinator started, grace over: not dropped
 
 
 def _classify(record: PartitionRecord, views: dict[int, ReplicaView], incarnations: dict[int, int]) -> dict[int, str]:
@@ -166,10 +177,10 @@ def _classify(record: PartitionRecord, views: dict[int, ReplicaView], incarnatio
     for node in record.isr:
         view = views.get(node)
         known = incarnations.get(node, 0)
-        if view is None or not view.live:
+        if view is not None and not view.reported:
+            standing[node] = PRESUMED if view.live else ABSENT
+        elif view is None or not view.live:
             standing[node] = DEAD
-        elif not view.reported:
-            standing[node] = PRESUMED
         elif lost_data(node, record, view):
             standing[node] = LOST
         elif record.unknown_history and record.isr_incarnations.get(node, 0) == 0:
@@ -215,7 +226,7 @@ def _survivor(record: PartitionRecord, replicas: list[int], views: dict[int, Rep
               members: dict[int, str]) -> int:
     """The ISR's last member when nobody eligible remains: a live lossless one if any, else the
     one that led, else the first."""
-    live = [node for node in record.isr if members.get(node) not in (DEAD, PRESUMED, None)]
+    live = [node for node in record.isr if members.get(node) not in (DEAD, PRESUMED, ABSENT, None)]
     lossless = [node for node in live if members[node] != LOST]
     if lossless:
         return max(lossless, key=lambda node: (views[node].log_end_offset, -_rank(replicas, node)))
