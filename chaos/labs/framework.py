@@ -196,6 +196,11 @@ class LabContext:
                 admin.wait_for_leaders(name, timeout_s=30, full_isr=True)
         return name
 
+    def fault_admin(self) -> Admin:
+        """An admin client the actors' fault switches obey: it carries the cluster's secret (the
+        cluster must have been started with `fault_injection=True`, as chaos/labs/runner.py does)."""
+        return Admin(self.bootstrap, secret=getattr(self.cluster, "secret", b"") or None)
+
     def adopt_topic(self, name: str) -> None:
         """A topic the lab's clients created (a dead-letter topic): deleted with the others."""
         if name not in self._topics:

@@ -141,7 +141,7 @@ def _retry_duplicates(context: LabContext, idempotent: bool, records: int) -> tu
     with Producer(context.bootstrap, acks=1, idempotent=idempotent, client_id=client_id,
                   request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
                   retry_backoff_ms=50, delivery_timeout_ms=30_000, linger_ms=0, max_in_flight=1) as producer, \
-            Admin(context.bootstrap) as admin:
+            context.fault_admin() as admin:
         producer.partitions_for(topic)
         admin.set_faults(leader.leader_endpoint, [LinkFault(peers=[f"{client_id}|"], direction="out")])
         try:

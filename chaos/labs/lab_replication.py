@@ -150,7 +150,7 @@ def _failover(context: LabContext, acks: Any, writes: int, clock: Clock) -> dict
     peers = [prefix for name in followers
              for prefix in peer_prefixes(ActorRef(name, context.cluster.actor(name).endpoint, 0))]
     cut_s = clock.now()
-    with Admin(context.bootstrap) as admin:
+    with context.fault_admin() as admin:
         admin.set_faults(old.leader_endpoint, [LinkFault(peers=peers, direction="out")])
     doomed = [_send(producer, clock, topic, f"during-{index}") for index in range(writes)]
     if acks == 1:

@@ -28,8 +28,10 @@ CLUSTER_NODES = 3
 
 
 def lab_cluster(data_dir: str | None = None) -> LocalCluster:
+    """The labs' cluster: 3 nodes, short timeouts, traced, and with the fault switch on (labs 7
+    and 12 cut links with it)."""
     return LocalCluster(CLUSTER_NODES, data_dir=data_dir, limits=LAB_LIMITS,
-                        restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True)
+                        restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True, fault_injection=True)
 
 
 def header_lines(lab: Lab) -> list[str]:

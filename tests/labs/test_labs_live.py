@@ -12,9 +12,22 @@ import pytest
 
 from chaos.labs.catalog import LABS
 from chaos.labs.framework import LabContext, LabResult
-from chaos.labs.runner import measure_lines
+from chaos.labs.runner import lab_cluster, measure_lines
+from tests.conftest import railmq_children
 
 pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The labs' own 3-node cluster (fault switch on), shared by every lab of the module."""
+    started = lab_cluster(data_dir=str(tmp_path_factory.mktemp("labs")))
+    with started:
+        yield started
+    leftovers = railmq_children()
+    for process in leftovers:
+        process.kill()
+    assert not leftovers, f"processes left behind: {leftovers}"
 
 
 def explain(result: LabResult) -> str:
