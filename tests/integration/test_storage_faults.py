@@ -105,11 +105,11 @@ def produce(bootstrap: str, topic: str, count: int, tag: str) -> dict[int, bytes
     return acked
 
 
-def read_all(bootstrap: str, topic: str, until: int, timeout_s: float = 40.0) -> dict[int, bytes]:
+def read_all(bootstrap: str, topic: str, until: int, timeout_s: float = 40.0, *, partition: int = 0) -> dict[int, bytes]:
     """Everything the leader serves below `until` (retrying through failovers and refusals)."""
     found: dict[int, bytes] = {}
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([(topic, 0)])
+        consumer.assign([(topic, partition)])
         deadline = time.monotonic() + timeout_s
         while len(found) < until and time.monotonic() < deadline:
             for record in consumer.poll(300):
