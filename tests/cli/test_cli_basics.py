@@ -1,0 +1,216 @@
+"""The command line's shared rules, without a cluster: no abbreviations, help on every flag,
+addresses as Kafka users write them, options in any order, offsets and times as kcat and rpk
+write them, record formats, tables that fit 80 columns, the version, and the one-line
+explanation of a script that starts a cluster without a main guard."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import railmq
+from railmq import cli
+from railmq.cli_common import endpoint
+from railmq.cli_data import split_record
+from railmq.cli_format import compile_format
+from railmq.cli_offsets import (
+    StartSpec, check_in_log, parse_duration_ms, parse_start, parse_time_ms, resolve_start,
+)
+from railmq.cli_tables import Column, fit_table
+from railmq.main_guard import explanation, is_main_guard_error
+from railmq.records import ConsumerRecord
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+NOW_MS = 1_700_000_000_000
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subparsers = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    if not subparsers:
+        yield path, parser
+    for action in subparsers:
+        for name, child in action.choices.items():
+            yield from _leaf_parsers(child, path + (name,))
+
+
+LEAF_PARSERS = dict(_leaf_parsers(cli.build_parser()))
+# Commands whose flags still lack help text, owned elsewhere: strict, so a fix shows up here.
+WITHOUT_HELP_YET = {("size",)}
+
+
+def test_every_command_refuses_abbreviations():
+    assert len(LEAF_PARSERS) > 25
+    for path, parser in LEAF_PARSERS.items():
+        assert parser.allow_abbrev is False, path
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.xfail(
+    strict=True, reason="its flags have no help text yet")) if path in WITHOUT_HELP_YET else path
+    for path in LEAF_PARSERS], ids=" ".join)
+def test_every_flag_has_help(path):
+    for action in LEAF_PARSERS[path]._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            assert action.help and action.help != argparse.SUPPRESS, (path, action.option_strings)
+
+
+def test_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["topics", "create", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 3)" in text and "min(3, the cluster's nodes)" in text
+
+
+def test_an_abbreviated_flag_is_refused_with_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["topics", "create", "orders", "--partition", "3"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --partition" in err and err.startswith("usage: railmq topics create")
+
+
+def test_the_version_agrees_with_the_package_and_prints_with_both_spellings(capsys):
+    declared = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
+    assert railmq.__version__ == declared
+    for flag in ("--version", "-V"):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([flag])
+        assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"railmq {declared}"
+    assert cli.main(["version"]) == 0 and capsys.readouterr().out.strip() == f"railmq {declared}"
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("127.0.0.1:7411", "tcp://127.0.0.1:7411"), ("localhost:7411", "tcp://127.0.0.1:7411"),
+    ("tcp://localhost:9", "tcp://127.0.0.1:9"), ("tcp://10.1.2.3:7411", "tcp://10.1.2.3:7411"),
+    ("broker-1.example:7411", "tcp://broker-1.example:7411"), ("ipc:///tmp/railmq", "ipc:///tmp/railmq"),
+])
+def test_addresses_are_taken_as_kafka_users_write_them(given, expected):
+    assert endpoint(given) == expected
+
+
+@pytest.mark.parametrize("given", ["localhost", "a:b", "x:70000", "h1:1,h2:2", "tcp://:7411"])
+def test_a_malformed_address_is_refused(given):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not an endpoint"):
+        endpoint(given)
+
+
+@pytest.mark.parametrize("flag", ["-b", "--bootstrap", "--bootstrap-server", "--brokers"])
+def test_every_spelling_of_the_address_flag_sets_the_bootstrap(flag):
+    args = cli.parse(cli.build_parser(), ["topics", "list", flag, "localhost:7000"])
+    assert args.bootstrap == "tcp://127.0.0.1:7000"
+
+
+def test_options_may_come_before_between_or_after_the_values():
+    parser = cli.build_parser()
+    args = cli.parse(parser, ["produce", "orders", "one", "--key", "alice", "paid 10", "-H", "a=b", "three"])
+    assert (args.topic, args.values, args.key, args.header) == ("orders", ["one", "paid 10", "three"], "alice",
+                                                                [("a", "b")])
+    args = cli.parse(parser, ["produce", "--key", "alice", "orders", "paid 10"])
+    assert (args.topic, args.values) == ("orders", ["paid 10"])
+
+
+def test_after_a_double_dash_every_word_is_a_value_even_one_with_a_dash():
+    args = cli.parse(cli.build_parser(), ["produce", "orders", "-k", "a", "--", "--not-a-flag", "-5"])
+    assert (args.key, args.values) == ("a", ["--not-a-flag", "-5"])
+
+
+def test_a_word_left_over_is_an_error_for_a_command_that_takes_no_values(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["topics", "describe", "orders", "extra"])
+    assert exited.value.code == 2 and "unrecognized arguments: extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("beginning", StartSpec("earliest")), ("start", StartSpec("earliest")), ("end", StartSpec("latest")),
+    ("42", StartSpec("offset", 42)), ("-5", StartSpec("from-end", 5)), ("+3", StartSpec("from-start", 3)),
+    ("@1700000000000", StartSpec("time", 1_700_000_000_000)),
+    ("@-10m", StartSpec("time", NOW_MS - 600_000)),
+    ("@2023-11-14T22:13:20Z", StartSpec("time", 1_700_000_000_000)),
+])
+def test_start_offsets_read_as_kcat_and_rpk_write_them(text, expected):
+    assert parse_start(text, NOW_MS) == expected
+
+
+def test_relative_starts_stay_inside_the_log_and_absolute_ones_are_checked():
+    assert resolve_start(StartSpec("from-end", 5), earliest=10, latest=12) == 10
+    assert resolve_start(StartSpec("from-end", 1), earliest=0, latest=12) == 11
+    assert resolve_start(StartSpec("from-start", 50), earliest=0, latest=12) == 12
+    assert resolve_start(StartSpec("time", 0), earliest=0, latest=12, at_time=None) == 12
+    check_in_log("t/0", 12, 0, 12)  # the end itself: wait for the next record
+    with pytest.raises(ValueError, match=r"t/0 holds offsets 0\.\.11 \(next offset 12\); offset 99 is past its end"):
+        check_in_log("t/0", 99, 0, 12)
+    with pytest.raises(ValueError, match="before its first offset"):
+        check_in_log("t/0", 3, 5, 12)
+    with pytest.raises(ValueError, match="not a start offset"):
+        parse_start("soon", NOW_MS)
+
+
+def test_durations_and_times_in_the_forms_people_type():
+    assert [parse_duration_ms(text) for text in ("500ms", "30s", "10m", "1h30m", "2d", "PT15M", "P1DT2H")] == [
+        500, 30_000, 600_000, 5_400_000, 172_800_000, 900_000, 93_600_000]
+    for bad in ("10", "soon", "PT", "0s"):
+        with pytest.raises(ValueError):
+            parse_duration_ms(bad)
+    assert parse_time_ms("1700000000000", NOW_MS) == 1_700_000_000_000
+    assert parse_time_ms("-1h", NOW_MS) == NOW_MS - 3_600_000
+    with pytest.raises(ValueError, match="is not a time"):
+        parse_time_ms("yesterday", NOW_MS)
+
+
+def test_format_strings_render_every_token_and_refuse_unknown_ones():
+    record = ConsumerRecord(timestamp_ms=99, key=b"alice", value=b"paid 10", headers=[("trace", b"x1")],
+                            topic="orders", partition=2, offset=7)
+    render = compile_format("%t/%p@%o %k=%s (%K,%S) %T [%h] %H %v %V 100%%\\n")
+    assert render(record) == "orders/2@7 alice=paid 10 (5,7) 99 [trace=x1] 1 paid 10 7 100%\n"
+    tombstone = ConsumerRecord(timestamp_ms=1, key=None, value=None, topic="t", partition=0, offset=0)
+    assert compile_format("[%k][%s] %S\\t.")(tombstone) == "[][] -1\t."
+    with pytest.raises(ValueError, match="unknown format token %q"):
+        compile_format("%q")
+
+
+def test_produce_splits_keys_at_the_separator_and_sends_empty_values_as_null_with_tombstones():
+    assert split_record("alice:paid 10", None, ":", False) == ("alice", "paid 10")
+    assert split_record("a:b:c", None, ":", False) == ("a", "b:c")
+    assert split_record("no separator", None, ":", False) == (None, "no separator")
+    assert split_record("alice:", None, ":", True) == ("alice", None)
+    assert split_record("", "k", None, False) == ("k", "")
+
+
+def test_tables_drop_optional_columns_to_fit_and_say_which():
+    columns = [Column("name"), Column("count", "right"), Column("detail", optional=True),
+               Column("more", optional=True)]
+    rows = [["orders", "3", "x" * 40, "y" * 30]]
+    table, dropped = fit_table(columns, rows, width=80)
+    assert dropped == ["more"] and [column.header for column in table.columns] == ["name", "count", "detail"]
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    console.print(table)
+    assert max(len(line) for line in console.export_text().splitlines()) <= 80
+    wide, none_dropped = fit_table(columns, rows, width=200)
+    assert none_dropped == [] and len(wide.columns) == 4
+
+
+def test_the_main_guard_error_is_recognised_and_explained_in_one_line():
+    error = RuntimeError("\n        An attempt has been made to start a new process before the\n        current process "
+                         "has finished its bootstrapping phase.\n")
+    assert is_main_guard_error(error) and not is_main_guard_error(RuntimeError("something else"))
+    line = explanation("job.py")
+    assert "\n" not in line and line.startswith("error: MAIN_GUARD_MISSING: job.py") and "__main__" in line
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_a_script_without_a_main_guard_is_explained_instead_of_a_page_of_tracebacks(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text("from railmq.cluster import LocalCluster\n\nLocalCluster(nodes=1).start()\n")
+    finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=60, env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+    assert finished.returncode != 0
+    lines = finished.stderr.splitlines()
+    assert lines[0] == explanation(str(script)), "the cause comes first, in one line"
+    assert "bootstrapping phase" not in finished.stderr, "multiprocessing's own page is replaced"
