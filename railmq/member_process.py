@@ -32,150 +32,27 @@ or dead-letter policy can wrap it: `run_group_member(options, wrap_delivery=poli
 
 from __future__ import annotations
 
-import importlib
-import os
-import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, TextIO
+from typing import Callable, TextIO
 
-import msgspec
-
-from actors.errors import ErrorCode, RailmqError
+from actors.errors import RailmqError
 from railmq.admin import Admin
-from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_error, render_record
-from railmq.cli_format import compile_format
+from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_error
 from railmq.consumer import Consumer
 from railmq.member_notices import (
     Notices, assigned_line, joined_line, left_line, lost_line, revoked_line, start_line,
 )
 from railmq.records import ConsumerRecord, TopicPartition
 
-AT_LEAST_ONCE, AT_MOST_ONCE = "at-least-once", "at-most-once"
-DELIVERIES = (AT_LEAST_ONCE, AT_MOST_ONCE)
-ASSIGNORS = ("range", "round-robin", "cooperative-sticky")
-# Poll wake-ups are this far apart at most, so a stop signal is acted on within this time.
-POLL_TIMEOUT_MS = 200
-# A heartbeat every third of the session: two lost heartbeats never look like a death.
-HEARTBEATS_PER_SESSION = 3
-# Commit refusals that mean "the group is moving": the records will be redelivered to whoever owns
-# the partition next (at-least-once still holds), so the member warns and carries on.
-COMMIT_REFUSALS_TO_RIDE_OUT = frozenset({
-    ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT,
-})
-
-Delivery = Callable[[list[ConsumerRecord]], None]
-
-
-class MemberOptions(msgspec.Struct, kw_only=True):
-    bootstrap: str
-    group_id: str
-    topics: list[str]
-    handler: str | None = None  # "module:function"; None prints the records
-    per_batch: bool = False  # call the handler with each polled batch instead of each record
-    delivery: str = AT_LEAST_ONCE
-    commit_every: str = "batch"  # "record" | "batch" | "<N>ms"
-    assignor: str = "range"
-    group_instance_id: str | None = None
-    session_timeout_ms: int = 10_000
-    from_beginning: bool = False
-    output_json: bool = False
-    max_messages: int | None = None  # stop after handling this many records
-    idle_timeout_ms: int | None = None  # stop after this long without a record
-    request_timeout_ms: int = 10_000
-    client_id: str = "railmq-member"
-    quiet: bool = False  # no membership lines on stderr
-    output_format: str | None = None  # printed records: a `consume -f` format (railmq/cli_format.py)
-    exit_at_end: bool = False  # stop once every assigned partition is read to its end
-
-
-class CommitEvery(msgspec.Struct, frozen=True):
-    kind: str  # "record" | "batch" | "interval"
-    interval_ms: int = 0
-
-
-class HandlerFailed(Exception):
-    """The user's handler raised; the member commits what it finished and stops."""
-
-
-def parse_commit_every(text: str) -> CommitEvery:
-    """`record`, `batch` or `<N>ms` (N > 0); ValueError otherwise."""
-    if text in ("record", "batch"):
-        return CommitEvery(text)
-    if text.endswith("ms") and text[:-2].isdigit() and int(text[:-2]) > 0:
-        return CommitEvery("interval", int(text[:-2]))
-    raise ValueError(f"--commit-every must be record, batch or a duration like 500ms, not {text!r}")
-
-
-def check_options(options: MemberOptions) -> None:
-    """ValueError for a combination that cannot keep its promise."""
-    commit_every = parse_commit_every(options.commit_every)
-    if options.delivery not in DELIVERIES:
-        raise ValueError(f"--delivery must be one of {', '.join(DELIVERIES)}, not {options.delivery!r}")
-    if options.assignor not in ASSIGNORS:
-        raise ValueError(f"--assignor must be one of {', '.join(ASSIGNORS)}, not {options.assignor!r}")
-    if options.delivery == AT_MOST_ONCE and commit_every.kind == "interval":
-        raise ValueError("at-most-once commits before each record or batch it handles; "
-                         "a time-based --commit-every needs at-least-once")
-    if not options.topics:
-        raise ValueError("a group member subscribes to at least one topic")
-
-
-def load_handler(spec: str) -> Callable[[Any], Any]:
-    """Import `module:function`. The working directory is importable, as for `python -m`."""
-    module_name, separator, function_name = spec.partition(":")
-    if not separator or not module_name or not function_name:
-        raise ValueError(f"--handler must look like module:function, not {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import handler module {module_name!r}: {error}") from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ValueError(f"{module_name} has no function {function_name!r}")
-    return function
-
-
-def make_delivery(options: MemberOptions, output: TextIO) -> Delivery:
-    """The handler as a function of a list of records (per record: called once per record)."""
-    if options.handler is None:
-        render = (compile_format(options.output_format) if options.output_format
-                  else lambda record: render_record(record, options.output_json) + "\n")
-
-        def print_records(records: list[ConsumerRecord]) -> None:
-            output.write("".join(render(record) for record in records))
-            output.flush()
-        return print_records
-    function = load_handler(options.handler)
-    if options.per_batch:
-        return function
-    return lambda records: function(records[0])  # per record, a unit is always one record
-
-
-class StopSignal:
-    """SIGINT and SIGTERM set `event` while inside the `with` (main thread only; elsewhere the
-    owner sets the event itself). The previous handlers come back on exit."""
-
-    def __init__(self, event: threading.Event | None = None) -> None:
-        self.event = event or threading.Event()
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> threading.Event:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._on_signal)
-        return self.event
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.event.set()
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+# The options and the pieces a member is built from live in railmq/member_options.py; they are
+# importable from here too, where callers have always found them.
+from railmq.member_options import (  # noqa: F401
+    ASSIGNORS, AT_LEAST_ONCE, AT_MOST_ONCE, COMMIT_REFUSALS_TO_RIDE_OUT, DELIVERIES, HEARTBEATS_PER_SESSION,
+    POLL_TIMEOUT_MS, CommitEvery, Delivery, HandlerFailed, MemberOptions, StopSignal, check_options, load_handler,
+    make_delivery, parse_commit_every,
+)
 
 
 def run_group_member(options: MemberOptions, *, wrap_delivery: Callable[[Delivery], Delivery] | None = None,
@@ -216,6 +93,7 @@ class GroupMember:
         self.processed: dict[TopicPartition, int] = {}
         self.committed: dict[TopicPartition, int] = {}  # what this member last committed
         self.starting: dict[TopicPartition, int | None] = {}  # assigned, start not announced: committed
+        self.started_at: dict[TopicPartition, int] = {}  # where those started, as soon as it is known
         self.generation = -1
         self.handled = 0
         self.last_commit = time.monotonic()
@@ -394,15 +272,21 @@ class GroupMember:
         that returned records in this poll started at its first one)."""
         if not self.starting:
             return
-        positions = self.consumer.positions()
+        first_returned = {}
         for record in reversed(records):
-            positions[TopicPartition(record.topic, record.partition)] = record.offset
-        if not all(tp in positions for tp in self.starting if tp in self.consumer.assignment()):
+            first_returned[TopicPartition(record.topic, record.partition)] = record.offset
+        positions = self.consumer.positions()
+        for tp in self.starting:
+            if tp not in self.started_at and (tp in first_returned or tp in positions):
+                self.started_at[tp] = first_returned.get(tp, positions.get(tp))
+        assigned = self.consumer.assignment()
+        if not all(tp in self.started_at for tp in self.starting if tp in assigned):
             return
-        starts = {tp: positions[tp] for tp in self.starting if tp in positions}
+        starts = {tp: self.started_at[tp] for tp in self.starting if tp in self.started_at}
         if starts:
             self.say(start_line(self.options.group_id, starts, dict(self.starting), self.reset_policy))
         self.starting.clear()
+        self.started_at.clear()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         revoked = {tp: self.processed.pop(tp) for tp in partitions if tp in self.processed}
@@ -413,6 +297,7 @@ class GroupMember:
         for tp in partitions:
             self.committed.pop(tp, None)
             self.starting.pop(tp, None)
+            self.started_at.pop(tp, None)
         self.say(revoked_line(self.options.group_id, partitions))
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
@@ -420,6 +305,7 @@ class GroupMember:
             self.processed.pop(tp, None)  # no longer ours to commit: the next owner redelivers
             self.committed.pop(tp, None)
             self.starting.pop(tp, None)
+            self.started_at.pop(tp, None)
         self.say(lost_line(self.options.group_id, partitions))
 
 
