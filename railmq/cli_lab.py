@@ -34,8 +34,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("labs", nargs="*", metavar="NAME", help="lab names or numbers (see `railmq lab list`)")
     run.add_argument("--all", action="store_true", help="run every lab, in order")
     run.add_argument("--quick", action="store_true", help="the short versions (seconds each)")
-    run.add_argument("--report", metavar="DIR", help="write index.html and a page per lab with plots into DIR")
-    run.add_argument("--pictures", metavar="DIR", help="write each lab's plots as standalone SVG files into DIR")
+    run.add_argument("--report", metavar="DIR",
+                     help="write index.html and a page per lab with plots into DIR")
+    run.add_argument("--pictures", metavar="DIR",
+                     help="write each lab's plots as standalone SVG files into DIR")
     run.add_argument("--seed", type=int, default=1, help="seeds every random choice of the labs (default 1)")
     run.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     run.set_defaults(handler=run_labs_command, parser=run)
@@ -50,7 +52,8 @@ def run_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     for lab in LABS:
         print(f"{lab.number:>2}  {lab.name:<24} {lab.title}")
-    print("\nrun one with `railmq lab run NAME`, all with `railmq lab run --all` (add --quick for short versions)")
+    print("\nrun one with `railmq lab run NAME`, all with `railmq lab run --all` "
+          "(add --quick for the short versions)")
     return EXIT_OK
 
 
@@ -84,9 +87,11 @@ def run_labs_command(args: argparse.Namespace) -> int:
     if args.pictures:
         print(f"pictures: {len(write_pictures(args.pictures, results))} SVG files in {args.pictures}")
     if args.json:
-        json.dump([{"lab": result.lab.name, "verdict": result.verdict, "elapsed_s": round(result.elapsed_s, 2),
+        json.dump([{"lab": result.lab.name, "verdict": result.verdict,
+                    "elapsed_s": round(result.elapsed_s, 2),
                     "error": result.error, "facts": result.facts,
-                    "measures": [{"name": m.name, "expected": m.expected, "low": m.band.low, "high": m.band.high,
+                    "measures": [{"name": m.name, "expected": m.expected, "low": m.band.low,
+                                  "high": m.band.high,
                                   "measured": m.measured, "verdict": m.verdict} for m in result.measures]}
                    for result in results], sys.stdout, indent=2, default=str)
         print()

@@ -97,8 +97,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add("--duplicates-messages", type=positive_int, default=defaults.duplicates_messages, metavar="N",
         help="the duplicates are counted per this many messages (default 1,000,000)")
     add("--simulate-messages", type=non_negative_int, default=SIMULATED_MESSAGES_DEFAULT, metavar="N",
-        help=f"messages to run through the simulated consumer per policy (default {SIMULATED_MESSAGES_DEFAULT:,}; "
-             "0 skips the simulation)")
+        help="messages to run through the simulated consumer per policy (default "
+             f"{SIMULATED_MESSAGES_DEFAULT:,}; 0 skips the simulation)")
     add("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     add("--json", action="store_true", help="print every figure as one JSON object")
     parser.set_defaults(handler=run_size, parser=parser)
@@ -132,7 +132,8 @@ def simulate(inputs: SizingInputs, messages: int, seed: int) -> list[SimulatedDu
 
     runs = []
     for commit_every in (1, inputs.commit_batch_messages):
-        result = simulate_duplicates(DuplicatesConfig(messages=messages, crash_probability=inputs.crash_probability,
+        result = simulate_duplicates(DuplicatesConfig(messages=messages,
+                                                      crash_probability=inputs.crash_probability,
                                                       commit_every=commit_every, seed=seed))
         runs.append(SimulatedDuplicates(commit_every=commit_every, messages_simulated=messages,
                                         processings=result.processings, crashes=result.crashes,

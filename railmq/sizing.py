@@ -80,7 +80,8 @@ class SizingInputs(msgspec.Struct, frozen=True, kw_only=True):
         if self.peak_messages_per_s is None and self.daily_messages is None:
             raise SizingError("give a peak rate, or a daily volume and a peak factor")
         positive = {"message_bytes": self.message_bytes, "retention_days": self.retention_days,
-                    "replication_factor": self.replication_factor, "partition_mb_per_s": self.partition_mb_per_s,
+                    "replication_factor": self.replication_factor,
+                    "partition_mb_per_s": self.partition_mb_per_s,
                     "consumer_messages_per_s": self.consumer_messages_per_s, "keys": self.keys,
                     "partitions_from": self.partitions_from, "partitions_to": self.partitions_to,
                     "commit_batch_messages": self.commit_batch_messages,
@@ -177,7 +178,8 @@ class SizingReport(msgspec.Struct, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- the arithmetic
 
 
-def partitions_for(bandwidth_bytes_per_s: float, partition_mb_per_s: float, headroom: float) -> tuple[int, int]:
+def partitions_for(bandwidth_bytes_per_s: float, partition_mb_per_s: float, headroom: float) -> tuple[int,
+                                                                                                      int]:
     """(minimum partitions for the bandwidth, partitions with headroom)."""
     minimum = math.ceil(bandwidth_bytes_per_s / (partition_mb_per_s * MB) - 1e-9)
     return minimum, math.ceil(minimum * headroom - 1e-9)
@@ -194,7 +196,8 @@ def capacity(inputs: SizingInputs) -> list[Quantity]:
     per_day = peak * SECONDS_PER_DAY
     one_copy = per_day * inputs.message_bytes * inputs.retention_days
     minimum, partitions = partitions_for(bandwidth, inputs.partition_mb_per_s, inputs.headroom)
-    doubled_minimum, doubled_partitions = partitions_for(2 * bandwidth, inputs.partition_mb_per_s, inputs.headroom)
+    doubled_minimum, doubled_partitions = partitions_for(2 * bandwidth, inputs.partition_mb_per_s,
+                                                         inputs.headroom)
     peak_formula = ("given" if inputs.peak_messages_per_s is not None else
                     f"{inputs.daily_messages:,.0f} msg/day ÷ 86,400 × peak factor {inputs.peak_factor:g}")
     return [
@@ -210,20 +213,24 @@ def capacity(inputs: SizingInputs) -> list[Quantity]:
         Quantity(name="retained_all_copies", value=one_copy * inputs.replication_factor, unit="B",
                  article=ARTICLE["retained_all_copies"],
                  formula=f"one copy × replication factor {inputs.replication_factor}"),
-        Quantity(name="partitions_minimum", value=minimum, unit="partitions", article=ARTICLE["partitions_minimum"],
+        Quantity(name="partitions_minimum", value=minimum, unit="partitions",
+                 article=ARTICLE["partitions_minimum"],
                  formula=f"⌈bandwidth ÷ {inputs.partition_mb_per_s:g} MB/s per partition⌉"),
         Quantity(name="partitions", value=partitions, unit="partitions", article=ARTICLE["partitions"],
                  formula=f"minimum × headroom {inputs.headroom:g}"),
-        Quantity(name="consumers", value=consumers_for(peak, inputs.consumer_messages_per_s), unit="consumers",
+        Quantity(name="consumers", value=consumers_for(peak, inputs.consumer_messages_per_s),
+                 unit="consumers",
                  article=ARTICLE["consumers"],
                  formula=f"⌈peak ÷ {inputs.consumer_messages_per_s:,.0f} msg/s per consumer⌉"),
         Quantity(name="even_share", value=1 / partitions, unit="fraction", article=ARTICLE["even_share"],
                  formula="1 ÷ partitions"),
-        Quantity(name="doubled_bandwidth", value=2 * bandwidth, unit="B/s", article=ARTICLE["doubled_bandwidth"],
+        Quantity(name="doubled_bandwidth", value=2 * bandwidth, unit="B/s",
+                 article=ARTICLE["doubled_bandwidth"],
                  formula="2 × bandwidth"),
         Quantity(name="doubled_partitions", value=doubled_partitions, unit="partitions",
                  article=ARTICLE["doubled_partitions"],
-                 formula=f"⌈2 × bandwidth ÷ {inputs.partition_mb_per_s:g} MB/s⌉ × headroom {inputs.headroom:g}"),
+                 formula=f"⌈2 × bandwidth ÷ {inputs.partition_mb_per_s:g} MB/s⌉ × headroom "
+                         f"{inputs.headroom:g}"),
         Quantity(name="doubled_consumers", value=consumers_for(2 * peak, inputs.consumer_messages_per_s),
                  unit="consumers", article=ARTICLE["doubled_consumers"],
                  formula=f"⌈2 × peak ÷ {inputs.consumer_messages_per_s:,.0f} msg/s⌉"),
@@ -261,14 +268,16 @@ def hot_quantities(inputs: SizingInputs, hot: HotPartition) -> list[Quantity]:
     rate = hottest * inputs.peak
     return [
         Quantity(name="hottest_share", value=hottest, unit="fraction", article=ARTICLE["hottest_share"],
-                 formula=f"{hot.keys:,} keys ∝ 1/rank, murmur2 mod {hot.partitions}: the largest partition sum"),
+                 formula=f"{hot.keys:,} keys ∝ 1/rank, murmur2 mod {hot.partitions}: "
+                         "the largest partition sum"),
         Quantity(name="coolest_share", value=coolest, unit="fraction", article=ARTICLE["coolest_share"],
                  formula="the smallest partition sum"),
         Quantity(name="hottest_rate", value=rate, unit="msg/s", article=ARTICLE["hottest_rate"],
                  formula="hottest share × peak"),
         Quantity(name="hottest_behind", value=rate - inputs.consumer_messages_per_s, unit="msg/s",
                  article=ARTICLE["hottest_behind"],
-                 formula=f"hottest rate − {inputs.consumer_messages_per_s:,.0f} msg/s its one consumer handles"),
+                 formula=f"hottest rate − {inputs.consumer_messages_per_s:,.0f} msg/s "
+                         "its one consumer handles"),
     ]
 
 
@@ -311,10 +320,12 @@ def remap(keys: int, partitions_from: int, partitions_to: int) -> Remap:
     """Which of the user keys land elsewhere after the change, with railmq's partitioner."""
     names = user_keys(keys)
     weights = zipf_weights(keys)
-    moved = [partition_for_key(name.encode(), partitions_from) != partition_for_key(name.encode(), partitions_to)
+    moved = [partition_for_key(name.encode(), partitions_from) != partition_for_key(name.encode(),
+                                                                                    partitions_to)
              for name in names]
     larger = max(partitions_from, partitions_to)
-    return Remap(partitions_from=partitions_from, partitions_to=partitions_to, keys=keys, keys_moved=sum(moved),
+    return Remap(partitions_from=partitions_from, partitions_to=partitions_to, keys=keys,
+                 keys_moved=sum(moved),
                  traffic_moved=sum(weight for weight, went in zip(weights, moved) if went),
                  formula_moved=moved_fraction_formula(partitions_from, partitions_to),
                  minimal_moved=abs(partitions_to - partitions_from) / larger)
@@ -357,7 +368,8 @@ def size(inputs: SizingInputs) -> SizingReport:
     backlog, drains = backlog_quantities(inputs, partitions)
     change = remap(inputs.keys, inputs.partitions_from, inputs.partitions_to)
     quantities += hot_quantities(inputs, hot) + backlog + [
-        Quantity(name="keys_remapped", value=change.formula_moved, unit="fraction", article=ARTICLE["keys_remapped"],
+        Quantity(name="keys_remapped", value=change.formula_moved, unit="fraction",
+                 article=ARTICLE["keys_remapped"],
                  formula=f"hash mod N, {inputs.partitions_from} → {inputs.partitions_to}: 1 − min/lcm"),
         Quantity(name="duplicates_per_message_commit",
                  value=expected_duplicates(inputs.duplicates_messages, inputs.crash_probability, 1),
@@ -371,7 +383,8 @@ def size(inputs: SizingInputs) -> SizingReport:
                          f"B = {inputs.commit_batch_messages}"),
     ]
     return SizingReport(inputs=inputs, quantities=quantities, hot=hot, drains=drains, remap=change,
-                        remap_large_sample=remap(100 * inputs.keys, inputs.partitions_from, inputs.partitions_to))
+                        remap_large_sample=remap(100 * inputs.keys, inputs.partitions_from,
+                                                 inputs.partitions_to))
 
 
 def report_dict(report: SizingReport) -> dict[str, Any]:

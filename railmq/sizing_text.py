@@ -83,7 +83,8 @@ def _row(cells: list[str], widths: list[int]) -> str:
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[index]) for row in [header] + rows) for index in range(len(header))]
-    return [_row(header, widths), _row(["-" * width for width in widths], widths)] + [_row(row, widths) for row in rows]
+    rule = ["-" * width for width in widths]
+    return [_row(header, widths), _row(rule, widths)] + [_row(row, widths) for row in rows]
 
 
 def capacity_lines(report: SizingReport) -> list[str]:
@@ -111,6 +112,7 @@ def capacity_lines(report: SizingReport) -> list[str]:
 def hot_lines(report: SizingReport) -> list[str]:
     hot = report.hot
     names = {q.name: q for q in report.quantities}
+
     def shown(value: float, unit: str) -> str:
         return percent(value, fixed=True) if unit == "fraction" else value_text(value, unit)
 
@@ -122,8 +124,8 @@ def hot_lines(report: SizingReport) -> list[str]:
     beside = [key for key in hot.hottest_keys if key != "user-1"][:3]
     why = WHY_THEY_DIFFER.format(top=percent(hot.rank_one_share),
                                  beside=("user-1 with " + ", ".join(beside)) if beside else "user-1 alone")
-    return ([f"hot partition: {hot.keys:,} user keys (user-1 is the most popular; traffic ∝ 1/rank) hashed by "
-             f"railmq's partitioner (Kafka's murmur2) onto {hot.partitions} partitions; partition "
+    return ([f"hot partition: {hot.keys:,} user keys (user-1 is the most popular; traffic ∝ 1/rank) hashed "
+             f"by railmq's partitioner (Kafka's murmur2) onto {hot.partitions} partitions; partition "
              f"{hot.hottest_partition} is the hottest", ""]
             + table(["", "railmq (murmur2)", "articles"], rows) + ["", why])
 
@@ -134,7 +136,8 @@ def duplicates_lines(report: SizingReport, simulated: list[SimulatedDuplicates])
     by_commit = {run.commit_every: run for run in simulated}
     rows = []
     for commit_every, article in ((1, "10,028"), (inputs.commit_batch_messages, "")):
-        label = "commit after every message" if commit_every == 1 else f"commit once per batch of {commit_every}"
+        label = ("commit after every message" if commit_every == 1
+                 else f"commit once per batch of {commit_every}")
         run = by_commit.get(commit_every)
         measured = "-" if run is None else _simulated_text(run, p)
         rows.append([label, f"{expected_duplicates(messages, p, commit_every):,.0f}", measured, article])
@@ -142,7 +145,8 @@ def duplicates_lines(report: SizingReport, simulated: list[SimulatedDuplicates])
              "each message and before its commit", ""]
     lines += table(["", "formula", "simulated on railmq's consumer-group state machines", "articles"], rows)
     if any(run.scaled_to != run.messages_simulated for run in simulated):
-        lines.append(f"(simulated runs are scaled to {messages:,}; --simulate-messages {messages} runs all of them)")
+        lines.append(f"(simulated runs are scaled to {messages:,}; --simulate-messages {messages} runs "
+                     "all of them)")
     return lines
 
 
@@ -150,8 +154,9 @@ def _simulated_text(run: SimulatedDuplicates, crash_probability: float) -> str:
     spread = duplicates_sigma(run.messages_simulated, crash_probability, run.commit_every)
     spread *= run.scaled_to / run.messages_simulated
     per_crash = run.duplicates / run.crashes if run.crashes else 0.0
-    return (f"{run.scaled_duplicates:,.0f} ± {spread:,.0f} (1σ): {run.duplicates:,} in {run.messages_simulated:,} "
-            f"messages, {run.crashes:,} crashes, {trim(per_crash, 1)} replayed per crash")
+    return (f"{run.scaled_duplicates:,.0f} ± {spread:,.0f} (1σ): {run.duplicates:,} in "
+            f"{run.messages_simulated:,} messages, {run.crashes:,} crashes, "
+            f"{trim(per_crash, 1)} replayed per crash")
 
 
 def backlog_lines(report: SizingReport) -> list[str]:
@@ -159,10 +164,11 @@ def backlog_lines(report: SizingReport) -> list[str]:
     backlog = names["backlog"]
     rows = [[str(d.consumers), str(d.partitions), str(d.busy_consumers), f"{d.spare_messages_per_s:,.0f}",
              duration(d.drain_s)] for d in report.drains]
-    return ([f"backlog after a {trim(report.inputs.outage_minutes)} min outage: {backlog.value:,.0f} messages "
-             f"({backlog.formula}; articles: 30,000,000), drained while the peak keeps arriving:", ""]
+    outage = trim(report.inputs.outage_minutes)
+    return ([f"backlog after a {outage} min outage: {backlog.value:,.0f} messages ({backlog.formula}; "
+             "articles: 30,000,000), drained while the peak keeps arriving:", ""]
             + table(["consumers", "partitions", "busy", "spare msg/s", "drain time"], rows)
-            + ["articles: 20 consumers never drain it; 30 drain it in 20 min, only with at least 30 partitions"])
+            + ["articles: 20 consumers never drain it; 30 drain it in 20 min, on at least 30 partitions"])
 
 
 def remap_lines(report: SizingReport) -> list[str]:
@@ -172,10 +178,12 @@ def remap_lines(report: SizingReport) -> list[str]:
         f"  hash mod N, uniform hashes: {percent(change.formula_moved, 1)} of keys move "
         f"(1 - min/lcm = 1 - {min(change.partitions_from, change.partitions_to)}/"
         f"{math.lcm(change.partitions_from, change.partitions_to)}); articles: 66.7%",
-        f"  railmq's partitioner: {change.keys_moved:,} of {change.keys:,} user keys ({percent(change.keys_moved / change.keys, 1)}), "
+        f"  railmq's partitioner: {change.keys_moved:,} of {change.keys:,} user keys "
+        f"({percent(change.keys_moved / change.keys, 1)}), "
         f"{percent(change.traffic_moved, 1)} of their traffic; {large.keys_moved:,} of {large.keys:,} keys "
         f"({percent(large.keys_moved / large.keys, 1)})",
-        f"  a scheme that moved only what must move (consistent hashing) would move {percent(change.minimal_moved, 1)}",
+        f"  a scheme that moved only what must move (consistent hashing) would move "
+        f"{percent(change.minimal_moved, 1)}",
     ]
 
 

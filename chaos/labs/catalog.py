@@ -14,8 +14,8 @@ LABS: list[Lab] = sorted(lab_delivery.LABS + lab_backlog.LABS + lab_queues.LABS 
 BY_NAME: dict[str, Lab] = {lab.name: lab for lab in LABS}
 COURSE = ["queue-is-not-faster", "crash-before-commit", "ack-before-processing", "visibility-timeout",
           "exactly-once-boundary", "hot-key", "poison-message", "idle-consumers", "backpressure",
-          "queue-and-pubsub", "partition-count-change", "acks-and-failover", "unclean-election", "zombie-leader",
-          "rebalance-pause"]
+          "queue-and-pubsub", "partition-count-change", "acks-and-failover", "unclean-election",
+          "zombie-leader", "rebalance-pause"]
 
 
 class UnknownLab(KeyError):

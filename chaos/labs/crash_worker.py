@@ -201,8 +201,8 @@ def run_until_done(spec: WorkerSpec, incarnations_max: int = 500) -> WorkerRun:
     if os.path.exists(spec.log_path):
         os.unlink(spec.log_path)
     for incarnation in range(1, incarnations_max + 1):
-        child = context.Process(target=crash_member_main,
-                                args=(msgspec.msgpack.encode(msgspec.structs.replace(spec, incarnation=incarnation)),),
+        spec_bytes = msgspec.msgpack.encode(msgspec.structs.replace(spec, incarnation=incarnation))
+        child = context.Process(target=crash_member_main, args=(spec_bytes,),
                                 name=f"lab-worker-{incarnation}", daemon=True)
         child.start()
         run.incarnations = incarnation

@@ -157,7 +157,8 @@ class CrashingWorker:
                 self.crashes += 1
                 return [], True  # after processing, before the commit: the whole point
             while self.chunks and self.chunks[0][0] <= self.position:
-                commands.append(ClientCommand(command="consumed", arguments={"bytes": self.chunks.popleft()[1]}))
+                commands.append(ClientCommand(command="consumed",
+                                              arguments={"bytes": self.chunks.popleft()[1]}))
             self.since_commit += 1
             if self.since_commit >= self.config.commit_every or offset + 1 >= self.config.messages:
                 return commands + self._commit(offset + 1), False
@@ -204,7 +205,8 @@ class DuplicatesSimulation:
 
     def build(self) -> None:
         topology = SimConfig(nodes=1, partitions=1, replication_factor=1, min_insync=1, flush_policy="never")
-        self._add(Host("coordinator", "coordinator", 0, coordinator_factory([1], SIM_LIMITS), fixed_endpoint=True))
+        self._add(Host("coordinator", "coordinator", 0, coordinator_factory([1], SIM_LIMITS),
+                       fixed_endpoint=True))
         self._add(Host("group-coordinator", "group-coordinator", 0,
                        group_coordinator_factory(self.coordinator_endpoint, SIM_LIMITS)))
         self._add(Host("agent", "agent", 0, lambda host, _: TinyAgent(self.coordinator_endpoint, topology),
@@ -253,7 +255,8 @@ class DuplicatesSimulation:
             name = f"replica/{assignment.topic}/{assignment.partition}/n{assignment.node}"
             if name in self.hosts:
                 continue
-            factory = replica_factory(assignment.topic, assignment.topic_id, assignment.partition, assignment.node,
+            factory = replica_factory(assignment.topic, assignment.topic_id, assignment.partition,
+                                      assignment.node,
                                       self.coordinator_endpoint, assignment.config, SIM_LIMITS,
                                       lambda: self.queue.now_ns)
             host = Host(name, "replica", assignment.node, factory)

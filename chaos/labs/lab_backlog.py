@@ -28,14 +28,15 @@ COLORS = ["#d9822b", "#1f5fa8", "#137333", "#6b3fa0", "#b3261e", "#8a5a00", "#39
 
 
 def start_group(context: LabContext, topic: str, members: int, rate_per_s: float, *, partitions: int,
-                prefix: str = "m", assignor: str = "range", from_start: bool = True) -> tuple[str, list[CappedMember]]:
+                prefix: str = "m", assignor: str = "range",
+                from_start: bool = True) -> tuple[str, list[CappedMember]]:
     """Start `members` capped members of a new group and wait until the partitions are shared out.
     With `from_start` off the group reads only what is produced after it joined (a topic can then
     serve several runs: creating a topic's replica processes is the slow part of a lab)."""
     group = context.name("g")
+    reset = "earliest" if from_start else "latest"
     started = [CappedMember(context.bootstrap, group, topic, rate_per_s=rate_per_s, name=f"{prefix}{index}",
-                            assignor=assignor, auto_offset_reset="earliest" if from_start else "latest").start()
-               for index in range(members)]
+                            assignor=assignor, auto_offset_reset=reset).start() for index in range(members)]
     for member in started:
         context.on_cleanup(member.stop)
 
@@ -60,11 +61,13 @@ def _fitted(points: list[tuple[float, float]], start_s: float, end_s: float) -> 
 # --------------------------------------------------------------------------- lab 15
 
 
-def _one_run(context: LabContext, arrival: float, capacity: float, seconds: float) -> tuple[LagSampler, float]:
+def _one_run(context: LabContext, arrival: float, capacity: float, seconds: float) -> tuple[LagSampler,
+                                                                                            float]:
     topic = context.topic("flow")
     group, members = start_group(context, topic, 1, capacity, partitions=1)
     sampler = LagSampler(context.bootstrap, group, interval_s=0.5).start()
-    producer = RateProducer(context.bootstrap, topic, arrival, key_for=lambda n: None, partition_for=lambda n: 0)
+    producer = RateProducer(context.bootstrap, topic, arrival, key_for=lambda n: None,
+                            partition_for=lambda n: 0)
     started = time.monotonic()
     producer.start()
     time.sleep(seconds)
@@ -78,16 +81,16 @@ def _one_run(context: LabContext, arrival: float, capacity: float, seconds: floa
 def queue_is_not_faster(context: LabContext, result: LabResult) -> None:
     arrival, slow, fast = 150.0, 90.0, 300.0
     seconds = 5.0 if context.quick else 10.0
-    context.say(f"one partition, {arrival:.0f} msg/s arriving; a consumer that handles {slow:.0f} msg/s, then one "
-                f"that handles {fast:.0f} msg/s, {seconds:.0f} s each")
+    context.say(f"one partition, {arrival:.0f} msg/s arriving; a consumer that handles {slow:.0f} msg/s, "
+                f"then one that handles {fast:.0f} msg/s, {seconds:.0f} s each")
     behind, measured_arrival = _one_run(context, arrival, slow, seconds)
     keeping_up, _ = _one_run(context, arrival, fast, seconds)
     lag = behind.series(0)
     fitted, r_squared = _fitted(lag, SETTLE_S, seconds)
     expected = measured_arrival - slow
     final_fast = keeping_up.series(0)[-1][1] if keeping_up.samples else None
-    context.say(f"  arrival measured {measured_arrival:.1f} msg/s; lag grew {fitted:.1f} msg/s (r² {r_squared:.3f}); "
-                f"the faster consumer ended {final_fast} behind")
+    context.say(f"  arrival measured {measured_arrival:.1f} msg/s; lag grew {fitted:.1f} msg/s (r² "
+                f"{r_squared:.3f}); the faster consumer ended {final_fast} behind")
     result.measures += [
         Measure("lag growth (msg/s), capacity below arrival", expected, Band.relative(expected, 0.3), fitted,
                 how="arrival − capacity"),
@@ -95,11 +98,13 @@ def queue_is_not_faster(context: LabContext, result: LabResult) -> None:
         Measure("lag at the end (messages), capacity above arrival", 0, Band(0, 0.25 * arrival),
                 final_fast, how="it keeps up: only what arrived since its last commit"),
     ]
-    result.facts.append(f"In {seconds:.0f} s the slow consumer fell {lag[-1][1] if lag else 0:.0f} messages behind; "
-                        "the queue absorbed the excess and nobody was told: a queue moves the work, it does not do it.")
+    result.facts.append(f"In {seconds:.0f} s the slow consumer fell {lag[-1][1] if lag else 0:.0f} messages "
+                        "behind; the queue absorbed the excess and nobody was told: a queue moves the work, "
+                        "it does not do it.")
     result.plots.append(Plot("lag when arrival exceeds capacity", "seconds", "lag (messages)", series=[
         Series(f"capacity {slow:.0f} msg/s", lag, COLORS[0]),
-        Series(f"predicted: {expected:.0f} msg/s × t", [(0, 0), (seconds, expected * seconds)], COLORS[0], dashed=True),
+        Series(f"predicted: {expected:.0f} msg/s × t", [(0, 0), (seconds, expected * seconds)], COLORS[0],
+               dashed=True),
         Series(f"capacity {fast:.0f} msg/s", keeping_up.series(0), COLORS[2])]))
 
 
@@ -130,8 +135,9 @@ def hot_key(context: LabContext, result: LabResult) -> None:
     hot = hot_partition(keys, partitions)
     hottest = hot.hottest_partition
     share = hot.shares[hottest]
-    context.say(f"{keys} user keys ∝ 1/rank, {arrival:.0f} msg/s onto {partitions} partitions, one member per "
-                f"partition handling {capacity:.0f} msg/s; murmur2 puts {share:.1%} of the traffic on partition {hottest}")
+    context.say(f"{keys} user keys ∝ 1/rank, {arrival:.0f} msg/s onto {partitions} partitions, one member "
+                f"per partition handling {capacity:.0f} msg/s; murmur2 puts {share:.1%} of the traffic on "
+                f"partition {hottest}")
     topic = context.topic("hot", partitions=partitions)
     group, members = start_group(context, topic, partitions, capacity, partitions=partitions)
     drawn = _zipf_keys(context.seed, keys, int(arrival * seconds * 2) + 1000)
@@ -165,10 +171,11 @@ def hot_key(context: LabContext, result: LabResult) -> None:
     ]
     total_lag = sum(sampler.samples[-1][1].values()) if sampler.samples else 0
     result.facts.append(f"At the end the group was {total_lag} messages behind in all — and "
-                        f"{lag_messages[-1][1] if lag_messages else 0:.0f} of them on partition {hottest}: aggregate "
-                        "lag hides which partition is stuck.")
+                        f"{lag_messages[-1][1] if lag_messages else 0:.0f} of them on partition {hottest}: "
+                        "aggregate lag hides which partition is stuck.")
     series = [Series(f"partition {partition}" + (" (hot)" if partition == hottest else ""),
-                     sampler.series(partition), COLORS[partition % len(COLORS)]) for partition in range(partitions)]
+                     sampler.series(partition), COLORS[partition % len(COLORS)])
+              for partition in range(partitions)]
     result.plots.append(Plot("lag per partition (messages)", "seconds", "lag (messages)", series=series))
     result.plots.append(Plot(f"partition {hottest}: how old the oldest unconsumed message is", "seconds",
                              "lag (seconds)", series=[Series("lag in seconds", lag_seconds, COLORS[0])]))
@@ -228,8 +235,9 @@ def idle_consumers(context: LabContext, result: LabResult) -> None:
         bars.append((2, wide))
         categories.append("4 members, 4 partitions")
     article = drain(30_000_000, 50_000, 30, 20, 2_500)
-    result.facts.append(f"At the articles' scale the same rule: 30 consumers on 20 partitions use {article.busy_consumers} "
-                        "and never drain a 10-minute backlog; on 30 partitions they drain it in 20 minutes.")
+    result.facts.append("At the articles' scale the same rule: 30 consumers on 20 partitions use "
+                        f"{article.busy_consumers} and never drain a 10-minute backlog; on 30 partitions "
+                        "they drain it in 20 minutes.")
     result.plots.append(Plot("time to drain the backlog", "", "seconds", kind="bar", categories=categories,
                              series=[Series("drain time", bars, COLORS[1])]))
 
@@ -237,18 +245,19 @@ def idle_consumers(context: LabContext, result: LabResult) -> None:
 LABS = [
     Lab(15, "queue-is-not-faster", "a queue does not make the work faster", ARTICLE_QUESTIONS,
         "\"A queue does not make the work faster. It moves the work out of the request path. If the total "
-        "processing capacity is insufficient, a queue converts a fast, visible failure into a slow, invisible "
-        "backlog.\"", queue_is_not_faster,
+        "processing capacity is insufficient, a queue converts a fast, visible failure into a slow, "
+        "invisible backlog.\"", queue_is_not_faster,
         "the lag line: straight, with the slope arrival − capacity; flat when capacity is above arrival"),
     Lab(3, "hot-key", "a hot key overloads one partition while the others idle", ARTICLE_GUIDE,
         "\"Take 1,000 user keys whose traffic is proportional to one over the key's popularity rank ... The "
-        "hottest one then gets 8,631 messages per second, far above the 2,500 its single consumer handles, so it "
-        "falls behind ... while others sit near idle.\" The question guide: \"aggregate lag hides a single hot "
-        "partition.\"", hot_key,
-        "one partition's lag (messages and seconds) climbs at share × arrival − capacity; the rest stay near 0"),
+        "hottest one then gets 8,631 messages per second, far above the 2,500 its single consumer handles, "
+        "so it falls behind ... while others sit near idle.\" The question guide: \"aggregate lag hides a "
+        "single hot partition.\"", hot_key,
+        "one partition's lag (messages and seconds) climbs at share × arrival − capacity; the rest stay "
+        "near 0"),
     Lab(5, "idle-consumers", "more consumers than partitions sit idle", ARTICLE_GUIDE,
         "\"If a topic has 20 partitions ..., a classic group can use at most 20 busy members; a twenty-first "
-        "sits idle.\" And for a backlog: \"30 consumers drain it in 20 minutes, but only if the topic has at least 30 "
-        "partitions.\"", idle_consumers,
+        "sits idle.\" And for a backlog: \"30 consumers drain it in 20 minutes, but only if the topic has at "
+        "least 30 partitions.\"", idle_consumers,
         "idle members = members − partitions; the drain time does not halve until the partitions double"),
 ]

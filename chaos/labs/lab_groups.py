@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from chaos.labs.framework import ARTICLE_GUIDE, Band, Lab, LabContext, LabResult, Measure, Plot, Series
@@ -28,7 +29,8 @@ def partition_count_change(context: LabContext, result: LabResult) -> None:
     names = user_keys(keys)
     half = rounds // 2
     topic = context.topic("keyed", partitions=before)
-    context.say(f"{keys} keys, {half} records each on {before} partitions; then {after} partitions and {half} more each")
+    context.say(f"{keys} keys, {half} records each on {before} partitions; then {after} partitions and "
+                f"{half} more each")
     produce(context.bootstrap, topic, [f"{name}:{seq}" for seq in range(half) for name in names],
             keys=[name for _ in range(half) for name in names], acks=1)
     with Admin(context.bootstrap) as admin:
@@ -37,7 +39,8 @@ def partition_count_change(context: LabContext, result: LabResult) -> None:
             keys=[name for _ in range(half, rounds) for name in names], acks=1)
     _, members = start_group(context, topic, after, 100.0, partitions=after)
     total = keys * rounds
-    wait_for(lambda: sum(len(member.handled) for member in members) >= total, 60, "the group to read everything")
+    wait_for(lambda: sum(len(member.handled) for member in members) >= total, 60,
+             "the group to read everything")
     stop_all(members)
     handled = sorted((t, partition, value) for member in members for t, partition, _, value in member.handled)
     partitions_of: dict[str, set[int]] = {}
@@ -52,11 +55,11 @@ def partition_count_change(context: LabContext, result: LabResult) -> None:
     out_of_order = {name for name, seqs in order.items() if seqs != sorted(seqs)}
     fraction = moved_fraction_formula(before, after)
     sigma = (fraction * (1 - fraction) / keys) ** 0.5
-    context.say(f"  {len(moved)} of {keys} keys moved ({len(moved) / keys:.1%}); {len(out_of_order)} keys handled out "
-                f"of order, {len(out_of_order - moved)} of them keys that did not move")
+    context.say(f"  {len(moved)} of {keys} keys moved ({len(moved) / keys:.1%}); {len(out_of_order)} keys "
+                f"handled out of order, {len(out_of_order - moved)} of them keys that did not move")
     result.measures += [
         Measure("share of keys that moved", fraction, Band.around(fraction, 3.5 * sigma), len(moved) / keys,
-                how=f"1 − min/lcm = 1 − {min(before, after)}/{before * after // __import__('math').gcd(before, after)}"),
+                how=f"1 − min/lcm = 1 − {min(before, after)}/{math.lcm(before, after)}"),
         Measure("keys that moved but murmur2 did not predict, or the reverse", 0, Band.exactly(0),
                 len(moved ^ predicted)),
         Measure("keys out of order that did not move", 0, Band.exactly(0), len(out_of_order - moved)),
@@ -106,7 +109,8 @@ def _owners(members: list[CappedMember], since: float) -> dict[int, set[str]]:
     return owners
 
 
-def _rebalance(context: LabContext, topic: str, assignor: str, seconds: float) -> tuple[dict[int, float], int]:
+def _rebalance(context: LabContext, topic: str, assignor: str, seconds: float) -> tuple[dict[int, float],
+                                                                                        int]:
     """(seconds without an owner per revoked partition, partitions whose member changed)."""
     partitions = 6
     _, members = start_group(context, topic, 2, 0, partitions=partitions, assignor=assignor, from_start=False)
@@ -117,7 +121,8 @@ def _rebalance(context: LabContext, topic: str, assignor: str, seconds: float) -
     time.sleep(1.0)
     joined = time.monotonic()
     before = _owners(members, joined - 0.5)
-    newcomer = CappedMember(context.bootstrap, members[0].consumer.group_id, topic, name="m-new", assignor=assignor,
+    newcomer = CappedMember(context.bootstrap, members[0].consumer.group_id, topic, name="m-new",
+                            assignor=assignor,
                             auto_offset_reset="latest")
     context.on_cleanup(newcomer.stop)
     newcomer.start()
@@ -139,7 +144,8 @@ def rebalance_pause(context: LabContext, result: LabResult) -> None:
     topic = context.topic("flow", partitions=6)
     eager, eager_moved = _rebalance(context, topic, "range", seconds)
     cooperative, cooperative_moved = _rebalance(context, topic, "cooperative-sticky", seconds)
-    longest = {name: max(values.values(), default=0.0) for name, values in (("eager", eager), ("coop", cooperative))}
+    longest = {name: max(values.values(), default=0.0) for name,
+               values in (("eager", eager), ("coop", cooperative))}
     context.say(f"  eager (range): {len(eager)} partitions revoked, each without a reader for up to "
                 f"{longest['eager'] * 1000:.0f} ms; cooperative-sticky: {len(cooperative)} revoked "
                 f"({cooperative_moved} moved), up to {longest['coop'] * 1000:.0f} ms")
@@ -152,22 +158,26 @@ def rebalance_pause(context: LabContext, result: LabResult) -> None:
         Measure("partitions that kept their member and never stopped, cooperative-sticky", 4, Band.exactly(4),
                 6 - len(cooperative)),
     ]
-    result.facts.append(f"Eager: every partition went without a reader for up to {longest['eager'] * 1000:.0f} ms "
-                        f"({eager_moved} of them ended with another member). Cooperative: 4 partitions never stopped; "
-                        f"the 2 that moved waited up to {longest['coop'] * 1000:.0f} ms (two rebalance rounds).")
+    result.facts.append("Eager: every partition went without a reader for up to "
+                        f"{longest['eager'] * 1000:.0f} ms ({eager_moved} of them ended with another "
+                        "member). Cooperative: 4 partitions never stopped; the 2 that moved waited up to "
+                        f"{longest['coop'] * 1000:.0f} ms (two rebalance rounds).")
     result.plots.append(Plot("time without a reader per partition while a member joins", "", "milliseconds",
-                             kind="bar", categories=[f"p{p} eager" for p in range(6)] + [f"p{p} coop" for p in range(6)],
-                             series=[Series("without a reader", [(p, eager.get(p, 0.0) * 1000) for p in range(6)]
+                             kind="bar",
+                             categories=[f"p{p} eager" for p in range(6)] + [f"p{p} coop" for p in range(6)],
+                             series=[Series("without a reader",
+                                            [(p, eager.get(p, 0.0) * 1000) for p in range(6)]
                                             + [(6 + p, cooperative.get(p, 0.0) * 1000) for p in range(6)],
                                             COLORS[3])]))
 
 
 LABS = [
-    Lab(6, "partition-count-change", "changing the partition count breaks per-key order for the keys that move",
+    Lab(6, "partition-count-change",
+        "changing the partition count breaks per-key order for the keys that move",
         ARTICLE_GUIDE,
-        "\"Unlike consistent hashing for a distributed cache, a plain hash-mod-N rule moves most keys when the "
-        "partition count changes, so adding partitions later breaks per-key order for the keys that move\" — "
-        "\"going from 20 to 30 partitions with a plain hash-mod-N rule remaps 66.7% of keys.\"",
+        "\"Unlike consistent hashing for a distributed cache, a plain hash-mod-N rule moves most keys when "
+        "the partition count changes, so adding partitions later breaks per-key order for the keys that "
+        "move\" — \"going from 20 to 30 partitions with a plain hash-mod-N rule remaps 66.7% of keys.\"",
         partition_count_change, "two thirds of the keys move; out-of-order keys are all keys that moved"),
     Lab(10, "rebalance-pause", "a rebalance pauses reading: eager against cooperative-sticky", ARTICLE_GUIDE,
         "\"Rebalancing. When a consumer joins or leaves, partitions move between members and reading pauses "

@@ -31,12 +31,16 @@ from chaos.links import ActorRef, peer_prefixes
 from chaos.report import timeline_svg
 from chaos.timeline import FaultBand, LeaderChange, Second, Timeline
 from chaos.timeline import percentile_of_sorted as percentile
-from railmq.admin import Admin
 from railmq.producer import Producer
 from storage.batch import encode_batch
 from transport.rpc import RequestTimeout, RpcClient
 
 PROBE_TIMEOUT_MS = 2000
+
+
+def _counting(start_s: float, times: list[float]) -> list[tuple[float, float]]:
+    """A running count: 0 at `start_s`, then one more at each of the (sorted) times."""
+    return [(start_s, 0)] + [(t, count + 1) for count, t in enumerate(times)]
 
 
 class Clock:
@@ -74,17 +78,18 @@ class Clock:
             times = sorted(entry[2] for entry in self.writes if entry[0] == run and entry[2] is not None)
             first_sent = min(entry[1] for entry in self.writes if entry[0] == run)
             color = PALETTE[index % len(PALETTE)]
-            series.append(Series(f"{run or 'writes'}: acknowledged", [(first_sent, 0)] + [
-                (t, count + 1) for count, t in enumerate(times)], color, step=True))
+            name = run or "writes"
+            series.append(Series(f"{name}: acknowledged", _counting(first_sent, times), color, step=True))
             kept = sorted(entry[2] for entry in self.writes
                           if entry[0] == run and entry[2] is not None and entry[3] in self.surviving)
             if len(kept) < len(times):
-                series.append(Series(f"{run or 'writes'}: acknowledged and still in the log", [(first_sent, 0)] + [
-                    (t, count + 1) for count, t in enumerate(kept)], color, dashed=True, step=True))
+                series.append(Series(f"{name}: acknowledged and still in the log",
+                                     _counting(first_sent, kept), color, dashed=True, step=True))
         marks = [(band.start_s, band.label) for band in self.faults]
         marks += [(change.time_s, ("unclean: " if change.unclean else "elected ") + change.label)
                   for change in self.leaders]
-        return Plot("acknowledged writes over time", "seconds", "acknowledged writes", series=series, marks=marks)
+        return Plot("acknowledged writes over time", "seconds", "acknowledged writes", series=series,
+                    marks=marks)
 
     def timeline_plot(self) -> Plot:
         """The chaos report's timeline: acknowledgements and their latency per second, faults, elections."""
@@ -113,7 +118,8 @@ def _send(producer: Producer, clock: Clock, topic: str, value: str) -> Any:
 def _new_leader(context: LabContext, topic: str, old_epoch: int, clock: Clock, unclean: bool = False) -> Any:
     state = wait_for(lambda: (lambda s: s if s.leader_endpoint and s.leader_epoch > old_epoch else None)(
         leader_state(context.bootstrap, topic)), 30, "a new leader")
-    clock.leaders.append(LeaderChange(time_s=clock.now(), label=f"node {state.leader}, epoch {state.leader_epoch}",
+    clock.leaders.append(LeaderChange(time_s=clock.now(),
+                                      label=f"node {state.leader}, epoch {state.leader_epoch}",
                                       unclean=unclean))
     return state
 
@@ -137,7 +143,8 @@ def _caught_up(context: LabContext, topic: str, count: int) -> bool:
 def _failover(context: LabContext, acks: Any, writes: int, clock: Clock) -> dict[str, int]:
     topic = context.topic(f"acks{acks}", replication_factor=3, full_isr=True, min_insync_replicas=2)
     idempotent = acks == "all"
-    producer = Producer(context.bootstrap, acks=acks, idempotent=idempotent, client_id=context.name("lab-acks"),
+    producer = Producer(context.bootstrap, acks=acks, idempotent=idempotent,
+                        client_id=context.name("lab-acks"),
                         request_timeout_ms=1000, retry_backoff_ms=50, delivery_timeout_ms=30_000)
     context.on_cleanup(lambda: producer.close(timeout=5))
     for index in range(10):
@@ -168,15 +175,17 @@ def _failover(context: LabContext, acks: Any, writes: int, clock: Clock) -> dict
     producer.flush(30)
     acknowledged = {f"during-{index}" for index, future in enumerate(doomed) if future.exception(30) is None}
     stored = set(_values(context, topic, clock))
-    context.say(f"  acks={acks}: {acknowledged_alone} of {writes} acknowledged while the followers were cut off; "
-                f"after the failover {len(acknowledged - stored)} acknowledged writes are missing")
-    return {"alone": acknowledged_alone, "acknowledged": len(acknowledged), "lost": len(acknowledged - stored)}
+    context.say(f"  acks={acks}: {acknowledged_alone} of {writes} acknowledged while the followers were cut "
+                f"off; after the failover {len(acknowledged - stored)} acknowledged writes are missing")
+    return {"alone": acknowledged_alone, "acknowledged": len(acknowledged),
+            "lost": len(acknowledged - stored)}
 
 
 def acks_and_failover(context: LabContext, result: LabResult) -> None:
     writes = 10 if context.quick else 30
     clock = Clock()
-    context.say(f"RF 3, min in-sync 2; the leader cannot reach its followers, {writes} writes arrive, the leader dies")
+    context.say(f"RF 3, min in-sync 2; the leader cannot reach its followers, {writes} writes arrive, "
+                "the leader dies")
     clock.run = "acks=1"
     one = _failover(context, 1, writes, clock)
     clock.run = "acks=all"
@@ -185,7 +194,8 @@ def acks_and_failover(context: LabContext, result: LabResult) -> None:
         Measure("acks=1: acknowledged by the leader alone", writes, Band.exactly(writes), one["alone"]),
         Measure("acks=1: acknowledged writes lost", writes, Band.exactly(writes), one["lost"],
                 how="every write no follower had"),
-        Measure("acks=all: acknowledged while the followers were cut off", 0, Band.exactly(0), every["alone"]),
+        Measure("acks=all: acknowledged while the followers were cut off", 0, Band.exactly(0),
+                every["alone"]),
         Measure("acks=all: acknowledged writes lost", 0, Band.exactly(0), every["lost"]),
         Measure("acks=all: those writes acknowledged after the failover", writes, Band.exactly(writes),
                 every["acknowledged"], how="the producer retried them to the new leader"),
@@ -223,7 +233,8 @@ def unclean_election(context: LabContext, result: LabResult) -> None:
         context.cluster.pause(follower)
         wait_for(lambda: leader_state(context.bootstrap, topic).isr == [state.leader], 20,
                  "the ISR to drop the stalled follower")
-        doomed = [_send(producer, clock, topic, f"doomed-{index}").result(20) for index in range(doomed_count)]
+        doomed = [_send(producer, clock, topic,
+                        f"doomed-{index}").result(20) for index in range(doomed_count)]
         leader_paused_s = clock.now()
         context.cluster.pause(leader)
         resumed.discard(follower)
@@ -237,11 +248,12 @@ def unclean_election(context: LabContext, result: LabResult) -> None:
     wait_for(lambda: len(leader_state(context.bootstrap, topic).isr) == 2, 30, "the old leader to rejoin")
     values = _values(context, topic, clock)
     lost = [f"doomed-{index}" for index in range(doomed_count) if f"doomed-{index}" not in values]
-    context.say(f"  elected node {elected.leader} (epoch {elected.leader_epoch}); lost: {', '.join(lost) or 'nothing'}")
+    context.say(f"  elected node {elected.leader} (epoch {elected.leader_epoch}); "
+                f"lost: {', '.join(lost) or 'nothing'}")
     for metadata, value in zip(doomed, (f"doomed-{index}" for index in range(doomed_count))):
         if value in lost:
-            result.facts.append(f"lost {value}: acknowledged at {topic}/0@{metadata.offset} by node {state.leader}, "
-                                "which no other replica had")
+            result.facts.append(f"lost {value}: acknowledged at {topic}/0@{metadata.offset} by node "
+                                f"{state.leader}, which no other replica had")
     trace = open(context.cluster.trace_path, encoding="utf-8").read() if context.cluster.trace_path else ""
     result.measures += [
         Measure("acknowledged writes lost", doomed_count, Band.exactly(doomed_count), len(lost),
@@ -250,7 +262,8 @@ def unclean_election(context: LabContext, result: LabResult) -> None:
                 how="the new leader reuses the lost writes' offsets"),
         Measure("writes from before the follower fell behind, kept", safe, Band.exactly(safe),
                 sum(1 for value in values if value.startswith("safe-"))),
-        Measure("unclean election traced (1 = yes)", 1, Band.exactly(1), 1 if "unclean-election" in trace else 0),
+        Measure("unclean election traced (1 = yes)", 1, Band.exactly(1),
+                1 if "unclean-election" in trace else 0),
     ]
     result.plots += clock.plots()
 
@@ -279,8 +292,8 @@ def zombie_leader(context: LabContext, result: LabResult) -> None:
     topic = context.topic("zombie", replication_factor=3, full_isr=True, min_insync_replicas=2)
     old = leader_state(context.bootstrap, topic)
     zombie = context.cluster.replica_name(topic, 0, old.leader)
-    context.say(f"RF 3: freeze the leader ({zombie.split('/')[-1]}, epoch {old.leader_epoch}) past its session, "
-                "write meanwhile, wake it up")
+    context.say(f"RF 3: freeze the leader ({zombie.split('/')[-1]}, epoch {old.leader_epoch}) past its "
+                "session, write meanwhile, wake it up")
     producer = Producer(context.bootstrap, acks="all", idempotent=True, client_id="lab-zombie",
                         request_timeout_ms=1000, retry_backoff_ms=50, delivery_timeout_ms=30_000)
     context.on_cleanup(lambda: producer.close(timeout=5))
@@ -301,12 +314,14 @@ def zombie_leader(context: LabContext, result: LabResult) -> None:
     clock.fault(f"SIGSTOP {zombie.split('/')[-1]} (leader)", frozen_s, clock.now())
     answers = [_probe(old.leader_endpoint, topic, f"zombie-{index}".encode()) for index in range(probes)]
     refused = sum(1 for answer in answers if answer not in ("NONE", "NO_ANSWER"))
-    wait_for(lambda: old.leader in leader_state(context.bootstrap, topic).isr, 30, "the old leader to catch up")
+    wait_for(lambda: old.leader in leader_state(context.bootstrap, topic).isr, 30,
+             "the old leader to catch up")
     values = _values(context, topic, clock)
-    context.say(f"  new leader node {elected.leader}, epoch {elected.leader_epoch}; the woken leader answered "
-                f"{', '.join(sorted(set(answers)))}")
+    context.say(f"  new leader node {elected.leader}, epoch {elected.leader_epoch}; the woken leader "
+                f"answered {', '.join(sorted(set(answers)))}")
     result.measures += [
-        Measure("leader epoch after the freeze", old.leader_epoch + 1, Band(old.leader_epoch + 1, old.leader_epoch + 3),
+        Measure("leader epoch after the freeze", old.leader_epoch + 1,
+                Band(old.leader_epoch + 1, old.leader_epoch + 3),
                 elected.leader_epoch, how="a new leader, a higher epoch"),
         Measure("writes sent during the freeze, acknowledged by the new leader", writes, Band.exactly(writes),
                 acknowledged),
@@ -316,27 +331,30 @@ def zombie_leader(context: LabContext, result: LabResult) -> None:
         Measure("acknowledged writes in the log, once each", writes + 1, Band.exactly(writes + 1),
                 len({value for value in values if not value.startswith("zombie-")})),
     ]
-    result.facts.append(f"The woken leader answered {answers[0]} to a write: it learned epoch {elected.leader_epoch} "
-                        f"from the coordinator and stepped down instead of accepting as leader of epoch "
-                        f"{old.leader_epoch}.")
+    result.facts.append(f"The woken leader answered {answers[0]} to a write: it learned epoch "
+                        f"{elected.leader_epoch} from the coordinator and stepped down instead of accepting "
+                        f"as leader of epoch {old.leader_epoch}.")
     result.plots += clock.plots()
 
 
 LABS = [
-    Lab(7, "acks-and-failover", "acks=1 loses acknowledged writes at a failover; acks=all does not", ARTICLE_GUIDE,
-        "\"Whether an acknowledged write survives losing a machine depends on settings: in Kafka, a producer with "
-        "acks=all gets its reply only after the in-sync replicas hold the message, and min.insync.replicas sets "
-        "the least number of in-sync copies a write needs. If the leader fails, the controller elects a new leader "
-        "from the in-sync replicas.\"", acks_and_failover,
-        "acks=1: every write the leader acknowledged alone is lost; acks=all: none acknowledged early, none lost"),
+    Lab(7, "acks-and-failover", "acks=1 loses acknowledged writes at a failover; acks=all does not",
+        ARTICLE_GUIDE,
+        "\"Whether an acknowledged write survives losing a machine depends on settings: in Kafka, a producer "
+        "with acks=all gets its reply only after the in-sync replicas hold the message, and "
+        "min.insync.replicas sets the least number of in-sync copies a write needs. If the leader fails, the "
+        "controller elects a new leader from the in-sync replicas.\"", acks_and_failover,
+        "acks=1: every write the leader acknowledged alone is lost; acks=all: none acknowledged early, "
+        "none lost"),
     Lab(8, "unclean-election", "unclean leader election loses data, message by message", ARTICLE_GUIDE,
         "\"If the leader fails, the controller elects a new leader from the in-sync replicas.\" An unclean "
-        "election breaks that rule: a replica outside the ISR leads, and \"whether an acknowledged write survives "
-        "losing a machine depends on settings\" — here it does not.", unclean_election,
+        "election breaks that rule: a replica outside the ISR leads, and \"whether an acknowledged write "
+        "survives losing a machine depends on settings\" — here it does not.", unclean_election,
         "the lost writes by name, and the new leader reusing their offsets"),
     Lab(9, "zombie-leader", "a paused leader is fenced by its epoch", ARTICLE_GUIDE,
-        "\"If the leader fails, the controller elects a new leader from the in-sync replicas.\" A leader that was "
-        "only frozen comes back believing it still leads; the epoch the controller gave the new leader is what "
-        "makes its late writes fail instead of splitting the partition's history.", zombie_leader,
+        "\"If the leader fails, the controller elects a new leader from the in-sync replicas.\" A leader "
+        "that was only frozen comes back believing it still leads; the epoch the controller gave the new "
+        "leader is what makes its late writes fail instead of splitting the partition's "
+        "history.", zombie_leader,
         "the new epoch, and every write to the woken leader refused"),
 ]

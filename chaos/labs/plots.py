@@ -56,7 +56,8 @@ def _frame(plot: Plot, standalone: bool) -> list[str]:
     parts.append(f'<text x="{LEFT}" y="18" style="font-weight: 600">{_e(plot.title)}</text>')
     if plot.y_label:
         parts.append(f'<text x="14" y="{(TOP + HEIGHT - BOTTOM) / 2:.0f}" text-anchor="middle" '
-                     f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2:.0f})">{_e(plot.y_label)}</text>')
+                     'transform="rotate(-90 14 '
+                     f'{(TOP + HEIGHT - BOTTOM) / 2:.0f})">{_e(plot.y_label)}</text>')
     if plot.x_label:
         parts.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">'
                      f'{_e(plot.x_label)}</text>')
@@ -71,8 +72,9 @@ def _y_axis(ticks: list[float], top_value: float) -> tuple[list[str], callable]:
 
     parts = []
     for tick in ticks:
-        parts.append(f'<line x1="{LEFT}" y1="{y(tick):.1f}" x2="{WIDTH - RIGHT}" y2="{y(tick):.1f}" stroke="#e3e6ec"/>'
-                     f'<text x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{_e(_label(tick))}</text>')
+        parts.append(f'<line x1="{LEFT}" y1="{y(tick):.1f}" x2="{WIDTH - RIGHT}" y2="{y(tick):.1f}" '
+                     f'stroke="#e3e6ec"/><text x="{LEFT - 6}" y="{y(tick) + 4:.1f}" '
+                     f'text-anchor="end">{_e(_label(tick))}</text>')
     return parts, y
 
 
@@ -86,8 +88,8 @@ def _legend(series: list[Series]) -> list[str]:
             x, y = LEFT, y + 12
         color = line.color or PALETTE[index % len(PALETTE)]
         dash = ' stroke-dasharray="5 3"' if line.dashed else ""
-        parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 16}" y2="{y}" stroke="{color}" stroke-width="2.5"{dash}/>'
-                     f'<text x="{x + 20}" y="{y + 4}">{_e(line.label)}</text>')
+        parts.append(f'<line x1="{x}" y1="{y}" x2="{x + 16}" y2="{y}" stroke="{color}" '
+                     f'stroke-width="2.5"{dash}/><text x="{x + 20}" y="{y + 4}">{_e(line.label)}</text>')
         x += width
     return parts
 
@@ -144,16 +146,18 @@ def bar_svg(plot: Plot, standalone: bool = False) -> str:
     for index, value in values:
         left = LEFT + index * slot + slot * 0.15
         parts.append(f'<rect x="{left:.1f}" y="{y(value):.1f}" width="{slot * 0.7:.1f}" '
-                     f'height="{max(0.0, y(0) - y(value)):.1f}" fill="{color}"><title>{_e(_label(value))}</title></rect>'
-                     f'<text x="{left + slot * 0.35:.1f}" y="{y(value) - 4:.1f}" text-anchor="middle">'
-                     f'{_e(_label(round(value, 2)))}</text>')
+                     f'height="{max(0.0, y(0) - y(value)):.1f}" '
+                     f'fill="{color}"><title>{_e(_label(value))}</title></rect><text '
+                     f'x="{left + slot * 0.35:.1f}" y="{y(value) - 4:.1f}" '
+                     f'text-anchor="middle">{_e(_label(round(value, 2)))}</text>')
     for index, name in enumerate(plot.categories):
         center = LEFT + (index + 0.5) * slot
         base = HEIGHT - BOTTOM + 14
         transform = f' transform="rotate(-25 {center:.1f} {base})"' if rotate else ""
         anchor = "end" if rotate else "middle"
         parts.append(f'<text x="{center:.1f}" y="{base}" text-anchor="{anchor}"{transform}>{_e(name)}</text>')
-    parts.append(f'<line x1="{LEFT}" y1="{y(0):.1f}" x2="{WIDTH - RIGHT}" y2="{y(0):.1f}" stroke="#9aa3b2"/></svg>')
+    parts.append(f'<line x1="{LEFT}" y1="{y(0):.1f}" x2="{WIDTH - RIGHT}" y2="{y(0):.1f}" '
+                 'stroke="#9aa3b2"/></svg>')
     return "".join(parts)
 
 

@@ -25,8 +25,10 @@ def _e(value: object) -> str:
 
 
 def _page(title: str, body: list[str]) -> str:
-    return "\n".join(['<!doctype html>', '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>",
-                      f"<style>{STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>", *body, "</body></html>"])
+    return "\n".join(['<!doctype html>', '<html lang="en"><head><meta charset="utf-8">',
+                      f"<title>{_e(title)}</title>",
+                      f"<style>{STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>", *body,
+                      "</body></html>"])
 
 
 def _measure_table(result: LabResult) -> str:
@@ -34,7 +36,8 @@ def _measure_table(result: LabResult) -> str:
             "<th>where the expected value comes from</th></tr>"]
     for measure in result.measures:
         css = VERDICT_CLASS[measure.verdict]
-        rows.append(f'<tr><td>{_e(measure.name)}</td><td class="number">{_e(format_number(measure.expected))}</td>'
+        rows.append(f"<tr><td>{_e(measure.name)}</td>"
+                    f'<td class="number">{_e(format_number(measure.expected))}</td>'
                     f"<td>{_e(measure.band.text())}</td>"
                     f'<td class="number">{_e(format_number(measure.measured))}</td>'
                     f'<td class="{css}">{_e(measure.verdict)}</td><td>{_e(measure.how)}</td></tr>')
@@ -51,7 +54,8 @@ def lab_page(result: LabResult) -> str:
     if result.error:
         body.append(f'<p class="invalid">The experiment broke: {_e(result.error)}</p>')
     if result.facts:
-        body += ["<h2>What happened</h2>", "<ul>"] + [f"<li>{_e(fact)}</li>" for fact in result.facts] + ["</ul>"]
+        body += ["<h2>What happened</h2>",
+                 "<ul>"] + [f"<li>{_e(fact)}</li>" for fact in result.facts] + ["</ul>"]
     if lab.look_at:
         body.append(f"<p><em>What to look at:</em> {_e(lab.look_at)}.</p>")
     for plot in result.plots:
@@ -68,15 +72,17 @@ def index_page(results: list[LabResult]) -> str:
         link = f'<a href="lab-{_e(result.lab.name)}.html">{result.lab.number} {_e(result.lab.name)}</a>'
         for measure in result.measures or []:
             rows.append(f"<tr><td>{link}</td><td>{_e(measure.name)}</td>"
-                        f'<td class="number">{_e(format_number(measure.expected))}</td><td>{_e(measure.band.text())}</td>'
+                        f'<td class="number">{_e(format_number(measure.expected))}</td>'
+                        f"<td>{_e(measure.band.text())}</td>"
                         f'<td class="number">{_e(format_number(measure.measured))}</td>'
                         f'<td class="{VERDICT_CLASS[measure.verdict]}">{_e(measure.verdict)}</td></tr>')
         if result.error:
-            rows.append(f'<tr><td>{link}</td><td colspan="4">{_e(result.error)}</td><td class="invalid">ERROR</td></tr>')
+            rows.append(f'<tr><td>{link}</td><td colspan="4">{_e(result.error)}</td>'
+                        '<td class="invalid">ERROR</td></tr>')
     rows.append("</table>")
     total_s = sum(result.elapsed_s for result in results)
-    return _page("railmq labs", [f"<p>{passed} of {len(results)} labs passed ({total_s:.0f} s of experiments).</p>",
-                                 "".join(rows)])
+    summary = f"<p>{passed} of {len(results)} labs passed ({total_s:.0f} s of experiments).</p>"
+    return _page("railmq labs", [summary, "".join(rows)])
 
 
 def write_report(directory: str, results: list[LabResult]) -> str:
@@ -92,7 +98,8 @@ def write_report(directory: str, results: list[LabResult]) -> str:
 
 
 def picture_names(result: LabResult) -> list[str]:
-    return [f"labs-{result.lab.name}{'' if index == 0 else f'-{index + 1}'}.svg" for index in range(len(result.plots))]
+    return [f"labs-{result.lab.name}{'' if index == 0 else f'-{index + 1}'}.svg"
+            for index in range(len(result.plots))]
 
 
 def write_pictures(directory: str, results: list[LabResult]) -> list[str]:

@@ -86,10 +86,12 @@ def summary_lines(results: list[LabResult]) -> list[str]:
     rows = [["lab", "measure", "expected", "band", "measured", "verdict"]]
     for result in results:
         for measure in result.measures:
-            rows.append([f"{result.lab.number} {result.lab.name}", measure.name, format_number(measure.expected),
+            rows.append([f"{result.lab.number} {result.lab.name}", measure.name,
+                         format_number(measure.expected),
                          measure.band.text(), format_number(measure.measured), measure.verdict])
         if result.error:
-            rows.append([f"{result.lab.number} {result.lab.name}", "(the experiment broke)", "-", "-", "-", "ERROR"])
+            rows.append([f"{result.lab.number} {result.lab.name}", "(the experiment broke)", "-", "-", "-",
+                         "ERROR"])
     widths = [max(len(row[index]) for row in rows) for index in range(6)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))

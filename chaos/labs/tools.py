@@ -34,7 +34,8 @@ class LabStuck(RuntimeError):
     """A condition the experiment depends on never came true (the lab cannot measure anything)."""
 
 
-def wait_for(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = WAIT_INTERVAL_S) -> T:
+def wait_for(predicate: Callable[[], T], timeout_s: float, what: str,
+             interval_s: float = WAIT_INTERVAL_S) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -58,7 +59,8 @@ def produce(bootstrap: str, topic: str, values: list[str], *, keys: list[str] | 
         return [future.result(30) for future in futures]
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float = 20.0) -> list[ConsumerRecord]:
+def read_partition(bootstrap: str, topic: str, partition: int,
+                   timeout_s: float = 20.0) -> list[ConsumerRecord]:
     """Every record of the partition, up to its high watermark at the start of the read."""
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         tp = TopicPartition(topic, partition)
@@ -68,7 +70,8 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float 
         deadline = time.monotonic() + timeout_s
         while end > 0 and (not records or records[-1].offset < end - 1):
             if time.monotonic() > deadline:
-                raise LabStuck(f"read {len(records)} records of {topic}/{partition}, expected up to offset {end}")
+                raise LabStuck(f"read {len(records)} records of {topic}/{partition}, "
+                               f"expected up to offset {end}")
             records += consumer.poll(200)
         return records
 
@@ -144,7 +147,8 @@ class CappedMember:
         self.consumer = Consumer(bootstrap, group_id=group, client_id=f"lab-{name}", assignor=assignor,
                                  auto_offset_reset=auto_offset_reset, enable_auto_commit=False,
                                  session_timeout_ms=session_timeout_ms,
-                                 heartbeat_interval_ms=max(100, session_timeout_ms // 10), max_poll_records=20)
+                                 heartbeat_interval_ms=max(100,
+                                                           session_timeout_ms // 10), max_poll_records=20)
         self.topic = topic
         self.name = name
         self.handle_s = 1.0 / rate_per_s if rate_per_s else 0.0

@@ -92,14 +92,16 @@ def _plots() -> list[Plot]:
     return [Plot(HOSTILE, "seconds", HOSTILE, series=[Series(HOSTILE, [(0, 0), (1, 5), (2, 7)], step=True),
                                                       Series("b", [(0, 1), (2, 2)], dashed=True)],
                  marks=[(1.0, HOSTILE)]),
-            Plot("bars", "", "count", kind="bar", categories=[HOSTILE, "two"], series=[Series("c", [(0, 3), (1, 4)])])]
+            Plot("bars", "", "count", kind="bar", categories=[HOSTILE, "two"],
+                 series=[Series("c", [(0, 3), (1, 4)])])]
 
 
 @pytest.mark.parametrize("standalone", [False, True])
 def test_plots_are_well_formed_escaped_and_self_contained(standalone):
     for plot in _plots():
         svg = plot_svg(plot, standalone=standalone)
-        tree = ElementTree.fromstring(svg if standalone else svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1))
+        parsed = svg if standalone else svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
+        tree = ElementTree.fromstring(parsed)
         assert tree.tag.endswith("svg")
         assert "<script" not in svg and "&lt;script&gt;" in svg
         assert ("http://" in svg) == standalone, "only a standalone file names the SVG namespace"

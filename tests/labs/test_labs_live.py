@@ -31,7 +31,8 @@ def cluster(tmp_path_factory):
 
 
 def explain(result: LabResult) -> str:
-    return "\n".join([f"lab {result.lab.name} ({'quick' if result.quick else 'full'}):"] + measure_lines(result))
+    size = "quick" if result.quick else "full"
+    return "\n".join([f"lab {result.lab.name} ({size}):"] + measure_lines(result))
 
 
 def run(cluster, lab, tmp_path, quick: bool) -> LabResult:

@@ -18,7 +18,7 @@ from chaos.labs.duplicates_sim import DuplicatesConfig, simulate_duplicates
 from railmq import cli
 from railmq.sizing import (
     ARTICLE, SizingError, SizingInputs, drain, duplicates_sigma, expected_duplicates, hot_partition,
-    moved_fraction_formula, remap, size,
+    moved_fraction_formula, size,
 )
 from railmq.sizing_text import bytes_text, capacity_lines, percent, render
 
@@ -100,7 +100,8 @@ def test_the_hottest_partition_always_holds_at_least_the_most_popular_key():
 def test_the_duplicates_formula_and_the_articles_simulation_agree():
     expected = expected_duplicates(1_000_000, 0.01, 1)
     assert expected == pytest.approx(10_101.01, abs=0.01), "p / (1 - p) per message"
-    assert abs(ARTICLE["duplicates_per_message_commit"] - expected) < 3 * duplicates_sigma(1_000_000, 0.01, 1), \
+    assert abs(ARTICLE["duplicates_per_message_commit"] - expected) < 3 * duplicates_sigma(1_000_000, 0.01,
+                                                                                           1), \
         "the articles' 10,028 is one draw of the same experiment"
     assert expected_duplicates(1_000_000, 0.01, 100) == pytest.approx(731_999, abs=1), \
         "a batch of 100 survives its crashes only 37% of the time: most batches replay"
@@ -108,21 +109,23 @@ def test_the_duplicates_formula_and_the_articles_simulation_agree():
 
 
 def test_the_simulated_consumer_replays_exactly_one_message_per_crash_when_it_commits_each():
-    result = simulate_duplicates(DuplicatesConfig(messages=3_000, crash_probability=0.01, commit_every=1, seed=3))
+    result = simulate_duplicates(DuplicatesConfig(messages=3_000, crash_probability=0.01, commit_every=1,
+                                                  seed=3))
     assert result.crashes > 10 and result.duplicates == result.crashes
     band = 4 * duplicates_sigma(3_000, 0.01, 1)
     assert abs(result.duplicates - expected_duplicates(3_000, 0.01, 1)) < band
 
 
 def test_the_simulated_consumer_replays_the_uncommitted_part_of_a_batch():
-    result = simulate_duplicates(DuplicatesConfig(messages=3_000, crash_probability=0.02, commit_every=10, seed=5))
+    result = simulate_duplicates(DuplicatesConfig(messages=3_000, crash_probability=0.02, commit_every=10,
+                                                  seed=5))
     assert result.duplicates_per_crash > 1 and result.duplicates <= 9 * result.crashes, \
         "a crash replays at most the 9 processed-but-uncommitted messages before it, never one committed"
     band = 4 * duplicates_sigma(3_000, 0.02, 10)
     assert abs(result.duplicates - expected_duplicates(3_000, 0.02, 10)) < band
-    assert simulate_duplicates(DuplicatesConfig(messages=500, crash_probability=0.02, commit_every=10, seed=5)) \
-        .processings == simulate_duplicates(DuplicatesConfig(messages=500, crash_probability=0.02,
-                                                             commit_every=10, seed=5)).processings, "one seed, one result"
+    again = DuplicatesConfig(messages=500, crash_probability=0.02, commit_every=10, seed=5)
+    assert simulate_duplicates(again).processings == simulate_duplicates(again).processings, \
+        "one seed, one result"
 
 
 def test_a_daily_volume_and_peak_factor_give_the_peak():
@@ -156,7 +159,8 @@ def test_railmq_size_prints_the_worked_example_and_json(capsys):
         lines.setdefault(line.split("  ")[0], line)  # the first table names each quantity first
     assert "  50 MB/s  " in lines["incoming bandwidth"]
     assert "4,320,000,000" in lines["messages per day"] and "4.32 TB" in lines["data per day, one copy"]
-    assert "30.24 TB" in lines["7 days retained, one copy"] and "90.72 TB" in lines["7 days retained, every copy"]
+    assert "30.24 TB" in lines["7 days retained, one copy"]
+    assert "90.72 TB" in lines["7 days retained, every copy"]
     assert " 10 " in lines["minimum partitions"] and " 20 " in lines["partitions with headroom"]
     assert " 20 " in lines["consumers"] and " 5% " in lines["even share of one partition"]
     assert "100 MB/s" in lines["doubled peak: bandwidth"] and " 40 " in lines["doubled peak: partitions"]
