@@ -24,6 +24,9 @@ from railmq.sizing import drain, hot_partition, user_keys, zipf_weights
 
 # Seconds of production before the lag is fitted: the group and the producer settle first.
 SETTLE_S = 1.0
+# A consumer that keeps up is behind by what arrived since its last commit (every 0.2 s) plus a
+# fetch in flight; half a second of arrivals bounds that on a loaded machine.
+KEEPING_UP_S = 0.5
 COLORS = ["#d9822b", "#1f5fa8", "#137333", "#6b3fa0", "#b3261e", "#8a5a00", "#39404f", "#7aa6d8"]
 
 
@@ -95,8 +98,8 @@ def queue_is_not_faster(context: LabContext, result: LabResult) -> None:
         Measure("lag growth (msg/s), capacity below arrival", expected, Band.relative(expected, 0.3), fitted,
                 how="arrival − capacity"),
         Measure("straightness of the lag line (r²)", 1.0, Band(0.9, 1.0), r_squared),
-        Measure("lag at the end (messages), capacity above arrival", 0, Band(0, 0.25 * arrival),
-                final_fast, how="it keeps up: only what arrived since its last commit"),
+        Measure("lag at the end (messages), capacity above arrival", 0, Band(0, KEEPING_UP_S * arrival),
+                final_fast, how="it keeps up: at most half a second of arrivals waits for the next commit"),
     ]
     result.facts.append(f"In {seconds:.0f} s the slow consumer fell {lag[-1][1] if lag else 0:.0f} messages "
                         "behind; the queue absorbed the excess and nobody was told: a queue moves the work, "
@@ -158,6 +161,8 @@ def hot_key(context: LabContext, result: LabResult) -> None:
     others = [max((value for _, value in sampler.series(partition)), default=0)
               for partition in range(partitions) if partition != hottest]
     flagged = sampler.hot_flags[-1] if sampler.hot_flags else []
+    busiest_other = measured_arrival * max(share for index, share in enumerate(hot.shares)
+                                           if index != hottest)
     result.measures += [
         Measure(f"hot partition {hottest}: lag growth (msg/s)", hot_rate - capacity,
                 Band.relative(hot_rate - capacity, 0.35), fitted_messages,
@@ -165,8 +170,8 @@ def hot_key(context: LabContext, result: LabResult) -> None:
         Measure(f"hot partition {hottest}: lag growth (s per s)", 1 - capacity / hot_rate,
                 Band.around(1 - capacity / hot_rate, 0.15), fitted_seconds,
                 how="1 − capacity ÷ the hot partition's arrival rate"),
-        Measure("largest lag of the other partitions (messages)", 0, Band(0, 40), max(others),
-                how="they keep up: only what arrived since the last commit"),
+        Measure("largest lag of the other partitions (messages)", 0, Band(0, KEEPING_UP_S * busiest_other),
+                max(others), how="they keep up: at most half a second of their arrivals waits"),
         Measure("partitions railmq.lag flags as hot", 1, Band.exactly(1), len(flagged)),
     ]
     total_lag = sum(sampler.samples[-1][1].values()) if sampler.samples else 0
