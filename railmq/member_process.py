@@ -280,13 +280,17 @@ class GroupMember:
             if tp not in self.started_at and (tp in first_returned or tp in positions):
                 self.started_at[tp] = first_returned.get(tp, positions.get(tp))
         assigned = self.consumer.assignment()
-        if not all(tp in self.started_at for tp in self.starting if tp in assigned):
-            return
+        complete = all(tp in self.started_at for tp in self.starting if tp in assigned)
+        if not complete and not records:
+            return  # wait for the rest, unless records are about to be handled: say what is known now
         starts = {tp: self.started_at[tp] for tp in self.starting if tp in self.started_at}
         if starts:
             self.say(start_line(self.options.group_id, starts, dict(self.starting), self.reset_policy))
-        self.starting.clear()
-        self.started_at.clear()
+        for tp in starts:
+            self.starting.pop(tp, None)
+            self.started_at.pop(tp, None)
+        if complete:
+            self.starting.clear()
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         revoked = {tp: self.processed.pop(tp) for tp in partitions if tp in self.processed}

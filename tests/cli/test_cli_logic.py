@@ -341,15 +341,19 @@ def test_the_member_says_where_each_new_partition_starts(capsys):
     member, consumer = _member("at-least-once", "batch", [])
     member.starting = {TopicPartition("t", 0): 5, TopicPartition("t", 1): None}
     consumer.assignment = lambda: [TopicPartition("t", 0), TopicPartition("t", 1)]
-    consumer._positions = {}  # partition 1's start is not known yet when partition 0's records come
-    records = consumer.returned(_records(5, 6))
+    consumer._positions = {}
+    member._announce_starts([])
+    assert capsys.readouterr().err == "", "nothing is known yet: it waits"
+    records = consumer.returned(_records(5, 6))  # partition 0's records come before partition 1's start
     member._announce_starts(records)
-    assert capsys.readouterr().err == "", "it waits until every new partition's start is known"
+    assert capsys.readouterr().err.strip() == "group g: starts t/0 at 5 (committed)", "said before handling"
     consumer._positions[TopicPartition("t", 1)] = 40
     member._announce_starts([])
     line = capsys.readouterr().err.strip()
-    assert line == ("group g: starts t/0 at 5 (committed), t/1 at 40 (no commit yet: latest); records "
-                    "already there are skipped (--from-beginning reads them)")
+    assert line == ("group g: starts t/1 at 40 (no commit yet: latest); records already there are skipped "
+                    "(--from-beginning reads them)")
+    member._announce_starts([])
+    assert capsys.readouterr().err == "" and member.starting == {}, "each start is said once"
 
 
 # --------------------------------------------------------------------------- rendering and configs
