@@ -30,9 +30,10 @@ from railmq.cli_offsets import StartSpec, check_in_log, describe_start, parse_st
 from railmq.consumer import Consumer
 from railmq.member_notices import Notices
 from railmq.member_process import (
-    ASSIGNORS, DELIVERIES, POLL_TIMEOUT_MS, MemberOptions, StopSignal, check_options, run_group_member,
+    ASSIGNORS, DELIVERIES, POLL_TIMEOUT_MS, MemberOptions, StopSignal, check_options, corrupt_batch_sentence,
+    run_group_member,
 )
-from railmq.records import ConsumerRecord, TopicPartition
+from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition
 
 GROUP_ONLY_FLAGS = ("record_handler", "per_batch", "delivery", "commit_every", "assignor",
                     "group_instance_id", "session_timeout_ms", "reset")
@@ -219,7 +220,10 @@ def _run_plain(args: argparse.Namespace) -> int:
         consumer.assign(tps)
         ends = _place(consumer, tps, start) if args.offset is not None or args.exit_at_end else None
         say(_reading_line(args, tps, start))
-        printed = read_until_done(consumer, args, stopping, render, ends)
+        try:
+            printed = read_until_done(consumer, args, stopping, render, ends)
+        except CorruptBatchError as error:
+            raise RailmqError(error.code, corrupt_batch_sentence(error)) from None
     if ends is not None and args.exit_at_end and not stopping.is_set():
         say(f"reached the end of {len(tps)} partition{'' if len(tps) == 1 else 's'} after {printed} "
             f"record{'' if printed == 1 else 's'}")

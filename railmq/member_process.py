@@ -44,7 +44,7 @@ from railmq.consumer import Consumer
 from railmq.member_notices import (
     Notices, assigned_line, joined_line, left_line, lost_line, revoked_line, start_line,
 )
-from railmq.records import ConsumerRecord, TopicPartition
+from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition
 
 # The options and the pieces a member is built from live in railmq/member_options.py; they are
 # importable from here too, where callers have always found them.
@@ -74,9 +74,26 @@ def run_group_member(options: MemberOptions, *, wrap_delivery: Callable[[Deliver
             cause = failure.__cause__
             print_error("HANDLER_FAILED", f"{failure}: {type(cause).__name__}: {cause}")
             return EXIT_FAILED
+        except CorruptBatchError as error:
+            print_error(error.name, corrupt_batch_sentence(error, options.group_id))
+            return EXIT_FAILED
         except RailmqError as error:
             print_error(error.name, str(error).removeprefix(f"{error.name}: "))
             return EXIT_FAILED
+
+
+def corrupt_batch_sentence(error: CorruptBatchError, group: str | None = None) -> str:
+    """What a command-line user reads when a partition holds a batch nobody can read, and how
+    they move past it on purpose (a member never skips it by itself)."""
+    where = f"{error.topic}/{error.partition}: the batch at offset {error.offset} cannot be read ({error.reason})"
+    if error.next_offset is None:
+        return (f"{where}; its header is unreadable, so where it ends is unknown: choose a later offset "
+                f"(railmq topics describe {error.topic} shows where the log ends)")
+    target = error.next_offset
+    if group is None:
+        return f"{where}; read past it with -p {error.partition} -o {target}"
+    return (f"{where}; the member stopped there. To skip it: railmq groups reset-offsets {group} --topic "
+            f"{error.topic}:{error.partition} --to-offset {target} --execute (with no member running)")
 
 
 class GroupMember:
@@ -105,7 +122,11 @@ class GroupMember:
         try:
             self.consumer.subscribe(self.options.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                     on_lost=self._on_lost)
-            self._loop()
+            try:
+                self._loop()
+            except CorruptBatchError:
+                self._commit_processed()  # what was handled before the unreadable batch stays handled
+                raise
             self._commit_processed()
         finally:
             self.consumer.close()

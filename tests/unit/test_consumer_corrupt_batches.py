@@ -170,3 +170,15 @@ def test_an_unreadable_header_cannot_be_skipped_blindly_but_can_be_seeked_past(c
     assert consumer.poll(50) == []
     with pytest.raises(RailmqError, match="not held"):
         consumer.skip_corrupt_batch(("orders", 0))
+
+
+def test_the_command_line_says_where_the_unreadable_batch_is_and_how_to_move_past_it():
+    from railmq.member_process import corrupt_batch_sentence
+
+    error = CorruptBatchError("orders", 1, 40, 44, "CRC mismatch")
+    assert corrupt_batch_sentence(error) == ("orders/1: the batch at offset 40 cannot be read (CRC mismatch); "
+                                             "read past it with -p 1 -o 44")
+    sentence = corrupt_batch_sentence(error, "billing")
+    assert "railmq groups reset-offsets billing --topic orders:1 --to-offset 44 --execute" in sentence
+    unreadable_header = CorruptBatchError("orders", 1, 40, None, "bad version")
+    assert "choose a later offset" in corrupt_batch_sentence(unreadable_header, "billing")
