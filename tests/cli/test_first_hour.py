@@ -11,7 +11,6 @@ The commands run in this process (`railmq.cli.main`), which is what the installe
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -205,3 +204,24 @@ def test_cluster_info_and_health(run, cluster):
     assert code == 0 and report["healthy"] is True and report["offline_partitions"] == []
     code, out, _ = run("cluster", "health")
     assert code == 0 and out.startswith("healthy: yes")
+
+
+def test_the_python_consumers_commit_covers_every_assigned_partition(cluster, unique_name):
+    from railmq.consumer import Consumer
+    from railmq.lag import GroupAdminClient
+    from tests.helpers import wait_for
+
+    topic, group = unique_name(), unique_name("g")
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=3)
+    produce(cluster, topic, {1: ["only here"]})
+    with Consumer(cluster.bootstrap, group_id=group, auto_offset_reset="earliest", session_timeout_ms=1500,
+                  heartbeat_interval_ms=300) as consumer:
+        consumer.subscribe([topic])
+        records = consumer.poll(10_000)  # one poll: it waits through the join for the first record
+        assert [record.value for record in records] == [b"only here"]
+        wait_for(lambda: len(consumer.positions()) == 3, 10, "the start of every partition")
+        consumer.commit()
+    with GroupAdminClient(cluster.bootstrap) as client:
+        committed = {entry.partition: entry.offset for entry in client.describe_group(group).offsets}
+    assert committed == {0: 0, 1: 1, 2: 0}, "partitions that returned nothing are committed at their position"
