@@ -260,6 +260,7 @@ class Coordinator:
         decision = reconcile(
             record, self.topics[topic].replicas[partition], self._views(topic, partition, now_ns),
             unclean_allowed=self.topics[topic].config.unclean_leader_election,
+            min_insync=self.topics[topic].config.min_insync_replicas,
         )
         if decision is None:
             return []
@@ -300,6 +301,7 @@ class Coordinator:
             record, self.topics[request.topic].replicas[request.partition], request.leader,
             request.leader_epoch, request.partition_epoch, request.isr, request.isr_incarnations,
             self._views(request.topic, request.partition, now_ns),
+            min_insync=self.topics[request.topic].config.min_insync_replicas,
         )
         if isinstance(outcome, tuple):
             code, text = outcome
@@ -434,6 +436,7 @@ class Coordinator:
             topic=topic, topic_id=topic_record.topic_id, partition=partition, leader=record.leader,
             leader_endpoint=self._leader_endpoint(topic, partition, record, now_ns),
             leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
+            leader_incarnation=record.leader_incarnation,
             replicas=list(topic_record.replicas[partition]), isr=list(record.isr), config=topic_record.config,
             last_unclean_epoch=record.last_unclean_epoch,
         )
@@ -462,7 +465,7 @@ class Coordinator:
                 leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                 replicas=list(replicas), isr=list(state.isr), replica_info=info,
                 error=ErrorCode.NONE if endpoint else ErrorCode.LEADER_NOT_AVAILABLE,
-                offline_reason=state.offline_reason,
+                offline_reason=state.offline_reason, eligible_leader_replicas=sorted(state.elr),
             ))
         return TopicMetadata(name=name, topic_id=record.topic_id, config=record.config, partitions=partitions)
 

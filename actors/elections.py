@@ -55,6 +55,11 @@ class PartitionRecord(msgspec.Struct, kw_only=True):
     # Rebuilt from the replica directories (transport/metadata_rebuild.py): the members'
     # incarnations are unknown, so the first to report is not trusted over the others.
     unknown_history: bool = False
+    # Eligible leader replicas (KIP-966): members that left the ISR while it was below
+    # min_insync_replicas, with the incarnation they had. No acks=all write was acknowledged after
+    # they left (the ISR was too small), so each holds every acknowledged write and may lead when
+    # no ISR member can — unless it restarts uncleanly or reports damage, which takes it out.
+    elr: dict[int, int] = {}
 
 
 class ReplicaView(NamedTuple):
@@ -82,10 +87,12 @@ def reconcile(
     views: dict[int, ReplicaView],
     *,
     unclean_allowed: bool,
+    min_insync: int = 1,
 ) -> Decision | None:
     """Apply the rules above; return the new record and what happened, or None if nothing changes."""
     incarnations = _adopt_first_seen(record, views)
     members = _classify(record, views, incarnations)
+    elr, eligible = _eligible_leader_replicas(record, views)
     keep = [node for node in record.isr if members[node] in (CURRENT, CLEAN, PRESUMED, ABSENT)]
     for node in keep:
         if members[node] in (CURRENT, CLEAN):
@@ -116,11 +123,13 @@ def reconcile(
         leader, leader_incarnation = -1, 0
         offline_reason = f"waiting for ISR members {waiting} to report after a restart"
     else:
-        restarted = [node for node in record.isr if members[node] == UNCLEAN]
+        restarted = [node for node in record.isr if members[node] == UNCLEAN] + eligible
         if restarted:
             leader = _best(restarted, views, replicas, known_high_watermark)
             leader_incarnation = views[leader].incarnation
             keep = [node for node in record.isr if node == leader or members[node] == ABSENT]
+            if leader not in keep:
+                keep.insert(0, leader)  # an eligible leader replica takes the lead
             incarnations[leader] = leader_incarnation
         elif absent:
             keep = [node for node in record.isr if members[node] == ABSENT]
@@ -141,12 +150,18 @@ def reconcile(
                 events.append(("unclean-election", {"leader": chosen, "isr_before": list(record.isr)}))
     if not keep:
         keep = [_survivor(record, replicas, views, members)]
+    if unclean:
+        elr = {}
+    else:
+        left = {node: (views[node].incarnation if members[node] == UNCLEAN else record.isr_incarnations.get(node, 0))
+                for node in record.isr if node not in keep and members[node] in (DEAD, UNCLEAN)}
+        elr = next_elr(elr, keep, left, min_insync)
     incarnations = {node: incarnations.get(node, 0) for node in keep}
     new = PartitionRecord(
         leader=leader, leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
         leader_incarnation=leader_incarnation, isr=keep, isr_incarnations=incarnations,
         last_unclean_epoch=record.last_unclean_epoch, offline_reason=offline_reason if leader < 0 else "",
-        unknown_history=record.unknown_history and leader < 0,
+        unknown_history=record.unknown_history and leader < 0, elr=elr,
     )
     if new == record:
         return None
@@ -253,6 +268,36 @@ def _unclean_choice(replicas: list[int], views: dict[int, ReplicaView], record: 
     return _best(lossless or live, views, replicas, high_watermark)
 
 
+def _eligible_leader_replicas(record: PartitionRecord, views: dict[int, ReplicaView]) -> tuple[dict[int, int], list[int]]:
+    """(the ELR still standing, the members of it that may lead now). A member that reports lost
+    data leaves it; one that restarted without losing anything it had flushed stays with its new
+    incarnation (an unclean restart is judged like an ISR member's in rule 2: on evidence); one not
+    heard from stays, not eligible."""
+    elr: dict[int, int] = {}
+    eligible: list[int] = []
+    for node, incarnation in sorted(record.elr.items()):
+        view = views.get(node)
+        if node in record.isr:
+            continue
+        if view is None or not view.reported or not view.live:
+            elr[node] = incarnation
+        elif lost_data(node, record, view):
+            continue
+        else:
+            elr[node] = view.incarnation
+            eligible.append(node)
+    return elr, eligible
+
+
+def next_elr(elr: dict[int, int], isr: list[int], left: dict[int, int], min_insync: int) -> dict[int, int]:
+    """The ELR after an ISR change (KIP-966): an ISR of at least `min_insync` members holds every
+    acknowledged write by itself, so the ELR empties; below it, the members that just left join."""
+    if len(isr) >= min_insync:
+        return {}
+    merged = {node: incarnation for node, incarnation in {**elr, **left}.items() if node not in isr}
+    return dict(sorted(merged.items()))
+
+
 def _adopt_first_seen(record: PartitionRecord, views: dict[int, ReplicaView]) -> dict[int, int]:
     incarnations = dict(record.isr_incarnations)
     for node in record.isr:
@@ -275,6 +320,7 @@ def check_alter_isr(
     isr: list[int],
     isr_incarnations: list[int],
     views: dict[int, ReplicaView],
+    min_insync: int = 1,
 ) -> tuple[ErrorCode, str] | PartitionRecord:
     """Validate a leader's ISR change request; return the new record or (error, sentence)."""
     if leader != record.leader or leader_epoch != record.leader_epoch:
@@ -286,6 +332,7 @@ def check_alter_isr(
             f"stale partition epoch {partition_epoch}, current is {record.partition_epoch}")
     if len(set(isr)) != len(isr) or leader not in isr or any(node not in replicas for node in isr):
         return ErrorCode.INVALID_REQUEST, f"ISR {isr} must be distinct replicas including the leader"
+    left = {node: record.isr_incarnations.get(node, 0) for node in record.isr if node not in isr}
     seen = dict(zip(isr, isr_incarnations)) if len(isr_incarnations) == len(isr) else {}
     incarnations = {}
     for node in isr:
@@ -305,4 +352,5 @@ def check_alter_isr(
         leader=record.leader, leader_epoch=record.leader_epoch,
         partition_epoch=record.partition_epoch + 1, leader_incarnation=record.leader_incarnation,
         isr=list(isr), isr_incarnations=incarnations, last_unclean_epoch=record.last_unclean_epoch,
+        elr=next_elr(record.elr, list(isr), left, min_insync),
     )

@@ -84,6 +84,9 @@ class PartitionState(msgspec.Struct, omit_defaults=True, kw_only=True):
     leader_endpoint: str = ""
     leader_epoch: int = 0
     partition_epoch: int = 0  # bumps on every ISR or leader change (KIP-497)
+    # The process incarnation that was elected (0: not yet known, a brand-new partition): a later
+    # process of the same node that gets this state (a late answer) must not lead in its epoch.
+    leader_incarnation: int = 0
     replicas: list[int] = []
     isr: list[int] = []
     config: TopicConfig = TopicConfig()
@@ -103,6 +106,7 @@ class PartitionMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):
     replica_info: list[ReplicaInfo] = []
     error: int = 0
     offline_reason: str = ""  # why the partition has no leader, when it has none
+    eligible_leader_replicas: list[int] = []  # KIP-966: out of the ISR, but holding every acknowledged write
 
 
 class TopicMetadata(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -243,6 +243,11 @@ class PartitionReplica(FetchServing):
             return []  # older news
         if self.node not in state.replicas:
             return self._stop_for_good("this node no longer holds a replica of the partition")
+        if state.leader == self.node and state.leader_incarnation not in (0, self.incarnation):
+            # Elected was an earlier process of this node: this answer is late news (a new
+            # incarnation never leads in its predecessor's epoch); the coordinator will elect again.
+            return [Trace("stale-leadership-ignored", {"topic": self.topic, "partition": self.partition,
+                                                       "leader_epoch": state.leader_epoch})]
         self.state = state
         self.config = state.config
         new_epoch = current is None or state.leader_epoch != current.leader_epoch

@@ -116,10 +116,15 @@ class ReplicaStorage:
 
     def prepare_to_follow(self) -> list[Effect]:
         """Before fetching: cut the log below the first refused range inside it, so the fetch loop
-        re-fetches it (and everything after it) from the leader."""
+        re-fetches it (and everything after it) from the leader. Only once there is a leader to
+        fetch from: without one, what follows the damage may be the best copy there is."""
+        state = self.replica.state
+        if state is None or state.leader < 0:
+            return []
         log = self.replica.log
         inside = [item.first_offset for item in self.health.damage
-                  if item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END]
+                  if item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END
+                  and item.last_offset >= log.log_start_offset]
         if not inside:
             return []
         target = max(min(inside), log.log_start_offset)
@@ -133,9 +138,11 @@ class ReplicaStorage:
         """A fetch from the leader appended: drop the damage the log has got back."""
         if self.healthy:
             return []
-        end = self.replica.log.log_end_offset
+        log = self.replica.log
+        end = log.log_end_offset
         caught_up = end >= leader_log_end
-        kept = [item for item in self.health.damage if not _repaired(item, end, leader_log_end)]
+        refused = log.corrupt_ranges
+        kept = [item for item in self.health.damage if not _repaired(item, end, leader_log_end, refused)]
         new_directory = self.health.new_directory and not caught_up
         if len(kept) == len(self.health.damage) and new_directory == self.health.new_directory:
             return []
@@ -170,9 +177,17 @@ class ReplicaStorage:
             self.scrub_offset = log.log_start_offset
         if log.refused_count != self.refusals_seen:
             effects += self.record_refusals()
+        if self.damaged and replica.follower is not None and any(
+                item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END for item in self.health.damage):
+            # Found while following: cut below it now and fetch it again.
+            effects += self.prepare_to_follow() + replica.follower.retry_later(now_ns, 0)
         return effects
 
 
-def _repaired(item: Damage, log_end: int, leader_log_end: int) -> bool:
+def _repaired(item: Damage, log_end: int, leader_log_end: int, refused: list[tuple[int, int]]) -> bool:
+    """The log end has passed the damage (or reached the leader's end, if the leader never had all
+    of it), and no range the log still refuses overlaps it."""
     wanted = leader_log_end if item.last_offset == UNKNOWN_END else min(item.last_offset + 1, leader_log_end)
-    return log_end >= wanted
+    last = log_end if item.last_offset == UNKNOWN_END else item.last_offset
+    overlapping = any(first <= last and item.first_offset <= end for first, end in refused)
+    return log_end >= wanted and not overlapping

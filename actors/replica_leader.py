@@ -8,6 +8,8 @@ Invariants it keeps (checked by `invariants()`):
   acknowledged acks=all write is on every replica the coordinator might elect next;
 - an acks=all reply is sent only once the high watermark has passed the batch, and only while
   the ISR is at least `min_insync_replicas` (otherwise NOT_ENOUGH_REPLICAS_AFTER_APPEND);
+- the high watermark does not move while the ISR is smaller than `min_insync_replicas` (KIP-966),
+  so the eligible leader replicas the coordinator keeps for that case hold everything committed;
 - ISR changes are only requests: the ISR used is the one the coordinator confirmed, so a zombie
   leader (paused, then resumed after a new election) cannot shrink the ISR to itself and
   acknowledge alone — its AlterIsr is refused with FENCED_LEADER_EPOCH.
@@ -135,11 +137,13 @@ class LeaderRole:
             leader_epoch=self.epoch, log_start_offset=replica.log.log_start_offset)
 
     def complete_purgatory(self) -> list[Effect]:
-        """Answer every acks=all request the high watermark has passed."""
+        """Answer every acks=all request the high watermark has passed; with the ISR below
+        `min_insync_replicas`, answer every waiting one now: written, but it cannot commit (the
+        high watermark is frozen) until the ISR grows again."""
         replica = self.replica
         effects: list[Effect] = []
         short = len(replica.state.isr) < replica.config.min_insync_replicas
-        while self.purgatory and self.purgatory[0].last_offset < replica.high_watermark:
+        while self.purgatory and (short or self.purgatory[0].last_offset < replica.high_watermark):
             pending = self.purgatory.pop(0)
             if short:
                 response = self._response(pending.correlation_id, pending.base_offset, pending.last_offset,
@@ -212,11 +216,15 @@ class LeaderRole:
         return min(positions)
 
     def after_log_growth(self, now_ns: int) -> list[Effect]:
-        """The log or a follower moved: advance the high watermark and wake whoever waits."""
+        """The log or a follower moved: advance the high watermark and wake whoever waits.
+
+        The high watermark advances only while the ISR has at least `min_insync_replicas`
+        members (KIP-966): otherwise a leader alone would commit records that no other replica
+        holds, and the replicas the coordinator may elect instead (the ELR) would not have them."""
         replica = self.replica
         candidate = self.compute_high_watermark()
         effects: list[Effect] = []
-        if candidate > replica.high_watermark:
+        if candidate > replica.high_watermark and len(self.maximal_isr()) >= replica.config.min_insync_replicas:
             replica.advance_high_watermark(candidate, self.epoch)
             effects += self.complete_purgatory()
         return effects + replica.wake_parked_fetches(now_ns)
