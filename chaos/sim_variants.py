@@ -7,7 +7,13 @@ Each variant patches one rule out of the real code for the duration of a `with` 
 - `elect-outside-isr`: whenever a live replica is outside the ISR (lagging, or restarted and not
   caught up yet), the coordinator makes it the leader;
 - `stale-generation-commit`: the group coordinator accepts offset commits without checking the
-  member and its generation, so a zombie's late commit moves the group's offset back.
+  member and its generation, so a zombie's late commit moves the group's offset back;
+- `elect-last-reporter`: the coordinator judges ISR members by incarnation alone, as it did before
+  replicas reported their storage: a replica not heard from yet counts as healthy, a damaged one
+  too, and a restarted one leaves the ISR unless it is the last — so after a restart the last
+  replica to report leads, whatever it lost;
+- `trust-damaged-replicas`: the storage report is read but a damaged replica is still eligible
+  (one forgotten check in `lost_data`).
 
 A test runs seeds with a variant until the simulator reports a violation; it must within a
 bounded number of seeds, or the simulator is not doing its job.
@@ -18,7 +24,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-VARIANTS = ("ack-before-replication", "elect-outside-isr", "stale-generation-commit")
+VARIANTS = ("ack-before-replication", "elect-outside-isr", "stale-generation-commit", "elect-last-reporter",
+            "trust-damaged-replicas")
 
 
 @contextlib.contextmanager
@@ -51,9 +58,9 @@ def _elect_outside_isr():
 
     original = elections.reconcile
 
-    def reconcile(record, replicas, views, *, unclean_allowed):
+    def reconcile(record, replicas, views, *, unclean_allowed, min_insync=1):
         """The real decision, then the bug: hand leadership to a live replica outside the ISR."""
-        decision = original(record, replicas, views, unclean_allowed=unclean_allowed)
+        decision = original(record, replicas, views, unclean_allowed=unclean_allowed, min_insync=min_insync)
         current = decision.record if decision is not None else record
         outsiders = [n for n in replicas if n not in current.isr and n in views and views[n].live and n != current.leader]
         if not outsiders:
@@ -77,7 +84,39 @@ def _stale_generation_commit():
     return lambda: setattr(group_coordinator.GroupCoordinator, "_check_commit", original)
 
 
+def _elect_last_reporter():
+    from actors import elections
+
+    original = elections._classify
+
+    def classify(record, views, incarnations):
+        standing = {}
+        for node in record.isr:
+            view = views.get(node)
+            known = incarnations.get(node, 0)
+            if view is None or not view.live:
+                standing[node] = elections.DEAD
+            elif known == 0 or known == view.incarnation:
+                standing[node] = elections.CURRENT
+            else:
+                standing[node] = elections.UNCLEAN
+        return standing
+
+    elections._classify = classify
+    return lambda: setattr(elections, "_classify", original)
+
+
+def _trust_damaged_replicas():
+    from actors import elections
+
+    original = elections.lost_data
+    elections.lost_data = lambda node, record, view: False
+    return lambda: setattr(elections, "lost_data", original)
+
+
 _PATCHES = {
+    "elect-last-reporter": _elect_last_reporter,
+    "trust-damaged-replicas": _trust_damaged_replicas,
     "ack-before-replication": _ack_before_replication,
     "elect-outside-isr": _elect_outside_isr,
     "stale-generation-commit": _stale_generation_commit,

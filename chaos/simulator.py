@@ -45,7 +45,7 @@ SIM_SECRET = b"railmq-simulated-cluster-secret!"
 START_NS = 1_800_000_000 * 1_000_000_000  # a plausible wall clock for record timestamps
 SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=1500,
                     coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50)
-FAULT_KINDS = ("crash", "pause", "partition", "network")
+FAULT_KINDS = ("crash", "pause", "partition", "network", "disk")
 TOPIC = "sim"
 GROUP = "sim-group"
 
@@ -144,6 +144,9 @@ class Simulator:
         self.faulting = True
         self.steps = 0
         self.coordinator_endpoint = "sim://coordinator"
+        from chaos.sim_disk import DiskFaults
+
+        self.disk = DiskFaults(self, random.Random(self.rng.getrandbits(64)))
 
     @property
     def now_ns(self) -> int:
@@ -258,6 +261,8 @@ class Simulator:
             self._internal(host, shell.on_notify(kind, payload, self.now_ns))
 
     def _on_trace(self, host: Host, event: str, details: dict) -> None:
+        if host.kind == "replica":
+            self.disk.on_trace(host, event, details)
         if event in ("became-leader", "leader-elected", "isr-changed", "unclean-election", "follower-truncated",
                      "follower-refused-truncation", "storage-damage-found", "storage-repaired", "repair-truncated",
                      "generation-started", "member-removed"):
@@ -283,20 +288,25 @@ class Simulator:
             frames = [bytes(frame) for frame in frames]
         if isinstance(to, str):
             destination = self.by_endpoint.get(to)
-            sender: Any = host.routing_id
+            # As ZeroMQ's routing ids are unique per socket, a reply reaches only the process
+            # that asked, never a later incarnation of it.
+            sender: Any = host.routing_id + b"#" + str(host.incarnation).encode()
             if destination is None or not destination.alive or destination.endpoint != to:
                 self._refused(host, to)  # nobody listens there: the connection is refused
                 return
             host.peers.add(to)
+            target: Any = to
         else:
-            destination = self.by_routing.get(to)
+            routing, _, incarnation = to.rpartition(b"#")
+            destination = self.by_routing.get(routing)
+            target = int(incarnation) if incarnation.isdigit() else -1
             sender = host.endpoint
         if destination is None:
             return
         queue = self.queue
         arrivals = self.network.plan(host.name, destination.name, queue.now_ns)
         if arrivals:
-            payload = (destination.name, to if isinstance(to, str) else destination.incarnation, sender, frames)
+            payload = (destination.name, target, sender, frames)
             for arrival in arrivals:
                 queue.push(arrival, "deliver", payload)
 
@@ -357,7 +367,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ faults
 
-    def crash(self, name: str, restart: bool = True) -> None:
+    def crash(self, name: str, restart: bool = True, notify: bool = True) -> None:
+        """Kill a host; `notify=False` loses the node agent's exit notice (it died too)."""
         host = self.hosts[name]
         if not host.alive:
             return
@@ -372,13 +383,19 @@ class Simulator:
             if other.alive and endpoint and endpoint in other.peers:
                 other.peers.discard(endpoint)
                 self.queue.push(self.now_ns + MS, "disconnect", (other.name, other.incarnation, endpoint))
-        if host.kind == "replica":
+        if host.kind == "replica" and notify:
             topic, partition = host.state["topic_partition"]
             notice = ReplicaExited(topic=topic, partition=partition, node=host.node, incarnation=incarnation)
             notice_sender = self.hosts["agent"]
             self.queue.push(self.now_ns + 60 * MS, "call", lambda: self._send(notice_sender, self.coordinator_endpoint, notice))
         if restart:
             self.queue.push(self.now_ns + self.config.restart_delay_ms * MS, "call", lambda: self._restart(name))
+
+    def restart(self, name: str) -> None:
+        self._restart(name)
+
+    def note(self, line: str) -> None:
+        self._note(line)
 
     def _restart(self, name: str) -> None:
         host = self.hosts[name]
@@ -410,6 +427,9 @@ class Simulator:
                              "phase": "start"})
         if kind == "crash":
             self.crash(target)
+        elif kind == "disk":
+            done = self.disk.inject()
+            self.history[-1].update(target=self.disk.injected[-1][0] if done else "", fault=done or "none")
         elif kind == "pause":
             host = self.hosts[target]
             host.paused_until_ns = max(host.paused_until_ns, self.now_ns + duration_ms * MS)

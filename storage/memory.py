@@ -145,6 +145,16 @@ class MemoryFileSystem:
         del file.content[length:]
         file.durable = file.durable[:length]
 
+    def destroy(self, path: str) -> None:
+        """The disk lost `path` altogether (current and durable): a deleted or unreadable file."""
+        path = posixpath.normpath(path)
+        self._files.pop(path, None)
+        self._durable_files.pop(path, None)
+
+    def durable_paths(self, prefix: str = "/") -> list[str]:
+        """Paths that would survive a crash now, under `prefix`."""
+        return sorted(path for path in self._durable_files if path.startswith(prefix))
+
     def set_content(self, path: str, data: bytes) -> None:
         """Replace `path` with `data` as if it had been written and synced (creating it)."""
         file = self._files.get(path)

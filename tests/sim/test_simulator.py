@@ -52,6 +52,8 @@ VARIANT_SEARCH = {
     "ack-before-replication": (SimConfig(duration_ms=5000, recovery_ms=4000), 20),
     "elect-outside-isr": (SimConfig(duration_ms=5000, recovery_ms=4000), 20),
     "stale-generation-commit": (SimConfig(duration_ms=6000, recovery_ms=4000, faults=("pause",)), 30),
+    "elect-last-reporter": (SimConfig(duration_ms=5000, recovery_ms=4000), 40),
+    "trust-damaged-replicas": (SimConfig(duration_ms=5000, recovery_ms=4000), 60),
 }
 
 

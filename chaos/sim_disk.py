@@ -1,0 +1,122 @@
+"""Disk faults for the simulator: a replica loses or damages what it had flushed, then restarts.
+
+One fault, chosen by the run's random generator, hits one replica process:
+
+    lose-tail-segment   the newest segment file is gone (a lost or unreadable file)
+    lose-segment        a random segment file is gone (a hole in the middle of the log)
+    flip-byte           one byte of a flushed segment is flipped (bit rot; header or payload)
+    wipe                every file of the replica's directory is gone (a replaced disk)
+    lose-checkpoints    the recovery-point and leader-epoch checkpoints are gone
+
+The replica is crashed (its unflushed tail is lost too, as in any crash) and restarted after the
+usual delay. With probability `restart_cluster_probability` the whole cluster goes down with it
+instead — the coordinator and every replica of the partition, and no exit notice reaches anyone
+(the node agent died too) — and comes back with the coordinator first and the replicas in a
+random order over more than the coordinator's grace: the restart in which an election that
+trusted whoever reports first (or last) would pick the damaged replica.
+
+The promise checked: no acknowledged write is lost while a majority of its replicas keep their data.
+So at most one replica of a partition is damaged at a time: a partition gets a new disk fault only
+once its last damaged replica has reported healthy again (its `storage-repaired` or
+`storage-adopted` trace, or a healthy start).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from chaos.sim_hosts import REPLICA_DIRECTORY
+from chaos.sim_network import MS
+from storage.segment import parse_segment_file_name
+
+if TYPE_CHECKING:
+    from chaos.sim_hosts import Host
+    from chaos.simulator import Simulator
+
+DISK_FAULTS = ("lose-tail-segment", "lose-segment", "flip-byte", "wipe", "lose-checkpoints")
+
+
+class DiskFaults:
+    def __init__(self, sim: "Simulator", rng: random.Random, restart_cluster_probability: float = 0.5) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.restart_cluster_probability = restart_cluster_probability
+        self.damaged: dict[tuple[str, int], str] = {}  # partition -> the damaged replica's host name
+        self.injected: list[tuple[str, str]] = []  # (host, fault), in order
+
+    def on_trace(self, host: "Host", event: str, details: dict) -> None:
+        """A damaged replica that reports healthy frees its partition for the next disk fault."""
+        key = host.state.get("topic_partition")
+        if key is None or self.damaged.get(key) != host.name:
+            return
+        healthy = (event in ("storage-repaired", "storage-adopted") and details.get("state") == "ok") or \
+                  (event == "replica-started" and details.get("storage") == "ok")
+        if healthy:
+            del self.damaged[key]
+
+    def inject(self, target: str | None = None) -> str | None:
+        """Damage one replica (a random one, or `target`); returns what was done, or None when no
+        partition may take a fault now."""
+        sim = self.sim
+        candidates = sorted(name for name, host in sim.hosts.items()
+                            if host.kind == "replica" and host.alive and host.state["topic_partition"] not in self.damaged)
+        if target is not None:
+            candidates = [name for name in candidates if name == target]
+        if not candidates:
+            return None
+        leaders = [name for name in candidates if sim.hosts[name].actor.leader is not None]
+        # Half the time the leader's disk: the replica an election that trusts old news would keep.
+        name = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else candidates)
+        host = sim.hosts[name]
+        fault = self.rng.choice(DISK_FAULTS)
+        key = host.state["topic_partition"]
+        whole_cluster = self.rng.random() < self.restart_cluster_probability
+        sim.crash(name, restart=False, notify=not whole_cluster)
+        if not self._damage(host, fault):
+            sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
+            return None
+        self.damaged[key] = name
+        self.injected.append((name, fault))
+        sim.note(f"disk fault {fault} on {name}")
+        if not whole_cluster:
+            sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
+            return fault
+        restarting = [name] + [other for other, peer in sorted(sim.hosts.items())
+                               if peer.kind == "replica" and peer.alive and peer.state["topic_partition"] == key]
+        for other in restarting[1:]:
+            sim.crash(other, restart=False, notify=False)
+        sim.crash("coordinator", restart=False)
+        sim.note(f"the cluster restarts: coordinator, then {restarting} in a random order")
+        sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart("coordinator"))
+        self.rng.shuffle(restarting)
+        spread_ms = 2 * sim.config.limits.coordinator_election_grace_ms
+        for member in restarting:
+            delay_ms = sim.config.restart_delay_ms + self.rng.randint(0, spread_ms)
+            sim.queue.push(sim.now_ns + delay_ms * MS, "call", lambda member=member: sim.restart(member))
+        return fault
+
+    def _damage(self, host: "Host", fault: str) -> bool:
+        fs = host.fs
+        files = fs.durable_paths(REPLICA_DIRECTORY + "/")
+        segments = [path for path in files if parse_segment_file_name(path.rsplit("/", 1)[1]) is not None
+                    and fs.durable_content(path)]
+        if fault == "wipe":
+            for path in files:
+                fs.destroy(path)
+            return bool(files)
+        if fault == "lose-checkpoints":
+            lost = [path for path in files if path.endswith("-checkpoint")]
+            for path in lost:
+                fs.destroy(path)
+            return bool(lost)
+        if not segments:
+            return False
+        if fault == "lose-tail-segment":
+            fs.destroy(segments[-1])
+        elif fault == "lose-segment":
+            fs.destroy(self.rng.choice(segments))
+        else:
+            path = self.rng.choice(segments)
+            fs.corrupt(path, self.rng.randrange(len(fs.durable_content(path))))
+        return True
