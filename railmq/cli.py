@@ -35,6 +35,8 @@ from railmq import (
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
 from railmq.cli_connect import ClusterUnreachable, check_cluster
 from railmq.cli_parser import RailmqParser
+from storage.directory import ClusterMismatch, DirectoryInUse
+from transport.supervisor import ActorStartFailed
 
 Register = Callable[[argparse._SubParsersAction], None]
 
@@ -119,6 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterUnreachable as error:
         print_error(error.name, str(error))
         return EXIT_FAILED
+    except (DirectoryInUse, ClusterMismatch, ActorStartFailed) as error:
+        # A cluster that must not start here (a directory in use, another cluster's, a lost
+        # coordinator state): the sentence says why and what to do.
+        print_error(_start_refusal_name(error), str(error))
+        return EXIT_FAILED
     except RailmqError as error:
         print_error(error.name, _sentence(error))
         return EXIT_FAILED
@@ -133,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print_error("OS_ERROR", str(error))
         return EXIT_FAILED
+
+
+def _start_refusal_name(error: Exception) -> str:
+    if isinstance(error, DirectoryInUse):
+        return "DIRECTORY_IN_USE"
+    if isinstance(error, ClusterMismatch):
+        return "INCONSISTENT_CLUSTER_ID"
+    return "CLUSTER_START_REFUSED"
 
 
 def _sentence(error: RailmqError) -> str:

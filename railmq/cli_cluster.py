@@ -62,6 +62,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                          f"${BOOTSTRAP_ENVIRONMENT} when it names this machine, else {DEFAULT_PORT})")
     up.add_argument("-d", "--detach", action="store_true",
                     help="run in the background and return once it answers; `railmq down` stops it")
+    up.add_argument("--rebuild-metadata", action="store_true",
+                    help="the coordinator's state is lost: rebuild topics, placement and epochs from the replica "
+                         "directories first (their own records), then start (docs/operations.md)")
     up.set_defaults(handler=run_up)
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
     down.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
@@ -107,7 +110,8 @@ def run_up(args: argparse.Namespace) -> int:
     console = Console()
     background = in_shell_background()
     with StopSignal() as stopping:
-        cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port)
+        cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port,
+                               rebuild_metadata=args.rebuild_metadata)
         try:
             with console.status(f"starting {args.nodes} nodes...") if not background else nullcontext():
                 cluster.start()

@@ -91,7 +91,7 @@ def run_detached(args: argparse.Namespace, port_is_free: Any) -> int:
         return EXIT_FAILED
     log_path = os.path.join(data_dir, LOG_FILE)
     command = [sys.executable, "-m", "railmq", "up", "--nodes", str(args.nodes), "--port", str(args.port),
-               "--data-dir", data_dir]
+               "--data-dir", data_dir] + (["--rebuild-metadata"] if getattr(args, "rebuild_metadata", False) else [])
     with open(log_path, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)

@@ -193,9 +193,25 @@ def run_describe(args: argparse.Namespace) -> int:
         print(json.dumps(describe_to_dict(topic), indent=2))
     else:
         config = topic.config
-        print_table(Console(), DESCRIBE_COLUMNS, [describe_cells(partition) for partition in topic.partitions],
+        console = Console()
+        print_table(console, DESCRIBE_COLUMNS, [describe_cells(partition) for partition in topic.partitions],
                     title=f"topic {topic.name} (min in-sync {config.min_insync_replicas}, flush {config.flush_policy})")
+        for line in storage_notes(topic):
+            console.print(line, highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def storage_notes(topic: TopicMetadata) -> list[str]:
+    """One line per partition that is offline (why) and per replica whose storage is not ok."""
+    lines = []
+    for partition in topic.partitions:
+        if partition.offline_reason and (partition.leader < 0 or not partition.leader_endpoint):
+            lines.append(f"partition {partition.partition} offline: {partition.offline_reason}")
+        for info in partition.replica_info:
+            if info.storage.state != "ok":
+                lines.append(f"partition {partition.partition} replica {info.node}: {info.storage.state} "
+                             f"({info.storage.detail})")
+    return lines
 
 
 def leader_info(partition: PartitionMetadata) -> ReplicaInfo | None:
@@ -225,6 +241,8 @@ def _partition_to_dict(partition: PartitionMetadata) -> dict[str, Any]:
         "leader_epoch": partition.leader_epoch,
         "partition_epoch": partition.partition_epoch,
         "isr": list(partition.isr),
+        "eligible_leader_replicas": list(partition.eligible_leader_replicas),
+        "offline_reason": partition.offline_reason,
         "high_watermark": leader.high_watermark if leader else None,
         "log_end_offset": leader.log_end_offset if leader else None,
         "replicas": [{
@@ -232,6 +250,8 @@ def _partition_to_dict(partition: PartitionMetadata) -> dict[str, Any]:
             "in_isr": info.node in partition.isr, "leader": info.node == partition.leader,
             "log_start_offset": info.log_start_offset, "log_end_offset": info.log_end_offset,
             "high_watermark": info.high_watermark,
+            "storage": {"state": info.storage.state, "clean_shutdown": info.storage.clean_shutdown,
+                        "damage": [list(item) for item in info.storage.damage], "detail": info.storage.detail},
         } for info in partition.replica_info],
     }
 
@@ -243,6 +263,12 @@ def _leader_cell(partition: PartitionMetadata) -> str:
 def _isr_cell(partition: PartitionMetadata) -> str:
     text = ",".join(map(str, partition.isr)) or "-"
     return f"[yellow]{text}[/]" if len(partition.isr) < len(partition.replicas) else text
+
+
+def _storage_cell(partition: PartitionMetadata) -> str:
+    """Every replica whose storage is not ok, as node:state; "ok" when all are."""
+    bad = [f"{info.node}:{info.storage.state}" for info in partition.replica_info if info.storage.state != "ok"]
+    return f"[yellow]{','.join(bad)}[/]" if bad else "ok"
 
 
 def _leader_offset(field: str) -> Callable[[PartitionMetadata], str]:
@@ -259,6 +285,7 @@ DESCRIBE_TABLE: list[tuple[Column, Callable[[PartitionMetadata], str]]] = [
     (Column("epoch", "right"), lambda partition: str(partition.leader_epoch)),
     (Column("replicas"), lambda partition: ",".join(map(str, partition.replicas))),
     (Column("isr"), _isr_cell),
+    (Column("storage"), _storage_cell),
     (Column("high watermark", "right"), _leader_offset("high_watermark")),
     (Column("log end", "right", optional=True), _leader_offset("log_end_offset")),
     (Column("log start", "right", optional=True), _leader_offset("log_start_offset")),
