@@ -6,14 +6,22 @@ at import time (no `if __name__ == "__main__":`) then tries to start processes f
 bootstrap; multiprocessing refuses with a long RuntimeError in every child, and the parent sees
 an actor exit during start. `install_main_guard_hook` runs when railmq is imported in the forkserver (its children
 inherit the hook) or in a bootstrapping child, and replaces that one error's traceback with one line saying what to change;
-every other exception goes to the previous hook untouched. It does nothing in any other process.
+every other exception goes to the previous hook untouched.
+
+The child then exits with `EXIT_MAIN_GUARD`; the supervisor in the user's process turns that
+exit into `MainGuardMissing` (transport/supervisor.py), and a hook installed in the user's process
+prints that one line instead of a traceback when the script does not catch it. Nothing else is
+changed in either process.
 """
 
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import sys
 from types import TracebackType
+
+from transport.supervisor import EXIT_MAIN_GUARD, MainGuardMissing
 
 ERROR_NAME = "MAIN_GUARD_MISSING"
 # The sentence multiprocessing's spawn._check_not_importing_main raises with.
@@ -39,15 +47,25 @@ def in_process_starter() -> bool:
 
 
 def install_main_guard_hook() -> None:
-    if not in_process_starter():
-        return
     previous = sys.excepthook
+    if not in_process_starter():
+        def parent_hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+            if isinstance(error, MainGuardMissing):
+                sys.stderr.write(explanation(_script()) + "\n")
+                return
+            previous(kind, error, trace)
+
+        sys.excepthook = parent_hook
+        return
 
     def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
         if is_main_guard_error(error):
-            script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else "the main script"
-            sys.stderr.write(explanation(script) + "\n")
-            return
+            sys.stderr.flush()
+            os._exit(EXIT_MAIN_GUARD)  # the parent explains it, once
         previous(kind, error, trace)
 
     sys.excepthook = hook
+
+
+def _script() -> str:
+    return sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else "the main script"

@@ -212,5 +212,5 @@ def test_a_script_without_a_main_guard_is_explained_instead_of_a_page_of_traceba
                               timeout=60, env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
     assert finished.returncode != 0
     lines = finished.stderr.splitlines()
-    assert lines[0] == explanation(str(script)), "the cause comes first, in one line"
+    assert lines == [explanation(str(script))], "the cause, in one line, and nothing else"
     assert "bootstrapping phase" not in finished.stderr, "multiprocessing's own page is replaced"
