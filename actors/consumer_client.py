@@ -261,6 +261,7 @@ class ConsumerClient:
             self.by_correlation[self.correlation] = ("fetch", fetch)
             effects.append(Send(endpoint, FetchRequest(
                 correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
+                topic_id=self._topic_id(fetch.topic),
                 offset=fetch.position, max_bytes=self.settings.fetch_partition_bytes_max,
                 max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
                 leader_epoch=epoch)))
@@ -274,8 +275,18 @@ class ConsumerClient:
         fetch.reset_correlation = self.correlation
         self.by_correlation[self.correlation] = ("reset", fetch)
         return Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=fetch.topic,
-                                                 partition=fetch.partition, timestamp_ms=fetch.reset,
-                                                 leader_epoch=epoch))
+                                                 partition=fetch.partition, topic_id=self._topic_id(fetch.topic),
+                                                 timestamp_ms=fetch.reset, leader_epoch=epoch))
+
+    def _topic_id(self, topic: str) -> int:
+        known = self.topics.get(topic)
+        return known.topic_id if known is not None else 0
+
+    @staticmethod
+    def _misdirected(response: Any, fetch: PartitionFetch) -> bool:
+        """An answer naming another partition than the one asked (a stale endpoint now serving
+        something else): nothing in it is about ours."""
+        return response.error == ErrorCode.NONE and (response.topic, response.partition) != (fetch.topic, fetch.partition)
 
     def _on_fetch_response(self, response: FetchResponse, now_ns: int) -> list[Effect]:
         entry = self.by_correlation.pop(response.correlation_id, None)
@@ -283,6 +294,8 @@ class ConsumerClient:
             return []
         fetch: PartitionFetch = entry[1]
         fetch.correlation = 0
+        if self._misdirected(response, fetch):
+            return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
         if response.error == ErrorCode.NONE:
             effects: list[Effect] = []
             records = response.records
@@ -322,6 +335,9 @@ class ConsumerClient:
         kind, target = entry
         if kind == "user":
             token, topic, partition = target
+            if response.error == ErrorCode.NONE and (response.topic, response.partition) != (topic, partition):
+                response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
+                                                   error_message="the answer names another partition")
             if response.error != ErrorCode.NONE:
                 effects: list[Effect] = [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
                 if response.error in LEADERSHIP_ERRORS:  # the caller retries: let it find the current leader
@@ -331,6 +347,8 @@ class ConsumerClient:
             return [Notify("result", (token, (response.offset, response.timestamp_ms), None))]
         fetch: PartitionFetch = target
         fetch.reset_correlation = 0
+        if self._misdirected(response, fetch):
+            return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
         if response.error != ErrorCode.NONE:
             return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
         fetch.position, fetch.reset = response.offset, None
@@ -346,8 +364,9 @@ class ConsumerClient:
         self.correlation += 1
         self.by_correlation[self.correlation] = ("user", (command.token, arguments["topic"], arguments["partition"]))
         return [Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=arguments["topic"],
-                                                  partition=arguments["partition"], timestamp_ms=arguments["timestamp"],
-                                                  leader_epoch=epoch))]
+                                                  partition=arguments["partition"],
+                                                  topic_id=self._topic_id(arguments["topic"]),
+                                                  timestamp_ms=arguments["timestamp"], leader_epoch=epoch))]
 
     def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
         entry = self.by_correlation.pop(response.correlation_id, None)

@@ -492,8 +492,8 @@ class ShareGroups:
     # ------------------------------------------------------------------ high watermarks: waking parked acquires
 
     def _on_list_offsets(self, key: tuple[str, int], response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
-        if response.error != ErrorCode.NONE:
-            return self.leaders.high_watermark_refused(key, now_ns)
+        if response.error != ErrorCode.NONE or (response.topic, response.partition) != key:
+            return self.leaders.high_watermark_refused(key, now_ns)  # refused, or about another partition
         grew = self.leaders.observe_high_watermark(key, response)
         effects: list[Effect] = []
         for group in self.groups.values():

@@ -387,7 +387,8 @@ class ShareMember:
             self._drop_unfetched(reader, gone)  # deleted or truncated away: nothing to deliver
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             return []
-        if response.error != ErrorCode.NONE:
+        misdirected = isinstance(response, FetchResponse) and (response.topic, response.partition) != key
+        if response.error != ErrorCode.NONE or misdirected:  # an answer for another partition: a stale endpoint
             return self._leader_trouble(reader, now_ns)
         end = reader.to_fetch[0].first_offset
         for _, header in iter_batches(response.records, verify=False):

@@ -33,6 +33,7 @@ class Stage:
         self.consumer = ConsumerClient(bootstrap=BOOTSTRAP, settings=ConsumerSettings(**settings))
         self.harness.add(CONSUMER, self.consumer)
         self.tokens = 0
+        self.topic_id = 4711
 
     def command(self, command: str, **arguments) -> list:
         self.tokens += 1
@@ -44,7 +45,7 @@ class Stage:
         partition = PartitionMetadata(partition=0, leader=1, leader_endpoint=endpoint,
                                       leader_epoch=leader_epoch)
         response = MetadataResponse(correlation_id=asked[-1].correlation_id if asked else 0,
-                                    topics=[TopicMetadata(name="orders", partitions=[partition])])
+                                    topics=[TopicMetadata(name="orders", topic_id=self.topic_id, partitions=[partition])])
         return self.harness.deliver(CONSUMER, response, BOOTSTRAP)
 
     def sent(self, kind, to: str = LEADER) -> list:
@@ -56,13 +57,15 @@ class Stage:
 
     def answer_reset(self, offset: int, *, error: int = 0) -> list:
         request = only(self.sent(ListOffsetsRequest), ListOffsetsRequest)
-        response = ListOffsetsResponse(correlation_id=request.correlation_id, offset=offset, error=error)
+        response = ListOffsetsResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                       partition=request.partition, offset=offset, error=error)
         return self.harness.deliver(CONSUMER, response, LEADER)
 
     def answer_fetch(self, request: FetchRequest, records: bytes = b"", *, error: int = 0,
                      high_watermark: int = 100) -> list:
-        response = FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
-                                 error=error, high_watermark=high_watermark, records=records)
+        response = FetchResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                 partition=request.partition, error=error, high_watermark=high_watermark,
+                                 records=records)
         return self.harness.deliver(CONSUMER, response, LEADER)
 
     def assigned_at(self, offset: int) -> FetchRequest:
@@ -92,7 +95,7 @@ def test_assign_learns_the_leader_resolves_the_position_then_fetches_from_it(sta
     reset = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
     assert (reset.topic, reset.partition, reset.timestamp_ms, reset.leader_epoch) == ("orders", 0, -1, 4)
 
-    answer = ListOffsetsResponse(correlation_id=reset.correlation_id, offset=17)
+    answer = ListOffsetsResponse(correlation_id=reset.correlation_id, topic="orders", partition=0, offset=17)
     effects = stage.harness.deliver(CONSUMER, answer, LEADER)
 
     assert notices(effects, "position") == [("orders", 0, (0, 0), 17)]
@@ -266,7 +269,8 @@ def test_list_offsets_for_the_user_returns_offset_and_timestamp(stage):
 
     stage.command("list-offsets", topic="orders", partition=0, timestamp=12_345)
     request = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
-    answer = ListOffsetsResponse(correlation_id=request.correlation_id, offset=9, timestamp_ms=12_400)
+    answer = ListOffsetsResponse(correlation_id=request.correlation_id, topic="orders", partition=0, offset=9,
+                                 timestamp_ms=12_400)
     effects = stage.harness.deliver(CONSUMER, answer, LEADER)
 
     assert request.timestamp_ms == 12_345
@@ -319,3 +323,40 @@ def test_a_consumer_refuses_bad_fetch_options_before_it_starts(options):
 
     with pytest.raises(ValueError):
         Consumer("tcp://127.0.0.1:1", **options)
+
+
+# ---------------------------------------------------------------------------- answers are checked
+
+
+def test_a_fetch_answer_naming_another_partition_is_not_taken_as_data():
+    """A stale endpoint may now serve another partition: its records are not this partition's."""
+    stage = Stage()
+    request = stage.assigned_at(0)
+    wrong = FetchResponse(correlation_id=request.correlation_id, topic="payments", partition=0,
+                          high_watermark=100, records=stamped(0, 3))
+
+    effects = stage.harness.deliver(CONSUMER, wrong, LEADER)
+
+    assert not [effect for effect in effects if getattr(effect, "kind", "") == "records"]
+    assert stage.harness.take(BOOTSTRAP, MetadataRequest), "it asks who leads the partition now"
+
+
+def test_a_list_offsets_answer_naming_another_partition_is_an_error_not_a_position():
+    stage = Stage()
+    stage.assigned_at(0)
+    stage.command("list-offsets", topic="orders", partition=0, timestamp=12_345)
+    request = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
+    wrong = ListOffsetsResponse(correlation_id=request.correlation_id, topic="orders", partition=5, offset=9)
+
+    effects = stage.harness.deliver(CONSUMER, wrong, LEADER)
+
+    result = [effect.payload for effect in effects if getattr(effect, "kind", "") == "result"]
+    assert result and result[0][2] is not None and result[0][2].code == ErrorCode.NOT_LEADER
+
+
+def test_fetches_and_offset_lookups_carry_the_topic_id():
+    stage = Stage()
+
+    request = stage.assigned_at(0)
+
+    assert request.topic_id == stage.topic_id != 0
