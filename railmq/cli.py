@@ -30,7 +30,8 @@ from typing import Callable, Sequence
 import railmq
 from actors.errors import ErrorCode, RailmqError
 from railmq import (
-    cli_chaos, cli_cluster, cli_data, cli_dlq, cli_groups, cli_lab, cli_sim, cli_size, cli_topics,
+    cli_chaos, cli_cluster, cli_console, cli_data, cli_dlq, cli_groups, cli_lab, cli_sim, cli_size,
+    cli_topics,
 )
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
 from railmq.cli_connect import ClusterUnreachable, check_cluster
@@ -61,6 +62,7 @@ COMMAND_GROUPS: list[Register] = [
     cli_sim.register,
     cli_size.register,
     cli_lab.register,
+    cli_console.register,
     _register_version,
 ]
 

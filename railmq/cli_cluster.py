@@ -30,7 +30,7 @@ from rich.table import Table
 
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
-from railmq import cli_health
+from railmq import cli_console, cli_health
 from railmq.cli_common import (
     BOOTSTRAP_ENVIRONMENT, DEFAULT_PORT, EXIT_FAILED, EXIT_OK, clients_default_bootstrap, default_port,
     non_negative_int, positive_int, print_error,
@@ -65,6 +65,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--rebuild-metadata", action="store_true",
                     help="the coordinator's state is lost: rebuild topics, placement and epochs from the replica "
                          "directories first (their own records), then start (docs/operations.md)")
+    cli_console.add_up_arguments(up)
     up.set_defaults(handler=run_up)
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
     down.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
@@ -111,16 +112,20 @@ def run_up(args: argparse.Namespace) -> int:
     background = in_shell_background()
     with StopSignal() as stopping:
         cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port,
-                               rebuild_metadata=args.rebuild_metadata)
+                               rebuild_metadata=args.rebuild_metadata,
+                               fault_injection=args.console)  # the console's isolate buttons need it
+        web = None
         try:
             with console.status(f"starting {args.nodes} nodes...") if not background else nullcontext():
                 cluster.start()
             write_state(args.data_dir, cluster.bootstrap, len(cluster.node_ids))
             _announce(console, cluster, background)
+            web = cli_console.start_console_for(cluster, args)
             while not stopping.is_set():
                 stopping.wait(UP_WAKE_INTERVAL_S)
             console.print("stopping...")
         finally:
+            cli_console.stop_console(web)
             cluster.stop()
             remove_state(args.data_dir)
     console.print("stopped")

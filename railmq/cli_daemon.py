@@ -92,6 +92,8 @@ def run_detached(args: argparse.Namespace, port_is_free: Any) -> int:
     log_path = os.path.join(data_dir, LOG_FILE)
     command = [sys.executable, "-m", "railmq", "up", "--nodes", str(args.nodes), "--port", str(args.port),
                "--data-dir", data_dir] + (["--rebuild-metadata"] if getattr(args, "rebuild_metadata", False) else [])
+    if getattr(args, "console", False):  # railmq/cli_console.py's flags
+        command += ["--console", "--http-port", str(args.http_port), "--refresh-ms", str(args.refresh_ms)]
     with open(log_path, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
@@ -102,6 +104,8 @@ def run_detached(args: argparse.Namespace, port_is_free: Any) -> int:
     flag = "" if state["bootstrap"] == clients_default_bootstrap() else f" --bootstrap {state['bootstrap']}"
     print(f"railmq is up: {state['nodes']} nodes at {state['bootstrap']} (pid {child.pid})")
     print(f"data and log in {data_dir}; stop it with: railmq down{_data_dir_flag(args)}")
+    if getattr(args, "console", False):
+        print(f"console at http://127.0.0.1:{args.http_port}/ once it is up (its address is in {log_path})")
     if flag:
         print(f"clients need{flag} (or export RAILMQ_BOOTSTRAP={state['bootstrap']})")
     return EXIT_OK
