@@ -65,6 +65,17 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     runtime_batch_messages_max: int = 256
     # Outbound messages queued per peer socket (ZMQ_SNDHWM). A dead peer costs at most this.
     peer_send_queue_max: int = 1000
+    # Messages a ROUTER queues from one connection before libzmq stops reading it (ZMQ_RCVHWM):
+    # legitimate peers have a handful of requests in flight (a producer 5 per partition, a follower
+    # 1), and TCP flow control holds back a sender beyond it. With `frame_bytes_hard_max` this bounds
+    # what one connection can make an actor hold before it handles anything.
+    router_receive_queue_max: int = 64
+    # Bytes of large answers (fetched records) handed to ZeroMQ for one peer and not yet written to
+    # its socket (transport/outbound.py). Beyond it the peer gets BUSY until it reads: a client that
+    # never reads costs this, not SNDHWM x a fetch's size. Eight of the largest follower fetches.
+    peer_outbound_bytes_max: int = 64 * 1024 * 1024
+    # The same over all peers of one actor: a leader never holds more than this in unsent answers.
+    outbound_bytes_max: int = 256 * 1024 * 1024
     # Distinct peers an actor keeps open sockets to.
     peer_sockets_max: int = 1024
 

@@ -23,17 +23,20 @@ import random
 import time
 from typing import Any, Callable
 
+import msgspec
 import zmq
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
-    ErrorResponse, FaultControlRequest, FaultControlResponse, Message, PeerDisconnected, RuntimeStatsRequest,
+    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, Message, PeerDisconnected,
+    RuntimeStatsRequest,
     RuntimeStatsResponse, Stop, TimerFired,
 )
 from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
+from transport.outbound import TRACK_BYTES_MIN, OutboundBudget
 from transport.faults import FaultSwitch
 from transport.timers import Timers
 
@@ -73,6 +76,7 @@ class Runtime:
         # The fault switch obeys only the chaos harness of the cluster that started this actor
         # (an authenticated FaultControlRequest), and only when the cluster was started for chaos.
         self.faults_enabled = faults_enabled
+        self.outbound = OutboundBudget(limits.peer_outbound_bytes_max, limits.outbound_bytes_max)
         self.faults = FaultSwitch(rng or random.Random())
         self.timers = Timers()
         self.on_notify = on_notify
@@ -103,7 +107,7 @@ class Runtime:
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
         router.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max * 10)
-        router.setsockopt(zmq.RCVHWM, self.limits.peer_send_queue_max * 10)
+        router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
         if port:
             router.bind(f"tcp://127.0.0.1:{port}")
         else:
@@ -216,6 +220,12 @@ class Runtime:
         if isinstance(message, FaultControlRequest):
             self.send(sender, self._on_fault_control(message, authenticated))
             return
+        if isinstance(sender, bytes) and type(message) is FetchRequest and not self.outbound.allows(
+                sender, min(message.max_bytes, self.limits.fetch_bytes_max)):
+            # Not even read: the answers this peer already has are waiting to be read.
+            self.send(sender, self._withheld(sender, FetchResponse(
+                correlation_id=message.correlation_id, topic=message.topic, partition=message.partition)))
+            return
         refused = refusal(self.actor, message, authenticated)
         if refused is not None:
             self.count("rejected_unauthenticated")
@@ -293,6 +303,8 @@ class Runtime:
     def send(self, to: str | bytes, message: Message) -> None:
         if self.ring_links is not None:
             message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
+        if isinstance(to, bytes) and type(message) is FetchResponse and not self.outbound.allows(to, len(message.records)):
+            message = self._withheld(to, message)
         frames = self.codec.encode(message)
         peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
         delay = self.faults.outbound(peer_name)
@@ -304,6 +316,13 @@ class Runtime:
             return
         self._transmit(to, frames)
 
+    def _withheld(self, to: bytes, message: FetchResponse) -> FetchResponse:
+        """The peer has not read what it was sent: it gets BUSY now and the records on a later fetch."""
+        self.count("answers_withheld_unread_backlog")
+        waiting = self.outbound.outstanding(to)
+        return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=(
+            f"{waiting} bytes of earlier answers to this connection are still unread; read them, then fetch again"))
+
     def _transmit(self, to: str | bytes, frames: list) -> None:
         if isinstance(to, bytes):
             socket = self._router
@@ -313,8 +332,18 @@ class Runtime:
             frames = [to, *frames]
         else:
             socket = self._dealer(to)
+        tracker = None
+        if isinstance(to, bytes) and len(frames) > 2:
+            largest = max(range(2, len(frames)), key=lambda index: len(frames[index]))
+            if len(frames[largest]) >= TRACK_BYTES_MIN:
+                # Tracked on its own frame: a multipart send's tracker follows only its last frame.
+                frames = list(frames)
+                frames[largest] = zmq.Frame(frames[largest], copy=False, track=True)
+                tracker = frames[largest].tracker
         try:
             socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            if tracker is not None:
+                self.outbound.track(to, tracker, len(frames[largest]))
             self.count("messages_out")
         except zmq.Again:
             self.count("dropped_out_queue_full")
@@ -394,6 +423,7 @@ class Runtime:
     def _stats(self, correlation_id: int) -> RuntimeStatsResponse:
         counters = dict(self.counters)
         counters["timers"] = len(self.timers)
+        counters["outbound_unread_bytes"] = self.outbound.total_bytes
         if self.trace_file is not None:
             counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)

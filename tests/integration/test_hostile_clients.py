@@ -1,0 +1,306 @@
+"""What a stale, buggy or hostile local client can do to a live cluster with raw ZeroMQ frames.
+
+Every actor listens on a TCP port any local process can reach. Each story is one of the attacks
+an adversarial test found (docs/security.md): the frame or request is refused with a typed error,
+nothing it should not change changes, and the actor that got it keeps running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import msgspec
+import psutil
+import pytest
+import zmq
+
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, LinkFault,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, PartitionState, ProduceRequest, ProduceResponse,
+    ReplicaHeartbeatResponse, TopicConfig,
+)
+from railmq.admin import Admin
+from railmq.producer import Producer
+from storage.batch import CONTROL_FLAG
+from tests.helpers import wait_for
+from tests.storage.test_batch_validation import forge
+from transport.codec import Codec
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+CODEC = Codec()
+
+
+class RawClient:
+    """A DEALER that sends whatever frames it is given (no railmq client logic, no secret)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTING_ID, f"attacker-{uuid.uuid4().hex[:8]}".encode())
+        self.socket.connect(endpoint)
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        self.socket.send_multipart(frames)
+
+    def ask(self, message, timeout_s: float = 5.0):
+        self.socket.send_multipart(CODEC.encode(message))
+        return self.answer(timeout_s)
+
+    def answer(self, timeout_s: float = 5.0):
+        if not self.socket.poll(int(timeout_s * 1000)):
+            raise AssertionError("no answer")
+        return CODEC.decode(self.socket.recv_multipart())
+
+    def close(self) -> None:
+        self.context.destroy(linger=0)
+
+
+def topic_on(cluster, name: str, **config) -> object:
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(name, partitions=2, replication_factor=3,
+                           config={"min_insync_replicas": 2, **config})
+        return admin.wait_for_leaders(name, full_isr=True)
+
+
+def actor_pid(cluster, name: str) -> int:
+    return next(actor["pid"] for actor in cluster.actors() if actor["name"] == name)
+
+
+def leader_end(cluster, topic: str, partition: int = 0) -> int:
+    with Admin(cluster.bootstrap) as admin:
+        return admin.list_offsets(topic, partition, -1).log_end_offset
+
+
+def nested(depth: int) -> bytes:
+    return b"\x91" * depth + b"\xc0"
+
+
+# ---------------------------------------------------------------------------- one frame
+
+
+def test_a_deeply_nested_1_kb_frame_kills_no_actor(cluster, unique_name):
+    topic = unique_name()
+    topic_on(cluster, topic)
+    targets = [actor for actor in cluster.actors() if actor["alive"] and actor["endpoint"]]
+    before = {actor["name"]: actor["pid"] for actor in targets}
+    frame = (b"\x82" + msgspec.msgpack.encode("type") + msgspec.msgpack.encode("MetadataRequest")
+             + msgspec.msgpack.encode("correlation_id") + nested(1000))
+    assert len(frame) < 1100
+
+    answers = []
+    for actor in targets:
+        client = RawClient(actor["endpoint"])
+        try:
+            client.send_frames([frame])
+            answers.append(client.answer())
+        finally:
+            client.close()
+
+    assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.MALFORMED_FRAME for a in answers), answers
+    time.sleep(0.5)
+    after = {actor["name"]: actor["pid"] for actor in cluster.actors() if actor["name"] in before}
+    assert after == before, "an actor died and was restarted"
+
+
+def test_a_bool_correlation_id_is_never_echoed(cluster):
+    client = RawClient(cluster.bootstrap)
+    try:
+        client.send_frames([msgspec.msgpack.encode({"type": "MetadataRequest", "correlation_id": True})])
+        answer = client.answer()
+    finally:
+        client.close()
+
+    assert isinstance(answer, ErrorResponse) and answer.correlation_id == -1
+
+
+# ---------------------------------------------------------------------------- the receiver
+
+
+@pytest.mark.parametrize("named", [("other", 1), ("no-such-topic", 0), (None, 99)])
+def test_a_request_naming_another_partition_is_refused_by_whoever_receives_it(cluster, unique_name, named):
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    leader = metadata.partitions[0].leader_endpoint
+    end_before = leader_end(cluster, topic)
+    name, partition = named
+    batch = bytes(forge(bytes(__import__("storage.batch", fromlist=["encode_batch"]).encode_batch(
+        [(0, b"k", b"v", None)], 1_000))))
+    client = RawClient(leader)
+    try:
+        produced = client.ask(ProduceRequest(correlation_id=1, topic=name or topic, partition=partition, acks=1,
+                                             batch=batch))
+        listed = client.ask(ListOffsetsRequest(correlation_id=2, topic=name or topic, partition=partition,
+                                               timestamp_ms=-1))
+        fetched = client.ask(FetchRequest(correlation_id=3, topic=name or topic, partition=partition, offset=0,
+                                          max_wait_ms=0))
+    finally:
+        client.close()
+
+    assert produced.error == ErrorCode.NOT_LEADER and (produced.topic, produced.partition) == (name or topic, partition)
+    assert listed.error == ErrorCode.NOT_LEADER and (listed.topic, listed.partition) == (name or topic, partition)
+    assert fetched.error == ErrorCode.NOT_LEADER and not len(fetched.records)
+    assert leader_end(cluster, topic) == end_before, "nothing was appended to the partition that received it"
+
+
+def test_a_stale_topic_id_is_refused(cluster, unique_name):
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    client = RawClient(metadata.partitions[0].leader_endpoint)
+    try:
+        answer = client.ask(FetchRequest(correlation_id=1, topic=topic, partition=0, topic_id=metadata.topic_id + 1,
+                                         offset=0, max_wait_ms=0))
+    finally:
+        client.close()
+
+    assert answer.error == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+def honest_batch(count: int) -> bytes:
+    from storage.batch import encode_batch
+
+    return bytes(encode_batch([(0, f"k{i}".encode(), f"v{i}".encode(), None) for i in range(count)], 1_000))
+
+
+@pytest.mark.parametrize("forged, why", [
+    (lambda: forge(honest_batch(3), record_count=1), "claims 1 records"),
+    (lambda: forge(honest_batch(1), record_count=50), "claims 50 records"),
+    (lambda: forge(honest_batch(1), payload=msgspec.msgpack.encode("not records"), record_count=1), "payload"),
+    (lambda: forge(honest_batch(2), attributes=CONTROL_FLAG), "control batch"),
+], ids=["fewer-claimed", "more-claimed", "not-records", "control-attribute"])
+def test_a_forged_batch_header_is_refused_and_nothing_is_appended(cluster, unique_name, forged, why):
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    client = RawClient(metadata.partitions[0].leader_endpoint)
+    try:
+        answer = client.ask(ProduceRequest(correlation_id=1, topic=topic, partition=0, acks=1, batch=forged()))
+    finally:
+        client.close()
+
+    assert answer.error == ErrorCode.INVALID_RECORD and why in answer.error_message
+    assert leader_end(cluster, topic) == 0
+
+
+# ---------------------------------------------------------------------------- posing as cluster processes
+
+
+def test_a_client_posing_as_a_follower_cannot_move_the_high_watermark(cluster, unique_name):
+    """With both followers paused, an acks=all write must not be acknowledged because a client
+    claims to be them."""
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    partition = metadata.partitions[0]
+    followers = [node for node in partition.replicas if node != partition.leader]
+    paused = [cluster.replica_name(topic, 0, node) for node in followers]
+    for name in paused:
+        cluster.pause(name)
+    try:
+        with Producer(cluster.bootstrap, acks="all", request_timeout_ms=1500, delivery_timeout_ms=4000,
+                      retry_backoff_ms=100) as producer:
+            future = producer.send(topic, b"only the leader has this", partition=0)
+            time.sleep(0.3)
+            client = RawClient(partition.leader_endpoint)
+            try:
+                answers = [client.ask(FetchRequest(correlation_id=index, topic=topic, partition=0, offset=1,
+                                                   replica=node, leader_epoch=partition.leader_epoch,
+                                                   last_fetched_epoch=partition.leader_epoch, max_wait_ms=0))
+                           for index, node in enumerate(followers, 1)]
+            finally:
+                client.close()
+            with pytest.raises(RailmqError):
+                future.result(10)
+    finally:
+        for name in paused:
+            cluster.resume(name)
+
+    assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
+
+
+def test_a_client_posing_as_the_coordinator_changes_no_replica(cluster, unique_name):
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    partition = metadata.partitions[0]
+    follower = next(node for node in partition.replicas if node != partition.leader)
+    follower_name = cluster.replica_name(topic, 0, follower)
+    endpoint = next(info.endpoint for info in partition.replica_info if info.node == follower)
+    pid = actor_pid(cluster, follower_name)
+    coup = PartitionState(topic=topic, topic_id=metadata.topic_id, partition=0, leader=follower,
+                          leader_endpoint=endpoint, leader_epoch=partition.leader_epoch + 1000,
+                          partition_epoch=partition.partition_epoch + 1000, replicas=list(partition.replicas),
+                          isr=[follower], config=TopicConfig(min_insync_replicas=1))
+    client = RawClient(endpoint)
+    try:
+        answers = [client.ask(ReplicaHeartbeatResponse(correlation_id=7, state=coup)),
+                   client.ask(ReplicaHeartbeatResponse(correlation_id=8, deleted=True))]
+    finally:
+        client.close()
+
+    assert all(a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
+    time.sleep(0.5)
+    assert actor_pid(cluster, follower_name) == pid, "the replica exited"
+    listed = RawClient(endpoint)
+    try:
+        answer = listed.ask(ListOffsetsRequest(correlation_id=9, topic=topic, partition=0, timestamp_ms=-1))
+    finally:
+        listed.close()
+    assert answer.error == ErrorCode.NOT_LEADER, "the follower did not become a second leader"
+
+
+def test_the_fault_switch_obeys_only_the_chaos_harness_of_its_cluster(cluster):
+    client = RawClient(cluster.bootstrap)
+    try:
+        answer = client.ask(FaultControlRequest(correlation_id=1, links=[LinkFault(peers=["*"])], disk_full=True))
+        after = client.ask(MetadataRequest(correlation_id=2))
+    finally:
+        client.close()
+
+    assert isinstance(answer, FaultControlResponse) and answer.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert after.error == ErrorCode.NONE, "the coordinator still answers everyone"
+
+
+def test_on_a_cluster_not_started_for_chaos_even_its_own_secret_does_not_open_the_fault_switch(fresh_cluster):
+    cluster = fresh_cluster(fault_injection=False)
+    with Admin(cluster.bootstrap, secret=cluster.secret) as admin:
+        with pytest.raises(RailmqError) as refused:
+            admin.set_faults(cluster.bootstrap, [LinkFault(peers=["*"])])
+
+    assert refused.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def test_a_client_that_never_reads_its_socket_costs_a_leader_a_bounded_number_of_bytes(fresh_cluster, unique_name):
+    cluster = fresh_cluster()
+    topic = unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=1)
+        metadata = admin.wait_for_leaders(topic)
+    with Producer(cluster.bootstrap, acks=1, linger_ms=5) as producer:
+        for _ in range(40 * 64):
+            producer.send(topic, b"x" * 16_000, partition=0)
+        producer.flush(60)
+    leader = psutil.Process(actor_pid(cluster, cluster.replica_name(topic, 0, metadata.partitions[0].leader)))
+    before = leader.memory_info().rss
+    client = RawClient(metadata.partitions[0].leader_endpoint)
+    client.socket.setsockopt(zmq.RCVHWM, 1)
+    client.socket.setsockopt(zmq.RCVBUF, 4096)
+    try:
+        for index in range(60):
+            client.send_frames(CODEC.encode(FetchRequest(correlation_id=index + 1, topic=topic, partition=0,
+                                                         offset=0, max_bytes=32 * 1024 * 1024, max_wait_ms=0)))
+        time.sleep(3)
+        grown_mb = (leader.memory_info().rss - before) / 2**20
+    finally:
+        client.close()
+
+    # 60 answers of 32 MiB each would be ~1.9 GiB; the per-peer budget is 64 MiB.
+    assert grown_mb < 150, f"the leader grew by {grown_mb:.0f} MiB for a client that reads nothing"

@@ -1,0 +1,66 @@
+"""A byte budget for what an actor has handed ZeroMQ to send and the peer has not read yet.
+
+ZeroMQ's send high-water mark counts messages, not bytes: a ROUTER holds up to SNDHWM messages per
+peer, each up to a fetch's worth of records. A client that sends fetches and never reads its socket
+would make a leader hold SNDHWM x 64 MiB. So every large answer to a ROUTER peer is sent tracked
+(pyzmq's MessageTracker: done once libzmq has written it to the peer's socket, i.e. the peer is
+reading), and the bytes not done are counted per peer and in total. An answer that would take a
+peer past `peer_outbound_bytes_max`, or the actor past `outbound_bytes_max`, is not sent: the
+runtime answers with BUSY instead ("read what you were sent first"), and the peer refetches once
+it drains. Small messages are not tracked (pyzmq copies them): SNDHWM bounds them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+TRACK_BYTES_MIN = 64 * 1024  # pyzmq copies frames below its copy threshold: those are not tracked
+
+
+class OutboundBudget:
+    def __init__(self, peer_bytes_max: int, total_bytes_max: int) -> None:
+        self.peer_bytes_max = peer_bytes_max
+        self.total_bytes_max = total_bytes_max
+        self._pending: dict[Any, deque[tuple[Any, int]]] = {}
+        self._peer_bytes: dict[Any, int] = {}
+        self.total_bytes = 0
+
+    def outstanding(self, peer: Any) -> int:
+        self._prune(peer)
+        return self._peer_bytes.get(peer, 0)
+
+    def allows(self, peer: Any, size: int) -> bool:
+        """True when `size` more bytes to `peer` keep it and the actor within their budgets."""
+        if size < TRACK_BYTES_MIN:
+            return True
+        self.prune_all()
+        return (self._peer_bytes.get(peer, 0) + size <= self.peer_bytes_max
+                and self.total_bytes + size <= self.total_bytes_max)
+
+    def track(self, peer: Any, tracker: Any, size: int) -> None:
+        self._pending.setdefault(peer, deque()).append((tracker, size))
+        self._peer_bytes[peer] = self._peer_bytes.get(peer, 0) + size
+        self.total_bytes += size
+
+    def _prune(self, peer: Any) -> None:
+        pending = self._pending.get(peer)
+        if pending is None:
+            return
+        while pending and pending[0][0].done:
+            _, size = pending.popleft()
+            self._peer_bytes[peer] -= size
+            self.total_bytes -= size
+        if not pending:
+            del self._pending[peer]
+            del self._peer_bytes[peer]
+
+    def prune_all(self) -> None:
+        for peer in list(self._pending):
+            self._prune(peer)
+
+    def forget(self, peer: Any) -> None:
+        """The peer is gone (its socket closed): what was queued for it is freed with it."""
+        for _, size in self._pending.pop(peer, ()):
+            self.total_bytes -= size
+        self._peer_bytes.pop(peer, None)
