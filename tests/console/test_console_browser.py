@@ -13,6 +13,7 @@ deadline and its time is printed, not asserted.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -23,7 +24,8 @@ from tests.helpers import wait_for
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 REASON = why_no_browser()
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(REASON), reason=REASON)]
+REQUIRED = os.environ.get("RAILMQ_REQUIRE_BROWSER") == "1"  # .ci/run sets it: CI must run these
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(REASON) and not REQUIRED, reason=REASON)]
 
 TOPICS = {"browser-orders": 3, "browser-audit": 2}
 CONSOLE_LATENCY_MAX_MS = 2000
@@ -63,6 +65,8 @@ def fresh_cluster_module(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(console):
+    if REASON:
+        pytest.fail(f"the browser tests must run here (RAILMQ_REQUIRE_BROWSER=1), but {REASON}")
     from playwright.sync_api import sync_playwright
 
     playwright = sync_playwright().start()
