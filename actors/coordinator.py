@@ -336,6 +336,10 @@ class Coordinator:
                 correlation_id=request.correlation_id, error=code, error_message=text))]
         start = self.rng.randrange(len(self.nodes))
         replicas = place_replicas(self.nodes, 0, request.partitions, request.replication_factor, start)
+        crowded = self._over_process_limit(replicas)
+        if crowded is not None:
+            return [Send(sender, CreateTopicResponse(correlation_id=request.correlation_id,
+                                                     error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
         record = TopicRecord(name=request.name, topic_id=self.rng.getrandbits(62) + 1,
                              config=request.config, replicas=replicas)
         self.topics[request.name] = record
@@ -384,6 +388,23 @@ class Coordinator:
         reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
         return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
 
+    def _over_process_limit(self, placement: list[list[int]]) -> str | None:
+        """Why adding `placement` would ask a node for more replica processes than it may run."""
+        load = {node: 0 for node in self.nodes}
+        for record in self.topics.values():
+            for placed in record.replicas:
+                for node in placed:
+                    load[node] = load.get(node, 0) + 1
+        for placed in placement:
+            for node in placed:
+                load[node] = load.get(node, 0) + 1
+        limit = self.limits.replica_processes_per_node_max
+        crowded = sorted(node for node, count in load.items() if count > limit)
+        if not crowded:
+            return None
+        return (f"nodes {crowded} would run {max(load.values())} replica processes, above "
+                f"replica_processes_per_node_max ({limit}): every replica is a process")
+
     def _record_tombstone(self, record: TopicRecord) -> None:
         self.tombstones[record.topic_id] = record.name
         self.state.put(f"deleted/{record.topic_id}", {"name": record.name})
@@ -408,6 +429,10 @@ class Coordinator:
                 correlation_id=request.correlation_id, error=code, error_message=text))]
         added = place_replicas(self.nodes, current, request.total_partitions - current,
                                len(record.replicas[0]), self.rng.randrange(len(self.nodes)))
+        crowded = self._over_process_limit(added)
+        if crowded is not None:
+            return [Send(sender, CreatePartitionsResponse(correlation_id=request.correlation_id,
+                                                          error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
         record.replicas.extend(added)
         self.topic_born_ns[request.name] = now_ns
         self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))

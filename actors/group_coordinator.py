@@ -29,6 +29,7 @@ from actors.actor import MS
 from actors.classic_group import EMPTY, PREPARING, ClassicGroup
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
+from actors.group_offsets import OffsetStore, check_entry, check_group_id
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
@@ -38,7 +39,6 @@ from actors.messages import (
 )
 
 TICK_INTERVAL_MS = 50
-GROUP_ID_LENGTH_MAX = 255
 
 
 class GroupCoordinator:
@@ -54,7 +54,7 @@ class GroupCoordinator:
         self.limits = limits
         self.rng = rng or random.Random(incarnation)
         self.groups: dict[str, ClassicGroup] = {}
-        self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        self.offsets = OffsetStore(limits)
         from actors.share_group import ShareGroups  # share groups (KIP-932), loaded from the same state
         self.share: Any = ShareGroups(state=state, coordinator=coordinator, limits=limits, rng=self.rng,
                                       is_classic_group=lambda group_id: group_id in self.groups or group_id in self.offsets)
@@ -67,9 +67,8 @@ class GroupCoordinator:
         for key, value in self.state.items("offset/"):
             group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
             offset, metadata, timestamp = value
-            self.offsets.setdefault(group_id, {})[(topic, int(partition))] = OffsetEntry(
-                topic=topic, partition=int(partition), offset=offset, metadata=metadata,
-                commit_timestamp_ms=timestamp)
+            self.offsets.load(group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset,
+                                                    metadata=metadata, commit_timestamp_ms=timestamp))
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
@@ -152,8 +151,11 @@ class GroupCoordinator:
     def _on_join(self, request: JoinGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
         limits = self.limits
         problem = None
-        if not request.group_id or len(request.group_id) > GROUP_ID_LENGTH_MAX or "/" in request.group_id:
-            problem = (ErrorCode.INVALID_REQUEST, f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'")
+        if check_group_id(request.group_id) is not None:
+            problem = (ErrorCode.INVALID_REQUEST, check_group_id(request.group_id))
+        elif request.group_id not in self.groups and len(self.groups) >= limits.groups_max:
+            problem = (ErrorCode.LIMIT_REACHED, f"the coordinator holds its maximum of {limits.groups_max} groups "
+                                                "(groups_max); delete groups that are no longer used")
         elif not limits.group_session_timeout_min_ms <= request.session_timeout_ms <= limits.group_session_timeout_max_ms:
             problem = (ErrorCode.INVALID_SESSION_TIMEOUT, (
                 f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
@@ -188,33 +190,43 @@ class GroupCoordinator:
     def _on_commit(self, request: OffsetCommitRequest, sender: Any, now_ns: int) -> list[Effect]:
         group = self.groups.get(request.group_id)
         problem = self._check_commit(request, group)
+        problems = ""
         if problem is not None:
             code, text = problem
             results = [msgspec.structs.replace(entry, error=code) for entry in request.offsets]
             return [Send(sender, OffsetCommitResponse(correlation_id=request.correlation_id, error=code,
                                                       error_message=text, offsets=results))]
-        stored = self.offsets.setdefault(request.group_id, {})
         results = []
         timestamp = now_ns // MS
         for entry in request.offsets:
-            if len(entry.metadata) > self.limits.offset_metadata_length_max or entry.offset < 0:
-                results.append(msgspec.structs.replace(entry, error=ErrorCode.INVALID_REQUEST))
-                continue
             kept = OffsetEntry(topic=entry.topic, partition=entry.partition, offset=entry.offset,
                                metadata=entry.metadata, commit_timestamp_ms=timestamp)
-            stored[(entry.topic, entry.partition)] = kept
+            invalid = check_entry(entry, self.limits)
+            limit = None if invalid is not None else self.offsets.over_budget(request.group_id, kept)
+            if invalid is not None or limit is not None:
+                code, text = invalid if invalid is not None else (ErrorCode.LIMIT_REACHED, limit)
+                results.append(msgspec.structs.replace(entry, error=code))
+                problems = problems or text
+                continue
+            self.offsets.put(request.group_id, kept)
             self.state.put(f"offset/{request.group_id}/{entry.topic}/{entry.partition}",
                            [entry.offset, entry.metadata, timestamp])
             results.append(kept)
-        if group is None:
+        if group is None and request.group_id in self.offsets:
             group = self.groups[request.group_id] = self._new_group(request.group_id)
             self.state.put(f"group/{request.group_id}", group.record())
-        reply = OffsetCommitResponse(correlation_id=request.correlation_id, offsets=results)
+        reply = OffsetCommitResponse(correlation_id=request.correlation_id, offsets=results, error_message=problems)
         return [AfterFlush(self.state, (Send(sender, reply),))]
 
     def _check_commit(self, request: OffsetCommitRequest, group: ClassicGroup | None) -> tuple[ErrorCode, str] | None:
-        if not request.group_id or "/" in request.group_id:
-            return ErrorCode.INVALID_REQUEST, "invalid group id"
+        invalid = check_group_id(request.group_id)
+        if invalid is not None:
+            return ErrorCode.INVALID_REQUEST, invalid
+        if len(request.offsets) > self.limits.group_offsets_max:
+            return ErrorCode.LIMIT_REACHED, f"a commit holds at most {self.limits.group_offsets_max} entries"
+        if group is None and len(self.groups) >= self.limits.groups_max:
+            return ErrorCode.LIMIT_REACHED, (f"the coordinator holds its maximum of {self.limits.groups_max} groups "
+                                             "(groups_max); delete groups that are no longer used")
         if request.generation < 0 and not request.member_id:
             if group is not None and group.members:
                 return ErrorCode.NON_EMPTY_GROUP, (
@@ -275,7 +287,7 @@ class GroupCoordinator:
             return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id, error=ErrorCode.NON_EMPTY_GROUP,
                                                      error_message=f"group {request.group_id!r} still has members"))]
         self.groups.pop(request.group_id, None)
-        for topic, partition in self.offsets.pop(request.group_id, {}):
+        for topic, partition in self.offsets.delete_group(request.group_id):
             self.state.delete(f"offset/{request.group_id}/{topic}/{partition}")
         self.state.delete(f"group/{request.group_id}")
         return [AfterFlush(self.state, (Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id)),))]

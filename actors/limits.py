@@ -81,13 +81,29 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- coordinator ---------------------------------------------------------------------
     topics_max: int = 10_000
-    partitions_per_topic_max: int = 10_000
+    # Every replica is its own process (what makes `kill -9` of one replica real): a partition
+    # costs a process on each of its replicas' nodes, ~15-30 MB each. 1,000 partitions is more than
+    # one machine can run as processes; the per-node bound below is what really applies.
+    partitions_per_topic_max: int = 1000
+    # Replica processes one node may be asked to run, over all topics: 250 x ~30 MB is ~7.5 GB per
+    # node, what a machine that also runs two more nodes can take. A create that would pass it is
+    # refused with LIMIT_REACHED, so no single request asks for tens of thousands of processes.
+    replica_processes_per_node_max: int = 250
     topic_name_length_max: int = 249  # Kafka's limit
 
     # --- groups (coordinator side) -------------------------------------------------------
     group_session_timeout_min_ms: int = 100
     group_session_timeout_max_ms: int = 300_000
     group_members_max: int = 1000
+    # Classic groups per coordinator (members or commits make one): each costs its membership and
+    # offsets in memory and in the state journal; a client inventing group ids stops here.
+    groups_max: int = 1000
+    # Partitions with a committed offset per group: a group reading every partition of 100
+    # topics of 100 partitions fits; commits for invented topics stop here.
+    group_offsets_max: int = 10_000
+    # Bytes of committed offsets over all groups (topic names and metadata strings are what
+    # costs): 64 MiB in memory and the same in the journal, whatever clients commit.
+    group_offsets_bytes_max: int = 64 * 1024 * 1024
     # A new group waits this long for more members before the first rebalance completes
     # (Kafka's group.initial.rebalance.delay.ms is 3 s; short here so tests stay fast).
     group_initial_rebalance_delay_ms: int = 100

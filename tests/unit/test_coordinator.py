@@ -594,3 +594,31 @@ def test_producer_ids_increase_and_are_never_reused_after_a_restart(cluster):
     third = init()
 
     assert first < second < third
+
+
+# ---------------------------------------------------------------------------- limits that fit one process per replica
+
+
+def test_a_topic_that_would_ask_a_node_for_too_many_replica_processes_is_refused():
+    limits = Limits(replica_processes_per_node_max=10)
+    cluster = Cluster(limits=limits)
+
+    answer = only(cluster.ask(CreateTopicRequest(correlation_id=1, name="big", partitions=11, replication_factor=3)),
+                  CreateTopicResponse)
+
+    assert answer.error == ErrorCode.LIMIT_REACHED and "replica_processes_per_node_max" in answer.error_message
+    assert "big" not in cluster.coordinator.topics
+
+
+def test_the_process_limit_counts_every_topic_and_growing_one_too():
+    limits = Limits(replica_processes_per_node_max=10)
+    cluster = Cluster(limits=limits)
+    assert only(flushed(cluster.ask(CreateTopicRequest(correlation_id=1, name="a", partitions=6, replication_factor=3))),
+                CreateTopicResponse).error == ErrorCode.NONE
+
+    second = only(cluster.ask(CreateTopicRequest(correlation_id=2, name="b", partitions=5, replication_factor=3)),
+                  CreateTopicResponse)
+    grown = only(cluster.ask(CreatePartitionsRequest(correlation_id=3, name="a", total_partitions=11)),
+                 CreatePartitionsResponse)
+
+    assert second.error == ErrorCode.LIMIT_REACHED and grown.error == ErrorCode.LIMIT_REACHED

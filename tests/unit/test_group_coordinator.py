@@ -303,7 +303,7 @@ def test_invalid_entries_are_refused_one_by_one_and_the_rest_is_stored(stage):
     response = only(stage.ask("admin", request), OffsetCommitResponse)
 
     assert [entry.error for entry in response.offsets] == [
-        ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST, ErrorCode.NONE]
+        ErrorCode.INVALID_REQUEST, ErrorCode.OFFSET_METADATA_TOO_LARGE, ErrorCode.NONE]
     assert stage.committed() == {("orders", 2): 9}
 
 

@@ -1,0 +1,95 @@
+"""Committed offsets of classic groups: the store, and the bounds that keep it small.
+
+Every commit is checked before anything is stored (a commit is all-or-nothing per entry, as in
+Kafka): the group id and topic name must be names railmq could have made, the partition a number
+a topic could have, the offset not negative, the metadata string within
+`offset_metadata_length_max` (OFFSET_METADATA_TOO_LARGE). Then the bounds, each with a typed
+LIMIT_REACHED answer naming it: at most `groups_max` classic groups, `group_offsets_max`
+partitions with a commit per group, and `group_offsets_bytes_max` bytes of committed state in all
+(topic names and metadata strings are what costs): a client that commits for thousands of made-up
+groups or topics fills a bounded store, not the coordinator's memory and disk.
+"""
+
+from __future__ import annotations
+
+import re
+
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import OffsetEntry
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+GROUP_ID_LENGTH_MAX = 255
+ENTRY_OVERHEAD_BYTES = 64  # the key, three numbers and the journal record around them
+
+
+def entry_bytes(group_id: str, entry: OffsetEntry) -> int:
+    return ENTRY_OVERHEAD_BYTES + len(group_id) + len(entry.topic) + len(entry.metadata)
+
+
+def check_group_id(group_id: str) -> str | None:
+    if not group_id or len(group_id) > GROUP_ID_LENGTH_MAX or "/" in group_id:
+        return f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'"
+    return None
+
+
+def check_entry(entry: OffsetEntry, limits: Limits) -> tuple[ErrorCode, str] | None:
+    """Why one commit entry cannot be stored, or None."""
+    if not TOPIC_NAME.match(entry.topic) or len(entry.topic) > limits.topic_name_length_max:
+        return ErrorCode.INVALID_REQUEST, f"{entry.topic[:60]!r} is not a topic name"
+    if not 0 <= entry.partition < limits.partitions_per_topic_max:
+        return ErrorCode.INVALID_REQUEST, f"partition {entry.partition} is outside 0..{limits.partitions_per_topic_max - 1}"
+    if entry.offset < 0:
+        return ErrorCode.INVALID_REQUEST, f"offset {entry.offset} is negative"
+    if len(entry.metadata) > limits.offset_metadata_length_max:
+        return ErrorCode.OFFSET_METADATA_TOO_LARGE, (
+            f"metadata of {len(entry.metadata)} characters is above offset_metadata_length_max "
+            f"({limits.offset_metadata_length_max})")
+    return None
+
+
+class OffsetStore:
+    """group id -> {(topic, partition): OffsetEntry}, with its size in bytes."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.by_group: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        self.total_bytes = 0
+
+    def load(self, group_id: str, entry: OffsetEntry) -> None:
+        self._put(group_id, entry)
+
+    def over_budget(self, group_id: str, entry: OffsetEntry) -> str | None:
+        """The bound one more entry would pass (a new partition or more bytes), or None."""
+        stored = self.by_group.get(group_id, {})
+        old = stored.get((entry.topic, entry.partition))
+        if old is None and len(stored) >= self.limits.group_offsets_max:
+            return f"group {group_id!r} has commits for its maximum of {self.limits.group_offsets_max} partitions"
+        grown = entry_bytes(group_id, entry) - (entry_bytes(group_id, old) if old is not None else 0)
+        if grown > 0 and self.total_bytes + grown > self.limits.group_offsets_bytes_max:
+            return (f"committed offsets hold their maximum of {self.limits.group_offsets_bytes_max} bytes "
+                    "(group_offsets_bytes_max); delete groups that are no longer used")
+        return None
+
+    def put(self, group_id: str, entry: OffsetEntry) -> None:
+        self._put(group_id, entry)
+
+    def _put(self, group_id: str, entry: OffsetEntry) -> None:
+        stored = self.by_group.setdefault(group_id, {})
+        old = stored.get((entry.topic, entry.partition))
+        if old is not None:
+            self.total_bytes -= entry_bytes(group_id, old)
+        stored[(entry.topic, entry.partition)] = entry
+        self.total_bytes += entry_bytes(group_id, entry)
+
+    def delete_group(self, group_id: str) -> list[tuple[str, int]]:
+        stored = self.by_group.pop(group_id, {})
+        for entry in stored.values():
+            self.total_bytes -= entry_bytes(group_id, entry)
+        return list(stored)
+
+    def get(self, group_id: str, default: dict | None = None) -> dict[tuple[str, int], OffsetEntry]:
+        return self.by_group.get(group_id, {} if default is None else default)
+
+    def __contains__(self, group_id: str) -> bool:
+        return group_id in self.by_group
