@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.console.browser import launch, why_no_browser
+from chaos.console.browser import launch, why_no_browser
 from tests.helpers import wait_for
 
 pytest.importorskip("starlette")

@@ -1,6 +1,8 @@
 """Starting Debian's chromium through playwright, for the console's browser tests, its benchmark
-and the docs screenshot. Never `playwright install`: the system browser is used, with the
-flags a headless run in a container needs and without any network of its own."""
+(bench/console.py) and the docs screenshot (docs/tools/console_screenshot.py).
+
+Never `playwright install`: the system browser is used (`RAILMQ_CHROMIUM` names another), with
+the flags a headless run in a container needs and without any network of its own."""
 
 from __future__ import annotations
 
