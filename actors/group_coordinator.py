@@ -33,12 +33,15 @@ from actors.group_offsets import OffsetStore, check_entry, check_group_id
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
-    GroupSummary, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
-    ServiceHeartbeat, ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
+    FetchResponse, GroupSummary, HeartbeatRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
+    ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
 )
 
 TICK_INTERVAL_MS = 50
+CLUSTER_ANSWERS = (MetadataResponse, ListOffsetsResponse, FetchResponse, ProduceResponse, InitProducerIdResponse,
+                   ServiceHeartbeatResponse)
 
 
 class GroupCoordinator:
@@ -72,6 +75,11 @@ class GroupCoordinator:
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
+
+    def needs_authentication(self, message: Any) -> bool:
+        """Answers to what the coordinator asked (metadata, high watermarks, records, dead-letter
+        writes, producer ids) come from processes of this cluster; requests come from anyone."""
+        return isinstance(message, CLUSTER_ANSWERS)
 
     def start(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
