@@ -170,6 +170,8 @@ class ReplicaStorage:
             return effects
         try:
             self.scrub_offset = log.scrub(start, limits.scrub_bytes_per_tick)
+            if self.scrub_offset >= log.log_end_offset:
+                self.scrub_offset = log.log_start_offset  # a pass is done: the next starts over
         except CorruptLog as error:
             self.scrub_offset = error.last_offset + 1
             effects += self.record_corruption(error)

@@ -21,6 +21,7 @@ exactly those. Link and disk faults that hit a leader carry role `leader-<action
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -317,6 +318,27 @@ class Nemesis:
         problems = self.board.stop(fault_id)
         self.log.fault("disk-full", victim, "stop", index, problems=problems)
 
+    def _replica_directory(self, victim: Victim) -> str:
+        from transport.actor_main import replica_directory
+
+        with self._admin_lock:
+            topic_id = self._admin.describe_topic(self.topic).topic_id
+        return replica_directory(self.cluster.data_dir, victim.node, self.topic, victim.partition, topic_id)
+
+    def _do_wipe(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
+        """Lose a disk: kill the replica and delete its whole directory before it restarts."""
+        victim = victims[0]
+        directory = self._replica_directory(victim)
+        pid = self._signal(victim, signal.SIGKILL)
+        wiped = wipe_directory(directory)
+        self.log.fault("wipe", victim, "start", index, pid=pid, files=wiped, was_leader=victim.role == "leader")
+
+    def _do_corrupt(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
+        """Bit rot: flip one byte inside a batch's records in a segment the replica has written."""
+        victim = victims[0]
+        where = flip_payload_byte(self._replica_directory(victim), self.rng)
+        self.log.fault("corrupt", victim, "start", index, where=where, was_leader=victim.role == "leader")
+
     def _do_fsync_fail(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
         victim = victims[0]
         problems = self.board.fail_next_fsync(victim.name)
@@ -334,3 +356,41 @@ class Nemesis:
         self.labels.clear()
         problems += self.board.heal([ref.name for ref in self._actor_refs()])
         return self.log.heal(problems)
+
+
+def wipe_directory(directory: str) -> int:
+    """Delete every file of a replica directory (and the directory); how many files went."""
+    import shutil
+
+    count = sum(len(names) for _, _, names in os.walk(directory))
+    shutil.rmtree(directory, ignore_errors=True)
+    return count
+
+
+def flip_payload_byte(directory: str, rng: random.Random) -> str:
+    """Flip one byte of one record payload in the oldest half of a replica's log; where it was.
+    Only under a batch's CRC (never the stamped offset or epoch): the damage reads must find."""
+    from storage.batch import HEADER_SIZE
+    from storage.segment import iter_batches_in_file, parse_segment_file_name
+    from storage.fs import OsFileSystem
+
+    names = sorted(name for name in os.listdir(directory) if parse_segment_file_name(name) is not None)
+    if not names:
+        raise StepSkipped(f"{directory} holds no segment yet")
+    path = os.path.join(directory, names[0])
+    handle = OsFileSystem().open(path)
+    try:
+        batches = [(position, header) for position, header in
+                   iter_batches_in_file(handle, 0, handle.size, verify=False, batch_bytes_max=64 << 20)]
+    finally:
+        handle.close()
+    if not batches:
+        raise StepSkipped(f"{path} holds no batch yet")
+    position, header = rng.choice(batches[: max(1, len(batches) // 2)])
+    target = position + HEADER_SIZE + rng.randrange(header.payload_length)
+    with open(path, "r+b") as file:
+        file.seek(target)
+        byte = file.read(1)
+        file.seek(target)
+        file.write(bytes([byte[0] ^ 0x5A]))
+    return f"{names[0]} byte {target} (offsets {header.base_offset}..{header.last_offset})"

@@ -42,7 +42,7 @@ SCHEDULE_TAIL_S = 1.0
 PAST_SESSION_S = (2.5, 3.5)
 
 ACTIONS = ("kill", "pause", "resume", "restart", "isolate", "split", "cut", "slow-link", "disk-full",
-           "fsync-fail", "crash-member")
+           "fsync-fail", "crash-member", "wipe", "corrupt")
 ROLES = ("leader", "follower", "followers", "replica", "node", "coordinator", "group-coordinator",
          "member", "producer", "label")
 
@@ -226,6 +226,17 @@ def fill_disk(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[Fau
                       duration_s=_lasting(rng, (1.5, 2.5)))]
 
 
+def lose_disk(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+    """One replica's disk fails: its directory is wiped as it is killed, or a byte of a batch it
+    flushed rots in place. A replica of another partition each time; the damaged one must repair
+    before the partition is hit again, which the gaps between episodes leave time for."""
+    if rng.random() < 0.5:
+        return [FaultStep(at_s=at_s, action="wipe", role=rng.choice(["leader", "follower"]),
+                          partition=_partition(rng, shape))]
+    return [FaultStep(at_s=at_s, action="corrupt", role=rng.choice(["leader", "follower"]),
+                      partition=_partition(rng, shape))]
+
+
 def restart_node(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
     return [FaultStep(at_s=at_s, action="restart", role="node", node=rng.randrange(1, shape.nodes + 1))]
 
@@ -309,6 +320,8 @@ _SAFE = [
              _single(isolate_leader, gap_s=(1.5, 2.5))),
     Scenario("rolling-restart", "restart every node's replicas in turn, then the coordinators",
              rolling_restart_schedule),
+    Scenario("disk-loss", "wipe one replica's data directory as it is killed, or flip a byte of a batch it flushed",
+             _single(lose_disk, gap_s=(3.0, 4.0))),
     Scenario("mixed", "a random rotation of every nemesis, with quiet periods", mixed_schedule),
 ]
 _TEACHING = [

@@ -29,7 +29,7 @@ from storage.epochs import EPOCH_CHECKPOINT_NAME, EpochCheckpointCorrupt, Leader
 from storage.errors import (BatchTooLarge, CorruptBatch, CorruptLog, FsyncFailed, LogClosed, OffsetOutOfRange,
                             OutOfOrderBatch, StaleLeaderEpoch, StorageFull)
 from storage.fs import Buffer, FileSystem, OsFileSystem
-from storage.reader import gather, locate
+from storage.reader import gather, locate, refuse_rest
 from storage.recovery import logger, recover
 from storage.segment import Segment, segment_file_name
 from storage.truncation import ShrinkOperations
@@ -344,14 +344,23 @@ class PartitionLog(ShrinkOperations):
     def scrub(self, offset: int, max_bytes: int) -> int:
         """Read (and so CRC-check) whole batches from `offset`, about `max_bytes` of them, and
         return the offset to continue from. Bit rot found is refused like any read's
-        (`CorruptLog` when it is at `offset`); nothing is returned to anyone."""
+        (`CorruptLog` when it is at `offset`); nothing is returned to anyone. The two fields the
+        CRC does not cover — the stamped base offset and leader epoch — are checked too: offsets
+        must follow each other and each epoch must be the one the epoch checkpoint has for it."""
         data = self.read(offset, max_bytes)
         if not data:
             return self.log_end_offset
-        next_offset = offset
+        expected: int | None = None
         for _, header in iter_batches(data, verify=False, batch_bytes_max=self._config.batch_bytes_max):
-            next_offset = header.next_offset
-        return next_offset
+            placed = header.base_offset <= offset < header.next_offset if expected is None \
+                else header.base_offset == expected
+            epoch = self._epochs.epoch_at(header.base_offset) if placed else None
+            if not placed or (epoch is not None and epoch != header.leader_epoch):
+                first = offset if expected is None else expected
+                raise refuse_rest(self._segments[self._segment_index(first)], first,
+                                  "a stamped header field (base offset or leader epoch) changed on disk")
+            expected = header.next_offset
+        return expected
 
     def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers from the batch holding `from_offset` to the end, stepping over refused ranges.

@@ -40,7 +40,7 @@ def locate(segments: list[Segment], bases: list[int], offset: int) -> tuple[int,
         try:
             found = segment.find_batch(offset)
         except (CorruptBatch, BatchTooLarge) as error:
-            raise _refuse_rest(segment, offset, str(error)) from None
+            raise refuse_rest(segment, offset, str(error)) from None
         if found is not None:
             return index, found[0], found[1]
         index += 1
@@ -86,7 +86,7 @@ def _whole_batches(segment: Segment, chunk: bytes, chunk_position: int, next_off
         try:
             header = parse_header(chunk, used, batch_bytes_max=segment.batch_bytes_max, available=readable - used)
         except (CorruptBatch, BatchTooLarge) as error:
-            refused = _refuse_rest(segment, next_offset, str(error))
+            refused = refuse_rest(segment, next_offset, str(error))
             if first_read and used == 0:
                 raise refused from None
             return used, next_offset, True
@@ -114,7 +114,7 @@ def _refuse_batch(segment: Segment, position: int, header: BatchHeader) -> Corru
     return _report(segment, refused, "CRC mismatch found by a read")
 
 
-def _refuse_rest(segment: Segment, first_offset: int, reason: str) -> CorruptLog:
+def refuse_rest(segment: Segment, first_offset: int, reason: str) -> CorruptLog:
     """A header failed where the log wrote a good one: refuse up to the next known boundary."""
     start = _position_of_offset(segment, first_offset)
     end = segment.readable_end(start)

@@ -232,3 +232,20 @@ def test_the_new_checkpoint_fields_round_trip():
 
 def test_segment_names_are_what_the_helpers_expect():
     assert segment_file_name(0) == "00000000000000000000.log"
+
+
+def test_the_scrub_finds_a_stamped_field_changed_on_disk_that_no_crc_covers():
+    """Base offset and leader epoch are stamped by the leader outside the CRC: a byte flipped in
+    them while the replica runs is found by the scrubber's continuity and epoch checks."""
+    from storage.errors import CorruptLog
+
+    fs = MemoryFileSystem()
+    written(fs)
+    opened = reopen(fs)
+    first_segment = segments(fs)[0]
+    fs.corrupt(f"{DIRECTORY}/{first_segment}", 9)  # the first batch's leader epoch, in the open log's file
+
+    with pytest.raises(CorruptLog, match="stamped header field"):
+        opened.log.scrub(0, 1 << 20)
+
+    assert opened.log.corrupt_ranges

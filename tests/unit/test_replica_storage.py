@@ -274,3 +274,29 @@ def test_list_offsets_answers_name_their_partition():
 ], ids=["state-push", "isr-answer", "fetch-answer", "follower-fetch", "consumer-fetch", "produce", "list-offsets"])
 def test_what_a_replica_accepts_only_from_inside_the_cluster(message, needed):
     assert Stage().replica.needs_authentication(message) is needed
+
+
+def test_the_scrubber_starts_over_at_the_log_start_even_while_records_keep_arriving():
+    """A cursor that only followed the log end would never look at old data again while a
+    producer keeps writing: each pass ends at the end and the next begins at the start."""
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    end = 6
+
+    def one_more_record() -> None:
+        nonlocal end
+        follower.answer(follower.fetch(), leader_batches(1, epoch=3, start=end), high_watermark=end + 1,
+                        log_end_offset=end + 1)
+        end += 1
+
+    follower.harness.advance(LIMITS.scrub_interval_ms)  # a first pass over the healthy log
+    one_more_record()
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 200)  # old data rots after it was scrubbed
+    for _ in range(6):  # new records before every scrub tick
+        follower.harness.advance(LIMITS.scrub_interval_ms)
+        if follower.harness.trace_events("storage-damage-found"):
+            break
+        one_more_record()
+
+    assert follower.harness.trace_events("storage-damage-found"), "the old damage was found while writes went on"
