@@ -101,7 +101,8 @@ def _storage(event: dict[str, Any]) -> tuple[str, str, str]:
     )
     words = {
         "storage-damage-found": "found damage in its log",
-        "storage-repaired": "repaired its log",
+        # also sent when a new or restarted replica first catches up: its log is whole from then on
+        "storage-repaired": f"caught up with its leader (log end {event.get('log_end_offset', '?')})",
         "repair-truncated": "cut its log below damage to repair it",
     }[name]
     detail = f" (state {event.get('state')})" if event.get("state") else ""

@@ -72,7 +72,7 @@ def passage_step(what: str, passage: Passage, *, resolution: str) -> Step:
         return Step(what=f"{what}: not yet, as far as the console saw{since}", kind="gap", source="console")
     if passage.before_watching:
         return Step(
-            what=f"{what}: already when the console started watching",
+            what=f"{what}: already at the console's first sight of it (no earlier sample)",
             kind="gap",
             source="console",
             time_ns=passage.by_ns,
@@ -82,6 +82,28 @@ def passage_step(what: str, passage: Passage, *, resolution: str) -> Step:
         source="console",
         time_ns=passage.by_ns,
         after_ns=passage.after_ns,
+    )
+
+
+def _no_later_than_copies(passages: dict[int, Passage], leader: int) -> Passage:
+    """The leader appended a record no later than any follower was seen holding it: reports come
+    from separate heartbeats, so a follower's can be newer than the leader's last one."""
+    own = passages[leader]
+    copies = [
+        passage.by_ns
+        for node, passage in passages.items()
+        if node != leader and passage.passed and passage.by_ns is not None
+    ]
+    if not copies or (own.passed and own.by_ns is not None and own.by_ns <= min(copies)):
+        return own
+    earliest = min(copies)
+    after = own.after_ns if own.after_ns is not None and own.after_ns < earliest else None
+    return Passage(
+        passed=True,
+        after_ns=after,
+        by_ns=earliest,
+        before_watching=after is None and own.before_watching,
+        watched_since_ns=own.watched_since_ns,
     )
 
 
@@ -245,15 +267,20 @@ class Explainer:
 
     def _replication(self, story: Story, view: Any) -> None:
         journal, offset = self.collector.journal, story.offset
-        resolution = "replicas report their offsets every 200 ms; the console reads them every refresh"
+        resolution = (
+            "as each replica reported it in its heartbeats (every 200 ms, each on its own clock), "
+            "read by the console every refresh"
+        )
+        passages = {
+            replica.node: journal.replica_passage(story.topic, story.partition, replica.node, offset)
+            for replica in view.replicas
+        }
         for replica in view.replicas:
-            role = "the appending leader" if replica.node == story.leader_node else "replica"
+            appending = replica.node == story.leader_node
+            passage = _no_later_than_copies(passages, replica.node) if appending else passages[replica.node]
+            role = "the appending leader" if appending else "replica"
             story.steps.append(
-                passage_step(
-                    f"n{replica.node} ({role}) had it in its log",
-                    journal.replica_passage(story.topic, story.partition, replica.node, offset),
-                    resolution=resolution,
-                )
+                passage_step(f"n{replica.node} ({role}) had it in its log", passage, resolution=resolution)
             )
         story.steps.append(
             passage_step(
@@ -311,9 +338,6 @@ class Explainer:
                 passage,
                 resolution="the console reads commits every second",
             )
-            if passage.before_watching and entry is not None and entry.commit_timestamp_ms > 0:
-                step.what += f"; its current commit ({entry.offset}) was made at"
-                step.time_ns = entry.commit_timestamp_ms * 1_000_000
             story.steps.append(step)
 
     def _afterwards(self, story: Story, view: Any, events: list[dict[str, Any]]) -> None:

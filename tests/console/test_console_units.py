@@ -341,3 +341,14 @@ def test_top_puts_unhealthy_partitions_first_and_names_their_flags():
     text = console.export_text()
     assert text.index("payments/0") < text.index("orders/0")
     assert "OFFLINE" in text and "n3:damaged" in text and "kill coordinator" in text
+
+
+def test_the_appending_leader_had_a_record_no_later_than_any_follower_was_seen_with_it():
+    from chaos.console.explain import _no_later_than_copies
+    from chaos.console.journal import Passage
+
+    passages = {1: Passage(passed=True, after_ns=30, by_ns=40),  # the leader's own, staler report
+                2: Passage(passed=True, after_ns=10, by_ns=20), 3: Passage(passed=False)}
+    leader = _no_later_than_copies(passages, 1)
+    assert leader.by_ns == 20 and leader.after_ns is None  # its "not yet" at 30 contradicts n2's copy at 20
+    assert _no_later_than_copies({1: Passage(passed=True, after_ns=5, by_ns=8), 2: passages[2]}, 1).by_ns == 8

@@ -181,29 +181,69 @@ function spark(key) {
   return svg;
 }
 
+// Sections are rebuilt only when their structure changes (a leader, the ISR, a badge, a
+// button); numbers that move every refresh are updated in place, so a button under the pointer
+// stays the same element and a click is never lost to a redraw.
+function rebuild(container, signature, build) {
+  if (container.dataset.signature === signature) return false;
+  container.replaceChildren(...build());
+  container.dataset.signature = signature;
+  return true;
+}
+
+function updateLive(container, values) {
+  for (const element of container.querySelectorAll("[data-live]")) {
+    const value = values.get(element.dataset.live);
+    if (value !== undefined && element.textContent !== value) element.textContent = value;
+  }
+  for (const element of container.querySelectorAll("[data-spark]")) element.replaceChildren(spark(element.dataset.spark));
+}
+
+function live(key, values, text) {
+  values.set(key, text);
+  return h("span", { "data-live": key }, text);
+}
+
+function serviceFacts(service) {
+  return `pid ${service.pid || "?"} · ${rate(service.messages_in_per_s)} msg/s in · ${service.endpoint}`;
+}
+
+function nodeFacts(node) {
+  return `${node.replicas_alive}/${node.replicas} replicas alive · leads ${node.leaders} · ${bytes(node.log_size_bytes)}`;
+}
+
 function serviceBox(service, isolated) {
   return h("div", { class: "box" + (service.answering ? "" : " down"), "data-testid": `service-${service.name}` },
     h("div", { class: "title" }, service.name, service.paused ? h("span", { class: "badge warn" }, "paused") : null,
       isolated.has(service.name) ? h("span", { class: "badge warn" }, "isolated") : null,
       service.answering ? null : h("span", { class: "badge bad" }, "not answering")),
-    h("div", { class: "facts" }, `pid ${service.pid || "?"} · ${rate(service.messages_in_per_s)} msg/s in · ${service.endpoint}`),
+    h("div", { class: "facts", "data-live": `service:${service.name}` }, serviceFacts(service)),
     h("div", {}, faultButtons(service.name, "", { paused: service.paused, isolated: isolated.has(service.name) })));
 }
 
 function renderServices(snapshot, isolated) {
-  document.getElementById("services").replaceChildren(...snapshot.services.map((service) => serviceBox(service, isolated)));
+  const container = document.getElementById("services");
+  const signature = JSON.stringify([snapshot.services.map((s) => [s.name, s.pid, s.endpoint, s.answering, s.paused,
+    isolated.has(s.name)]), snapshot.controls]);
+  rebuild(container, signature, () => snapshot.services.map((service) => serviceBox(service, isolated)));
+  updateLive(container, new Map(snapshot.services.map((service) => [`service:${service.name}`, serviceFacts(service)])));
 }
 
 function renderNodes(snapshot, isolated) {
-  document.getElementById("nodes").replaceChildren(...snapshot.nodes.map((node) => {
+  const container = document.getElementById("nodes");
+  const pausedNodes = snapshot.nodes.map((node) => snapshot.paused.some((name) => name.endsWith(`/n${node.node}`)));
+  const signature = JSON.stringify([snapshot.nodes.map((n) => [n.node, n.replicas, n.replicas_alive, n.leaders]),
+    pausedNodes, [...isolated], snapshot.controls]);
+  rebuild(container, signature, () => snapshot.nodes.map((node) => {
     const nodePaused = snapshot.paused.some((name) => name.endsWith(`/n${node.node}`));
     const label = `node ${node.node}`;
     return h("div", { class: "box" + (node.replicas_alive < node.replicas ? " down" : ""), "data-testid": `node-${node.node}` },
       h("div", { class: "title" }, label, nodePaused ? h("span", { class: "badge warn" }, "paused") : null,
         isolated.has(label) ? h("span", { class: "badge warn" }, "isolated") : null),
-      h("div", { class: "facts" }, `${node.replicas_alive}/${node.replicas} replicas alive · leads ${node.leaders} · ${bytes(node.log_size_bytes)}`),
+      h("div", { class: "facts", "data-live": `node:${node.node}` }, nodeFacts(node)),
       h("div", {}, faultButtons("node", node.node, { paused: nodePaused, isolated: isolated.has(label) })));
   }));
+  updateLive(container, new Map(snapshot.nodes.map((node) => [`node:${node.node}`, nodeFacts(node)])));
 }
 
 function storageBadge(replica) {
@@ -215,13 +255,14 @@ function storageBadge(replica) {
   return h("span", { class: `badge ${kind}`, title, "data-testid": "storage" }, state);
 }
 
-function replicaChip(partition, replica, isolated) {
+function replicaChip(partition, replica, isolated, values) {
   const classes = ["replica", replica.role === "leader" ? "leader" : "", replica.in_isr ? "" : "out", replica.alive ? "" : "dead"];
   const title = `${replica.actor} pid ${replica.pid} · log ${replica.log_start_offset}..${replica.log_end_offset}` +
     (replica.behind_leader ? ` · ${replica.behind_leader} behind the leader` : "") + ` · ${bytes(replica.log_size_bytes)}`;
   return h("span", { class: classes.filter(Boolean).join(" "), title, "data-testid": "replica",
     dataset: { node: replica.node, role: replica.role } },
-    `n${replica.node}`, replica.role === "leader" ? " ★" : "", ` ${number(replica.log_end_offset)}`,
+    `n${replica.node}`, replica.role === "leader" ? " ★ " : " ",
+    live(`replica-end:${partition.topic}/${partition.partition}/${replica.node}`, values, number(replica.log_end_offset)),
     replica.in_isr ? null : h("span", { class: "badge warn" }, replica.eligible ? "ELR" : "out of ISR"),
     replica.alive ? null : h("span", { class: "badge bad" }, "silent"),
     replica.paused ? h("span", { class: "badge warn" }, "paused") : null,
@@ -230,8 +271,32 @@ function replicaChip(partition, replica, isolated) {
     faultButtons("replica", replica.actor, { paused: replica.paused, isolated: isolated.has(replica.actor) }));
 }
 
+function topicFacts(topic) {
+  return ` · ${topic.partitions} partition(s) · replication ${topic.replication_factor} · ` +
+    `min ISR ${topic.min_insync_replicas} · ${rate(topic.produce_rate_per_s)} msg/s` +
+    (topic.dead_letter ? ` · dead letters: ${number(topic.depth)}` : "");
+}
+
 function renderTopics(snapshot, isolated) {
   const container = document.getElementById("topics");
+  const values = new Map();
+  const signature = JSON.stringify([snapshot.topics.map((t) => [t.name, t.partitions]), snapshot.partitions.map((p) =>
+    [p.topic, p.partition, p.leader, p.leader_epoch, p.partition_epoch, p.isr, p.offline, p.offline_reason, p.under_min_isr,
+      p.under_replicated, p.hot, p.replicas.map((r) => [r.node, r.role, r.alive, r.in_isr, r.eligible, r.storage_state,
+        r.storage_damage, r.paused, r.pid])]), [...isolated], snapshot.controls]);
+  rebuild(container, signature, () => topicBlocks(snapshot, isolated, values));
+  for (const topic of snapshot.topics) values.set(`topic:${topic.name}`, topicFacts(topic));
+  for (const p of snapshot.partitions) {
+    const key = `${p.topic}/${p.partition}`;
+    values.set(`high:${key}`, number(p.high_watermark));
+    values.set(`end:${key}`, number(p.log_end_offset));
+    values.set(`rate:${key}`, rate(p.produce_rate_per_s));
+    for (const r of p.replicas) values.set(`replica-end:${key}/${r.node}`, number(r.log_end_offset));
+  }
+  updateLive(container, values);
+}
+
+function topicBlocks(snapshot, isolated, values) {
   const blocks = [];
   for (const topic of snapshot.topics) {
     const rows = snapshot.partitions.filter((p) => p.topic === topic.name).map((p) => {
@@ -248,21 +313,21 @@ function renderTopics(snapshot, isolated) {
           p.offline && p.offline_reason ? h("div", { class: "meta" }, p.offline_reason) : null),
         h("td", { class: "n" }, `${p.leader_epoch} / ${p.partition_epoch}`),
         h("td", {}, `[${p.isr.map((n) => "n" + n).join(", ")}]`),
-        h("td", { class: "n" }, number(p.high_watermark)), h("td", { class: "n" }, number(p.log_end_offset)),
-        h("td", { class: "n" }, rate(p.produce_rate_per_s)), h("td", {}, spark(key)),
-        h("td", {}, p.replicas.map((r) => replicaChip(p, r, isolated))),
+        h("td", { class: "n" }, live(`high:${key}`, values, number(p.high_watermark))),
+        h("td", { class: "n" }, live(`end:${key}`, values, number(p.log_end_offset))),
+        h("td", { class: "n" }, live(`rate:${key}`, values, rate(p.produce_rate_per_s))),
+        h("td", { "data-spark": key }, spark(key)),
+        h("td", {}, p.replicas.map((r) => replicaChip(p, r, isolated, values))),
         h("td", {}, leader ? h("button", { class: "danger", "data-testid": "kill-leader",
           title: `SIGKILL the leader ${leader.actor}`, onclick: () => fault("kill", "replica", leader.actor) }, "kill leader") : null));
     });
     blocks.push(h("div", { class: "topic-title", "data-testid": "topic", dataset: { topic: topic.name } }, topic.name,
-      h("span", { class: "meta" }, ` · ${topic.partitions} partition(s) · replication ${topic.replication_factor} · ` +
-        `min ISR ${topic.min_insync_replicas} · ${rate(topic.produce_rate_per_s)} msg/s` +
-        (topic.dead_letter ? ` · dead letters: ${number(topic.depth)}` : ""))));
+      h("span", { class: "meta", "data-live": `topic:${topic.name}` }, topicFacts(topic))));
     blocks.push(h("table", {}, h("thead", {}, h("tr", {}, ["p", "leader", "epoch / part. epoch", "ISR", "high wm",
       "log end", "msg/s", "", "replicas (★ leader; log end; storage)", ""].map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
   }
   if (!snapshot.topics.length) blocks.push(h("p", { class: "meta" }, "no topics yet"));
-  container.replaceChildren(...blocks);
+  return blocks;
 }
 
 function renderGroups(snapshot) {
@@ -421,7 +486,7 @@ function connect() {
   source.addEventListener("error", () => { live.textContent = "reconnecting"; live.className = "live off"; });
   source.addEventListener("snapshot", (message) => onSnapshot(JSON.parse(message.data)));
   source.addEventListener("timeline", (message) => { state.timeline = []; addEvents(JSON.parse(message.data)); });
-  source.addEventListener("events", (message) => { addEvents(JSON.parse(message.data)); if (state.snapshot) render(); });
+  source.addEventListener("events", (message) => { addEvents(JSON.parse(message.data)); renderChart(); });
 }
 
 setInterval(() => {
