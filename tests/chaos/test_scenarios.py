@@ -46,7 +46,7 @@ ACKNOWLEDGED_MIN = 2000
 def test_the_registry_has_every_scenario_the_issue_names():
     assert set(SCENARIOS) == {
         "leader-kill", "follower-kill", "coordinator-kill", "consumer-crash-before-commit",
-        "zombie-leader-pause", "isolate-leader", "rolling-restart", "mixed", "acks1-leader-kill",
+        "zombie-leader-pause", "isolate-leader", "rolling-restart", "disk-loss", "mixed", "acks1-leader-kill",
         "unclean-election"}
     assert {scenario.name for scenario in teaching_scenarios()} == {"acks1-leader-kill", "unclean-election"}
     assert all(not scenario.expect_loss for scenario in safe_scenarios())

@@ -62,10 +62,18 @@ class RawClient:
 
 
 def topic_on(cluster, name: str, **config) -> object:
+    """A topic whose every replica has reported (so metadata knows each one's endpoint)."""
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(name, partitions=2, replication_factor=3,
                            config={"min_insync_replicas": 2, **config})
-        return admin.wait_for_leaders(name, full_isr=True)
+        return wait_for(lambda: _all_reported(admin.describe_topic(name)), timeout_s=20,
+                        what="every replica reporting")
+
+
+def _all_reported(topic):
+    ready = all(p.leader_endpoint and all(info.endpoint and info.alive for info in p.replica_info)
+                for p in topic.partitions)
+    return topic if ready else None
 
 
 def actor_pid(cluster, name: str) -> int:
