@@ -309,3 +309,40 @@ def test_the_console_and_top_commands(cluster):
     )
     assert top.returncode == 0, top.stderr
     assert f"{TOPIC}/0" in top.stdout and "partitions" in top.stdout
+
+
+def test_up_with_the_console_serves_its_cluster_and_stops_both(tmp_path):
+    command = [sys.executable, "-m", "railmq", "up", "--console", "--http-port", "0", "--port", "0",
+               "--nodes", "1", "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "COLUMNS": "200"})
+    try:
+        url = None
+        for _ in range(40):
+            line = process.stdout.readline()
+            match = re.search(r"console\s+(http://127\.0\.0\.1:\d+)/", line)
+            if match:
+                url = match.group(1)
+                break
+        assert url, "railmq up --console printed no console address"
+        snapshot = json.loads(_get(url + "/api/snapshot")[1])
+        assert snapshot["controls"]["isolate"] and snapshot["controls"]["labs"]  # fault switch on, in-process
+        assert snapshot["nodes"] and snapshot["nodes"][0]["node"] == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    wait_for(lambda: not _holding(str(tmp_path)), 10, "every actor of the stopped cluster to exit")
+
+
+def _holding(directory: str) -> list[int]:
+    """Pids of processes with a file open under `directory` (the actors keep their trace open)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if any(opened.path.startswith(directory) for opened in process.open_files()):
+                found.append(process.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
