@@ -57,12 +57,6 @@ class Liveness(msgspec.Struct, kw_only=True):
     high_watermark: int = 0
     storage: StorageReport = StorageReport()
 
-
-# Deleted topics are remembered by id (tombstones) so a node agent deletes a replica's data only
-# for a topic the coordinator recorded as deleted, never for one it merely does not know. A
-# tombstone is ~40 bytes; the oldest are forgotten past this many (a forgotten tombstone can only
-# leave an old directory on disk, never delete live data).
-TOMBSTONES_MAX = 10_000
 AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartbeat)
 
 
@@ -408,7 +402,7 @@ class Coordinator:
     def _record_tombstone(self, record: TopicRecord) -> None:
         self.tombstones[record.topic_id] = record.name
         self.state.put(f"deleted/{record.topic_id}", {"name": record.name})
-        while len(self.tombstones) > TOMBSTONES_MAX:
+        while len(self.tombstones) > self.limits.tombstones_max:
             oldest = next(iter(self.tombstones))
             del self.tombstones[oldest]
             self.state.delete(f"deleted/{oldest}")

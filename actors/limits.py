@@ -81,6 +81,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- coordinator ---------------------------------------------------------------------
     topics_max: int = 10_000
+    # Deleted topics remembered by id (~40 bytes each), so a node agent deletes only the data of a
+    # topic recorded as deleted; the oldest are forgotten past this many (a forgotten tombstone
+    # can only leave an old directory on disk, never delete live data).
+    tombstones_max: int = 10_000
     # Every replica is its own process (what makes `kill -9` of one replica real): a partition
     # costs a process on each of its replicas' nodes, ~15-30 MB each. 1,000 partitions is more than
     # one machine can run as processes; the per-node bound below is what really applies.
@@ -90,6 +94,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # refused with LIMIT_REACHED, so no single request asks for tens of thousands of processes.
     replica_processes_per_node_max: int = 250
     topic_name_length_max: int = 249  # Kafka's limit
+
+    # --- tracing -------------------------------------------------------------------------
+    # trace.jsonl is rotated past this size, keeping `trace_files_kept` older files: a busy
+    # cluster writes ~1 MB a minute of traces, so four files hold hours, bounded on any disk.
+    trace_file_bytes_max: int = 64 * 1024 * 1024
+    trace_files_kept: int = 3
 
     # --- groups (coordinator side) -------------------------------------------------------
     group_session_timeout_min_ms: int = 100

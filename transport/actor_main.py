@@ -37,8 +37,6 @@ from actors.messages import TopicConfig
 EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
 EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's, or its state is lost
-TRACE_FILE_BYTES_MAX = 64 * 1024 * 1024  # a trace file is rotated at this size ...
-TRACE_FILES_KEPT = 3  # ... keeping this many older ones (trace.jsonl.1 .. .3)
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 
 
@@ -185,8 +183,8 @@ class TraceFile:
     until they notice, within one line).
     """
 
-    def __init__(self, path: str, actor_name: str, *, bytes_max: int = TRACE_FILE_BYTES_MAX,
-                 kept: int = TRACE_FILES_KEPT) -> None:
+    def __init__(self, path: str, actor_name: str, *, bytes_max: int = Limits().trace_file_bytes_max,
+                 kept: int = Limits().trace_files_kept) -> None:
         self.path = path
         self.actor_name = actor_name
         self.bytes_max = bytes_max
@@ -261,7 +259,8 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
 
         links = RingLinks(actor_id=spec.name, cluster_id=spec.cluster_id, zero_copy=True, counters={},
                           capacity_bytes=2 * spec.limits.replica_fetch_bytes_max + 4096)
-    trace = TraceFile(spec.trace_path, spec.name) if spec.trace_path else None
+    trace = TraceFile(spec.trace_path, spec.name, bytes_max=spec.limits.trace_file_bytes_max,
+                      kept=spec.limits.trace_files_kept) if spec.trace_path else None
     runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context, on_trace=trace,
                       ring_links=links, secret=spec.secret or None, faults_enabled=spec.faults_enabled)
     if trace is not None:
