@@ -15,7 +15,6 @@ Election rules live in `actors/elections.py`; this module wires them to messages
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
 import msgspec
@@ -26,24 +25,15 @@ from actors.elections import PartitionRecord, ReplicaView, check_alter_isr, reco
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
-    AlterIsrRequest, AlterIsrResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse,
+    AlterIsrRequest, AlterIsrResponse, AlterTopicConfigRequest, CreatePartitionsRequest,
+    CreateTopicRequest, DeleteTopicRequest,
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
     MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, PartitionMetadata,
     PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
-    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicConfig,
-    TopicMetadata,
+    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicMetadata,
 )
+from actors.topic_admin import TopicAdmin, TopicRecord, check_topic_config, place_replicas  # noqa: F401 (re-exported)
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-FLUSH_POLICIES = ("every_batch", "interval", "never")
-
-
-class TopicRecord(msgspec.Struct, kw_only=True):
-    name: str
-    topic_id: int
-    config: TopicConfig
-    replicas: list[list[int]]  # per partition, in preference order
 
 
 class Liveness(msgspec.Struct, kw_only=True):
@@ -63,7 +53,7 @@ AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartb
 PartitionKey = tuple[str, int]
 
 
-class Coordinator:
+class Coordinator(TopicAdmin):
     def __init__(self, *, state: Any, nodes: list[int], rng: random.Random,
                  limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "") -> None:
         self.name = name
@@ -142,6 +132,8 @@ class Coordinator:
                 return self._on_delete_topic(message, sender)
             case CreatePartitionsRequest():
                 return self._on_create_partitions(message, sender, now_ns)
+            case AlterTopicConfigRequest():
+                return self._on_alter_topic_config(message, sender, now_ns)
             case InitProducerIdRequest():
                 return self._on_init_producer_id(message, sender)
             case Stop():
@@ -320,122 +312,6 @@ class Coordinator:
         live = self.services.get(role)
         return live.endpoint if self._is_live(live, now_ns) else ""
 
-    # ------------------------------------------------------------------ topics
-
-    def _on_create_topic(self, request: CreateTopicRequest, sender: Any, now_ns: int) -> list[Effect]:
-        problem = self._check_new_topic(request)
-        if problem is not None:
-            code, text = problem
-            return [Send(sender, CreateTopicResponse(
-                correlation_id=request.correlation_id, error=code, error_message=text))]
-        start = self.rng.randrange(len(self.nodes))
-        replicas = place_replicas(self.nodes, 0, request.partitions, request.replication_factor, start)
-        crowded = self._over_process_limit(replicas)
-        if crowded is not None:
-            return [Send(sender, CreateTopicResponse(correlation_id=request.correlation_id,
-                                                     error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
-        record = TopicRecord(name=request.name, topic_id=self.rng.getrandbits(62) + 1,
-                             config=request.config, replicas=replicas)
-        self.topics[request.name] = record
-        self.topic_born_ns[request.name] = now_ns
-        self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
-        for partition, placed in enumerate(replicas):
-            self._store_partition(request.name, partition, PartitionRecord(leader=placed[0], isr=list(placed)))
-        reply = CreateTopicResponse(correlation_id=request.correlation_id,
-                                    topic=self._topic_metadata(request.name, now_ns))
-        trace = Trace("topic-created", {"topic": request.name, "partitions": request.partitions,
-                                        "replication_factor": request.replication_factor})
-        return [trace, AfterFlush(self.state, (Send(sender, reply),))]
-
-    def _check_new_topic(self, request: CreateTopicRequest) -> tuple[ErrorCode, str] | None:
-        limits = self.limits
-        if not TOPIC_NAME.match(request.name) or len(request.name) > limits.topic_name_length_max \
-                or request.name in (".", ".."):
-            return ErrorCode.INVALID_REQUEST, (
-                f"topic name {request.name!r} must be 1-{limits.topic_name_length_max} characters of "
-                "letters, digits, '.', '_' or '-'")
-        if request.name in self.topics:
-            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
-        if len(self.topics) >= limits.topics_max:
-            return ErrorCode.INVALID_REQUEST, f"the cluster holds its maximum of {limits.topics_max} topics"
-        if not 1 <= request.partitions <= limits.partitions_per_topic_max:
-            return ErrorCode.INVALID_PARTITIONS, (
-                f"partitions must be 1..{limits.partitions_per_topic_max}, got {request.partitions}")
-        if not 1 <= request.replication_factor <= len(self.nodes):
-            return ErrorCode.INVALID_REPLICATION_FACTOR, (
-                f"replication factor {request.replication_factor} needs 1..{len(self.nodes)} nodes")
-        return check_topic_config(request.config, request.replication_factor)
-
-    def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:
-        record = self.topics.pop(request.name, None)
-        if record is None:
-            return [Send(sender, DeleteTopicResponse(
-                correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"topic {request.name!r} does not exist"))]
-        self.state.delete(f"topic/{request.name}")
-        self._record_tombstone(record)
-        for partition in range(len(record.replicas)):
-            self.partitions.pop((request.name, partition), None)
-            self.state.delete(f"partition/{request.name}/{partition}")
-        for key in [key for key in self.liveness if key[0] == request.name]:
-            del self.liveness[key]
-        reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
-        return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
-
-    def _over_process_limit(self, placement: list[list[int]]) -> str | None:
-        """Why adding `placement` would ask a node for more replica processes than it may run."""
-        load = {node: 0 for node in self.nodes}
-        for record in self.topics.values():
-            for placed in record.replicas:
-                for node in placed:
-                    load[node] = load.get(node, 0) + 1
-        for placed in placement:
-            for node in placed:
-                load[node] = load.get(node, 0) + 1
-        limit = self.limits.replica_processes_per_node_max
-        crowded = sorted(node for node, count in load.items() if count > limit)
-        if not crowded:
-            return None
-        return (f"nodes {crowded} would run {max(load.values())} replica processes, above "
-                f"replica_processes_per_node_max ({limit}): every replica is a process")
-
-    def _record_tombstone(self, record: TopicRecord) -> None:
-        self.tombstones[record.topic_id] = record.name
-        self.state.put(f"deleted/{record.topic_id}", {"name": record.name})
-        while len(self.tombstones) > self.limits.tombstones_max:
-            oldest = next(iter(self.tombstones))
-            del self.tombstones[oldest]
-            self.state.delete(f"deleted/{oldest}")
-
-    def _on_create_partitions(self, request: CreatePartitionsRequest, sender: Any, now_ns: int) -> list[Effect]:
-        record = self.topics.get(request.name)
-        current = len(record.replicas) if record else 0
-        if record is None:
-            code, text = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {request.name!r} does not exist"
-        elif not current < request.total_partitions <= self.limits.partitions_per_topic_max:
-            code, text = ErrorCode.INVALID_PARTITIONS, (
-                f"topic {request.name!r} has {current} partitions; the new total must be larger "
-                f"and at most {self.limits.partitions_per_topic_max}")
-        else:
-            code, text = ErrorCode.NONE, ""
-        if code != ErrorCode.NONE:
-            return [Send(sender, CreatePartitionsResponse(
-                correlation_id=request.correlation_id, error=code, error_message=text))]
-        added = place_replicas(self.nodes, current, request.total_partitions - current,
-                               len(record.replicas[0]), self.rng.randrange(len(self.nodes)))
-        crowded = self._over_process_limit(added)
-        if crowded is not None:
-            return [Send(sender, CreatePartitionsResponse(correlation_id=request.correlation_id,
-                                                          error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
-        record.replicas.extend(added)
-        self.topic_born_ns[request.name] = now_ns
-        self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
-        for offset, placed in enumerate(added):
-            self._store_partition(request.name, current + offset, PartitionRecord(leader=placed[0], isr=list(placed)))
-        reply = Send(sender, CreatePartitionsResponse(correlation_id=request.correlation_id))
-        return [Trace("partitions-created", {"topic": request.name, "total": request.total_partitions}),
-                AfterFlush(self.state, (reply,))]
-
     def _on_init_producer_id(self, request: InitProducerIdRequest, sender: Any) -> list[Effect]:
         producer_id = int(self.state.get("producer-id/next", 1))
         self.state.put("producer-id/next", producer_id + 1)
@@ -512,30 +388,3 @@ class Coordinator:
         ]
         return NodeAssignmentsResponse(correlation_id=request.correlation_id, replicas=replicas,
                                        deleted_topic_ids=sorted(self.tombstones), cluster_id=self.cluster_id)
-
-
-def place_replicas(nodes: list[int], first_partition: int, count: int, replication_factor: int,
-                   start: int) -> list[list[int]]:
-    """Spread leaders round-robin from a random start; followers are the next nodes in order."""
-    total = len(nodes)
-    return [
-        [nodes[(start + partition + offset) % total] for offset in range(replication_factor)]
-        for partition in range(first_partition, first_partition + count)
-    ]
-
-
-def check_topic_config(config: TopicConfig, replication_factor: int) -> tuple[ErrorCode, str] | None:
-    if not 1 <= config.min_insync_replicas <= replication_factor:
-        return ErrorCode.INVALID_CONFIG, (
-            f"min_insync_replicas {config.min_insync_replicas} must be 1..{replication_factor}")
-    if config.flush_policy not in FLUSH_POLICIES:
-        return ErrorCode.INVALID_CONFIG, f"flush_policy must be one of {', '.join(FLUSH_POLICIES)}"
-    positive = {"segment_bytes": config.segment_bytes, "segment_ms": config.segment_ms,
-                "flush_interval_ms": config.flush_interval_ms, "batch_bytes_max": config.batch_bytes_max}
-    for name, value in positive.items():
-        if value <= 0:
-            return ErrorCode.INVALID_CONFIG, f"{name} must be positive, got {value}"
-    for name, value in {"retention_ms": config.retention_ms, "retention_bytes": config.retention_bytes}.items():
-        if value is not None and value <= 0:
-            return ErrorCode.INVALID_CONFIG, f"{name} must be positive or unset, got {value}"
-    return None

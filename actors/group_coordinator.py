@@ -35,7 +35,8 @@ from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
     FetchResponse, GroupSummary, HeartbeatRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetEntry, OffsetFetchRequest,
+    OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
     ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
 )
 
@@ -120,6 +121,8 @@ class GroupCoordinator:
                 return [Send(sender, self._describe(message, now_ns))]
             case DeleteGroupRequest():
                 return self._on_delete(message, sender)
+            case OffsetDeleteRequest():
+                return self._on_offset_delete(message, sender)
             case ServiceHeartbeatResponse():
                 return []
             case Stop():
@@ -285,7 +288,29 @@ class GroupCoordinator:
             protocol_name=group.protocol_name, generation=group.generation, leader=group.leader,
             members=group.describe(now_ns), offsets=offsets)
 
+    def _on_offset_delete(self, request: OffsetDeleteRequest, sender: Any) -> list[Effect]:
+        group = self.groups.get(request.group_id)
+        if group is None and request.group_id not in self.offsets:
+            return [Send(sender, OffsetDeleteResponse(correlation_id=request.correlation_id,
+                                                      error=ErrorCode.GROUP_ID_NOT_FOUND,
+                                                      error_message=f"group {request.group_id!r} does not exist"))]
+        if group is not None and group.members:
+            return [Send(sender, OffsetDeleteResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.NON_EMPTY_GROUP,
+                error_message=f"group {request.group_id!r} has {len(group.members)} active members; stop them first"))]
+        deleted = self.offsets.delete_partitions(request.group_id, [tuple(p) for p in request.partitions])
+        for topic, partition in deleted:
+            self.state.delete(f"offset/{request.group_id}/{topic}/{partition}")
+        reply = OffsetDeleteResponse(correlation_id=request.correlation_id, deleted=deleted)
+        return [AfterFlush(self.state, (Send(sender, reply),))]
+
     def _on_delete(self, request: DeleteGroupRequest, sender: Any) -> list[Effect]:
+        if self.share is not None and self.share.owns(request.group_id):
+            refused = self.share.delete(request.group_id)
+            if refused is not None:
+                return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id, error=refused[0],
+                                                         error_message=refused[1]))]
+            return [AfterFlush(self.state, (Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id)),))]
         group = self.groups.get(request.group_id)
         if group is None and request.group_id not in self.offsets:
             return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id,

@@ -88,6 +88,17 @@ class OffsetStore:
             self.total_bytes -= entry_bytes(group_id, entry)
         return list(stored)
 
+    def delete_partitions(self, group_id: str, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Forget the commits of these partitions; the ones that had one."""
+        stored = self.by_group.get(group_id, {})
+        deleted = []
+        for key in partitions:
+            entry = stored.pop(key, None)
+            if entry is not None:
+                self.total_bytes -= entry_bytes(group_id, entry)
+                deleted.append(key)
+        return deleted
+
     def get(self, group_id: str, default: dict | None = None) -> dict[tuple[str, int], OffsetEntry]:
         return self.by_group.get(group_id, {} if default is None else default)
 

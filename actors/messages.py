@@ -176,6 +176,23 @@ class DeleteTopicResponse(Message, kw_only=True):
     error_message: str = ""
 
 
+class AlterTopicConfigRequest(Message, kw_only=True):
+    """Change a topic's settings that may change after creation (Kafka's IncrementalAlterConfigs):
+    `retention_ms`, `retention_bytes`, `min_insync_replicas`, `unclean_leader_election`. Only the
+    keys present change; a null value for a retention setting means "no limit"."""
+
+    correlation_id: int
+    name: str
+    changes: dict[str, int | bool | None] = {}
+
+
+class AlterTopicConfigResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    config: TopicConfig | None = None  # the topic's settings after the change
+
+
 class CreatePartitionsRequest(Message, kw_only=True):
     correlation_id: int
     name: str
@@ -574,6 +591,22 @@ class DescribeGroupResponse(Message, kw_only=True):
     leader: str = ""
     members: list[MemberDescription] = []
     offsets: list[OffsetEntry] = []
+
+
+class OffsetDeleteRequest(Message, kw_only=True):
+    """Forget a group's committed offsets for some partitions (Kafka's OffsetDelete): only while
+    no member of the group is running."""
+
+    correlation_id: int
+    group_id: str
+    partitions: list[tuple[str, int]] = []
+
+
+class OffsetDeleteResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    deleted: list[tuple[str, int]] = []  # the partitions that had a commit, now forgotten
 
 
 class DeleteGroupRequest(Message, kw_only=True):

@@ -249,6 +249,9 @@ class PartitionReplica(FetchServing):
             return [Trace("stale-leadership-ignored", {"topic": self.topic, "partition": self.partition,
                                                        "leader_epoch": state.leader_epoch})]
         self.state = state
+        if (state.config.retention_ms, state.config.retention_bytes) != (self.config.retention_ms,
+                                                                          self.config.retention_bytes):
+            self.log.set_retention(state.config.retention_ms, state.config.retention_bytes)
         self.config = state.config
         new_epoch = current is None or state.leader_epoch != current.leader_epoch
         if state.leader == self.node:

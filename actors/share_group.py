@@ -50,7 +50,7 @@ from actors.messages import (
 )
 from actors.share_dead_letters import DeadLetterWriter
 from actors.share_leaders import Outbound, PartitionLeaders
-from actors.share_partition import DeadLetterItem, SharePartition
+from actors.share_partition import DEAD_LETTERING, DeadLetterItem, SharePartition
 
 GROUP_ID_LENGTH_MAX = 255
 # A heartbeat that needs a topic's partition count waits at most this long for metadata.
@@ -184,6 +184,23 @@ class ShareGroups:
         effects += self._refresh_waiting(now_ns)
         effects += self.leaders.refresh_if_due(any(group.members for group in self.groups.values()), now_ns)
         return self._finish(effects, now_ns)
+
+    def delete(self, group_id: str) -> tuple[int, str] | None:
+        """Forget a share group and its share-partitions; refused while it has members or a record
+        of it is still being dead-lettered (the write must finish, exactly once)."""
+        group = self.groups[group_id]
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP, f"share group {group_id!r} still has {len(group.members)} members"
+        busy = [key for key, share_partition in group.partitions.items()
+                if any(record.state == DEAD_LETTERING for record in share_partition.records.values())]
+        if busy:
+            return ErrorCode.NON_EMPTY_GROUP, (f"share group {group_id!r} is still dead-lettering records of "
+                                               f"{busy[0][0]}/{busy[0][1]}; try again when that is done")
+        for share_partition in group.partitions.values():
+            self.state.delete(_partition_key(group_id, share_partition))
+        self.state.delete(f"share-group/{group_id}")
+        del self.groups[group_id]
+        return None
 
     def summaries(self) -> list[GroupSummary]:
         return [GroupSummary(group_id=group_id, kind="share", state="Stable" if group.members else "Empty",

@@ -62,6 +62,15 @@ class Admin:
         if wait:
             self.wait_for_leaders(name, timeout_s)
 
+    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> TopicConfig:
+        """Change settings of a live topic: retention_ms, retention_bytes, min_insync_replicas,
+        unclean_leader_election. Returns the topic's settings after the change."""
+        from actors.messages import AlterTopicConfigRequest
+
+        reply = _check(self._request(self.bootstrap, AlterTopicConfigRequest(correlation_id=0, name=name,
+                                                                             changes=dict(changes))))
+        return reply.config
+
     def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
         return _check(self._request(self.bootstrap, MetadataRequest(correlation_id=0, topics=topics)))
 

@@ -53,10 +53,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_cluster_arguments(describe)
     describe.set_defaults(handler=run_describe)
     _add_reset(actions)
-    delete = actions.add_parser("delete", help="delete a group with no members, and its offsets")
+    delete = actions.add_parser("delete", help="delete a group with no members, and its offsets (classic or share)")
     delete.add_argument("group", metavar="G", help="the group")
     add_cluster_arguments(delete)
     delete.set_defaults(handler=run_delete)
+    forget = actions.add_parser("delete-offsets", help="forget a group's committed offsets for one topic "
+                                                         "(kafka-consumer-groups --delete-offsets)")
+    forget.add_argument("group", metavar="G", help="the group (it must have no members)")
+    forget.add_argument("--topic", required=True, metavar="T[:P,P...]",
+                        help="the topic, optionally with partitions (orders:0,2); default every partition")
+    forget.add_argument("--partition", type=non_negative_int, action="append", metavar="P",
+                        help="only this partition, repeatable")
+    forget.add_argument("--json", action="store_true", help="print what was deleted as JSON")
+    add_cluster_arguments(forget)
+    forget.set_defaults(handler=run_delete_offsets, parser=forget)
 
 
 def _add_reset(actions: argparse._SubParsersAction) -> None:
@@ -81,6 +91,9 @@ def _add_reset(actions: argparse._SubParsersAction) -> None:
                        help="the first offset at or after this time (ms since epoch)")
     where.add_argument("--shift-by", type=_shift_target, dest="target", metavar="N",
                        help="move each committed offset by N (negative: back), within the log")
+    where.add_argument("--delete-offsets", action="store_const", dest="target", const=ResetTarget("delete"),
+                       help="forget the commits instead (the group then starts by its reset policy), "
+                            "the same as `groups delete-offsets`")
     reset.add_argument("--execute", action="store_true", help="commit the plan (the group must have no members)")
     reset.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_cluster_arguments(reset)
@@ -236,6 +249,11 @@ RESET_COLUMNS = [Column("topic"), Column("partition", "right"), Column("current"
 
 
 def run_reset(args: argparse.Namespace) -> int:
+    if args.target.kind == "delete":
+        if not args.execute:
+            print("dry run: nothing changed; add --execute to delete these commits")
+            return EXIT_OK
+        return run_delete_offsets(args)
     topic, partitions = _topic_and_partitions(args)
     with _client(args) as client:
         plans = reset_plans(client, args.group, topic, args.target, partitions)
@@ -291,16 +309,19 @@ def reset_plans(client: GroupAdminClient, group_id: str, topic: str, target: Res
 
 def run_delete(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        try:
-            client.delete_group(args.group)
-        except RailmqError as error:
-            if error.code != ErrorCode.GROUP_ID_NOT_FOUND:
-                raise
-            kinds = {group.group_id: group.kind for group in client.list_groups()}
-            if kinds.get(args.group) == "share":
-                raise RailmqError(ErrorCode.INVALID_REQUEST,
-                                  f"{args.group} is a share group; the group coordinator can delete only "
-                                  "classic groups so far (a share group's delivery state stays stored)") from None
-            raise
+        client.delete_group(args.group)
     print(f"deleted group {args.group}")
+    return EXIT_OK
+
+
+def run_delete_offsets(args: argparse.Namespace) -> int:
+    topic, partitions = _topic_and_partitions(args)
+    with _client(args) as client:
+        wanted = partitions if partitions is not None else list(range(len(client.topic(topic).partitions)))
+        deleted = client.delete_offsets(args.group, [(topic, partition) for partition in wanted])
+    if getattr(args, "json", False):
+        print(json.dumps({"group": args.group, "deleted": [list(item) for item in deleted]}))
+        return EXIT_OK
+    shown = ", ".join(f"{t}/{p}" for t, p in deleted) or "nothing (no commits there)"
+    print(f"group {args.group}: deleted the committed offsets of {shown}")
     return EXIT_OK

@@ -90,7 +90,7 @@ class GroupLag(msgspec.Struct, kw_only=True):
 
 
 class ResetTarget(msgspec.Struct, frozen=True):
-    kind: str  # "earliest" | "latest" | "timestamp" | "shift" | "offset"
+    kind: str  # "earliest" | "latest" | "timestamp" | "shift" | "offset" | "delete" (forget the commit)
     value: int = 0  # the timestamp (ms), the shift (messages) or the offset
 
 
@@ -296,6 +296,15 @@ class GroupAdminClient:
 
     def delete_group(self, group_id: str) -> None:
         self._group_request(DeleteGroupRequest(correlation_id=0, group_id=group_id))
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """Forget the group's commits for these partitions (Kafka's OffsetDelete); the group must
+        have no members. Returns the partitions that had a commit."""
+        from actors.messages import OffsetDeleteRequest
+
+        reply = self._group_request(OffsetDeleteRequest(correlation_id=0, group_id=group_id,
+                                                        partitions=[tuple(p) for p in partitions]))
+        return [tuple(partition) for partition in reply.deleted]
 
     def commit_as_admin(self, group_id: str, offsets: dict[TopicPartitionKey, int]) -> None:
         """Commit with generation -1: accepted only while the group has no members (else NON_EMPTY_GROUP)."""

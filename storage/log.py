@@ -22,6 +22,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Iterator
 
+import msgspec
+
 from storage.batch import STAMP, BatchHeader, iter_batches, validate_producer_batch, verify_batch
 from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import AppendResult, FlushPolicy, LogConfig, RecoveryReport
@@ -294,6 +296,11 @@ class PartitionLog(ShrinkOperations):
         self._checkpoint.store(RecoveryPoint(
             self._flushed, segment.base_offset, position, self._log_start,
             min(self._high_watermark, self._flushed), self._high_watermark_epoch, clean))
+
+    def set_retention(self, retention_ms: int | None, retention_bytes: int | None) -> None:
+        """A topic's retention changed (the only settings a live log takes): the next
+        `apply_retention` uses the new bounds."""
+        self._config = msgspec.structs.replace(self._config, retention_ms=retention_ms, retention_bytes=retention_bytes)
 
     # -- the committed end this replica has seen ---------------------------------------------
     @property

@@ -191,3 +191,43 @@ def test_groups_list_and_delete(cluster, railmq, unique_name):
     assert group not in railmq("groups", "list", *bootstrap).stdout
     gone = railmq("groups", "describe", group, *bootstrap)
     assert gone.returncode == 1 and gone.stderr.startswith("error: GROUP_ID_NOT_FOUND: ")
+
+
+def test_delete_offsets_forgets_one_topics_commits_and_keeps_the_rest(cluster, railmq, unique_name):
+    topic, other, group = unique_name(), unique_name(), unique_name("g")
+    make_topic(cluster, topic, [["a"], ["b"]])
+    make_topic(cluster, other, [["c"]])
+    for name in (topic, other):
+        finished = railmq("groups", "reset-offsets", group, "--topic", name, "--to-latest", "--execute",
+                          "--bootstrap", cluster.bootstrap)
+        assert finished.returncode == 0, finished.stderr
+
+    finished = railmq("groups", "delete-offsets", group, "--topic", f"{topic}:0", "--json",
+                      "--bootstrap", cluster.bootstrap)
+    via_reset = railmq("groups", "reset-offsets", group, "--topic", topic, "--delete-offsets", "--execute",
+                       "--bootstrap", cluster.bootstrap)
+
+    assert finished.returncode == 0, finished.stderr
+    assert json.loads(finished.stdout)["deleted"] == [[topic, 0]]
+    assert via_reset.returncode == 0, via_reset.stderr
+    assert f"{topic}/1" in via_reset.stdout
+    offsets = {(row["topic"], row["partition"]) for row in describe(railmq, cluster, group)["partitions"]
+               if row.get("committed_offset") is not None}
+    assert offsets == {(other, 0)}
+
+
+def test_topics_alter_config_changes_retention_and_refuses_fixed_settings(cluster, railmq, unique_name):
+    topic = unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=3, config={"min_insync_replicas": 2})
+
+    changed = railmq("topics", "alter-config", topic, "-s", "retention.ms=60000", "-s", "min.insync.replicas=1",
+                     "--json", "--bootstrap", cluster.bootstrap)
+    fixed = railmq("topics", "alter-config", topic, "-s", "segment.bytes=1024", "--bootstrap", cluster.bootstrap)
+
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["retention_ms"] == 60000
+    with Admin(cluster.bootstrap) as admin:
+        config = admin.describe_topic(topic).config
+    assert (config.retention_ms, config.min_insync_replicas) == (60000, 1)
+    assert fixed.returncode == 2 and "cannot change after creation" in fixed.stderr

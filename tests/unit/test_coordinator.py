@@ -622,3 +622,60 @@ def test_the_process_limit_counts_every_topic_and_growing_one_too():
                  CreatePartitionsResponse)
 
     assert second.error == ErrorCode.LIMIT_REACHED and grown.error == ErrorCode.LIMIT_REACHED
+
+
+# ---------------------------------------------------------------------------- altering a topic's settings
+
+
+def alter(cluster, **changes):
+    from actors.messages import AlterTopicConfigRequest, AlterTopicConfigResponse
+
+    effects = cluster.ask(AlterTopicConfigRequest(correlation_id=4, name="orders", changes=changes))
+    return only(messages(effects, AlterTopicConfigResponse) or flushed(effects), AlterTopicConfigResponse)
+
+
+def test_retention_and_min_in_sync_change_durably_and_reach_the_replicas(cluster):
+    cluster.create("orders", min_insync_replicas=2)
+    cluster.beat_for(300)
+    epoch_before = cluster.coordinator.partitions[("orders", 0)].partition_epoch
+
+    answer = alter(cluster, retention_ms=60_000, retention_bytes=None, min_insync_replicas=1)
+
+    assert answer.error == ErrorCode.NONE
+    assert (answer.config.retention_ms, answer.config.min_insync_replicas) == (60_000, 1)
+    assert cluster.coordinator.partitions[("orders", 0)].partition_epoch == epoch_before + 1
+    for node in cluster.replicas():
+        pushed = [m for m in cluster.harness.take(endpoint("orders", 0, node), ReplicaHeartbeatResponse) if m.state]
+        assert pushed and pushed[-1].state.config.retention_ms == 60_000, f"node {node} did not hear of the change"
+    cluster.restart()
+    assert cluster.coordinator.topics["orders"].config.retention_ms == 60_000
+
+
+@pytest.mark.parametrize("changes, code", [
+    ({"segment_bytes": 1024}, ErrorCode.INVALID_CONFIG),
+    ({"min_insync_replicas": 4}, ErrorCode.INVALID_CONFIG),
+    ({"retention_ms": -5}, ErrorCode.INVALID_CONFIG),
+    ({"min_insync_replicas": True}, ErrorCode.INVALID_CONFIG),
+])
+def test_a_setting_that_cannot_change_or_a_bad_value_is_refused_and_nothing_changes(cluster, changes, code):
+    cluster.create("orders")
+    before = cluster.coordinator.topics["orders"].config
+
+    answer = alter(cluster, **changes)
+
+    assert answer.error == code
+    assert cluster.coordinator.topics["orders"].config == before
+
+
+def test_turning_on_unclean_election_lets_an_offline_partition_elect_a_live_replica(cluster):
+    cluster.create("orders")
+    cluster.beat_for(300)
+    leader = cluster.coordinator.partitions[("orders", 0)].leader
+    others = [node for node in cluster.replicas() if node != leader]
+    cluster.coordinator.partitions[("orders", 0)].isr[:] = [leader]  # only the leader is in sync ...
+    cluster.beat_for(2_000, nodes=others)  # ... and it dies: offline
+    assert cluster.coordinator.partitions[("orders", 0)].leader == -1
+
+    alter(cluster, unclean_leader_election=True)
+
+    assert cluster.coordinator.partitions[("orders", 0)].leader in others

@@ -422,3 +422,29 @@ def test_deleting_a_group_needs_it_empty_and_removes_its_offsets_durably(stage):
     unknown = only(stage.ask("admin", DeleteGroupRequest(correlation_id=4, group_id="g")),
                    DeleteGroupResponse)
     assert unknown.error == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+# ---------------------------------------------------------------------------- deleting offsets
+
+
+def test_offsets_of_one_topic_can_be_deleted_while_the_group_has_no_members(stage):
+    from actors.messages import OffsetDeleteRequest, OffsetDeleteResponse
+
+    admin_commit(stage, {("orders", 0): 5, ("orders", 1): 7, ("payments", 0): 3})
+    request = OffsetDeleteRequest(correlation_id=9, group_id="g", partitions=[("orders", 0), ("orders", 1), ("orders", 2)])
+
+    answer = only(flushed(stage.ask("admin", request)), OffsetDeleteResponse)
+
+    assert answer.error == ErrorCode.NONE and sorted(map(tuple, answer.deleted)) == [("orders", 0), ("orders", 1)]
+    assert stage.committed() == {("payments", 0): 3}
+    stage.restart()
+    assert stage.committed() == {("payments", 0): 3}, "the deletion is durable"
+
+
+def test_offsets_of_a_group_with_members_are_not_deleted(stage):
+    from actors.messages import OffsetDeleteRequest, OffsetDeleteResponse
+
+    stage.join("m1")
+    request = OffsetDeleteRequest(correlation_id=9, group_id="g", partitions=[("orders", 0)])
+
+    assert only(stage.ask("admin", request), OffsetDeleteResponse).error == ErrorCode.NON_EMPTY_GROUP

@@ -300,3 +300,15 @@ def test_the_scrubber_starts_over_at_the_log_start_even_while_records_keep_arriv
         one_more_record()
 
     assert follower.harness.trace_events("storage-damage-found"), "the old damage was found while writes went on"
+
+
+def test_a_partition_state_with_new_retention_reaches_the_log():
+    stage = Stage()
+    config = TopicConfig(min_insync_replicas=2, retention_ms=5_000, retention_bytes=1_000_000)
+    state = PartitionState(topic="orders", topic_id=TOPIC_ID, partition=0, leader=1, leader_endpoint=LEADER,
+                           leader_epoch=1, partition_epoch=2, replicas=[1, 2, 3], isr=[1, 2, 3], config=config)
+
+    stage.harness.deliver(LEADER, ReplicaHeartbeatResponse(state=state), COORDINATOR)
+
+    assert (stage.log._config.retention_ms, stage.log._config.retention_bytes) == (5_000, 1_000_000)
+    assert stage.replica.config.retention_ms == 5_000

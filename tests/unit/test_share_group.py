@@ -629,3 +629,33 @@ def test_run_share_member_refuses_options_that_cannot_work_with_a_usage_error(ba
     options = ShareMemberOptions(**{"bootstrap": "tcp://127.0.0.1:1", "group_id": "g", "topics": ["orders"], **bad})
     assert run_share_member(options) == 2
     assert "railmq consume: error:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- deleting a share group
+
+
+def test_a_share_group_without_members_can_be_deleted_with_its_state(world):
+    from actors.messages import DeleteGroupRequest, DeleteGroupResponse
+
+    member = world.join("a", ["orders"]).member_id
+    assert world.heartbeat("a", member, ["orders"], leaving=True).error == ErrorCode.NONE
+
+    answer = only(world.harness.deliver(GROUP, DeleteGroupRequest(correlation_id=1, group_id="g"), "admin"),
+                  DeleteGroupResponse)
+
+    assert answer.error == ErrorCode.NONE
+    assert not world.group.share.owns("g")
+    assert world.group.state.items("share-group/") == []
+    assert world.group.state.items("share-partition/g/") == []
+
+
+def test_a_share_group_with_members_is_not_deleted(world):
+    from actors.messages import DeleteGroupRequest, DeleteGroupResponse
+
+    world.join("a", ["orders"])
+
+    answer = only(world.harness.deliver(GROUP, DeleteGroupRequest(correlation_id=1, group_id="g"), "admin"),
+                  DeleteGroupResponse)
+
+    assert answer.error == ErrorCode.NON_EMPTY_GROUP
+    assert world.group.share.owns("g")
