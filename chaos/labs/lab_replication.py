@@ -140,6 +140,12 @@ def _caught_up(context: LabContext, topic: str, count: int) -> bool:
 # --------------------------------------------------------------------------- lab 7
 
 
+def _endpoint(context: LabContext, name: str) -> str:
+    """An actor's current endpoint, once the supervisor knows it. Never "": as a link fault's peer
+    prefix, "" would match every peer and cut the leader off from everyone, the admin included."""
+    return wait_for(lambda: context.cluster.actor(name).endpoint, 10, f"the endpoint of {name}")
+
+
 def _failover(context: LabContext, acks: Any, writes: int, clock: Clock) -> dict[str, int]:
     topic = context.topic(f"acks{acks}", replication_factor=3, full_isr=True, min_insync_replicas=2)
     idempotent = acks == "all"
@@ -155,7 +161,7 @@ def _failover(context: LabContext, acks: Any, writes: int, clock: Clock) -> dict
     leader = context.cluster.replica_name(topic, 0, old.leader)
     followers = [context.cluster.replica_name(topic, 0, node) for node in old.replicas if node != old.leader]
     peers = [prefix for name in followers
-             for prefix in peer_prefixes(ActorRef(name, context.cluster.actor(name).endpoint, 0))]
+             for prefix in peer_prefixes(ActorRef(name, _endpoint(context, name), 0))]
     cut_s = clock.now()
     with context.fault_admin() as admin:
         admin.set_faults(old.leader_endpoint, [LinkFault(peers=peers, direction="out")])
