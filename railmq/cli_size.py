@@ -74,9 +74,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     rate.add_argument("--peak-factor", type=positive_float, default=None, metavar="F",
                       help="peak over average, with --daily-messages (the articles suggest 3 to 5)")
     add = parser.add_argument
-    add("--message-bytes", type=positive_float, default=defaults.message_bytes, metavar="B")
-    add("--retention-days", type=positive_float, default=defaults.retention_days, metavar="D")
-    add("--replication-factor", type=positive_int, default=defaults.replication_factor, metavar="N")
+    add("--message-bytes", type=positive_float, default=defaults.message_bytes, metavar="B",
+        help="bytes per message, key and headers included (default 1,000)")
+    add("--retention-days", type=positive_float, default=defaults.retention_days, metavar="D",
+        help="days each message is kept (default 7)")
+    add("--replication-factor", type=positive_int, default=defaults.replication_factor, metavar="N",
+        help="copies of every message kept (default 3)")
     add("--partition-mb-per-s", type=positive_float, default=defaults.partition_mb_per_s, metavar="MB",
         help="what one partition sustains (default 5)")
     add("--consumer-rate", type=positive_float, default=defaults.consumer_messages_per_s, metavar="MSG_PER_S",
@@ -85,11 +88,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="partitions beyond the minimum, as a factor (default 2)")
     add("--keys", type=positive_int, default=defaults.keys, metavar="N",
         help="user keys with traffic ∝ 1/rank, for the hot partition (default 1,000)")
-    add("--outage-minutes", type=positive_float, default=defaults.outage_minutes, metavar="MIN")
+    add("--outage-minutes", type=positive_float, default=defaults.outage_minutes, metavar="MIN",
+        help="how long consumers are down before the backlog drains (default 10)")
     add("--drain-consumers", type=consumer_counts, default=defaults.drain_consumers, metavar="N,N,...",
         help="consumer counts to drain the backlog with (default 20,25,30,40)")
-    add("--partitions-from", type=positive_int, default=defaults.partitions_from, metavar="N")
-    add("--partitions-to", type=positive_int, default=defaults.partitions_to, metavar="N")
+    add("--partitions-from", type=positive_int, default=defaults.partitions_from, metavar="N",
+        help="partition count before a change, for the keys remapped (default 20)")
+    add("--partitions-to", type=positive_int, default=defaults.partitions_to, metavar="N",
+        help="partition count after the change (default 30)")
     add("--crash-probability", type=probability, default=defaults.crash_probability, metavar="P",
         help="chance of a crash between processing a message and committing it (default 0.01)")
     add("--commit-batch", type=positive_int, default=defaults.commit_batch_messages, metavar="B",

@@ -41,8 +41,6 @@ def _leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 
 LEAF_PARSERS = dict(_leaf_parsers(cli.build_parser()))
-# Commands whose flags still lack help text, owned elsewhere: strict, so a fix shows up here.
-WITHOUT_HELP_YET = {("size",)}
 
 
 def test_every_command_refuses_abbreviations():
@@ -51,9 +49,7 @@ def test_every_command_refuses_abbreviations():
         assert parser.allow_abbrev is False, path
 
 
-@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.xfail(
-    strict=True, reason="its flags have no help text yet")) if path in WITHOUT_HELP_YET else path
-    for path in LEAF_PARSERS], ids=" ".join)
+@pytest.mark.parametrize("path", list(LEAF_PARSERS), ids=" ".join)
 def test_every_flag_has_help(path):
     for action in LEAF_PARSERS[path]._actions:
         if action.option_strings and not isinstance(action, argparse._HelpAction):
