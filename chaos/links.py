@@ -45,7 +45,10 @@ class ActorRef(NamedTuple):
 
 
 def peer_prefixes(actor: ActorRef) -> list[str]:
-    return [actor.endpoint, f"{actor.name}|"]
+    """What the actor's peers see of it: its endpoint (where they send) and its sockets' routing
+    ids (`name|pid|n`, what it sends with). An endpoint not known yet is left out, never "": an
+    empty prefix would match every peer (the fault switch refuses it)."""
+    return [prefix for prefix in (actor.endpoint, f"{actor.name}|") if prefix]
 
 
 def _peers_of(actors: list[ActorRef]) -> list[str]:

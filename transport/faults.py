@@ -28,6 +28,14 @@ class FaultSwitch:
         self._sequence = 0
 
     def configure(self, links: list[LinkFault]) -> None:
+        """Replace the link faults; raises ValueError (nothing changes) for a fault that could not
+        mean what its sender meant: an empty prefix matches every peer, the fault switch's own
+        answer included, so a plan built before an endpoint was known would cut the actor off."""
+        for link in links:
+            if not link.peers or any(not prefix for prefix in link.peers):
+                raise ValueError(f"a link fault needs non-empty peer prefixes (\"*\" for everyone), not {link.peers!r}")
+            if link.direction not in ("in", "out", "both"):
+                raise ValueError(f"a link fault's direction is in, out or both, not {link.direction!r}")
         self._links = list(links)
 
     @property

@@ -441,7 +441,12 @@ class Runtime:
             return FaultControlResponse(
                 correlation_id=request.correlation_id, error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 error_message="the fault switch obeys only the chaos harness of this cluster (no valid tag)")
-        self.faults.configure(request.links)
+        try:
+            self.faults.configure(request.links)
+        except ValueError as error:
+            self.count("rejected_fault_control")
+            return FaultControlResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST,
+                                        error_message=str(error))
         if self.storage_faults is not None:
             self.storage_faults(disk_full=request.disk_full, fail_next_fsync=request.fail_next_fsync)
         self.count("fault_controls")

@@ -274,6 +274,15 @@ def test_the_fault_switch_obeys_only_the_chaos_harness_of_its_cluster(cluster):
     assert after.error == ErrorCode.NONE, "the coordinator still answers everyone"
 
 
+def test_a_fault_plan_with_an_empty_peer_prefix_is_refused_and_the_actor_stays_reachable(cluster):
+    with Admin(cluster.bootstrap, secret=cluster.secret) as admin:
+        with pytest.raises(RailmqError) as refused:
+            admin.set_faults(cluster.bootstrap, [LinkFault(peers=[""])])
+        assert admin.list_topics() is not None, "the coordinator was not cut off from everyone"
+
+    assert refused.value.code == ErrorCode.INVALID_REQUEST and "non-empty" in str(refused.value)
+
+
 def test_on_a_cluster_not_started_for_chaos_even_its_own_secret_does_not_open_the_fault_switch(fresh_cluster):
     cluster = fresh_cluster(fault_injection=False)
     with Admin(cluster.bootstrap, secret=cluster.secret) as admin:
