@@ -691,6 +691,10 @@ class ShareAcknowledgement(msgspec.Struct, omit_defaults=True, kw_only=True):
     kind: str = "accept"  # "accept" | "release" | "reject" | "renew"
     delay_ms: int = 0  # release: not redelivered before this much time has passed
     error: str = ""  # release / reject: why; kept as the record's last error (dead-letter header)
+    # The delivery being answered (every record of the range was delivered this many times): an
+    # answer to a delivery whose lock expired is refused even if the same member holds the record
+    # again, since the newer delivery is still on its way to the user. 0: whatever is held now.
+    delivery_count: int = 0
 
 
 class ShareAcknowledgeRequest(Message, kw_only=True):

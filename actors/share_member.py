@@ -18,7 +18,7 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
   back as one answer. Closing leaves the group, which releases every record still held.
 
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
-partition, first, last, kind, delay_ms, error]]} with a token (0: no answer wanted); "close".
+partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted); "close".
 Notifications: ("membership", (membership, member_id, settings)), ("share-records", (membership,
 topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms)), ("result", (token,
 value, error)), ("acknowledged", results of token-0 acknowledgements), ("fatal", error).
@@ -421,9 +421,10 @@ class ShareMember:
     def _acknowledge(self, token: int, entries: list[list[Any]], now_ns: int) -> list[Effect]:
         call = AcknowledgeCall(token)
         by_partition: dict[tuple[str, int], list[ShareAcknowledgement]] = {}
-        for topic, partition, first, last, kind, delay_ms, error in entries:
+        for topic, partition, first, last, kind, delay_ms, error, *delivery in entries:
             by_partition.setdefault((topic, partition), []).append(ShareAcknowledgement(
-                first_offset=first, last_offset=last, kind=kind, delay_ms=delay_ms, error=error))
+                first_offset=first, last_offset=last, kind=kind, delay_ms=delay_ms, error=error,
+                delivery_count=delivery[0] if delivery else 0))
         effects: list[Effect] = []
         for key, acknowledgements in sorted(by_partition.items()):
             if not self.member_id or not self.coordinator:

@@ -197,7 +197,7 @@ class SharePartition:
         problem = self._check_acknowledgement(acknowledgement)
         if problem is None:
             self.expire_locks(now_ns)
-            problem = self._check_held(member_id, first, last)
+            problem = self._check_held(member_id, first, last, acknowledgement.delivery_count)
         if problem is not None:
             code, text = problem
             return ShareAcknowledgementResult(first_offset=first, last_offset=last, error=code, error_message=text)
@@ -233,13 +233,18 @@ class SharePartition:
                 f"a range is first <= last and at most {self.limits.share_records_in_flight_max} offsets")
         return None
 
-    def _check_held(self, member_id: str, first: int, last: int) -> tuple[int, str] | None:
+    def _check_held(self, member_id: str, first: int, last: int, delivery_count: int) -> tuple[int, str] | None:
         for offset in range(first, last + 1):
             record = self.records.get(offset)
             if record is None or record.state != ACQUIRED or record.holder != member_id:
                 return ErrorCode.INVALID_RECORD_STATE, (
                     f"{self.topic}/{self.partition}@{offset} is not locked to {member_id} "
                     f"({'not in flight' if record is None else record.state}); nothing in {first}..{last} changed")
+            if delivery_count and record.delivery_count != delivery_count:
+                return ErrorCode.INVALID_RECORD_STATE, (
+                    f"{self.topic}/{self.partition}@{offset}: the lock of delivery {delivery_count} expired and "
+                    f"the record was delivered again (delivery {record.delivery_count}); nothing in "
+                    f"{first}..{last} changed")
         return None
 
     # ------------------------------------------------------------------ locks ending

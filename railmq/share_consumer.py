@@ -113,7 +113,7 @@ class ShareConsumer(ClientShell):
         self._current_index = 0
         self._current_chunk: tuple | None = None
         self._delivered: dict[RecordKey, ShareRecord] = {}  # returned by poll, not acknowledged yet
-        self._acknowledgements: dict[RecordKey, tuple[str, int, str]] = {}  # explicit: kind, delay_ms, error
+        self._acknowledgements: dict[RecordKey, tuple[str, int, str, int]] = {}  # kind, delay_ms, error, delivery
         self._failures: deque = deque(maxlen=FAILURES_KEPT_MAX)
         self._membership = 0
         self._member_id = ""
@@ -208,7 +208,7 @@ class ShareConsumer(ClientShell):
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE, (
                     f"{record.topic}/{record.partition}@{record.offset} was not delivered to this member "
                     "or is already acknowledged"))
-            self._acknowledgements[key] = (kind, int(delay_ms), error)
+            self._acknowledgements[key] = (kind, int(delay_ms), error, self._delivered[key].delivery_count)
 
     def renew(self, record: ShareRecord) -> int:
         """Extend this member's lock on a delivered record by the visibility timeout; returns the
@@ -218,7 +218,8 @@ class ShareConsumer(ClientShell):
             if key not in self._delivered:
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE,
                                   "only a delivered, unanswered record can be renewed")
-        results = self.call("acknowledge", acknowledgements=[[*key, record.offset, "renew", 0, ""]])
+        results = self.call("acknowledge",
+                            acknowledgements=[[*key, record.offset, "renew", 0, "", record.delivery_count]])
         (_, _, _, _, code, deadline_ms), = results
         if code:
             where = f"{record.topic}/{record.partition}@{record.offset}"
@@ -243,8 +244,8 @@ class ShareConsumer(ClientShell):
 
     def _accept_unanswered(self) -> None:
         with self._ready:
-            for key in self._delivered:
-                self._acknowledgements.setdefault(key, ("accept", 0, ""))
+            for key, record in self._delivered.items():
+                self._acknowledgements.setdefault(key, ("accept", 0, "", record.delivery_count))
 
     def _send_acknowledgements(self, token: int, timeout_s: float | None = None) -> dict[RecordKey, int] | None:
         with self._ready:
@@ -253,8 +254,8 @@ class ShareConsumer(ClientShell):
                 self._delivered.pop(key, None)
         if not answered:
             return {} if token else None
-        entries = [[topic, partition, first, last, kind, delay_ms, error]
-                   for (topic, partition, first, last), (kind, delay_ms, error) in _ranges(answered)]
+        entries = [[topic, partition, first, last, kind, delay_ms, error, delivery_count]
+                   for (topic, partition, first, last), (kind, delay_ms, error, delivery_count) in _ranges(answered)]
         if not token:
             self._command("acknowledge", acknowledgements=entries)
             return None
@@ -296,8 +297,9 @@ class ShareConsumer(ClientShell):
             self._engine.stop()
 
 
-def _ranges(answered: dict[RecordKey, tuple[str, int, str]]) -> list[tuple[tuple[str, int, int, int], tuple]]:
-    """Per-record acknowledgements as runs of consecutive offsets with the same answer."""
+def _ranges(answered: dict[RecordKey, tuple[str, int, str, int]]) -> list[tuple[tuple[str, int, int, int], tuple]]:
+    """Per-record acknowledgements as runs of consecutive offsets with the same answer to the
+    same delivery."""
     runs: list[list[Any]] = []
     for (topic, partition, offset), answer in sorted(answered.items()):
         last = runs[-1] if runs else None

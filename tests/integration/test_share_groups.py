@@ -154,6 +154,27 @@ def test_an_expired_lock_is_redelivered_with_its_count_grown(cluster, admin, uni
     assert share_state(cluster.bootstrap, group).partitions[0].start_offset == 1
 
 
+def test_a_member_slower_than_its_locks_is_told_its_late_commit_failed_and_gets_the_records_again(
+        cluster, admin, unique_name):
+    topic, group = unique_name(), unique_name("g")
+    admin.create_topic(topic)
+    produce(cluster.bootstrap, topic, [f"job-{n}" for n in range(10)])
+    with ShareConsumer(cluster.bootstrap, group, visibility_timeout_ms=1000, max_poll_records=10) as slow:
+        slow.subscribe([topic])
+        first = poll_until(slow, 10)
+        time.sleep(2.5)  # the handler outlives its locks; the member's I/O thread keeps acquiring
+        late = slow.commit()
+        again = poll_until(slow, 10)
+        on_time = slow.commit()
+
+    offsets = {(topic, 0, record.offset) for record in first}
+    assert {record.delivery_count for record in first} == {1}
+    assert late == dict.fromkeys(offsets, ErrorCode.INVALID_RECORD_STATE), "an answer after the lock changes nothing"
+    assert {(topic, 0, r.offset) for r in again} == offsets and min(r.delivery_count for r in again) >= 2
+    assert on_time == dict.fromkeys(offsets, ErrorCode.NONE)
+    assert share_state(cluster.bootstrap, group).partitions[0].start_offset == 10
+
+
 def poll_until(consumer: ShareConsumer, count: int, timeout_s: float = 15) -> list:
     records: list = []
     deadline = time.monotonic() + timeout_s

@@ -348,6 +348,21 @@ def test_an_expired_lock_is_redelivered_to_anyone_with_its_count_grown(world):
     assert world.answer("b", b, "orders", 0, 0, "accept").results[0].error == ErrorCode.NONE
 
 
+def test_an_answer_to_an_expired_delivery_is_refused_even_when_the_same_member_holds_the_record_again(world):
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    assert acquired_offsets(world.acquire_now("a", a, "orders")) == [(0, 1)]
+    world.settle(VISIBILITY_MS + 100)
+    world.heartbeat("a", a, ["orders"])
+    assert acquired_offsets(world.acquire_now("a", a, "orders")) == [(0, 2)], "the slow member took it back"
+
+    late = world.answer("a", a, "orders", 0, 0, "accept", delivery_count=1).results[0]
+    current = world.answer("a", a, "orders", 0, 0, "accept", delivery_count=2).results[0]
+
+    assert late.error == ErrorCode.INVALID_RECORD_STATE and "delivered again (delivery 2)" in late.error_message
+    assert current.error == ErrorCode.NONE
+
+
 def test_a_member_whose_session_ends_loses_its_locks_and_the_records_go_to_others(world):
     world.produce("orders", ["x", "y"])
     gone = world.join("gone", ["orders"]).member_id
