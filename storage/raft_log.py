@@ -1,0 +1,524 @@
+"""The durable Raft log of one controller: entries, hard state (term, vote, commit) and a snapshot.
+
+What it owns: two files in one directory.
+
+- `raft.log`, an append-only journal: two 64-byte header slots, then records
+  `length u32 | crc32(body) u32 | body = msgpack RaftEntry`. Records are never rewritten in place:
+  removing a divergent suffix (Raft's conflict truncation) is an entry whose index is at or below
+  the last one, and replay drops everything from that index on before appending it. The file is
+  rewritten whole (temporary file, fsync, rename, directory fsync) only when a snapshot lets the
+  prefix go.
+- `raft.snapshot`, replaced atomically the same way: `magic u32 | crc32 u32 | length u64 | body`
+  with body = msgpack [index, term, voters, data].
+
+The hard state lives in the header slots beside the journal length it covers. `flush()` writes the
+new records and slot A in one fdatasync, then slot B (a copy of A) in a second one, so on open:
+both slots equal means that flush completed and every byte below its length is durable; A one
+sequence ahead of B means a flush was cut short, and B (the last completed flush) is the truth
+while the bytes past B's length are an unconfirmed tail; one slot unreadable means the other one
+stands (a torn slot write, or one rotten sector). A record failing its checks below the confirmed
+length is damage and raises `CorruptRaftLog`; past it, the first bad record and everything after
+are cut (a torn tail) and counted in `recovery`. Nothing flushed is ever silently dropped.
+
+Invariants: entries are contiguous from `first_index` to `last_index`; an index at or below the
+commit index is never replaced; the snapshot, when there is one, agrees with the log at its index
+(same term); `needs_flush` is true whenever the term, the vote or an entry changed since the last
+flush (the commit index rides along with the next flush but never asks for one, as etcd's
+HardState.Commit does not: it can be recomputed from a leader).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import struct
+from typing import Iterable, NamedTuple
+
+import msgspec
+
+from storage.checksum import crc32
+from storage.errors import FsyncFailed, LogClosed, StorageError
+from storage.fs import FileHandle, FileSystem, OsFileSystem
+
+LOG_NAME = "raft.log"
+SNAPSHOT_NAME = "raft.snapshot"
+
+ENTRY_COMMAND = 0  # an opaque command for the state machine
+ENTRY_NOOP = 1  # appended by each new leader (Raft §5.4.2, §8): commits the entries of earlier terms
+
+_MAGIC = 0x52414654  # "RAFT"
+_SNAPSHOT_MAGIC = 0x52534E31  # "RSN1"
+# magic, sequence, journal length, base index, term, vote, commit, snapshot index
+_SLOT = struct.Struct("<IQQQQqQQ")
+_CRC = struct.Struct("<I")
+SLOT_BYTES = 64
+HEADER_BYTES = 2 * SLOT_BYTES
+assert _SLOT.size + _CRC.size <= SLOT_BYTES
+_RECORD = struct.Struct("<II")  # body length, body CRC
+_SNAPSHOT_HEADER = struct.Struct("<IIQ")  # magic, body CRC, body length
+# Why: a controller entry is one metadata change (a topic, an ISR); anything near this size is a
+# bug upstream, and a length field claiming more is damage, not a record.
+RECORD_BYTES_MAX = 16 * 1024 * 1024
+SNAPSHOT_BYTES_MAX = 256 * 1024 * 1024
+
+
+class RaftEntry(msgspec.Struct, array_like=True, frozen=True):
+    """One log entry. It is the journal's record and travels on the wire unchanged."""
+
+    index: int
+    term: int
+    kind: int = ENTRY_COMMAND
+    data: bytes = b""
+
+
+class SnapshotMeta(msgspec.Struct, array_like=True, frozen=True):
+    """What a snapshot covers: every entry up to `index` (whose term is `term`), applied."""
+
+    index: int
+    term: int
+    voters: list[int] = []
+
+
+class HardState(NamedTuple):
+    term: int
+    vote: int  # 0: no vote in this term
+    commit: int
+
+
+class RaftLogRecovery(msgspec.Struct):
+    truncated_bytes: int = 0  # torn or unreadable tail cut on open
+    truncated_records: int = 0
+    replayed_records: int = 0
+    rewritten: bool = False  # a newer snapshot than the journal knew was adopted on open
+
+
+class CorruptRaftLog(StorageError):
+    """The journal is damaged inside what a completed flush made durable (or has no readable
+    header). Nothing is dropped: the file is left as it is for an operator, and this node must
+    not vote or lead until it is repaired (a vote it forgot could be cast twice)."""
+
+
+class CorruptRaftSnapshot(StorageError):
+    """The snapshot file fails its checks, or is missing while the journal relies on it."""
+
+
+_entry_encoder = msgspec.msgpack.Encoder()
+_entry_decoder = msgspec.msgpack.Decoder(RaftEntry)
+_snapshot_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[int], bytes])
+
+
+def encode_entry_record(entry: RaftEntry) -> bytes:
+    body = _entry_encoder.encode(entry)
+    if len(body) > RECORD_BYTES_MAX:
+        raise ValueError(f"raft entry of {len(body)} bytes exceeds {RECORD_BYTES_MAX}")
+    return _RECORD.pack(len(body), crc32(body)) + body
+
+
+class _Slot(NamedTuple):
+    sequence: int
+    length: int
+    base_index: int
+    term: int
+    vote: int
+    commit: int
+    snapshot_index: int
+
+
+def _encode_slot(slot: _Slot) -> bytes:
+    body = _SLOT.pack(_MAGIC, *slot)
+    return (body + _CRC.pack(crc32(body))).ljust(SLOT_BYTES, b"\0")
+
+
+def _decode_slot(raw: bytes) -> _Slot | None:
+    if len(raw) < _SLOT.size + _CRC.size:
+        return None
+    (crc,) = _CRC.unpack_from(raw, _SLOT.size)
+    if crc != crc32(raw[: _SLOT.size]):
+        return None
+    magic, *fields = _SLOT.unpack_from(raw)
+    return _Slot(*fields) if magic == _MAGIC else None
+
+
+def _parse_record(view: memoryview, position: int) -> tuple[int, RaftEntry]:
+    """(end position, entry) of the record at `position`; ValueError when it is bad."""
+    if len(view) - position < _RECORD.size:
+        raise ValueError(f"truncated record header ({len(view) - position} bytes)")
+    length, crc = _RECORD.unpack_from(view, position)
+    start = position + _RECORD.size
+    if length == 0 or length > RECORD_BYTES_MAX:
+        raise ValueError(f"absurd record length {length}")
+    if start + length > len(view):
+        raise ValueError(f"torn record: {length} bytes promised, {len(view) - start} present")
+    body = view[start: start + length]
+    if crc32(body) != crc:
+        raise ValueError("record CRC mismatch")
+    try:
+        entry = _entry_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise ValueError(f"record does not decode: {error}") from None
+    return start + length, entry
+
+
+def encode_snapshot(meta: SnapshotMeta, data: bytes) -> bytes:
+    body = _entry_encoder.encode((meta.index, meta.term, list(meta.voters), bytes(data)))
+    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32(body), len(body)) + body
+
+
+def decode_snapshot(raw: bytes, path: str = SNAPSHOT_NAME) -> tuple[SnapshotMeta, bytes]:
+    if len(raw) < _SNAPSHOT_HEADER.size:
+        raise CorruptRaftSnapshot(f"{path}: {len(raw)} bytes, shorter than its header")
+    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
+    body = memoryview(raw)[_SNAPSHOT_HEADER.size:]
+    if magic != _SNAPSHOT_MAGIC or length != len(body) or length > SNAPSHOT_BYTES_MAX:
+        raise CorruptRaftSnapshot(f"{path}: bad header (magic {magic:#x}, length {length} of {len(body)})")
+    if crc32(body) != crc:
+        raise CorruptRaftSnapshot(f"{path}: CRC mismatch")
+    try:
+        index, term, voters, data = _snapshot_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise CorruptRaftSnapshot(f"{path}: body does not decode: {error}") from None
+    return SnapshotMeta(index=index, term=term, voters=voters), data
+
+
+class RaftLog:
+    """Open with `RaftLog.open(directory, fs=...)`; see the module docstring for the rules."""
+
+    def __init__(self, fs: FileSystem, directory: str) -> None:
+        self._fs = fs
+        self.directory = directory
+        self._log_path = posixpath.join(directory, LOG_NAME)
+        self._snapshot_path = posixpath.join(directory, SNAPSHOT_NAME)
+        self._handle: FileHandle | None = None
+        self._entries: list[RaftEntry] = []
+        self._base = 1  # the index _entries[0] has (or would have)
+        self._term = 0
+        self._vote = 0
+        self._commit = 0
+        self._sequence = 0
+        self._dirty = False
+        self._flushed_commit = 0
+        self._closed_reason: str | None = None
+        self.snapshot: SnapshotMeta | None = None
+        self._snapshot_data = b""
+        self._pending_snapshot: tuple[SnapshotMeta, bytes] | None = None
+        self.recovery = RaftLogRecovery()
+        # The lowest index written since an observer last reset it (the simulator checks only
+        # what changed); it never affects what is stored.
+        self.written_from = 1 << 62
+
+    @classmethod
+    def open(cls, directory: str, *, fs: FileSystem | None = None) -> "RaftLog":
+        log = cls(fs if fs is not None else OsFileSystem(), directory)
+        log._recover()
+        return log
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        self._fs.make_directory(self.directory)
+        if not self._fs.exists(self._log_path):
+            if self._fs.exists(self._snapshot_path):
+                raise CorruptRaftLog(f"{self._log_path}: missing beside a snapshot; the term and vote it "
+                                     "held are lost, so this node must not vote again as the same voter")
+            initial = _Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
+            self._fs.write_file_atomic(self._log_path, _encode_slot(initial) * 2)
+        handle = self._fs.open(self._log_path)
+        data = handle.read_at(0, handle.size)
+        slot, confirmed = self._choose_slot(data)
+        self._sequence = slot.sequence
+        self._base = slot.base_index
+        self._term, self._vote, self._commit = slot.term, slot.vote, slot.commit
+        self._flushed_commit = slot.commit
+        self._read_snapshot(slot.snapshot_index)
+        end = self._replay(data, confirmed)
+        if end < len(data):
+            handle.truncate(end)
+            handle.sync()
+        self._handle = handle
+        self._reconcile_snapshot()
+        if self._commit > self.last_index:
+            raise CorruptRaftLog(f"{self._log_path}: commit index {self._commit} is past the last entry "
+                                 f"{self.last_index}")
+        self.written_from = self._base
+
+    def _choose_slot(self, data: bytes) -> tuple[_Slot, int]:
+        """The slot of the last completed flush and the journal length it confirms."""
+        a = _decode_slot(data[:SLOT_BYTES])
+        b = _decode_slot(data[SLOT_BYTES:HEADER_BYTES])
+        if a is None and b is None:
+            raise CorruptRaftLog(f"{self._log_path}: neither header slot is readable ({len(data)} bytes)")
+        if a is None or b is None:
+            only = a if b is None else b
+            return only, only.length
+        if a.sequence == b.sequence:
+            return b, b.length
+        if a.sequence == b.sequence + 1:
+            return b, b.length  # the flush writing A never finished: B is the last one that did
+        raise CorruptRaftLog(f"{self._log_path}: header slots disagree (sequences {a.sequence} and {b.sequence})")
+
+    def _replay(self, data: bytes, confirmed: int) -> int:
+        """Rebuild the entries; return where the valid journal ends."""
+        view = memoryview(data)
+        position = HEADER_BYTES
+        while position < len(data):
+            try:
+                end, entry = _parse_record(view, position)
+                self._replay_entry(entry)
+            except ValueError as error:
+                if position < confirmed:
+                    raise CorruptRaftLog(f"{self._log_path}: record at byte {position} fails its checks inside "
+                                         f"the flushed region (up to byte {confirmed}): {error}") from None
+                self.recovery.truncated_bytes = len(data) - position
+                self.recovery.truncated_records = _count_records(view, position)
+                break
+            position = end
+            self.recovery.replayed_records += 1
+        if position < confirmed:
+            raise CorruptRaftLog(f"{self._log_path}: journal ends at byte {position}, but {confirmed} bytes "
+                                 f"were flushed")
+        return position
+
+    def _replay_entry(self, entry: RaftEntry) -> None:
+        last = self.last_index
+        if not self._base <= entry.index <= last + 1:
+            raise ValueError(f"entry index {entry.index} outside [{self._base}, {last + 1}]")
+        previous_term = self.term_at(entry.index - 1)
+        if previous_term is not None and entry.term < previous_term:
+            raise ValueError(f"entry {entry.index} has term {entry.term} below its predecessor's {previous_term}")
+        del self._entries[entry.index - self._base:]
+        self._entries.append(entry)
+
+    def _read_snapshot(self, expected_index: int) -> None:
+        if self._fs.exists(self._snapshot_path):
+            meta, data = decode_snapshot(self._fs.read_file(self._snapshot_path), self._snapshot_path)
+        elif expected_index:
+            raise CorruptRaftSnapshot(f"{self._snapshot_path}: missing, but the journal starts after "
+                                      f"snapshot index {expected_index}")
+        else:
+            return
+        if meta.index < expected_index:
+            raise CorruptRaftSnapshot(f"{self._snapshot_path}: covers index {meta.index}, but the journal "
+                                      f"relies on a snapshot at {expected_index}")
+        if meta.index == expected_index:
+            self.snapshot, self._snapshot_data = meta, data
+        else:
+            self._pending_snapshot = (meta, data)
+
+    def _reconcile_snapshot(self) -> None:
+        pending = self._pending_snapshot
+        if pending is None:
+            meta = self.snapshot
+            if meta is None:
+                return
+            if self._base > meta.index + 1:
+                raise CorruptRaftLog(f"{self._log_path}: starts at entry {self._base}, after a gap past the "
+                                     f"snapshot at {meta.index}")
+            held = self.term_at(meta.index)
+            if self._base <= meta.index and held != meta.term:
+                raise CorruptRaftLog(f"{self._log_path}: entry {meta.index} has term {held}, the snapshot "
+                                     f"says {meta.term}")
+            return
+        # A snapshot newer than the journal knows: the crash came between installing it and
+        # rewriting the journal. Apply Raft's rule now and rewrite, so disk and memory agree.
+        meta, data = pending
+        self._pending_snapshot = None
+        self._adopt_snapshot(meta)
+        self.snapshot, self._snapshot_data = meta, data
+        self._rewrite()
+        self.recovery.rewritten = True
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def first_index(self) -> int:
+        return self._base
+
+    @property
+    def last_index(self) -> int:
+        return self._base + len(self._entries) - 1
+
+    @property
+    def last_term(self) -> int:
+        return self.term_at(self.last_index) or 0
+
+    @property
+    def hard_state(self) -> HardState:
+        return HardState(self._term, self._vote, self._commit)
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._dirty
+
+    @property
+    def snapshot_data(self) -> bytes:
+        return self._snapshot_data
+
+    def term_at(self, index: int) -> int | None:
+        """The term of entry `index`; None when it is compacted away or not there."""
+        offset = index - self._base
+        if 0 <= offset < len(self._entries):
+            return self._entries[offset].term
+        if index == 0:
+            return 0
+        snapshot = self.snapshot
+        if snapshot is not None and index == snapshot.index:
+            return snapshot.term
+        return None
+
+    def entry(self, index: int) -> RaftEntry:
+        offset = index - self._base
+        if not 0 <= offset < len(self._entries):
+            raise IndexError(f"entry {index} is outside [{self._base}, {self.last_index}]")
+        return self._entries[offset]
+
+    def entries(self, start: int, count_max: int, bytes_max: int) -> list[RaftEntry]:
+        """Entries from `start` on: at most `count_max`, and `bytes_max` of data (at least one)."""
+        offset = start - self._base
+        if offset < 0:
+            raise IndexError(f"entry {start} is compacted (the log starts at {self._base})")
+        found = self._entries[offset: offset + count_max]
+        total = 0
+        for position, entry in enumerate(found):
+            total += len(entry.data) + 16
+            if total > bytes_max and position:
+                return found[:position]
+        return found
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, entries: Iterable[RaftEntry]) -> None:
+        """Append, first dropping any entries from the first new index on (a divergent suffix)."""
+        entries = list(entries)
+        if not entries:
+            return
+        self._check_open()
+        first = entries[0].index
+        assert self._base <= first <= self.last_index + 1, f"append at {first} outside [{self._base}, {self.last_index + 1}]"
+        assert first > self._commit, f"append at {first} would replace committed entries (commit {self._commit})"
+        for previous, entry in zip(entries, entries[1:]):
+            assert entry.index == previous.index + 1 and entry.term >= previous.term, f"{previous} then {entry}"
+        self._handle.append(b"".join(encode_entry_record(entry) for entry in entries))
+        del self._entries[first - self._base:]
+        self._entries.extend(entries)
+        self._dirty = True
+        if first < self.written_from:
+            self.written_from = first
+
+    def set_hard_state(self, term: int, vote: int) -> None:
+        assert term >= self._term, f"term moves back from {self._term} to {term}"
+        if (term, vote) != (self._term, self._vote):
+            self._check_open()
+            self._term, self._vote = term, vote
+            self._dirty = True
+
+    def set_commit(self, commit: int) -> None:
+        """Remember the commit index; it is written with the next flush but never needs one."""
+        assert self._commit <= commit <= self.last_index, f"commit {commit} outside [{self._commit}, {self.last_index}]"
+        self._commit = commit
+
+    def flush(self) -> None:
+        """Make every change so far durable: records and slot A in one fdatasync, slot B in a second."""
+        self._check_open()
+        if not self._dirty and self._commit == self._flushed_commit:
+            return
+        self._sequence += 1
+        slot = _encode_slot(self._current_slot(self._handle.size))
+        try:
+            self._handle.write_at(0, slot)
+            self._handle.sync()
+            self._handle.write_at(SLOT_BYTES, slot)
+            self._handle.sync()
+        except FsyncFailed:
+            self._closed_reason = "an fsync failed; the raft log must be reopened (crash recovery)"
+            raise
+        self._dirty = False
+        self._flushed_commit = self._commit
+
+    def save_snapshot(self, meta: SnapshotMeta, data: bytes, keep_from: int) -> None:
+        """Store a snapshot of the applied state (durable on return) and drop the entries below
+        `keep_from` (at most meta.index + 1: a few trailing entries can stay for slow followers)."""
+        self._check_open()
+        assert self.term_at(meta.index) == meta.term, f"snapshot {meta} disagrees with the log"
+        assert meta.index <= self._commit, f"snapshot at {meta.index} past the commit index {self._commit}"
+        assert self._base <= keep_from <= meta.index + 1, f"keep_from {keep_from} outside [{self._base}, {meta.index + 1}]"
+        self._write_snapshot(meta, data)
+        del self._entries[: keep_from - self._base]
+        self._base = keep_from
+        self._rewrite()
+
+    def install_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
+        """A leader's snapshot (durable on return): entries after it stay only if the log agrees
+        with it at its index; otherwise the whole log goes (Raft §7)."""
+        self._check_open()
+        assert meta.index > self._commit, f"installing snapshot {meta.index} at or below commit {self._commit}"
+        self._write_snapshot(meta, data)
+        self._adopt_snapshot(meta)
+        self._rewrite()
+
+    def _write_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
+        with _FailOnFsync(self):
+            self._fs.write_file_atomic(self._snapshot_path, encode_snapshot(meta, data))
+        self.snapshot, self._snapshot_data = meta, bytes(data)
+
+    def _adopt_snapshot(self, meta: SnapshotMeta) -> None:
+        if self.term_at(meta.index) == meta.term and self._base <= meta.index:
+            del self._entries[: meta.index + 1 - self._base]
+        else:
+            self._entries = []
+        self._base = meta.index + 1
+        self._commit = max(self._commit, meta.index)
+        self.written_from = min(self.written_from, self._base)
+
+    def _rewrite(self) -> None:
+        """The journal rewritten as the entries held now (temporary file, fsync, rename)."""
+        records = b"".join(encode_entry_record(entry) for entry in self._entries)
+        self._sequence = 1
+        slot = _encode_slot(self._current_slot(HEADER_BYTES + len(records)))
+        with _FailOnFsync(self):
+            self._fs.write_file_atomic(self._log_path, slot + slot + records)
+        self._handle.close()
+        self._handle = self._fs.open(self._log_path)
+        self._dirty = False
+        self._flushed_commit = self._commit
+
+    def _current_slot(self, length: int) -> _Slot:
+        snapshot_index = self.snapshot.index if self.snapshot is not None else 0
+        return _Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index)
+
+    def close(self) -> None:
+        if self._closed_reason is None:
+            try:
+                self.flush()
+            finally:
+                self._closed_reason = "the raft log is closed"
+                self._handle.close()
+
+    def _check_open(self) -> None:
+        if self._closed_reason is not None:
+            raise LogClosed(f"{self._log_path}: {self._closed_reason}")
+
+
+class _FailOnFsync:
+    def __init__(self, log: RaftLog) -> None:
+        self._log = log
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, error: BaseException | None, traceback: object) -> bool:
+        if kind is not None and issubclass(kind, FsyncFailed):
+            self._log._closed_reason = "an fsync failed; the raft log must be reopened (crash recovery)"
+        return False
+
+
+def _count_records(view: memoryview, position: int) -> int:
+    """Records from `position` on as far as their lengths parse (the last may be torn)."""
+    count = 0
+    while position < len(view):
+        count += 1
+        if len(view) - position < _RECORD.size:
+            break
+        length, _ = _RECORD.unpack_from(view, position)
+        if length == 0 or length > RECORD_BYTES_MAX:
+            break
+        position += _RECORD.size + length
+    return count
