@@ -30,153 +30,15 @@ HardState.Commit does not: it can be recomputed from a leader).
 from __future__ import annotations
 
 import posixpath
-import struct
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
-import msgspec
-
-from storage.checksum import crc32
-from storage.errors import FsyncFailed, LogClosed, StorageError
+from storage.errors import FsyncFailed, LogClosed
 from storage.fs import FileHandle, FileSystem, OsFileSystem
-
-LOG_NAME = "raft.log"
-SNAPSHOT_NAME = "raft.snapshot"
-
-ENTRY_COMMAND = 0  # an opaque command for the state machine
-ENTRY_NOOP = 1  # appended by each new leader (Raft §5.4.2, §8): commits the entries of earlier terms
-
-_MAGIC = 0x52414654  # "RAFT"
-_SNAPSHOT_MAGIC = 0x52534E31  # "RSN1"
-# magic, sequence, journal length, base index, term, vote, commit, snapshot index
-_SLOT = struct.Struct("<IQQQQqQQ")
-_CRC = struct.Struct("<I")
-SLOT_BYTES = 64
-HEADER_BYTES = 2 * SLOT_BYTES
-assert _SLOT.size + _CRC.size <= SLOT_BYTES
-_RECORD = struct.Struct("<II")  # body length, body CRC
-_SNAPSHOT_HEADER = struct.Struct("<IIQ")  # magic, body CRC, body length
-# Why: a controller entry is one metadata change (a topic, an ISR); anything near this size is a
-# bug upstream, and a length field claiming more is damage, not a record.
-RECORD_BYTES_MAX = 16 * 1024 * 1024
-SNAPSHOT_BYTES_MAX = 256 * 1024 * 1024
-
-
-class RaftEntry(msgspec.Struct, array_like=True, frozen=True):
-    """One log entry. It is the journal's record and travels on the wire unchanged."""
-
-    index: int
-    term: int
-    kind: int = ENTRY_COMMAND
-    data: bytes = b""
-
-
-class SnapshotMeta(msgspec.Struct, array_like=True, frozen=True):
-    """What a snapshot covers: every entry up to `index` (whose term is `term`), applied."""
-
-    index: int
-    term: int
-    voters: list[int] = []
-
-
-class HardState(NamedTuple):
-    term: int
-    vote: int  # 0: no vote in this term
-    commit: int
-
-
-class RaftLogRecovery(msgspec.Struct):
-    truncated_bytes: int = 0  # torn or unreadable tail cut on open
-    truncated_records: int = 0
-    replayed_records: int = 0
-    rewritten: bool = False  # a newer snapshot than the journal knew was adopted on open
-
-
-class CorruptRaftLog(StorageError):
-    """The journal is damaged inside what a completed flush made durable (or has no readable
-    header). Nothing is dropped: the file is left as it is for an operator, and this node must
-    not vote or lead until it is repaired (a vote it forgot could be cast twice)."""
-
-
-class CorruptRaftSnapshot(StorageError):
-    """The snapshot file fails its checks, or is missing while the journal relies on it."""
-
-
-_entry_encoder = msgspec.msgpack.Encoder()
-_entry_decoder = msgspec.msgpack.Decoder(RaftEntry)
-_snapshot_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[int], bytes])
-
-
-def encode_entry_record(entry: RaftEntry) -> bytes:
-    body = _entry_encoder.encode(entry)
-    if len(body) > RECORD_BYTES_MAX:
-        raise ValueError(f"raft entry of {len(body)} bytes exceeds {RECORD_BYTES_MAX}")
-    return _RECORD.pack(len(body), crc32(body)) + body
-
-
-class _Slot(NamedTuple):
-    sequence: int
-    length: int
-    base_index: int
-    term: int
-    vote: int
-    commit: int
-    snapshot_index: int
-
-
-def _encode_slot(slot: _Slot) -> bytes:
-    body = _SLOT.pack(_MAGIC, *slot)
-    return (body + _CRC.pack(crc32(body))).ljust(SLOT_BYTES, b"\0")
-
-
-def _decode_slot(raw: bytes) -> _Slot | None:
-    if len(raw) < _SLOT.size + _CRC.size:
-        return None
-    (crc,) = _CRC.unpack_from(raw, _SLOT.size)
-    if crc != crc32(raw[: _SLOT.size]):
-        return None
-    magic, *fields = _SLOT.unpack_from(raw)
-    return _Slot(*fields) if magic == _MAGIC else None
-
-
-def _parse_record(view: memoryview, position: int) -> tuple[int, RaftEntry]:
-    """(end position, entry) of the record at `position`; ValueError when it is bad."""
-    if len(view) - position < _RECORD.size:
-        raise ValueError(f"truncated record header ({len(view) - position} bytes)")
-    length, crc = _RECORD.unpack_from(view, position)
-    start = position + _RECORD.size
-    if length == 0 or length > RECORD_BYTES_MAX:
-        raise ValueError(f"absurd record length {length}")
-    if start + length > len(view):
-        raise ValueError(f"torn record: {length} bytes promised, {len(view) - start} present")
-    body = view[start: start + length]
-    if crc32(body) != crc:
-        raise ValueError("record CRC mismatch")
-    try:
-        entry = _entry_decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
-        raise ValueError(f"record does not decode: {error}") from None
-    return start + length, entry
-
-
-def encode_snapshot(meta: SnapshotMeta, data: bytes) -> bytes:
-    body = _entry_encoder.encode((meta.index, meta.term, list(meta.voters), bytes(data)))
-    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32(body), len(body)) + body
-
-
-def decode_snapshot(raw: bytes, path: str = SNAPSHOT_NAME) -> tuple[SnapshotMeta, bytes]:
-    if len(raw) < _SNAPSHOT_HEADER.size:
-        raise CorruptRaftSnapshot(f"{path}: {len(raw)} bytes, shorter than its header")
-    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
-    body = memoryview(raw)[_SNAPSHOT_HEADER.size:]
-    if magic != _SNAPSHOT_MAGIC or length != len(body) or length > SNAPSHOT_BYTES_MAX:
-        raise CorruptRaftSnapshot(f"{path}: bad header (magic {magic:#x}, length {length} of {len(body)})")
-    if crc32(body) != crc:
-        raise CorruptRaftSnapshot(f"{path}: CRC mismatch")
-    try:
-        index, term, voters, data = _snapshot_decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
-        raise CorruptRaftSnapshot(f"{path}: body does not decode: {error}") from None
-    return SnapshotMeta(index=index, term=term, voters=voters), data
+from storage.raft_records import (  # noqa: F401 (the names callers use come from here)
+    ENTRY_COMMAND, ENTRY_NOOP, HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot,
+    HardState, RaftEntry, RaftLogRecovery, SnapshotMeta, Slot, count_records, decode_slot, decode_snapshot,
+    encode_entry_record, encode_slot, encode_snapshot, parse_record,
+)
 
 
 class RaftLog:
@@ -219,8 +81,8 @@ class RaftLog:
             if self._fs.exists(self._snapshot_path):
                 raise CorruptRaftLog(f"{self._log_path}: missing beside a snapshot; the term and vote it "
                                      "held are lost, so this node must not vote again as the same voter")
-            initial = _Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
-            self._fs.write_file_atomic(self._log_path, _encode_slot(initial) * 2)
+            initial = Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
+            self._fs.write_file_atomic(self._log_path, encode_slot(initial) * 2)
         handle = self._fs.open(self._log_path)
         data = handle.read_at(0, handle.size)
         slot, confirmed = self._choose_slot(data)
@@ -240,10 +102,10 @@ class RaftLog:
                                  f"{self.last_index}")
         self.written_from = self._base
 
-    def _choose_slot(self, data: bytes) -> tuple[_Slot, int]:
+    def _choose_slot(self, data: bytes) -> tuple[Slot, int]:
         """The slot of the last completed flush and the journal length it confirms."""
-        a = _decode_slot(data[:SLOT_BYTES])
-        b = _decode_slot(data[SLOT_BYTES:HEADER_BYTES])
+        a = decode_slot(data[:SLOT_BYTES])
+        b = decode_slot(data[SLOT_BYTES:HEADER_BYTES])
         if a is None and b is None:
             raise CorruptRaftLog(f"{self._log_path}: neither header slot is readable ({len(data)} bytes)")
         if a is None or b is None:
@@ -261,14 +123,14 @@ class RaftLog:
         position = HEADER_BYTES
         while position < len(data):
             try:
-                end, entry = _parse_record(view, position)
+                end, entry = parse_record(view, position)
                 self._replay_entry(entry)
             except ValueError as error:
                 if position < confirmed:
                     raise CorruptRaftLog(f"{self._log_path}: record at byte {position} fails its checks inside "
                                          f"the flushed region (up to byte {confirmed}): {error}") from None
                 self.recovery.truncated_bytes = len(data) - position
-                self.recovery.truncated_records = _count_records(view, position)
+                self.recovery.truncated_records = count_records(view, position)
                 break
             position = end
             self.recovery.replayed_records += 1
@@ -421,7 +283,7 @@ class RaftLog:
         if not self._dirty and self._commit == self._flushed_commit:
             return
         self._sequence += 1
-        slot = _encode_slot(self._current_slot(self._handle.size))
+        slot = encode_slot(self._current_slot(self._handle.size))
         try:
             self._handle.write_at(0, slot)
             self._handle.sync()
@@ -472,7 +334,7 @@ class RaftLog:
         """The journal rewritten as the entries held now (temporary file, fsync, rename)."""
         records = b"".join(encode_entry_record(entry) for entry in self._entries)
         self._sequence = 1
-        slot = _encode_slot(self._current_slot(HEADER_BYTES + len(records)))
+        slot = encode_slot(self._current_slot(HEADER_BYTES + len(records)))
         with _FailOnFsync(self):
             self._fs.write_file_atomic(self._log_path, slot + slot + records)
         self._handle.close()
@@ -480,9 +342,9 @@ class RaftLog:
         self._dirty = False
         self._flushed_commit = self._commit
 
-    def _current_slot(self, length: int) -> _Slot:
+    def _current_slot(self, length: int) -> Slot:
         snapshot_index = self.snapshot.index if self.snapshot is not None else 0
-        return _Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index)
+        return Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index)
 
     def close(self) -> None:
         if self._closed_reason is None:
@@ -510,15 +372,3 @@ class _FailOnFsync:
         return False
 
 
-def _count_records(view: memoryview, position: int) -> int:
-    """Records from `position` on as far as their lengths parse (the last may be torn)."""
-    count = 0
-    while position < len(view):
-        count += 1
-        if len(view) - position < _RECORD.size:
-            break
-        length, _ = _RECORD.unpack_from(view, position)
-        if length == 0 or length > RECORD_BYTES_MAX:
-            break
-        position += _RECORD.size + length
-    return count

@@ -1,0 +1,172 @@
+"""The on-disk formats of the Raft log (storage/raft_log.py): records, header slots, snapshots.
+
+A journal record is `length u32 | crc32(body) u32 | body`, body = the msgpack of one `RaftEntry`
+(array-like); a header slot is 64 bytes: magic, sequence, journal length, base index, term, vote,
+commit, snapshot index, then a CRC of those; a snapshot file is `magic u32 | crc32 u32 |
+length u64 | body`, body = msgpack [index, term, voters, data]. Every decoder here checks lengths
+and CRCs before it believes anything, and says what is wrong in a ValueError (records: the
+caller decides whether that is a torn tail or damage) or a `CorruptRaftSnapshot`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import msgspec
+
+from storage.checksum import crc32
+from storage.errors import StorageError
+
+LOG_NAME = "raft.log"
+SNAPSHOT_NAME = "raft.snapshot"
+
+ENTRY_COMMAND = 0  # an opaque command for the state machine
+ENTRY_NOOP = 1  # appended by each new leader (Raft §5.4.2, §8): commits the entries of earlier terms
+
+_MAGIC = 0x52414654  # "RAFT"
+_SNAPSHOT_MAGIC = 0x52534E31  # "RSN1"
+# magic, sequence, journal length, base index, term, vote, commit, snapshot index
+_SLOT = struct.Struct("<IQQQQqQQ")
+_CRC = struct.Struct("<I")
+SLOT_BYTES = 64
+HEADER_BYTES = 2 * SLOT_BYTES
+assert _SLOT.size + _CRC.size <= SLOT_BYTES
+_RECORD = struct.Struct("<II")  # body length, body CRC
+_SNAPSHOT_HEADER = struct.Struct("<IIQ")  # magic, body CRC, body length
+# Why: a controller entry is one metadata change (a topic, an ISR); anything near this size is a
+# bug upstream, and a length field claiming more is damage, not a record.
+RECORD_BYTES_MAX = 16 * 1024 * 1024
+SNAPSHOT_BYTES_MAX = 256 * 1024 * 1024
+
+
+class RaftEntry(msgspec.Struct, array_like=True, frozen=True):
+    """One log entry. It is the journal's record and travels on the wire unchanged."""
+
+    index: int
+    term: int
+    kind: int = ENTRY_COMMAND
+    data: bytes = b""
+
+
+class SnapshotMeta(msgspec.Struct, array_like=True, frozen=True):
+    """What a snapshot covers: every entry up to `index` (whose term is `term`), applied."""
+
+    index: int
+    term: int
+    voters: list[int] = []
+
+
+class HardState(NamedTuple):
+    term: int
+    vote: int  # 0: no vote in this term
+    commit: int
+
+
+class RaftLogRecovery(msgspec.Struct):
+    truncated_bytes: int = 0  # torn or unreadable tail cut on open
+    truncated_records: int = 0
+    replayed_records: int = 0
+    rewritten: bool = False  # a newer snapshot than the journal knew was adopted on open
+
+
+class CorruptRaftLog(StorageError):
+    """The journal is damaged inside what a completed flush made durable (or has no readable
+    header). Nothing is dropped: the file is left as it is for an operator, and this node must
+    not vote or lead until it is repaired (a vote it forgot could be cast twice)."""
+
+
+class CorruptRaftSnapshot(StorageError):
+    """The snapshot file fails its checks, or is missing while the journal relies on it."""
+
+
+_entry_encoder = msgspec.msgpack.Encoder()
+_entry_decoder = msgspec.msgpack.Decoder(RaftEntry)
+_snapshot_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[int], bytes])
+
+
+def encode_entry_record(entry: RaftEntry) -> bytes:
+    body = _entry_encoder.encode(entry)
+    if len(body) > RECORD_BYTES_MAX:
+        raise ValueError(f"raft entry of {len(body)} bytes exceeds {RECORD_BYTES_MAX}")
+    return _RECORD.pack(len(body), crc32(body)) + body
+
+
+class Slot(NamedTuple):
+    sequence: int
+    length: int
+    base_index: int
+    term: int
+    vote: int
+    commit: int
+    snapshot_index: int
+
+
+def encode_slot(slot: Slot) -> bytes:
+    body = _SLOT.pack(_MAGIC, *slot)
+    return (body + _CRC.pack(crc32(body))).ljust(SLOT_BYTES, b"\0")
+
+
+def decode_slot(raw: bytes) -> Slot | None:
+    if len(raw) < _SLOT.size + _CRC.size:
+        return None
+    (crc,) = _CRC.unpack_from(raw, _SLOT.size)
+    if crc != crc32(raw[: _SLOT.size]):
+        return None
+    magic, *fields = _SLOT.unpack_from(raw)
+    return Slot(*fields) if magic == _MAGIC else None
+
+
+def parse_record(view: memoryview, position: int) -> tuple[int, RaftEntry]:
+    """(end position, entry) of the record at `position`; ValueError when it is bad."""
+    if len(view) - position < _RECORD.size:
+        raise ValueError(f"truncated record header ({len(view) - position} bytes)")
+    length, crc = _RECORD.unpack_from(view, position)
+    start = position + _RECORD.size
+    if length == 0 or length > RECORD_BYTES_MAX:
+        raise ValueError(f"absurd record length {length}")
+    if start + length > len(view):
+        raise ValueError(f"torn record: {length} bytes promised, {len(view) - start} present")
+    body = view[start: start + length]
+    if crc32(body) != crc:
+        raise ValueError("record CRC mismatch")
+    try:
+        entry = _entry_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise ValueError(f"record does not decode: {error}") from None
+    return start + length, entry
+
+
+def encode_snapshot(meta: SnapshotMeta, data: bytes) -> bytes:
+    body = _entry_encoder.encode((meta.index, meta.term, list(meta.voters), bytes(data)))
+    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32(body), len(body)) + body
+
+
+def decode_snapshot(raw: bytes, path: str = SNAPSHOT_NAME) -> tuple[SnapshotMeta, bytes]:
+    if len(raw) < _SNAPSHOT_HEADER.size:
+        raise CorruptRaftSnapshot(f"{path}: {len(raw)} bytes, shorter than its header")
+    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
+    body = memoryview(raw)[_SNAPSHOT_HEADER.size:]
+    if magic != _SNAPSHOT_MAGIC or length != len(body) or length > SNAPSHOT_BYTES_MAX:
+        raise CorruptRaftSnapshot(f"{path}: bad header (magic {magic:#x}, length {length} of {len(body)})")
+    if crc32(body) != crc:
+        raise CorruptRaftSnapshot(f"{path}: CRC mismatch")
+    try:
+        index, term, voters, data = _snapshot_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise CorruptRaftSnapshot(f"{path}: body does not decode: {error}") from None
+    return SnapshotMeta(index=index, term=term, voters=voters), data
+
+
+def count_records(view: memoryview, position: int) -> int:
+    """Records from `position` on as far as their lengths parse (the last may be torn)."""
+    count = 0
+    while position < len(view):
+        count += 1
+        if len(view) - position < _RECORD.size:
+            break
+        length, _ = _RECORD.unpack_from(view, position)
+        if length == 0 or length > RECORD_BYTES_MAX:
+            break
+        position += _RECORD.size + length
+    return count
