@@ -1,0 +1,111 @@
+"""The follower's side of replication: accepting appends and snapshots from the current leader.
+
+Rules (Raft §5.3, §7):
+
+- An append is accepted only if the follower's log holds `prev_log_index` with `prev_log_term`
+  (the consistency check that gives the Log Matching property). Otherwise it is refused with a
+  hint: the largest index at or below the refused one whose term is at most the leader's
+  `prev_log_term`, with that term, so the leader skips a whole divergent term at once.
+- Entries the log already holds with the same term are left alone (a late or duplicated append
+  must never cut entries a newer append brought); from the first entry whose term differs, the
+  follower's suffix is replaced. A committed entry is never replaced: an append reaching below
+  the commit index is answered with the commit index and changes nothing, and a leader whose
+  entry at the commit index differs from ours breaks Raft's guarantees: refused, counted, traced.
+- The follower's commit index moves to min(leader_commit, last index of this append), never past
+  what this leader has shown it to hold.
+- A snapshot replaces the log (and the state machine) unless the log already holds its last
+  entry with the same term, in which case only the commit index moves and later entries stay.
+"""
+
+from __future__ import annotations
+
+from actors.effects import Trace
+from actors.raft.config import RaftConfig
+from actors.raft.roles import Role
+from actors.raft_messages import RaftAppendRequest, RaftAppendResponse, RaftSnapshotRequest
+from storage.raft_log import SnapshotMeta
+
+
+class FollowerRules:
+    """Mixed into RaftNode; called for appends and snapshots of the node's current term."""
+
+    config: RaftConfig
+
+    def _follow(self, leader: int, now_ns: int) -> bool:
+        """Accept `leader` as this term's leader; False when this node leads the same term
+        itself (two leaders in one term: a peer broke Raft; never obey it)."""
+        if self.role is Role.LEADER:
+            self._count("protocol_violation_two_leaders")
+            self._early.append(Trace("raft_protocol_violation", {
+                "node": self.id, "term": self.term, "other_leader": leader}))
+            return False
+        if self.role is not Role.FOLLOWER or self.leader_id != leader:
+            self._become_follower(self.term, leader, now_ns)
+        self.last_leader_contact_ns = now_ns
+        self._reset_election_deadline(now_ns)
+        return True
+
+    def _on_append_request(self, request: RaftAppendRequest, now_ns: int) -> None:
+        if not self._follow(request.source, now_ns):
+            return
+        if request.prev_log_index < self.commit_index:
+            # An old append (reordered or duplicated): all it could say is already committed here.
+            self._answer_append(request.source, success=True, match_index=self.commit_index)
+            return
+        if self.log.term_at(request.prev_log_index) != request.prev_log_term:
+            self._refuse_append(request)
+            return
+        entries = request.entries
+        for position, entry in enumerate(entries):  # all past prev_log_index >= commit_index
+            if self.log.term_at(entry.index) != entry.term:
+                self.log.append(entries[position:])
+                break
+        last_new = request.prev_log_index + len(entries)
+        commit = min(request.leader_commit, last_new)
+        if commit > self.commit_index:
+            self._commit_to(commit)
+        self._answer_append(request.source, success=True, match_index=last_new)
+
+    def _refuse_append(self, request: RaftAppendRequest) -> None:
+        if request.prev_log_index <= self.commit_index:
+            # The leader's entry at our commit index differs from the one we committed.
+            self._count("protocol_violation_committed_entry_disputed")
+            self._early.append(Trace("raft_protocol_violation", {
+                "node": self.id, "term": self.term, "leader": request.source, "index": request.prev_log_index}))
+        index = min(request.prev_log_index, self.log.last_index)
+        # Entries at or below the commit index match every leader's (Leader Completeness), so the
+        # walk back stops there; the known terms stop at the snapshot anyway.
+        while index > self.commit_index:
+            held = self.log.term_at(index)
+            if held is None or held <= request.prev_log_term:
+                break
+            index -= 1
+        self._count("appends_refused")
+        self._answer_append(request.source, success=False, reject_index=request.prev_log_index,
+                            hint_index=index, hint_term=self.log.term_at(index) or 0)
+
+    def _answer_append(self, leader: int, **fields) -> None:
+        self._send(leader, RaftAppendResponse(source=self.id, destination=leader, term=self.term, **fields))
+
+    def _on_snapshot_request(self, request: RaftSnapshotRequest, now_ns: int) -> None:
+        if not self._follow(request.source, now_ns):
+            return
+        index = request.snapshot_index
+        if index <= self.commit_index:
+            self._answer_append(request.source, success=True, match_index=self.commit_index)
+            return
+        if self.log.term_at(index) == request.snapshot_term:
+            self._commit_to(index)
+            self._answer_append(request.source, success=True, match_index=index)
+            return
+        if sorted(request.voters) != sorted(self.config.voters):
+            self._count("dropped_snapshot_of_other_voters")
+            return
+        meta = SnapshotMeta(index=index, term=request.snapshot_term, voters=sorted(request.voters))
+        self.log.install_snapshot(meta, bytes(request.data))
+        self.state_machine.restore(bytes(request.data), index)
+        self.commit_index = self.applied_index = index
+        self._count("snapshots_installed")
+        self._early.append(Trace("raft_snapshot_installed", {"node": self.id, "index": index,
+                                                             "term": request.snapshot_term}))
+        self._answer_append(request.source, success=True, match_index=index)
