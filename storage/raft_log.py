@@ -254,7 +254,8 @@ class RaftLog:
             return
         self._check_open()
         first = entries[0].index
-        assert self._base <= first <= self.last_index + 1, f"append at {first} outside [{self._base}, {self.last_index + 1}]"
+        assert self._base <= first <= self.last_index + 1, (
+            f"append at {first} outside [{self._base}, {self.last_index + 1}]")
         assert first > self._commit, f"append at {first} would replace committed entries (commit {self._commit})"
         for previous, entry in zip(entries, entries[1:]):
             assert entry.index == previous.index + 1 and entry.term >= previous.term, f"{previous} then {entry}"
@@ -301,7 +302,8 @@ class RaftLog:
         self._check_open()
         assert self.term_at(meta.index) == meta.term, f"snapshot {meta} disagrees with the log"
         assert meta.index <= self._commit, f"snapshot at {meta.index} past the commit index {self._commit}"
-        assert self._base <= keep_from <= meta.index + 1, f"keep_from {keep_from} outside [{self._base}, {meta.index + 1}]"
+        assert self._base <= keep_from <= meta.index + 1, (
+            f"keep_from {keep_from} outside [{self._base}, {meta.index + 1}]")
         self._write_snapshot(meta, data)
         del self._entries[: keep_from - self._base]
         self._base = keep_from

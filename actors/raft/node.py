@@ -112,9 +112,11 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         snapshot_index = log.snapshot.index if log.snapshot is not None else 0
         assert self.applied_index >= snapshot_index, f"{self.name}: applied below the snapshot"
         if self.role is Role.LEADER:
-            assert self.leader_id == self.id and self.voted_for == self.id, f"{self.name}: a leader that did not vote for itself"
+            assert self.leader_id == self.id and self.voted_for == self.id, (
+                f"{self.name}: a leader that did not vote for itself")
             for peer, progress in self.progress.items():
-                assert progress.match_index < progress.next_index <= log.last_index + 1, f"{self.name}: {peer} {progress}"
+                assert progress.match_index < progress.next_index <= log.last_index + 1, (
+                    f"{self.name}: {peer} {progress}")
 
     # ------------------------------------------------------------------ the proposal API
 

@@ -70,7 +70,8 @@ class LeaderRules:
             return
         entries = []
         if has_entries:
-            entries = self.log.entries(progress.next_index, self.config.append_entries_max, self.config.append_bytes_max)
+            config = self.config
+            entries = self.log.entries(progress.next_index, config.append_entries_max, config.append_bytes_max)
         self._send(peer, RaftAppendRequest(source=self.id, destination=peer, term=self.term, prev_log_index=previous,
                                            prev_log_term=previous_term, entries=entries,
                                            leader_commit=self.commit_index))

@@ -19,7 +19,7 @@ SNAPSHOT_PATH = f"{DIRECTORY}/{SNAPSHOT_NAME}"
 
 
 def entries(first: int, terms: list[int]) -> list[RaftEntry]:
-    return [RaftEntry(index=first + offset, term=term, data=b"e%d" % (first + offset)) for offset, term in enumerate(terms)]
+    return [RaftEntry(index=index, term=term, data=b"e%d" % index) for index, term in enumerate(terms, start=first)]
 
 
 def reopen(fs: MemoryFileSystem) -> RaftLog:

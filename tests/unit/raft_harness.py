@@ -209,12 +209,6 @@ class Net:
 
     # ------------------------------------------------------------------ reading
 
-    def leader(self) -> int:
-        leaders = [node for node, raft in self.nodes.items() if raft.role.value == "leader"]
-        assert len(leaders) <= 1 or len({self.nodes[n].term for n in leaders}) == len(leaders)
-        newest = max(leaders, key=lambda node: self.nodes[node].term, default=0)
-        return newest
-
     def propose(self, node: int, data: bytes):
         result = self.nodes[node].propose(data, self.now_ns)
         if hasattr(result, "effects"):
