@@ -12,6 +12,14 @@ auto-committing consumer), so before rejoining the member asks the shell with a
 `cooperative-sticky` (KIP-429) a member keeps what it owns, revokes only what the new assignment
 moves away, and rejoins once more so the moved partitions reach their new owner.
 
+The shell answers every ("revoke", ...) notification, lost ones included, with one "revoked",
+in order, when its user's thread gets to it (after the batch it is processing, after the commit
+the revocation makes). The member joins only once every notification it sent is answered, as
+Kafka's consumer runs onPartitionsRevoked / onPartitionsLost in poll before it rejoins: a member
+that rejoined first could be given back a partition whose late revocation the shell then
+applies (it forgets the partition's position and drops every record fetched for it after), and
+would hold partitions in a generation whose new owners already have them.
+
 The leader member runs the assignor (actors/assignors.py) with the members' subscriptions and the
 partition counts from metadata, and hands the result to the coordinator in SyncGroup. Positions
 of newly assigned partitions come from the group's committed offsets, or `auto_offset_reset`.
@@ -80,6 +88,7 @@ class ConsumerMember:
         self.assigned_counts: dict[str, int] = {}
         self.rejoin_reason = ""
         self.join_after_revoke = False
+        self.revocations_unanswered = 0  # ("revoke", ...) notifications the shell has not answered
         self.left_for_poll_timeout = False
         self.joined_members: list = []
         self.unreachable: dict[str, int] = {}
@@ -196,11 +205,17 @@ class ConsumerMember:
             return self._join(now_ns)
         self.state = "revoking"
         self.join_after_revoke = True
-        return [Notify("revoke", (to_revoke, False)), Trace("member-revoking", {"reason": reason, "partitions": to_revoke})]
+        return [self._revoke(to_revoke, lost=False),
+                Trace("member-revoking", {"reason": reason, "partitions": to_revoke})]
+
+    def _revoke(self, partitions: list[tuple[str, int]], *, lost: bool) -> Notify:
+        self.revocations_unanswered += 1
+        return Notify("revoke", (partitions, lost))
 
     def _on_revoked(self, now_ns: int) -> list[Effect]:
-        if self.state != "revoking":
-            return []
+        self.revocations_unanswered = max(0, self.revocations_unanswered - 1)
+        if self.state != "revoking" or self.revocations_unanswered:
+            return []  # an earlier revocation's answer: the user's thread has more to do
         if self.settings.assignor not in COOPERATIVE_ASSIGNORS:
             self.owned = []
             self.client.assign([], now_ns)
@@ -210,6 +225,10 @@ class ConsumerMember:
         return []
 
     def _join(self, now_ns: int) -> list[Effect]:
+        if self.revocations_unanswered:
+            self.state = "revoking"  # the user's thread is still revoking: join once it answered
+            self.join_after_revoke = True
+            return []
         if not self.coordinator or not self.topics:
             self.state = "unjoined"
             return []
@@ -285,7 +304,7 @@ class ConsumerMember:
             self.client.assign(self.owned, now_ns)
             self.state = "revoking"
             self.join_after_revoke = True
-            effects.append(Notify("revoke", (revoked, False)))
+            effects.append(self._revoke(revoked, lost=False))
         kept = [tp for tp in partitions if tp in previous]
         if added:
             effects += self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
@@ -317,7 +336,8 @@ class ConsumerMember:
             effects += self._leave("max_poll_interval_ms passed without a poll", now_ns)
             self.left_for_poll_timeout = True
             return effects
-        if self.state in ("stable", "revoking", "syncing") and now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
+        if self.state in ("stable", "revoking", "syncing") and self.generation >= 0 and \
+                now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
             self.last_heartbeat_ns = now_ns
             effects += self._send("heartbeat", HeartbeatRequest(
                 correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
@@ -366,7 +386,7 @@ class ConsumerMember:
             self.owned, self.generation = [], -1
             self.client.assign([], now_ns)
             if lost:
-                effects.append(Notify("revoke", (lost, True)))  # lost, not revoked: no commit is possible
+                effects.append(self._revoke(lost, lost=True))  # lost, not revoked: no commit is possible
             return effects + self._join(now_ns)
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             return effects + self._begin_rebalance("the coordinator started a rebalance", now_ns)

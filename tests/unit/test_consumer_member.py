@@ -258,6 +258,9 @@ def test_a_fenced_generation_loses_the_partitions_without_a_commit_and_rejoins(s
     stage.heartbeat_answer(code)
 
     assert stage.notified("revoke") == [([("orders", 0), ("orders", 1)], True)]
+    assert stage.client.fetches == {}
+    assert stage.harness.received(GROUPS, JoinGroupRequest) == [], "rejoined before the shell gave them up"
+    stage.command("revoked")
     join = stage.to_groups(JoinGroupRequest)
     assert join.member_id == ("c1-m" if keeps_id else "")
     assert stage.member.state == "joining"
@@ -356,6 +359,88 @@ def test_a_member_that_lost_its_coordinator_never_sends_to_an_empty_address(stag
 
     assert [step for step in stage.harness.steps_of("c1")
             if any(isinstance(effect, Send) and effect.to == "" for effect in step.effects)] == []
+
+
+# ---------------------------------------------------------------------------- revocations the user's thread answers late
+# The shell answers each ("revoke", ...) in order, after the batch its user is processing and the
+# commit the revocation makes (railmq/group_consumer.py). A member that rejoined meanwhile could be
+# handed a revoked partition back, and the late answer would then make the shell forget it (the
+# simulator's seed-171 finding): the member joins only once every revocation is answered.
+
+
+def cooperative_stage_revoking() -> Stage:
+    """A cooperative member that owns orders/0 and orders/1 and was told to give up orders/1."""
+    stage = Stage(assignor="cooperative-sticky")
+    stage.joined_alone()
+    stage.heartbeat_answer(ErrorCode.REBALANCE_IN_PROGRESS)
+    join = stage.to_groups(JoinGroupRequest)
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=2,
+                                   protocol_name="cooperative-sticky", leader="other", member_id="c1-m"))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 0))))
+    assert stage.notified("revoke") == [([("orders", 1)], False)]
+    return stage
+
+
+def test_a_rebalance_announced_during_a_revocation_waits_for_the_shell_to_answer_it():
+    stage = cooperative_stage_revoking()
+
+    stage.heartbeat_answer(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    assert stage.harness.received(GROUPS, JoinGroupRequest) == [], "rejoined while orders/1 was being revoked"
+    assert stage.member.state == "revoking"
+    stage.command("revoked")
+    join = stage.to_groups(JoinGroupRequest)
+    assert msgspec.msgpack.decode(join.protocols[0].metadata, type=Subscription).owned == [("orders", 0)]
+
+
+def test_a_membership_lost_during_a_revocation_rejoins_only_after_both_are_answered():
+    stage = cooperative_stage_revoking()
+
+    stage.heartbeat_answer(ErrorCode.ILLEGAL_GENERATION)  # the revocation's commit is slow; the session ends
+
+    assert stage.notified("revoke") == [([("orders", 1)], False), ([("orders", 0)], True)]
+    stage.command("revoked")  # the first revocation, answered late
+    assert stage.harness.received(GROUPS, JoinGroupRequest) == [], "rejoined before the lost partitions were given up"
+    stage.harness.advance(HEARTBEAT_MS * 3)
+    assert stage.harness.received(GROUPS, HeartbeatRequest) == [], "heartbeats for a generation it no longer has"
+    stage.command("revoked")
+    join = stage.to_groups(JoinGroupRequest)
+    assert join.member_id == "c1-m" and stage.member.state == "joining"
+
+
+def test_a_revoked_partition_comes_back_only_after_the_shell_answered_its_revocation():
+    """The seed-171 story: the coordinator would hand orders/1 straight back; the shell's late answer
+    to its revocation must come before that, or the shell forgets the position it is given."""
+    stage = cooperative_stage_revoking()
+    stage.heartbeat_answer(ErrorCode.UNKNOWN_MEMBER_ID)
+    before = len(stage.notified("assigned"))
+
+    def assigned_since() -> list:
+        return stage.notified("assigned")[before:]
+
+    def coordinator_gives_everything_back() -> None:
+        for join in stage.harness.take(GROUPS, JoinGroupRequest):
+            stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=5,
+                                           protocol_name="cooperative-sticky", leader="other", member_id="c1-new"))
+        for sync in stage.harness.take(GROUPS, SyncGroupRequest):
+            stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id,
+                                           assignment=assignment(("orders", 0), ("orders", 1))))
+        for fetch in stage.harness.take(GROUPS, OffsetFetchRequest):
+            stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[
+                OffsetEntry(topic="orders", partition=p, offset=40 + p) for p in (0, 1)]))
+
+    coordinator_gives_everything_back()  # before the user's thread got to its revocations
+    assert assigned_since() == [], "partitions handed back while their revocations were unanswered"
+    stage.command("revoked")
+    coordinator_gives_everything_back()
+    assert assigned_since() == []
+    stage.command("revoked")
+    coordinator_gives_everything_back()
+
+    assert assigned_since() == [(5, "c1-new", [("orders", 0), ("orders", 1)],
+                                 [("orders", 0), ("orders", 1)])]
+    assert set(stage.client.fetches) == {("orders", 0), ("orders", 1)}
 
 
 # ---------------------------------------------------------------------------- with the real group coordinator
