@@ -51,6 +51,10 @@ def _frame(plot: Plot, standalone: bool) -> list[str]:
     parts = [f'<svg{namespace} viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
              f'aria-label="{_e(plot.title)}">']
     if standalone:
+        # A picture on its own page says what it shows to a screen reader, as docs/tools/svg.py's do.
+        names = ", ".join(series.label for series in plot.series)
+        parts.append(f"<title>{_e(plot.title)}</title><desc>{_e(plot.y_label)} against {_e(plot.x_label)}"
+                     f"{': ' + _e(names) if names else ''}</desc>")
         parts.append(f"<style>text {{ {FONT} }}</style>"
                      f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>')
     parts.append(f'<text x="{LEFT}" y="18" style="font-weight: 600">{_e(plot.title)}</text>')
@@ -168,5 +172,7 @@ def plot_svg(plot: Plot, standalone: bool = False) -> str:
         opening = plot.svg.index(">") + 1
         head = plot.svg[:opening].replace("<svg ", f'<svg xmlns="{NAMESPACE}" ', 1)
         background = '<rect x="0" y="0" width="100%" height="100%" fill="#ffffff"/>'
-        return f"{head}<style>text {{ {FONT} }}</style>{background}{plot.svg[opening:]}"
+        described = "" if "<title" in plot.svg else (f"<title>{_e(plot.title)}</title>"
+                                                     f"<desc>{_e(plot.title)}, as drawn by the chaos report</desc>")
+        return f"{head}{described}<style>text {{ {FONT} }}</style>{background}{plot.svg[opening:]}"
     return bar_svg(plot, standalone) if plot.kind == "bar" else line_svg(plot, standalone)

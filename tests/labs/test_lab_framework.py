@@ -105,9 +105,20 @@ def test_plots_are_well_formed_escaped_and_self_contained(standalone):
         assert tree.tag.endswith("svg")
         assert "<script" not in svg and "&lt;script&gt;" in svg
         assert ("http://" in svg) == standalone, "only a standalone file names the SVG namespace"
+        if standalone:  # a picture on its own says what it shows, as docs/pictures' others do
+            assert tree.find("{http://www.w3.org/2000/svg}title") is not None, plot.title
+            assert tree.find("{http://www.w3.org/2000/svg}desc") is not None, plot.title
     assert "no samples" in line_svg(Plot("empty", "", "", series=[]))
     assert bar_svg(Plot("b", "", "", kind="bar", series=[Series("s", [])])).endswith("</svg>")
     assert nice_ticks(7)[-1] >= 7 and nice_ticks(0) == [0.0, 1.0]
+
+
+def test_a_picture_drawn_elsewhere_is_described_when_it_stands_alone():
+    drawn = Plot(HOSTILE, "", "", series=[], svg='<svg viewBox="0 0 10 10"><text>drawn elsewhere</text></svg>')
+    assert plot_svg(drawn) == drawn.svg  # embedded in a page as it is
+    tree = ElementTree.fromstring(plot_svg(drawn, standalone=True))
+    assert tree.find("{http://www.w3.org/2000/svg}title").text == HOSTILE
+    assert tree.find("{http://www.w3.org/2000/svg}desc") is not None
 
 
 def test_pages_and_pictures_are_written_escaped(tmp_path):
