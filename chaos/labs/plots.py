@@ -167,12 +167,15 @@ def bar_svg(plot: Plot, standalone: bool = False) -> str:
 
 def plot_svg(plot: Plot, standalone: bool = False) -> str:
     if plot.svg:
-        if not standalone or "xmlns=" in plot.svg:
+        if not standalone:
             return plot.svg
         opening = plot.svg.index(">") + 1
-        head = plot.svg[:opening].replace("<svg ", f'<svg xmlns="{NAMESPACE}" ', 1)
+        head, body = plot.svg[:opening], plot.svg[opening:]
+        if not body.lstrip().startswith("<title"):  # a <title> further in is some element's tooltip
+            body = f"<title>{_e(plot.title)}</title><desc>{_e(plot.title)}, as drawn by the chaos report</desc>{body}"
+        if "xmlns=" in head:
+            return head + body
+        head = head.replace("<svg ", f'<svg xmlns="{NAMESPACE}" ', 1)
         background = '<rect x="0" y="0" width="100%" height="100%" fill="#ffffff"/>'
-        described = "" if "<title" in plot.svg else (f"<title>{_e(plot.title)}</title>"
-                                                     f"<desc>{_e(plot.title)}, as drawn by the chaos report</desc>")
-        return f"{head}{described}<style>text {{ {FONT} }}</style>{background}{plot.svg[opening:]}"
+        return f"{head}<style>text {{ {FONT} }}</style>{background}{body}"
     return bar_svg(plot, standalone) if plot.kind == "bar" else line_svg(plot, standalone)

@@ -119,6 +119,9 @@ def test_a_picture_drawn_elsewhere_is_described_when_it_stands_alone():
     tree = ElementTree.fromstring(plot_svg(drawn, standalone=True))
     assert tree.find("{http://www.w3.org/2000/svg}title").text == HOSTILE
     assert tree.find("{http://www.w3.org/2000/svg}desc") is not None
+    namespaced = Plot("timeline", "", "", series=[], svg='<svg xmlns="http://www.w3.org/2000/svg"><rect><title>a tooltip</title></rect></svg>')
+    tree = ElementTree.fromstring(plot_svg(namespaced, standalone=True))
+    assert tree.find("{http://www.w3.org/2000/svg}title").text == "timeline"
 
 
 def test_pages_and_pictures_are_written_escaped(tmp_path):
