@@ -38,6 +38,7 @@ from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
 from transport.outbound import TRACK_BYTES_MIN, OutboundBudget
 from transport.faults import FaultSwitch
+from transport.socket_watch import SocketWatch
 from transport.timers import Timers
 
 log = logging.getLogger("railmq.runtime")
@@ -92,7 +93,7 @@ class Runtime:
         self._monitors: dict[str, zmq.Socket] = {}
         self._unreachable: set[str] = set()
         self._monitor_peer: dict[zmq.Socket, str] = {}
-        self._poller = zmq.Poller()
+        self._watch = SocketWatch()
         self._watched_fds: dict[int, Callable[[], None]] = {}
         self._pending_flush: list[AfterFlush] = []
         self._stopping = False
@@ -113,14 +114,14 @@ class Runtime:
         else:
             port = router.bind_to_random_port("tcp://127.0.0.1")
         self._router = router
-        self._poller.register(router, zmq.POLLIN)
+        self._watch.add_socket(router)
         self.endpoint = f"tcp://127.0.0.1:{port}"
         return self.endpoint
 
     def watch_fd(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Call `on_readable` (in the loop) whenever `fd` is readable: lifelines, wake-up pipes."""
         self._watched_fds[fd] = on_readable
-        self._poller.register(fd, zmq.POLLIN)
+        self._watch.add_fd(fd)
 
     def request_stop(self) -> None:
         self._stopping = True
@@ -155,13 +156,15 @@ class Runtime:
         timeout_ms = self._poll_timeout_ms(extra_deadline_ns)
         if timeout_ms > 0 and before_sleep is not None and not before_sleep():
             timeout_ms = 0
-        ready = self._poller.poll(timeout_ms)
+        ready, fds = self._watch.wait(timeout_ms)
         if after_sleep is not None:
             after_sleep()
-        for socket, _ in ready:
-            if isinstance(socket, int):
-                self._watched_fds[socket]()
-            elif socket is self._router:
+        for fd in fds:
+            self._watched_fds[fd]()
+        for socket in ready:
+            if socket.closed:
+                continue
+            if socket is self._router:
                 self._drain(socket, from_router=True)
             elif socket in self._monitor_peer:
                 self._on_monitor_event(socket)
@@ -347,6 +350,7 @@ class Runtime:
             self.count("messages_out")
         except zmq.Again:
             self.count("dropped_out_queue_full")
+        self._watch.touched(socket)
 
     def _dealer(self, endpoint: str) -> zmq.Socket:
         socket = self._dealers.get(endpoint)
@@ -370,8 +374,8 @@ class Runtime:
         self._socket_peer[socket] = endpoint
         self._monitors[endpoint] = monitor
         self._monitor_peer[monitor] = endpoint
-        self._poller.register(socket, zmq.POLLIN)
-        self._poller.register(monitor, zmq.POLLIN)
+        self._watch.add_socket(socket)
+        self._watch.add_socket(monitor)
         return socket
 
     def _on_monitor_event(self, monitor: zmq.Socket) -> None:
@@ -402,12 +406,12 @@ class Runtime:
 
     def _close_dealer(self, endpoint: str) -> None:
         socket = self._dealers.pop(endpoint)
-        self._poller.unregister(socket)
+        self._watch.remove(socket)
         del self._socket_peer[socket]
         self._unreachable.discard(endpoint)
         monitor = self._monitors.pop(endpoint, None)
         if monitor is not None:
-            self._poller.unregister(monitor)
+            self._watch.remove(monitor)
             del self._monitor_peer[monitor]
             socket.disable_monitor()
             monitor.close(linger=0)
@@ -461,6 +465,8 @@ class Runtime:
         for endpoint in list(self._dealers):
             self._close_dealer(endpoint)
         if self._router is not None:
+            self._watch.remove(self._router)
             self._router.close(linger=0)
             self._router = None
+        self._watch.close()
 
