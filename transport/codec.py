@@ -17,6 +17,7 @@ correlation id to answer to; that peek reads only frames up to `PEEK_BYTES_MAX`,
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence, Union
 
 import msgspec
@@ -64,10 +65,22 @@ def _raw_or_none(decoder: msgspec.msgpack.Decoder, raw: msgspec.Raw) -> Any:
         return None
 
 
+def message_decoder() -> msgspec.msgpack.Decoder:
+    """The decoder of the tagged union of every wire message. Building it compiles msgspec's type
+    information for ~100 Structs: built once per process (per set of message types), and before
+    the fork in the forkserver (transport/forkserver_ready.py), so every actor shares it."""
+    return _decoder_for(tuple(wire_message_types()))
+
+
+@functools.lru_cache(maxsize=4)
+def _decoder_for(types: tuple[type, ...]) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(Union[types])  # type: ignore[misc]
+
+
 class Codec:
     def __init__(self, frame_bytes_max: int = 32 * 1024 * 1024, *, secret: bytes | None = None) -> None:
         types = wire_message_types()
-        self._decoder = msgspec.msgpack.Decoder(Union[tuple(types)])  # type: ignore[misc]
+        self._decoder = message_decoder()
         self._encoder = msgspec.msgpack.Encoder()
         self._known_names = {cls.__name__ for cls in types}
         self._internal_names = {cls.__name__ for cls in INTERNAL_TYPES}
