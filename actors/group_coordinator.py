@@ -50,6 +50,7 @@ class GroupCoordinator:
                  limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
                  name: str = "group-coordinator") -> None:
         self.name = name
+        self.tick_armed = False  # the "tick" timer is set (see _arm_tick)
         self.state = state
         self.coordinator = coordinator
         self.endpoint = endpoint
@@ -83,6 +84,7 @@ class GroupCoordinator:
         return isinstance(message, CLUSTER_ANSWERS)
 
     def start(self, now_ns: int) -> list[Effect]:
+        self.tick_armed = True
         effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
         for group in self.groups.values():
             if group.members:
@@ -98,6 +100,10 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        effects = self._dispatch(message, sender, now_ns)
+        return effects + self._arm_tick(now_ns)
+
+    def _dispatch(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
             case HeartbeatRequest():
                 return self._with_group(message, sender, lambda group: group.heartbeat(message, sender, now_ns))
@@ -187,8 +193,21 @@ class GroupCoordinator:
         member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
         return self._persist(group, before, group.join(request, sender, now_ns, member_id))
 
+    def _needs_tick(self) -> bool:
+        """Sessions, joins and share-group work run on the tick; a coordinator with no member
+        anywhere and nothing in flight sets none (an idle cluster does not wake it 20 times a second)."""
+        return any(group.members for group in self.groups.values()) or (
+            self.share is not None and self.share.needs_tick())
+
+    def _arm_tick(self, now_ns: int) -> list[Effect]:
+        if self.tick_armed or not self._needs_tick():
+            return []
+        self.tick_armed = True
+        return [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS)]
+
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS)]
+        self.tick_armed = False
+        effects: list[Effect] = []
         for group in self.groups.values():
             before = group.record_version()
             effects += self._persist(group, before, group.tick(now_ns))

@@ -97,6 +97,11 @@ class DeadLetterWriter:
         self.creating: set[str] = set()  # dead-letter topics with a CreateTopic in flight
         self.missing: set[str] = set()  # dead-letter topics metadata says do not exist
 
+    def busy(self) -> bool:
+        """Records on their way to a dead-letter topic (a step may be waiting for its retry time)."""
+        return bool(self.unrouted or self.creating or any(
+            target.stage or target.queue or target.pending or target.fetching for target in self.targets.values()))
+
     def load(self) -> None:
         for key, value in self.groups.state.items("share-dlq/"):
             topic, partition = key[len("share-dlq/"):].rsplit("/", 1)

@@ -172,6 +172,12 @@ class ShareGroups:
                 return None
         return self._finish(effects, now_ns)
 
+    def needs_tick(self) -> bool:
+        """Could a tick change anything? Sessions and locks belong to members; the rest is waiting
+        requests, answers awaited and dead letters on their way. Nothing of it: no tick."""
+        return bool(self.parked or self.waiting_heartbeats or self.leaders.pending or self.dead_letters.busy()
+                    or any(group.members for group in self.groups.values()))
+
     def tick(self, now_ns: int) -> list[Effect]:
         effects = self._expire_members(now_ns)
         for group in self.groups.values():

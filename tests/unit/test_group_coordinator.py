@@ -448,3 +448,17 @@ def test_offsets_of_a_group_with_members_are_not_deleted(stage):
     request = OffsetDeleteRequest(correlation_id=9, group_id="g", partitions=[("orders", 0)])
 
     assert only(stage.ask("admin", request), OffsetDeleteResponse).error == ErrorCode.NON_EMPTY_GROUP
+
+
+def test_with_no_member_anywhere_the_group_coordinator_sets_no_tick_and_a_join_starts_it_again():
+    stage = Stage()
+    stage.harness.advance(500)  # the tick set at start fires once and finds nothing to do
+    assert stage.harness.timers[GROUPS].deadline("tick") is None
+
+    stage.join("a", session_ms=1_000)
+    assert stage.harness.timers[GROUPS].deadline("tick") is not None
+
+    stage.harness.advance(3_000)  # the member never heartbeats: its session ends on a tick
+    assert stage.coordinator.groups["g"].members == {}
+    stage.harness.advance(500)
+    assert stage.harness.timers[GROUPS].deadline("tick") is None
