@@ -14,8 +14,7 @@ Election rules live in `actors/elections.py`; this module wires them to messages
 
 from __future__ import annotations
 
-import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,10 +27,11 @@ from actors.messages import (
     AlterIsrRequest, AlterIsrResponse, AlterTopicConfigRequest, CreatePartitionsRequest,
     CreateTopicRequest, DeleteTopicRequest,
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
-    MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, PartitionMetadata,
+    MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, NodeHeartbeat, PartitionMetadata,
     PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
     ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicMetadata,
 )
+from actors.node_liveness import NodeLiveness
 from actors.topic_admin import TopicAdmin, TopicRecord, check_topic_config, place_replicas  # noqa: F401 (re-exported)
 
 
@@ -42,19 +42,28 @@ class Liveness(msgspec.Struct, kw_only=True):
     incarnation: int
     last_seen_ns: int
     exited: bool = False
+    responsive: bool = True  # its node agent says it answers (see actors/node_liveness.py)
+    via_node: bool = False  # kept alive by its node agent's heartbeats (node session), not its own
     log_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
     storage: StorageReport = StorageReport()
+    leader_epoch: int = -1  # the epochs of the partition state it last reported
+    partition_epoch: int = -1
+    state_pushed_ns: int = 0
 
-AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartbeat)
+AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartbeat, NodeHeartbeat)
 
+
+if TYPE_CHECKING:
+    import random
 
 PartitionKey = tuple[str, int]
+LIVENESS_CHECK_MAX_MS = 10_000  # the longest the coordinator goes without judging liveness again
 
 
-class Coordinator(TopicAdmin):
-    def __init__(self, *, state: Any, nodes: list[int], rng: random.Random,
+class Coordinator(TopicAdmin, NodeLiveness):
+    def __init__(self, *, state: Any, nodes: list[int], rng: "random.Random",
                  limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "") -> None:
         self.name = name
         self.cluster_id = cluster_id
@@ -67,6 +76,7 @@ class Coordinator(TopicAdmin):
         self.liveness: dict[tuple[str, int, int], Liveness] = {}
         self.services: dict[str, Liveness] = {}
         self.started_ns = 0
+        self.leaderless_check_ns = 0  # while a partition has no leader: when liveness is judged next
         self.topic_born_ns: dict[str, int] = {}
         self.tombstones: dict[int, str] = {}  # deleted topic id -> its name, oldest first
         self._load()
@@ -93,7 +103,7 @@ class Coordinator(TopicAdmin):
 
     def start(self, now_ns: int) -> list[Effect]:
         self.started_ns = now_ns
-        return [SetTimer("liveness", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
+        return [self._liveness_timer(now_ns)]
 
     def needs_authentication(self, message: Any) -> bool:
         """Liveness, ISR changes and exit notices come only from processes of this cluster."""
@@ -113,7 +123,9 @@ class Coordinator(TopicAdmin):
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
             case ReplicaHeartbeat():
-                return self._on_replica_heartbeat(message, sender, now_ns)
+                return self._on_replica_heartbeat(message, sender, now_ns) + [self._liveness_timer(now_ns)]
+            case NodeHeartbeat():
+                return self._on_node_heartbeat(message, sender, now_ns) + [self._liveness_timer(now_ns)]
             case AlterIsrRequest():
                 return self._on_alter_isr(message, sender, now_ns)
             case MetadataRequest():
@@ -147,18 +159,30 @@ class Coordinator(TopicAdmin):
     # ------------------------------------------------------------------ liveness
 
     def _on_replica_heartbeat(self, beat: ReplicaHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
+        effects, reply = self._take_report(beat, now_ns)
+        if reply is None:
+            return effects
+        return self._after_persist(effects, [Send(sender, reply)])
+
+    def _take_report(self, beat: ReplicaHeartbeat, now_ns: int, *,
+                     via_node: bool = False) -> tuple[list[Effect], ReplicaHeartbeatResponse | None]:
+        """A replica's report, sent by itself or carried by its node agent: (decisions to persist
+        before anyone hears of them, the answer for the replica or None)."""
         topic = self.topics.get(beat.topic)
         if topic is None or topic.topic_id != beat.topic_id or not 0 <= beat.partition < len(topic.replicas) \
                 or beat.node not in topic.replicas[beat.partition]:
-            return [Send(sender, self._not_a_replica(beat))]
+            return [], self._not_a_replica(beat)
         key = (beat.topic, beat.partition, beat.node)
         previous = self.liveness.get(key)
         if previous is not None and previous.exited and previous.incarnation == beat.incarnation:
-            return []  # sent before the process died, delivered after: the dead stay dead
+            return [], None  # sent before the process died, delivered after: the dead stay dead
         self.liveness[key] = Liveness(
             endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns,
             log_start_offset=beat.log_start_offset, log_end_offset=beat.log_end_offset,
             high_watermark=beat.high_watermark, storage=beat.storage,
+            leader_epoch=beat.leader_epoch, partition_epoch=beat.partition_epoch,
+            state_pushed_ns=previous.state_pushed_ns if previous is not None else 0,
+            via_node=via_node,
         )
         effects: list[Effect] = []
         news = previous is None or previous.incarnation != beat.incarnation or previous.exited
@@ -175,8 +199,9 @@ class Coordinator(TopicAdmin):
             effects += self._announce(beat.topic, beat.partition, now_ns)  # followers learn where to fetch
         stale = (beat.leader_epoch, beat.partition_epoch) != (record.leader_epoch, record.partition_epoch)
         state = self._partition_state(beat.topic, beat.partition, now_ns) if stale or news else None
-        reply = Send(sender, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state))
-        return self._after_persist(effects, [reply])
+        if state is not None:
+            self.liveness[key].state_pushed_ns = now_ns
+        return effects, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state)
 
     def _not_a_replica(self, beat: ReplicaHeartbeat) -> ReplicaHeartbeatResponse:
         """A replica of a topic id the coordinator recorded as deleted stops for good; one it only
@@ -201,15 +226,43 @@ class Coordinator(TopicAdmin):
         return self._after_persist(self._reconcile(notice.topic, notice.partition, now_ns), [])
 
     def _on_liveness_tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("liveness", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
         changed: list[Effect] = []
         for topic, partition in sorted(self.partitions):
             changed += self._reconcile(topic, partition, now_ns)
-        return effects + self._after_persist(changed, [])
+        return [self._liveness_timer(now_ns)] + self._after_persist(changed, [])
+
+    def _liveness_timer(self, now_ns: int) -> SetTimer:
+        """The next moment a judgement can change with no message arriving: a live replica's
+        session running out or a grace period ending — or the next heartbeat interval while a
+        partition has no leader. Set again after every heartbeat, so a healthy cluster never
+        wakes the coordinator for nothing (the timer keeps moving ahead of it). The leaderless
+        check is a fixed deadline, not "an interval from now": heartbeats arrive more often than
+        the interval, and would otherwise postpone it forever."""
+        interval_ns = self.limits.replica_heartbeat_interval_ms * MS
+        if any(record.leader < 0 for record in self.partitions.values()):
+            if self.leaderless_check_ns <= now_ns:
+                self.leaderless_check_ns = now_ns + interval_ns
+            return SetTimer("liveness", self.leaderless_check_ns)
+        deadline = now_ns + LIVENESS_CHECK_MAX_MS * MS
+        graces = [self.started_ns + self.limits.coordinator_election_grace_ms * MS]
+        graces += [born + self.limits.partition_creation_grace_ms * MS for born in self.topic_born_ns.values()]
+        for grace_ns in graces:
+            if grace_ns > now_ns:
+                deadline = min(deadline, grace_ns)
+        for live in self.liveness.values():
+            if not live.exited and live.responsive:
+                expiry = live.last_seen_ns + self._session_ms(live) * MS + 1
+                if expiry > now_ns:
+                    deadline = min(deadline, expiry)
+        return SetTimer("liveness", max(deadline, now_ns + MS))
 
     def _is_live(self, live: Liveness | None, now_ns: int) -> bool:
-        return (live is not None and not live.exited
-                and now_ns - live.last_seen_ns <= self.limits.replica_session_timeout_ms * MS)
+        return (live is not None and not live.exited and live.responsive
+                and now_ns - live.last_seen_ns <= self._session_ms(live) * MS)
+
+    def _session_ms(self, live: Liveness) -> int:
+        limits = self.limits
+        return limits.node_session_timeout_ms if live.via_node else limits.replica_session_timeout_ms
 
     def _views(self, topic: str, partition: int, now_ns: int) -> dict[int, ReplicaView]:
         """What we know of each replica. During the grace period (after this coordinator starts,

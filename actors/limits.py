@@ -13,12 +13,27 @@ import msgspec
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # --- failure detection (coordinator) -------------------------------------------------
-    # Replicas heartbeat five times per session: one lost heartbeat never looks like a death
+    # Heartbeats come five times per session: one lost heartbeat never looks like a death
     # (Kafka's KRaft brokers: 2 s heartbeats, 9 s sessions; ours are scaled for one machine).
+    # A replica without a node agent sends its own at this interval; with one (the real cluster,
+    # actors/replica_reports.py) it is the shortest interval between two reports of a changing
+    # replica.
     replica_heartbeat_interval_ms: int = 200
     # Kafka's KRaft default is 9 s; a local cluster on loopback can afford a much shorter one,
     # which keeps failover well under the 2 s target even without the supervisor's fast path.
     replica_session_timeout_ms: int = 1000
+    # Through a node agent, an unchanged replica reports once per keepalive interval (local and
+    # small), and the agent calls it unresponsive (a paused process, one cut off from the network)
+    # after the keepalive timeout: three missed keepalives. Failover after a kill -9 never waits
+    # for this: the supervisor's exit notice is immediate.
+    replica_keepalive_interval_ms: int = 3000
+    replica_keepalive_timeout_ms: int = 9000
+    # A node agent heartbeats for all its replicas once per interval, and at once for news (a new
+    # incarnation, epoch or storage state); the coordinator counts its replicas alive for a node
+    # session after the last one. The node's processes exiting are told at once, so this only
+    # bounds noticing a node agent (the whole node) gone.
+    node_heartbeat_interval_ms: int = 1000
+    node_session_timeout_ms: int = 3000
     # After the coordinator (re)starts it waits this long for replicas to register before it
     # elects anyone, so a cluster restart does not elect whichever replica happened to be first.
     coordinator_election_grace_ms: int = 1000
@@ -31,11 +46,23 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # (Kafka's replica.lag.time.max.ms is 30 s; we scale it like the session timeout).
     replica_lag_time_max_ms: int = 1500
     # Followers long-poll: a fetch with no new data waits this long at the leader (Kafka's
-    # replica.fetch.wait.max.ms); new data answers it at once, so this only bounds idle chatter.
+    # replica.fetch.wait.max.ms); new data or a newer high watermark answers it at once.
     replica_fetch_wait_max_ms: int = 500
+    # ...and a follower in the ISR whose last fetch brought nothing (it is at the log end) waits
+    # this long: a fetch parked at the log end counts as caught up, so an idle partition's
+    # follower and leader wake once per this wait instead of twice a second.
+    replica_fetch_idle_wait_max_ms: int = 5000
+    # A follower waiting at the log end learns a newer high watermark this soon (its wait is cut
+    # short), so followers know what is committed without a round trip per batch under load.
+    replica_high_watermark_notice_ms: int = 50
     # A follower re-sends its fetch if no answer came within this (the leader may be gone).
     replica_fetch_timeout_ms: int = 1000
     replica_fetch_bytes_max: int = 8 * 1024 * 1024
+    # A follower's shared-memory ring (transport/ring_link.py), made at its first fetch from a
+    # leader on this host. Sized to use, not to the largest fetch: a steady follower's answers are
+    # a few batches; one that does not fit (catching up) travels over ZeroMQ instead. /dev/shm
+    # holds at most this much per follower.
+    replica_ring_bytes: int = 2 * 1024 * 1024
     # The leader checks its followers' lag this often (a sixth of replica_lag_time_max_ms, so a
     # lagging follower leaves the ISR at most ~250 ms late), and asks for ISR changes then.
     isr_check_interval_ms: int = 250
@@ -44,10 +71,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- storage health (partition replica) ------------------------------------------------
     # The scrubber re-reads the log in the background to find bit rot in data nobody fetches (a
-    # follower's log is never read otherwise). 4 MiB every 250 ms is 16 MiB/s per replica: a
-    # 100 MB log is checked within ~7 s of a start, at a few ms of CPU per tick (the CRC is ISA-L's).
+    # follower's log is never read otherwise). A pass reads 4 MiB every 250 ms (16 MiB/s per
+    # replica: a 100 MB log in ~7 s, a few ms of CPU per tick, the CRC is ISA-L's), and a pass
+    # begins every `scrub_pass_interval_ms`: between passes an idle replica does nothing, and a
+    # box of 100 replicas of 100 MB re-reads ~17 MB/s on average. Bit rot is found within about
+    # one pass interval; chaos and tests shorten it.
     scrub_interval_ms: int = 250
     scrub_bytes_per_tick: int = 4 * 1024 * 1024
+    scrub_pass_interval_ms: int = 600_000
 
     # --- requests ------------------------------------------------------------------------
     # acks=all produce requests waiting for replication, per partition. Beyond it: BUSY.

@@ -316,6 +316,41 @@ class NodeAssignmentsResponse(Message, kw_only=True):
     cluster_id: str = ""
 
 
+class ReplicaLiveness(msgspec.Struct, kw_only=True):
+    """A node agent's word on one of its replica processes."""
+
+    topic: str
+    partition: int
+    node: int
+    incarnation: int
+    responsive: bool = True  # it reported within `replica_keepalive_timeout_ms`
+
+
+class NodeHeartbeat(Message, kw_only=True):
+    """A node agent's heartbeat for all the replicas of its nodes, every
+    `replica_heartbeat_interval_ms` (Kafka's BrokerHeartbeat): which replica processes live and
+    answer, the reports that changed since the last one, and which assignments it has."""
+
+    correlation_id: int
+    nodes: list[int]
+    replicas: list[ReplicaLiveness] = []
+    reports: list[ReplicaHeartbeat] = []  # changed since the last heartbeat (all of them when asked)
+    assignments_version: str = ""  # of the assignments it runs; "" before it has any
+
+
+class NodeHeartbeatResponse(Message, kw_only=True):
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    cluster_id: str = ""
+    assignments_version: str = ""
+    # Set only when `assignments_version` differs from the heartbeat's: the replicas the nodes
+    # should run, and the deleted topic ids (as in NodeAssignmentsResponse).
+    assignments: list[ReplicaAssignment] | None = None
+    deleted_topic_ids: list[int] = []
+    full_report_wanted: bool = False  # the coordinator lacks some replica's report (it restarted)
+
+
 class ReplicaExited(Message, kw_only=True):
     """The supervisor saw a replica process exit: faster than waiting for the session timeout."""
 
@@ -369,6 +404,9 @@ class FetchRequest(Message, kw_only=True):
     ring: str = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
     host: str = ""  # the fetcher's host identity: a ring is only usable on the same host
     repairing: bool = False  # followers: re-fetching data their disk lost (not ready for the ISR)
+    # Followers: the high watermark they know. A parked follower fetch is answered as soon as the
+    # leader's has moved past it, so followers learn it at once rather than at the wait's end.
+    high_watermark: int = -1
 
 
 class FetchResponse(Message, kw_only=True):

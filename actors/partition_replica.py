@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actor import MS
-from actors.effects import AfterFlush, Crash, Effect, Exit, Send, SetTimer, Trace
+from actors.effects import AfterFlush, CancelTimer, Crash, Effect, Exit, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
@@ -46,6 +46,7 @@ from actors.replica_fetch import FetchServing
 from actors.replica_follower import FollowerRole
 from actors.replica_health import ReplicaStorage
 from actors.replica_leader import LeaderRole
+from actors.replica_reports import ReplicaReporter
 from storage.errors import FsyncFailed, StorageError
 
 RETENTION_CHECK_INTERVAL_MS = 5000  # retention deletes whole segments: no need to look often
@@ -55,7 +56,8 @@ FROM_THE_COORDINATOR = (ReplicaHeartbeatResponse, AlterIsrResponse)
 class PartitionReplica(FetchServing):
     def __init__(self, *, topic: str, topic_id: int, partition: int, node: int, endpoint: str,
                  coordinator: str, log: Any, config: TopicConfig, incarnation: int, pid: int = 0,
-                 limits: Limits = DEFAULT_LIMITS, health: Any = None, findings: list[str] = ()) -> None:
+                 limits: Limits = DEFAULT_LIMITS, health: Any = None, findings: list[str] = (),
+                 report_to: str = "") -> None:
         self.name = f"replica/{topic}/{partition}/n{node}"
         self.topic, self.topic_id, self.partition, self.node = topic, topic_id, partition, node
         self.endpoint, self.coordinator = endpoint, coordinator
@@ -72,7 +74,10 @@ class PartitionReplica(FetchServing):
         self.producers = ProducerStateTable()
         self.counters_appended = 0
         self.deferred: list[Effect] = []  # effects found while building an answer (damage a read met)
+        self.armed: set[str] = set()  # timers that are set and will fire (see _arm_timers)
+        self.isr_check_at = 0  # the deadline of the "isr-check" timer while armed
         self.storage = ReplicaStorage(self, health, findings)
+        self.reports = ReplicaReporter(self, report_to)
         # The committed floor (see the module docstring), restored from the log's checkpoint.
         restored = getattr(log, "high_watermark", 0) if self.storage.healthy else 0
         self.high_watermark = min(restored, log.log_end_offset)
@@ -94,8 +99,7 @@ class PartitionReplica(FetchServing):
                                       "clean_shutdown": self.storage.clean_shutdown, "storage": self.storage.state(),
                                       "findings": self.storage.findings,
                                       "recovery": str(getattr(self.log, "recovery", ""))}),
-            *self._heartbeat(now_ns),
-            SetTimer("retention", now_ns + RETENTION_CHECK_INTERVAL_MS * MS),
+            *self.reports.start(now_ns),
             SetTimer("scrub", now_ns + self.limits.scrub_interval_ms * MS),
         ]
 
@@ -126,6 +130,33 @@ class PartitionReplica(FetchServing):
         if self.deferred:
             effects += self.deferred
             self.deferred = []
+        return effects + self._arm_timers(now_ns) + self.reports.after_handling(now_ns)
+
+    def _arm_timers(self, now_ns: int) -> list[Effect]:
+        """Timers run only while there is work: a flush while data is unflushed, retention while
+        a closed segment exists, the ISR check while the ISR could change. An idle replica with
+        its followers parked at the log end so wakes for nothing (each fired timer is disarmed
+        and set again here only if still needed)."""
+        effects: list[Effect] = []
+        if self.role not in ("leader", "follower"):
+            return effects
+        log = self.log
+        if "flush" not in self.armed and self.config.flush_policy == "interval" \
+                and log.log_end_offset > log.flushed_offset:
+            self.armed.add("flush")
+            effects.append(SetTimer("flush", now_ns + self.config.flush_interval_ms * MS))
+        if "retention" not in self.armed and log.retention_applies:
+            self.armed.add("retention")
+            effects.append(SetTimer("retention", now_ns + RETENTION_CHECK_INTERVAL_MS * MS))
+        deadline = self.leader.isr_check_deadline(now_ns) if self.leader is not None else None
+        if deadline is None:
+            if "isr-check" in self.armed:
+                self.armed.discard("isr-check")
+                effects.append(CancelTimer("isr-check"))
+        elif "isr-check" not in self.armed or deadline < self.isr_check_at:
+            self.armed.add("isr-check")
+            self.isr_check_at = deadline
+            effects.append(SetTimer("isr-check", deadline))
         return effects
 
     def _dispatch(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
@@ -164,13 +195,16 @@ class PartitionReplica(FetchServing):
         return []
 
     def _on_timer(self, name: str, now_ns: int) -> list[Effect]:
+        self.armed.discard(name)
+        if name == "isr-check":
+            self.isr_check_at = 0
         match name:
             case "heartbeat":
-                return self._heartbeat(now_ns)
+                return self.reports.send(now_ns)
+            case "report":
+                return self.reports.on_change_timer(now_ns)
             case "isr-check":
-                if self.leader is None:
-                    return []
-                return self.leader.check_isr(now_ns) + [SetTimer("isr-check", now_ns + self.limits.isr_check_interval_ms * MS)]
+                return self.leader.check_isr(now_ns) if self.leader else []
             case "produce-expiry":
                 return self.leader.expire_produces(now_ns) if self.leader else []
             case "fetch-expiry":
@@ -189,23 +223,19 @@ class PartitionReplica(FetchServing):
 
     # ------------------------------------------------------------------ coordinator
 
-    def _heartbeat(self, now_ns: int) -> list[Effect]:
-        self.log.note_high_watermark(self.committed_offset, self.committed_epoch)
-        return [self._heartbeat_message(), SetTimer("heartbeat", now_ns + self.limits.replica_heartbeat_interval_ms * MS)]
-
-    def _heartbeat_message(self) -> Send:
+    def report_message(self) -> ReplicaHeartbeat:
+        """How this replica stands (see actors/replica_reports.py for when it is sent)."""
         state = self.state
-        beat = ReplicaHeartbeat(
+        return ReplicaHeartbeat(
             topic=self.topic, topic_id=self.topic_id, partition=self.partition, node=self.node,
             endpoint=self.endpoint, pid=self.pid, incarnation=self.incarnation,
             leader_epoch=state.leader_epoch if state else -1, partition_epoch=state.partition_epoch if state else -1,
             log_start_offset=self.log.log_start_offset, log_end_offset=self.log.log_end_offset,
             high_watermark=self.committed_offset, storage=self.storage.report())
-        return Send(self.coordinator, beat)
 
     def heartbeat_now(self) -> list[Effect]:
-        """Storage news travels at once, not at the next heartbeat."""
-        return [self._heartbeat_message()]
+        """Storage news travels at once, not at the next report."""
+        return self.reports.send_now()
 
     def last_batch_epoch(self) -> int:
         """The epoch of the last batch this replica holds (Kafka's lastFetchedEpoch): an epoch in
@@ -262,7 +292,9 @@ class PartitionReplica(FetchServing):
             return self._become_follower(now_ns)
         if state.leader_endpoint and state.leader_endpoint != self.follower.leader_endpoint:
             return self.follower.leader_moved(state.leader_endpoint, now_ns)
-        return []  # an empty endpoint only means the coordinator has not heard from the leader yet
+        # Same leader: an empty endpoint only means the coordinator has not heard from it yet.
+        return self.follower.nudge(now_ns) if (state.partition_epoch, state.isr) != (
+            current.partition_epoch, current.isr) else []
 
     def _become_leader(self, now_ns: int) -> list[Effect]:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "leadership moved")
@@ -274,13 +306,18 @@ class PartitionReplica(FetchServing):
                                                "leader_epoch": self.state.leader_epoch,
                                                "log_end_offset": self.log.log_end_offset,
                                                "high_watermark": self.high_watermark}))
-        effects += self.leader.after_log_growth(now_ns)
-        return effects + [SetTimer("isr-check", now_ns + self.limits.isr_check_interval_ms * MS),
-                          *self._flush_timer(now_ns)]
+        return effects + self.leader.after_log_growth(now_ns)
 
     def _leader_isr_updated(self, now_ns: int) -> list[Effect]:
         self.leader.pending_isr = None
-        return self.leader.after_log_growth(now_ns) + self.leader.complete_purgatory()
+        # A follower that left the ISR gets its parked fetch answered now (it polls briskly from
+        # then on): records that arrive later must not sit in the socket of a process the
+        # cluster has given up on (paused, cut off) and be appended when it comes back.
+        isr = self.state.isr
+        left = self._answer_parked(lambda parked: self._read(parked.request)
+                                   if 0 <= parked.request.replica and parked.request.replica not in isr else None,
+                                   now_ns)
+        return left + self.leader.after_log_growth(now_ns) + self.leader.complete_purgatory()
 
     def _become_follower(self, now_ns: int) -> list[Effect]:
         effects = self._leave_role(ErrorCode.NOT_LEADER, "this replica is no longer the leader")
@@ -292,7 +329,7 @@ class PartitionReplica(FetchServing):
             return effects + self.storage_failure(error)
         effects.append(Trace("became-follower", {"topic": self.topic, "partition": self.partition, "node": self.node,
                                                  "leader": self.state.leader, "leader_epoch": self.state.leader_epoch}))
-        return effects + self.follower.begin(now_ns) + self._flush_timer(now_ns)
+        return effects + self.follower.begin(now_ns)
 
     def _leave_role(self, code: ErrorCode, text: str) -> list[Effect]:
         effects: list[Effect] = []
@@ -348,21 +385,16 @@ class PartitionReplica(FetchServing):
 
     # ------------------------------------------------------------------ housekeeping
 
-    def _flush_timer(self, now_ns: int) -> list[Effect]:
-        if self.config.flush_policy != "interval":
-            return []
-        return [SetTimer("flush", now_ns + self.config.flush_interval_ms * MS)]
-
     def _on_flush_timer(self, now_ns: int) -> list[Effect]:
         try:
             self.log.flush()
         except FsyncFailed as error:
             return self.storage_failure(error)
-        return self._flush_timer(now_ns)
+        return []
 
     def _on_retention(self, now_ns: int) -> list[Effect]:
         deleted = self.log.apply_retention(now_ns // MS)
-        effects: list[Effect] = [SetTimer("retention", now_ns + RETENTION_CHECK_INTERVAL_MS * MS)]
+        effects: list[Effect] = []
         if deleted:
             effects.append(Trace("retention", {"topic": self.topic, "partition": self.partition,
                                                "segments_deleted": deleted, "log_start_offset": self.log.log_start_offset}))

@@ -39,6 +39,8 @@ class FollowerRole:
         self.leader_endpoint = replica.state.leader_endpoint
         self.epoch = replica.state.leader_epoch
         self.fetch_correlation = 0
+        self.fetch_sent_ns = 0
+        self.at_leader_end = False  # the last answer brought nothing: this follower holds everything
 
     def begin(self, now_ns: int) -> list[Effect]:
         return self.send_fetch(now_ns)
@@ -50,14 +52,17 @@ class FollowerRole:
             return [SetTimer("follower-retry", now_ns + RETRY_BACKOFF_MS * MS)]
         replica.correlation += 1
         self.fetch_correlation = replica.correlation
+        self.fetch_sent_ns = now_ns
         limits = replica.limits
+        idle = self.at_leader_end and replica.node in replica.state.isr and replica.storage.healthy
+        wait_ms = limits.replica_fetch_idle_wait_max_ms if idle else limits.replica_fetch_wait_max_ms
         request = FetchRequest(
             correlation_id=self.fetch_correlation, topic=replica.topic, partition=replica.partition,
             topic_id=replica.topic_id, offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
-            max_wait_ms=limits.replica_fetch_wait_max_ms, leader_epoch=self.epoch, replica=replica.node,
+            max_wait_ms=wait_ms, leader_epoch=self.epoch, replica=replica.node,
             last_fetched_epoch=replica.last_batch_epoch(), incarnation=replica.incarnation,
-            repairing=not replica.storage.healthy)
-        deadline = now_ns + (limits.replica_fetch_timeout_ms + limits.replica_fetch_wait_max_ms) * MS
+            repairing=not replica.storage.healthy, high_watermark=replica.high_watermark)
+        deadline = now_ns + (limits.replica_fetch_timeout_ms + wait_ms) * MS
         return [Send(self.leader_endpoint, request), SetTimer("follower-fetch-timeout", deadline)]
 
     def retry_later(self, now_ns: int, backoff_ms: int = RETRY_BACKOFF_MS) -> list[Effect]:
@@ -100,6 +105,7 @@ class FollowerRole:
         replica.advance_high_watermark(
             max(replica.high_watermark, min(response.high_watermark, replica.log.log_end_offset)), self.epoch)
         effects = replica.storage.after_fetch(response.log_end_offset)
+        self.at_leader_end = not len(records) and replica.log.log_end_offset >= response.log_end_offset
         next_fetch = self.send_fetch(now_ns)
         if len(records) and replica.config.flush_policy == "every_batch":
             return effects + [AfterFlush(replica.log, tuple(next_fetch))]
@@ -143,12 +149,22 @@ class FollowerRole:
         return self.retry_later(now_ns)
 
     def on_timeout(self, now_ns: int) -> list[Effect]:
+        self.at_leader_end = False  # the answer was lost: poll briskly until one comes back
         return [Trace("follower-fetch-timeout", {"leader": self.leader_endpoint})] + self.send_fetch(now_ns)
 
     def on_retry(self, now_ns: int) -> list[Effect]:
         if self.fetch_correlation:
             return []
         return self.send_fetch(now_ns)
+
+    def nudge(self, now_ns: int) -> list[Effect]:
+        """News about the partition (a new ISR or config in the same epoch): a fetch outstanding
+        for longer than `replica_fetch_timeout_ms` may have been lost (a healed partition drops
+        nothing later, but whatever it dropped is gone), so send a new one instead of waiting out
+        the long poll. An answer to the old one is then ignored."""
+        if not self.fetch_correlation or now_ns - self.fetch_sent_ns < self.replica.limits.replica_fetch_timeout_ms * MS:
+            return []
+        return [Trace("follower-fetch-renewed", {"leader": self.leader_endpoint})] + self.send_fetch(now_ns)
 
     def leader_moved(self, endpoint: str, now_ns: int) -> list[Effect]:
         """Same epoch, new endpoint (the leader restarted its socket): fetch from there."""

@@ -51,7 +51,9 @@ class ReplicaStorage:
         self.file = health if health is not None else MemoryHealth()
         self.findings = list(findings)
         self.clean_shutdown = bool(getattr(replica.log, "clean_shutdown", False))
-        self.scrub_offset = -1  # the next offset the scrubber reads; -1: not started
+        self.scrub_offset = -1  # the next offset the scrubber reads; -1: no pass under way
+        self.scrub_pass_end = 0  # the log end when the current pass began: where it stops
+        self.scrub_pass_started_ns = 0
         self.refusals_seen = getattr(replica.log, "refused_count", 0)
 
     # ------------------------------------------------------------------ state
@@ -160,23 +162,34 @@ class ReplicaStorage:
     # ------------------------------------------------------------------ scrubbing
 
     def scrub(self, now_ns: int) -> list[Effect]:
+        """One tick of a pass: a pass reads the log from its start to where it ended when the pass
+        began, `scrub_bytes_per_tick` per `scrub_interval_ms`; the next pass begins
+        `scrub_pass_interval_ms` after this one began. Between passes nothing runs, so an idle
+        replica costs nothing, and each pass starts over at the log start (a cursor that followed
+        the log end would never look at old data again while writes went on)."""
         replica = self.replica
         limits = replica.limits
         log = replica.log
-        effects: list[Effect] = [SetTimer("scrub", now_ns + limits.scrub_interval_ms * MS)]
-        start = self.scrub_offset if self.scrub_offset >= log.log_start_offset else log.log_start_offset
-        if start >= log.log_end_offset:
-            self.scrub_offset = log.log_start_offset
-            return effects
+        tick: list[Effect] = [SetTimer("scrub", now_ns + limits.scrub_interval_ms * MS)]
+        if self.scrub_offset < 0:
+            if log.log_end_offset <= log.log_start_offset:
+                return [SetTimer("scrub", now_ns + limits.scrub_pass_interval_ms * MS)]  # nothing to read yet
+            self.scrub_offset, self.scrub_pass_end, self.scrub_pass_started_ns = (
+                log.log_start_offset, log.log_end_offset, now_ns)
+        effects = tick
+        start = max(self.scrub_offset, log.log_start_offset)
         try:
-            self.scrub_offset = log.scrub(start, limits.scrub_bytes_per_tick)
-            if self.scrub_offset >= log.log_end_offset:
-                self.scrub_offset = log.log_start_offset  # a pass is done: the next starts over
+            self.scrub_offset = start if start >= self.scrub_pass_end else log.scrub(start, limits.scrub_bytes_per_tick)
         except CorruptLog as error:
             self.scrub_offset = error.last_offset + 1
             effects += self.record_corruption(error)
         except OffsetOutOfRange:
             self.scrub_offset = log.log_start_offset
+        if self.scrub_offset >= min(self.scrub_pass_end, log.log_end_offset):
+            self.scrub_offset = -1  # the pass is done
+            next_pass_ns = max(now_ns + limits.scrub_interval_ms * MS,
+                               self.scrub_pass_started_ns + limits.scrub_pass_interval_ms * MS)
+            effects[0] = SetTimer("scrub", next_pass_ns)
         if log.refused_count != self.refusals_seen:
             effects += self.record_refusals()
         if self.damaged and replica.follower is not None and any(

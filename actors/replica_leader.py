@@ -231,9 +231,48 @@ class LeaderRole:
 
     # ------------------------------------------------------------------ ISR maintenance
 
+    def note_parked_answered(self, request: FetchRequest, now_ns: int) -> None:
+        """A follower's fetch that waited here is answered: if it held the whole log when it came
+        (and so ever since), the follower was caught up until this moment."""
+        progress = self.progress.get(request.replica)
+        if progress is not None and request.offset >= progress.end_at_last_fetch:
+            progress.last_caught_up_ns = max(progress.last_caught_up_ns, now_ns)
+
+    def followers_waiting_at_end(self) -> set[int]:
+        """Followers whose fetch is parked here at the log end: each holds everything, now."""
+        end = self.replica.log.log_end_offset
+        return {parked.request.replica for parked in self.replica.parked
+                if parked.request.replica >= 0 and parked.request.offset >= end}
+
+    def isr_check_deadline(self, now_ns: int) -> int | None:
+        """When the ISR could next need a change with no new message: a pending change's answer
+        running late, or an in-sync follower that is not waiting at the log end reaching
+        `replica_lag_time_max_ms` behind; None while every replica is in the ISR and every
+        follower waits at the log end (then a produce or a fetch comes first, and asks again).
+        An idle partition so sets no ISR timer at all."""
+        replica = self.replica
+        limits = replica.limits
+        state = replica.state
+        interval_ns = limits.isr_check_interval_ms * MS
+        if self.pending_isr is not None or len(set(state.isr)) != len(set(state.replicas)):
+            return now_ns + interval_ns
+        waiting = self.followers_waiting_at_end()
+        deadlines = []
+        for node in state.isr:
+            if node == replica.node or node in waiting:
+                continue
+            progress = self.progress.get(node)
+            last = progress.last_caught_up_ns if progress is not None else self.became_leader_ns
+            deadlines.append(last + limits.replica_lag_time_max_ms * MS + 1)
+        return max(now_ns + MS, min(deadlines)) if deadlines else None
+
     def check_isr(self, now_ns: int) -> list[Effect]:
         replica = self.replica
         limits = replica.limits
+        for node in self.followers_waiting_at_end():
+            progress = self.progress.get(node)
+            if progress is not None:
+                progress.last_caught_up_ns = now_ns  # a fetch parked at the end is caught up (Kafka's rule)
         if self.pending_isr is not None:
             if now_ns - self.pending_isr_sent_ns < limits.alter_isr_timeout_ms * MS:
                 return []

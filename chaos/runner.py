@@ -44,7 +44,10 @@ from railmq.cluster import LocalCluster
 # Short enough that a 20 s run sees several failovers, long enough for a loaded 2-core machine
 # (the values tests/conftest.py uses for the same reason).
 CHAOS_LIMITS = Limits(replica_session_timeout_ms=1500, replica_lag_time_max_ms=2000,
-                      coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50)
+                      coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50,
+                      scrub_pass_interval_ms=1000, replica_keepalive_interval_ms=500,
+                      replica_keepalive_timeout_ms=1500, node_heartbeat_interval_ms=250,
+                      node_session_timeout_ms=1500)
 ACTOR_RESTART_DELAY_MS = 200
 TOPIC = "chaos"
 GROUP = "g1"

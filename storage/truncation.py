@@ -79,6 +79,12 @@ class ShrinkOperations:
         if self._epochs.clear():
             self._epochs.persist()
 
+    @property
+    def retention_applies(self: "PartitionLog") -> bool:
+        """Could `apply_retention` delete anything? Only closed segments go, so not with one segment."""
+        return len(self._segments) > 1 and (self._config.retention_ms is not None
+                                            or self._config.retention_bytes is not None)
+
     def apply_retention(self: "PartitionLog", now_ms: int) -> int:
         """Delete whole oldest non-active segments past `retention_ms` (by their largest
         timestamp) or while the log is larger than `retention_bytes`; returns how many."""

@@ -21,7 +21,10 @@ settings.load_profile("railmq")
 
 # Timeouts short enough for fast tests, long enough for a loaded 2-core CI machine.
 TEST_LIMITS = Limits(replica_session_timeout_ms=1500, replica_lag_time_max_ms=2000,
-                     coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50)
+                     coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50,
+                     scrub_pass_interval_ms=1000, replica_keepalive_interval_ms=500,
+                     replica_keepalive_timeout_ms=1500, node_heartbeat_interval_ms=250,
+                     node_session_timeout_ms=1500)
 
 
 def _is_multiprocessing_helper(process: psutil.Process) -> bool:

@@ -61,6 +61,7 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     faults_enabled: bool = False  # obey the chaos harness's fault switch (clusters started for chaos)
     replicas: list[int] = []  # replicas: the partition's replica list, recorded in its directory
     rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
+    report_to: str = ""  # replicas: their node agent's endpoint ("": report to the coordinator)
 
 
 class RefusedToStart(Exception):
@@ -170,7 +171,7 @@ def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, inca
     return PartitionReplica(
         topic=spec.topic, topic_id=spec.topic_id, partition=spec.partition, node=spec.node, endpoint=endpoint,
         coordinator=spec.coordinator, log=opened.log, config=spec.config, incarnation=incarnation, pid=os.getpid(),
-        limits=spec.limits, health=opened.health, findings=opened.findings)
+        limits=spec.limits, health=opened.health, findings=opened.findings, report_to=spec.report_to)
 
 
 class TraceFile:
@@ -258,7 +259,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         from transport.ring_link import RingLinks
 
         links = RingLinks(actor_id=spec.name, cluster_id=spec.cluster_id, zero_copy=True, counters={},
-                          capacity_bytes=2 * spec.limits.replica_fetch_bytes_max + 4096)
+                          capacity_bytes=spec.limits.replica_ring_bytes)
     trace = TraceFile(spec.trace_path, spec.name, bytes_max=spec.limits.trace_file_bytes_max,
                       kept=spec.limits.trace_files_kept) if spec.trace_path else None
     runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context, on_trace=trace,

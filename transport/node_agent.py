@@ -1,11 +1,15 @@
-"""The node agent: keeps the replica processes of some nodes in line with the coordinator's plan.
+"""The node agent: keeps the replica processes of some nodes in line with the coordinator's plan,
+and is their heartbeat.
 
-Every `interval_ms` it asks the coordinator which replicas its nodes should run
-(`NodeAssignmentsRequest`), starts a process for each missing one, stops each one that is no
-longer assigned, lets the supervisor restart crashed actors, and tells the coordinator at once
-when a replica process exits (`ReplicaExited`) so failover does not wait for the session timeout.
-It runs in a thread of the process that owns the supervisor (`railmq up`, `LocalCluster`), with
-its own sockets.
+Its replicas report to it (a ROUTER on 127.0.0.1, `endpoint`): once when their state changes and
+otherwise a keepalive a second (actors/replica_reports.py). Every `replica_heartbeat_interval_ms`
+it sends the coordinator one `NodeHeartbeat` for all of them — which incarnation runs, whether
+each still answers (a report within `replica_keepalive_timeout_ms`), the reports that changed —
+and the answer carries the assignments when they changed: it starts a process for each missing
+replica, stops each one no longer assigned, and lets the supervisor restart crashed actors. It
+tells the coordinator at once when a replica process exits (`ReplicaExited`) so failover does not
+wait for any timeout. It runs in a thread of the process that owns the supervisor (`railmq up`,
+`LocalCluster`), with its own sockets. Reports are accepted only with the cluster's tag.
 
 It deletes a replica's data only when the coordinator has *recorded* that topic id as deleted
 (`deleted_topic_ids`, the coordinator's tombstones) — never because a topic is absent from the
@@ -22,11 +26,17 @@ import logging
 import os
 import shutil
 import threading
+import time
 from typing import Callable
 
+import zmq
+
 from actors.limits import Limits
-from actors.messages import NodeAssignmentsRequest, NodeAssignmentsResponse, ReplicaExited
+from actors.messages import (
+    NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaLiveness,
+)
 from transport.actor_main import ActorSpec, replica_directory
+from transport.codec import Codec, DecodeFailure
 from transport.rpc import RequestTimeout, RpcClient
 from transport.supervisor import ManagedActor, Supervisor
 
@@ -34,6 +44,54 @@ log = logging.getLogger("railmq.node_agent")
 
 
 RECONCILE_TIMEOUT_MS = 200
+SUPERVISE_INTERVAL_MS = 100  # how often exits are reaped and restarts started
+REPORTS_PER_WAKE_MAX = 1000
+NEWS_DELAY_MS = 20  # news waits this long for more news to share its heartbeat
+
+
+def _identity(report: ReplicaHeartbeat) -> tuple:
+    return (report.incarnation, report.endpoint, report.leader_epoch, report.partition_epoch, report.storage.state)
+
+
+class ReplicaReportBook:
+    """The latest report of each replica process, when it came, and whether the coordinator has it."""
+
+    def __init__(self, keepalive_timeout_ms: int) -> None:
+        self.keepalive_timeout_ns = keepalive_timeout_ms * 1_000_000
+        self.latest: dict[tuple[str, int, int], tuple[ReplicaHeartbeat, int]] = {}
+        self.unsent: set[tuple[str, int, int]] = set()
+
+    def take(self, report: ReplicaHeartbeat, now_ns: int) -> bool:
+        """Keep the report; True if it is news that should not wait for the next heartbeat (a new
+        incarnation or endpoint, new epochs, a new storage state): progress alone can wait."""
+        key = (report.topic, report.partition, report.node)
+        previous = self.latest.get(key)
+        self.latest[key] = (report, now_ns)
+        if previous is not None and previous[0] == report:
+            return False
+        self.unsent.add(key)
+        return previous is None or _identity(previous[0]) != _identity(report)
+
+    def forget(self, topic: str, partition: int, node: int, incarnation: int = 0) -> None:
+        key = (topic, partition, node)
+        known = self.latest.get(key)
+        if known is not None and incarnation in (0, known[0].incarnation):
+            del self.latest[key]
+            self.unsent.discard(key)
+
+    def heartbeat(self, nodes: list[int], version: str, now_ns: int, *, everything: bool) -> NodeHeartbeat:
+        liveness = [ReplicaLiveness(topic=topic, partition=partition, node=node, incarnation=report.incarnation,
+                                    responsive=now_ns - heard_ns <= self.keepalive_timeout_ns)
+                    for (topic, partition, node), (report, heard_ns) in sorted(self.latest.items())]
+        keys = sorted(self.latest) if everything else sorted(self.unsent)
+        return NodeHeartbeat(correlation_id=0, nodes=nodes, replicas=liveness,
+                             reports=[self.latest[key][0] for key in keys], assignments_version=version)
+
+    def delivered(self, heartbeat: NodeHeartbeat) -> None:
+        for report in heartbeat.reports:
+            key = (report.topic, report.partition, report.node)
+            if self.latest.get(key, (None,))[0] == report:
+                self.unsent.discard(key)
 
 
 def replica_actor_name(topic: str, partition: int, node: int) -> str:
@@ -52,7 +110,7 @@ def _topic_id_of(directory_name: str) -> int | None:
 class NodeAgent:
     def __init__(self, *, supervisor: Supervisor, coordinator: str, nodes: list[int], data_dir: str,
                  cluster_id: str, limits: Limits, trace_path: str = "", log_level: str = "WARNING",
-                 interval_ms: int = 100, on_change: Callable[[], None] | None = None,
+                 on_change: Callable[[], None] | None = None,
                  shared_memory: bool = True, secret: bytes = b"", faults_enabled: bool = False) -> None:
         self.supervisor = supervisor
         self.coordinator = coordinator
@@ -62,18 +120,29 @@ class NodeAgent:
         self.limits = limits
         self.trace_path = trace_path
         self.log_level = log_level
-        self.interval_ms = interval_ms
         self.shared_memory = shared_memory
         self.secret = secret
         self.faults_enabled = faults_enabled
         self.on_change = on_change
         self.replicas: dict[str, tuple[str, int, int, int]] = {}  # actor name -> (topic, partition, node, topic id)
+        self.book = ReplicaReportBook(limits.replica_keepalive_timeout_ms)
+        self.assignments_version = ""
+        self.full_report_wanted = True
+        self.endpoint = ""
+        self._router: zmq.Socket | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._exits: list[ManagedActor] = []
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        """Bind the reports socket (its endpoint goes into every replica's spec), then run."""
+        router = zmq.Context.instance().socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
+        router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        self._router, self.endpoint = router, f"tcp://127.0.0.1:{port}"
         self.supervisor.on_exit = self._on_exit
         self._thread = threading.Thread(target=self._run, name="railmq-node-agent", daemon=True)
         self._thread.start()
@@ -82,6 +151,9 @@ class NodeAgent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._router is not None and (self._thread is None or not self._thread.is_alive()):
+            self._router.close(linger=0)
+            self._router = None
 
     def _on_exit(self, managed: ManagedActor) -> None:
         with self._lock:
@@ -89,19 +161,49 @@ class NodeAgent:
 
     def _run(self) -> None:
         rpc = RpcClient(identity="node-agent", secret=self.secret or None)
+        codec = Codec(self.limits.frame_bytes_max, secret=self.secret or None)
+        interval_ns = self.limits.node_heartbeat_interval_ms * 1_000_000
+        next_beat_ns = next_supervise_ns = 0
         try:
             while not self._stop.is_set():
-                self.supervisor.poll()
-                self._report_exits(rpc)
-                try:
-                    self._reconcile(rpc)
-                except RequestTimeout:
-                    pass  # the coordinator is restarting; try again next round
-                except Exception:
-                    log.exception("node agent reconcile failed")
-                self._stop.wait(self.interval_ms / 1000)
+                now_ns = time.monotonic_ns()
+                if now_ns >= next_supervise_ns:
+                    next_supervise_ns = now_ns + SUPERVISE_INTERVAL_MS * 1_000_000
+                    self.supervisor.poll()
+                    self._report_exits(rpc)
+                if now_ns >= next_beat_ns:
+                    next_beat_ns = now_ns + interval_ns
+                    try:
+                        self._heartbeat(rpc)
+                    except RequestTimeout:
+                        pass  # the coordinator is restarting; try again next round
+                    except Exception:
+                        log.exception("node agent heartbeat failed")
+                wait_ns = min(next_beat_ns, next_supervise_ns) - time.monotonic_ns()
+                if self._receive_reports(codec, max(0, -(-wait_ns // 1_000_000))):  # rounded up: no spinning
+                    next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
         finally:
             rpc.close()
+
+    def _receive_reports(self, codec: Codec, timeout_ms: int) -> bool:
+        """Take the reports waiting (up to `timeout_ms` for the first); True if one is news."""
+        router = self._router
+        if router is None or not router.poll(timeout_ms, zmq.POLLIN):
+            return False
+        news = False
+        for _ in range(REPORTS_PER_WAKE_MAX):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                report = codec.decode(frames[1:])
+            except DecodeFailure:
+                continue
+            if isinstance(report, ReplicaHeartbeat) and (codec.last_authenticated or not self.secret) \
+                    and report.node in self.nodes:
+                news |= self.book.take(report, time.monotonic_ns())
+        return news
 
     def _report_exits(self, rpc: RpcClient) -> None:
         with self._lock:
@@ -109,23 +211,32 @@ class NodeAgent:
         for managed in exits:
             spec = managed.spec
             if spec.kind == "replica" and managed.incarnation:
+                self.book.forget(spec.topic, spec.partition, spec.node, managed.incarnation)
                 rpc.send(self.coordinator, ReplicaExited(
                     topic=spec.topic, partition=spec.partition, node=spec.node, incarnation=managed.incarnation))
 
-    def _reconcile(self, rpc: RpcClient) -> None:
+    def _heartbeat(self, rpc: RpcClient) -> None:
         # Short: while the coordinator is down this thread must keep reaping and restarting
         # processes (the coordinator itself among them), not wait on it.
-        reply = rpc.request(self.coordinator, NodeAssignmentsRequest(correlation_id=0, nodes=self.nodes),
-                            timeout_ms=RECONCILE_TIMEOUT_MS, authenticated_only=bool(self.secret))
-        if not isinstance(reply, NodeAssignmentsResponse) or reply.error:
+        beat = self.book.heartbeat(self.nodes, self.assignments_version, time.monotonic_ns(),
+                                   everything=self.full_report_wanted)
+        reply = rpc.request(self.coordinator, beat, timeout_ms=RECONCILE_TIMEOUT_MS,
+                            authenticated_only=bool(self.secret))
+        if not isinstance(reply, NodeHeartbeatResponse) or reply.error:
             return
         if reply.cluster_id and reply.cluster_id != self.cluster_id:
             log.error("the coordinator at %s belongs to cluster %s, not %s: ignoring its assignments",
                       self.coordinator, reply.cluster_id, self.cluster_id)
             return
-        deleted = set(reply.deleted_topic_ids)
+        self.book.delivered(beat)
+        self.full_report_wanted = reply.full_report_wanted
+        if reply.assignments is not None:
+            self._reconcile(reply.assignments, set(reply.deleted_topic_ids))
+            self.assignments_version = reply.assignments_version
+
+    def _reconcile(self, assignments: list[ReplicaAssignment], deleted: set[int]) -> None:
         wanted = {replica_actor_name(assignment.topic, assignment.partition, assignment.node): assignment
-                  for assignment in reply.replicas}
+                  for assignment in assignments}
         changed = False
         for name, assignment in wanted.items():
             known = self.replicas.get(name)
@@ -138,7 +249,8 @@ class NodeAgent:
                              topic_id=assignment.topic_id, partition=assignment.partition, config=assignment.config,
                              limits=self.limits, trace_path=self.trace_path, log_level=self.log_level,
                              shared_memory=self.shared_memory, secret=self.secret,
-                             faults_enabled=self.faults_enabled, replicas=list(assignment.replicas))
+                             faults_enabled=self.faults_enabled, replicas=list(assignment.replicas),
+                             report_to=self.endpoint)
             self.supervisor.launch(spec)
             self.replicas[name] = (assignment.topic, assignment.partition, assignment.node, assignment.topic_id)
             changed = True
@@ -152,6 +264,7 @@ class NodeAgent:
     def _retire(self, name: str, *, delete: bool) -> None:
         topic, partition, node, topic_id = self.replicas.pop(name)
         self.supervisor.stop(name)
+        self.book.forget(topic, partition, node)
         if delete:
             shutil.rmtree(replica_directory(self.data_dir, node, topic, partition, topic_id), ignore_errors=True)
             log.info("retired %s and deleted its data (topic id %x was deleted)", name, topic_id)

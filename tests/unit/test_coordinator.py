@@ -679,3 +679,20 @@ def test_turning_on_unclean_election_lets_an_offline_partition_elect_a_live_repl
     alter(cluster, unclean_leader_election=True)
 
     assert cluster.coordinator.partitions[("orders", 0)].leader in others
+
+
+def test_an_offline_partition_elects_its_returning_isr_member_though_heartbeats_come_faster_than_the_interval(cluster):
+    # Every heartbeat re-sets the liveness timer; while a partition has no leader that timer must
+    # still fire once per interval, not be pushed an interval ahead by each of many heartbeats.
+    leader, replicas = started_topic(cluster)
+    cluster.coordinator.partitions[("orders", 0)].isr[:] = [leader]  # only the leader is in sync ...
+    cluster.beat_for(2_000, nodes=replicas[1:])  # ... and it goes silent: offline
+    assert cluster.record().leader == -1
+
+    step_ms = LIMITS.replica_heartbeat_interval_ms // len(replicas)
+    for _ in range(2_000 // step_ms):  # the leader is back; one report lands every third of an interval
+        for node in replicas:
+            cluster.heartbeat(node)
+            cluster.harness.advance(step_ms)
+
+    assert cluster.record().leader == leader

@@ -293,13 +293,27 @@ def test_the_scrubber_starts_over_at_the_log_start_even_while_records_keep_arriv
     one_more_record()
     segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
     follower.fs.corrupt(f"{DIRECTORY}/{segment}", 200)  # old data rots after it was scrubbed
-    for _ in range(6):  # new records before every scrub tick
+    for _ in range(6):  # new records before every scrub tick, until the next pass is due
         follower.harness.advance(LIMITS.scrub_interval_ms)
+        one_more_record()
+    assert not follower.harness.trace_events("storage-damage-found"), "passes wait for their interval"
+    for _ in range(6):  # the next pass, with new records before each of its ticks
+        follower.harness.advance(LIMITS.scrub_pass_interval_ms // 6)
         if follower.harness.trace_events("storage-damage-found"):
             break
         one_more_record()
 
     assert follower.harness.trace_events("storage-damage-found"), "the old damage was found while writes went on"
+
+
+def test_an_idle_replica_scrubs_nothing_between_passes():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    follower.harness.advance(LIMITS.scrub_interval_ms * 4)  # the first pass (one tick reads 6 batches)
+    next_pass_ns = follower.harness.timers[FOLLOWER].deadline("scrub")
+
+    assert next_pass_ns is not None and next_pass_ns - follower.harness.now_ns >= (
+        LIMITS.scrub_pass_interval_ms - LIMITS.scrub_interval_ms * 4) * 1_000_000
 
 
 def test_a_partition_state_with_new_retention_reaches_the_log():

@@ -1,0 +1,113 @@
+"""The coordinator's side of node heartbeats: liveness per node, not per replica.
+
+A node agent sends one `NodeHeartbeat` per `replica_heartbeat_interval_ms` for the replicas of
+its nodes (Kafka's broker heartbeat). For each replica process it says which incarnation runs
+and whether it still answers (its keepalive came within `replica_keepalive_timeout_ms`), and it
+carries the reports that changed since the last heartbeat. The coordinator
+
+- takes each carried report as if the replica had sent it (`_take_report`), answering the
+  replica directly only when there is something to say (a newer partition state, "deleted");
+- counts a listed, answering replica as seen now: the session timeout then runs on the node's
+  heartbeats, and an idle replica costs the coordinator nothing of its own;
+- marks a listed replica that stopped answering as not live at once (a paused process, one cut off
+  from the network): the election does not wait out a session for what the agent already knows;
+- pushes the partition state again to a replica whose last report shows older epochs (a push it
+  missed), at most once per session timeout;
+- answers with the assignments only when they changed (`assignments_version`), and asks for every
+  report (`full_report_wanted`) when it lacks one, as after its own restart.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Send
+from actors.messages import NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaHeartbeatResponse
+
+
+class NodeLiveness:
+    """Mixed into the coordinator (actors/coordinator.py), which owns `liveness`, `topics`,
+    `_take_report`, `_reconcile`, `_is_live` and `_partition_state`."""
+
+    def _on_node_heartbeat(self, beat: NodeHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
+        decided: list[Effect] = []  # decisions: revealed only once the state file is durable
+        replies: list[Effect] = []
+        reported = set()
+        for report in beat.reports:
+            reported.add((report.topic, report.partition, report.node))
+            changes, reply = self._take_report(report, now_ns, via_node=True)
+            decided += changes
+            if report.endpoint and (reply.state is not None or reply.deleted or reply.error):
+                replies.append(Send(report.endpoint, reply))
+        full_wanted = False
+        changed: set[tuple[str, int]] = set()
+        for item in beat.replicas:
+            key = (item.topic, item.partition, item.node)
+            live = self.liveness.get(key)
+            if live is None or live.incarnation != item.incarnation:
+                full_wanted |= key not in reported and item.topic in self.topics
+                continue
+            was_live = self._is_live(live, now_ns)
+            live.responsive, live.via_node = item.responsive, True
+            if item.responsive:
+                live.last_seen_ns = now_ns
+            if self._is_live(live, now_ns) != was_live:
+                changed.add((item.topic, item.partition))
+            elif item.responsive and key not in reported:
+                replies += self._push_if_stale(item.topic, item.partition, live, now_ns)
+        for topic, partition in sorted(changed):
+            if topic in self.topics:
+                decided += self._reconcile(topic, partition, now_ns)
+        replies.append(Send(sender, self._node_heartbeat_response(beat, full_wanted)))
+        return self._after_persist(decided, replies)
+
+    def _push_if_stale(self, topic: str, partition: int, live: Any, now_ns: int) -> list[Effect]:
+        record = self.partitions.get((topic, partition))
+        if record is None or not live.endpoint:
+            return []
+        if (live.leader_epoch, live.partition_epoch) == (record.leader_epoch, record.partition_epoch):
+            return []
+        if now_ns - live.state_pushed_ns < self.limits.node_session_timeout_ms * MS:
+            return []
+        live.state_pushed_ns = now_ns
+        return [Send(live.endpoint, ReplicaHeartbeatResponse(state=self._partition_state(topic, partition, now_ns)))]
+
+    def _node_heartbeat_response(self, beat: NodeHeartbeat, full_wanted: bool) -> NodeHeartbeatResponse:
+        # Built again only when a topic, its size or its config, or the tombstones changed.
+        key = (tuple(beat.nodes), len(self.tombstones), next(reversed(self.tombstones), None),
+               tuple((name, record.topic_id, len(record.replicas), record.config)
+                     for name, record in self.topics.items()))
+        cached = getattr(self, "_assignments_cache", None)
+        if cached is None or cached[0] != key:
+            assignments = self._node_assignments(beat.nodes)
+            cached = self._assignments_cache = (key, assignments, _version_of(assignments, self.tombstones))
+        _, assignments, version = cached
+        changed = version != beat.assignments_version
+        return NodeHeartbeatResponse(
+            correlation_id=beat.correlation_id, cluster_id=self.cluster_id, assignments_version=version,
+            assignments=assignments if changed else None,
+            deleted_topic_ids=sorted(self.tombstones) if changed else [], full_report_wanted=full_wanted)
+
+    def _node_assignments(self, nodes: list[int]) -> list[ReplicaAssignment]:
+        wanted = set(nodes)
+        return [
+            ReplicaAssignment(topic=name, topic_id=record.topic_id, partition=partition, node=node,
+                              config=record.config, replicas=list(placed))
+            for name, record in sorted(self.topics.items())
+            for partition, placed in enumerate(record.replicas)
+            for node in placed if node in wanted
+        ]
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _version_of(assignments: list[ReplicaAssignment], tombstones: dict[int, str]) -> str:
+    """A fingerprint of what a node agent must act on: its assignments and the tombstones."""
+    crc = zlib.crc32(_encoder.encode(assignments))
+    crc = zlib.crc32(_encoder.encode(sorted(tombstones)), crc)
+    return f"{len(assignments)}-{crc:08x}"

@@ -1,0 +1,186 @@
+"""Node heartbeats (actors/node_liveness.py, transport/node_agent.py's ReplicaReportBook): the
+coordinator judges replicas by their node agent's word, hears each node, not each replica, and
+sends a node agent its assignments only when they changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.messages import (
+    NodeHeartbeat, NodeHeartbeatResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, ReplicaLiveness, StorageReport,
+)
+from tests.unit.actor_harness import only
+from tests.unit.test_coordinator import CREATION_GRACE_MS, LIMITS, Cluster, endpoint
+from transport.node_agent import ReplicaReportBook
+
+AGENT = "node-agent"
+MS = 1_000_000
+
+
+@pytest.fixture
+def world() -> Cluster:
+    return Cluster()
+
+
+def report(cluster: Cluster, node: int, partition: int = 0, **fields) -> ReplicaHeartbeat:
+    key = ("orders", partition, node)
+    incarnation = cluster.incarnations.setdefault(key, 1000 * node + partition + 1)
+    return ReplicaHeartbeat(topic="orders", topic_id=cluster.coordinator.topics["orders"].topic_id, partition=partition,
+                            node=node, endpoint=endpoint("orders", partition, node), pid=node,
+                            incarnation=incarnation, **fields)
+
+
+def node_beat(cluster: Cluster, *, reports=(), unresponsive=(), version: str = "", nodes=(1, 2, 3),
+              partitions=(0,)) -> NodeHeartbeatResponse:
+    liveness = [ReplicaLiveness(topic="orders", partition=partition, node=node,
+                                incarnation=cluster.incarnations.get(("orders", partition, node), 1000 * node + 1),
+                                responsive=node not in unresponsive)
+                for partition in partitions for node in nodes]
+    beat = NodeHeartbeat(correlation_id=7, nodes=list(nodes), replicas=liveness, reports=list(reports),
+                         assignments_version=version)
+    effects = cluster.harness.deliver("coordinator", beat, AGENT)
+    return cluster.harness.take(AGENT, NodeHeartbeatResponse)[-1] if effects is not None else None
+
+
+def started(cluster: Cluster) -> tuple[int, list[int]]:
+    cluster.create("orders")
+    replicas = cluster.replicas()
+    node_beat(cluster, reports=[report(cluster, node) for node in replicas])
+    for _ in range(CREATION_GRACE_MS // LIMITS.node_heartbeat_interval_ms + 1):
+        cluster.harness.advance(LIMITS.node_heartbeat_interval_ms)
+        node_beat(cluster)
+    assert cluster.record().leader == replicas[0]
+    return replicas[0], replicas
+
+
+def test_replicas_stay_alive_on_their_node_agents_heartbeats_alone(world):
+    cluster = world
+    leader, replicas = started(cluster)
+    epoch = cluster.record().leader_epoch
+
+    for _ in range(10):  # ten node sessions of silence from the replicas themselves
+        cluster.harness.advance(LIMITS.node_heartbeat_interval_ms)
+        node_beat(cluster)
+        cluster.harness.advance(LIMITS.node_session_timeout_ms - LIMITS.node_heartbeat_interval_ms)
+        node_beat(cluster)
+
+    assert (cluster.record().leader, cluster.record().leader_epoch, cluster.record().isr) == (leader, epoch, replicas)
+
+
+def test_a_replica_its_agent_calls_unresponsive_is_replaced_at_once(world):
+    cluster = world
+    leader, replicas = started(cluster)
+
+    node_beat(cluster, unresponsive={leader})
+
+    assert cluster.record().leader == replicas[1]
+    assert leader not in cluster.record().isr
+
+
+def test_when_the_node_agent_goes_silent_its_replicas_are_judged_after_the_node_session(world):
+    cluster = world
+    leader, replicas = started(cluster)
+
+    cluster.harness.advance(LIMITS.node_session_timeout_ms - 100)
+    assert cluster.record().leader == leader, "still inside the node session"
+    cluster.harness.advance(200)
+
+    assert cluster.record().leader != leader or cluster.record().offline_reason
+
+
+def test_assignments_travel_only_when_they_changed_and_a_restarted_coordinator_asks_for_every_report(world):
+    cluster = world
+    started(cluster)
+    first = node_beat(cluster)
+    assert first.assignments is not None and len(first.assignments) == 3
+    unchanged = node_beat(cluster, version=first.assignments_version)
+    assert unchanged.assignments is None and unchanged.full_report_wanted is False
+
+    cluster.create("payments")
+    grown = node_beat(cluster, version=first.assignments_version)
+    assert grown.assignments is not None and len(grown.assignments) == 6
+
+    cluster.restart()
+    after_restart = node_beat(cluster, version=grown.assignments_version)
+    assert after_restart.full_report_wanted, "it has none of the replicas' reports"
+
+
+def test_a_replica_whose_last_report_shows_older_epochs_gets_the_state_pushed_again_at_most_once_a_session(world):
+    cluster = world
+    leader, replicas = started(cluster)
+    follower = replicas[1]
+    stale = report(cluster, follower, leader_epoch=-1, partition_epoch=-1)
+    node_beat(cluster, reports=[stale])
+    cluster.harness.take(endpoint("orders", 0, follower), ReplicaHeartbeatResponse)
+
+    for _ in range(LIMITS.node_session_timeout_ms // LIMITS.node_heartbeat_interval_ms):
+        cluster.harness.advance(LIMITS.node_heartbeat_interval_ms)
+        node_beat(cluster)
+    cluster.harness.advance(1)
+    node_beat(cluster)
+    node_beat(cluster)
+
+    pushed = cluster.harness.take(endpoint("orders", 0, follower), ReplicaHeartbeatResponse)
+    assert len(pushed) == 1 and pushed[0].state.leader == leader
+    assert cluster.record().leader == leader, "nobody was judged: the node heartbeats kept coming"
+
+
+def test_a_carried_report_of_storage_damage_is_taken_as_if_the_replica_had_sent_it(world):
+    cluster = world
+    leader, replicas = started(cluster)
+
+    node_beat(cluster, reports=[report(cluster, leader, storage=StorageReport(state="damaged", damage=[(0, 5)]))])
+
+    assert cluster.coordinator.liveness[("orders", 0, leader)].storage.state == "damaged"
+    assert cluster.harness.trace_events("replica-storage")
+
+
+def test_an_idle_cluster_never_wakes_the_coordinator_while_node_heartbeats_keep_coming(world):
+    cluster = world
+    started(cluster)
+    fired_before = len([step for step in cluster.harness.steps_of("coordinator") if step.message.__class__.__name__ ==
+                        "TimerFired"])
+    for _ in range(20):
+        cluster.harness.advance(LIMITS.node_heartbeat_interval_ms)
+        node_beat(cluster)
+
+    fired = len([step for step in cluster.harness.steps_of("coordinator")
+                 if step.message.__class__.__name__ == "TimerFired"])
+    assert fired == fired_before, "the liveness timer kept moving ahead of the heartbeats"
+
+
+# ---------------------------------------------------------------------------- the agent's book
+
+
+def beat(node: int = 1, incarnation: int = 5, **fields) -> ReplicaHeartbeat:
+    return ReplicaHeartbeat(topic="orders", partition=0, node=node, endpoint=f"tcp://127.0.0.1:{node}", pid=1,
+                            incarnation=incarnation, **fields)
+
+
+def test_the_book_calls_a_new_incarnation_epoch_or_storage_state_news_and_progress_not():
+    book = ReplicaReportBook(keepalive_timeout_ms=3000)
+
+    assert book.take(beat(), 0) is True
+    assert book.take(beat(), 1) is False, "a keepalive"
+    assert book.take(beat(log_end_offset=10), 2) is False, "progress waits for the next heartbeat"
+    assert book.take(beat(leader_epoch=3), 3) is True
+    assert book.take(beat(leader_epoch=3, storage=StorageReport(state="damaged")), 4) is True
+    assert book.take(beat(incarnation=6, leader_epoch=3, storage=StorageReport(state="damaged")), 5) is True
+
+
+def test_the_book_sends_what_changed_until_it_is_delivered_and_calls_a_silent_replica_unresponsive():
+    book = ReplicaReportBook(keepalive_timeout_ms=3000)
+    book.take(beat(1), 0)
+    book.take(beat(2), 0)
+    first = book.heartbeat([1, 2], "", 1000 * MS, everything=False)
+    assert len(first.reports) == 2
+    book.delivered(first)
+    book.take(beat(2, log_end_offset=4), 2000 * MS)
+
+    second = book.heartbeat([1, 2], "v", 3500 * MS, everything=False)
+
+    assert [(r.node, r.log_end_offset) for r in second.reports] == [(2, 4)]
+    assert {item.node: item.responsive for item in second.replicas} == {1: False, 2: True}
+    assert len(book.heartbeat([1, 2], "v", 3500 * MS, everything=True).reports) == 2
+    book.forget("orders", 0, 1, incarnation=5)
+    assert [item.node for item in book.heartbeat([1, 2], "v", 3500 * MS, everything=False).replicas] == [2]
