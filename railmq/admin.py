@@ -7,7 +7,7 @@ Synchronous: each call is one request to the coordinator (or a partition leader)
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -83,22 +83,32 @@ class Admin:
             raise RailmqError(topic.error, topic.error_message)
         return topic
 
-    def wait_for_leaders(self, name: str, timeout_s: float = 30.0, *, full_isr: bool = False) -> TopicMetadata:
-        """Wait until every partition has a live leader (and, with `full_isr`, every replica in the ISR)."""
-        deadline = time.monotonic() + timeout_s
+    def wait_for_leaders(self, name: str, timeout_s: float = 30.0, *, full_isr: bool = False,
+                         on_progress: Callable[[int, int], None] | None = None) -> TopicMetadata:
+        """Wait until every partition has a live leader (and, with `full_isr`, every replica in the
+        ISR); `on_progress(ready, total)` hears how many are there after each look."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        ready, total = 0, 0
         while True:
             try:
                 topic = self.describe_topic(name)
-                ready = all(p.leader_endpoint and (not full_isr or len(p.isr) == len(p.replicas))
-                            for p in topic.partitions)
-                if ready:
+                total = len(topic.partitions)
+                ready = sum(1 for p in topic.partitions
+                            if p.leader_endpoint and (not full_isr or len(p.isr) == len(p.replicas)))
+                if on_progress is not None:
+                    on_progress(ready, total)
+                if ready == total:
                     return topic
             except RailmqError as error:
                 if not error.retriable:
                     raise
             if time.monotonic() > deadline:
-                raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name!r} has no leader for every partition yet")
-            time.sleep(0.05)
+                what = "a leader" + (" and a full ISR" if full_isr else "")
+                raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, (
+                    f"topic {name!r} exists, but after {time.monotonic() - started:.0f} s only {ready} of {total} "
+                    f"partitions have {what}; their replicas are still starting (see topics describe)"))
+            time.sleep(0.05 if time.monotonic() - started < 2 else 0.25)
 
     # ------------------------------------------------------------------ offsets
 

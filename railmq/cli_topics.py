@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Callable
 
 import msgspec
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import PartitionMetadata, ReplicaInfo, TopicConfig, TopicMetadata
@@ -90,8 +92,30 @@ def _add_create(actions: argparse._SubParsersAction) -> None:
                         default=[], metavar="KEY=VALUE",
                         help=f"topic setting, repeatable; keys: {', '.join(CONFIG_KEYS)}")
     create.add_argument("--if-not-exists", action="store_true", help="a topic that exists already is not an error")
+    _add_wait(create)
     add_cluster_arguments(create)
     create.set_defaults(handler=run_create, precheck=check_create_usage, parser=create)
+
+
+def _add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait-s", type=positive_int, default=None, metavar="S",
+                        help="how long to wait for every partition to have a leader (default: 30 s, plus "
+                             "0.2 s per replica process to start)")
+
+
+def wait_bound_s(args: argparse.Namespace, partitions: int, replication: int) -> float:
+    """Starting processes takes time on a busy machine: the wait grows with what must start."""
+    return float(args.wait_s) if args.wait_s is not None else 30.0 + 0.2 * partitions * replication
+
+
+def wait_with_progress(admin: Admin, name: str, timeout_s: float) -> None:
+    """Wait for every partition's leader, showing how many have one (on a terminal)."""
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+    with progress:
+        task = progress.add_task(f"{name}: partitions with a leader", total=None)
+        admin.wait_for_leaders(name, timeout_s,
+                               on_progress=lambda ready, total: progress.update(task, completed=ready, total=total))
 
 
 def _add_partitions(actions: argparse._SubParsersAction) -> None:
@@ -103,6 +127,7 @@ def _add_partitions(actions: argparse._SubParsersAction) -> None:
     count.add_argument("-n", "--num", type=positive_int, metavar="N", help="add N partitions (rpk's --num)")
     count.add_argument("--total", type=positive_int, metavar="N",
                        help="grow to N partitions in all (kafka-topics --alter --partitions)")
+    _add_wait(grow)
     add_cluster_arguments(grow)
     grow.set_defaults(handler=run_add_partitions)
 
@@ -150,12 +175,13 @@ def run_create(args: argparse.Namespace) -> int:
             raise UsageError(args.parser, str(error)) from None
         try:
             admin.create_topic(args.name, partitions=args.partitions, replication_factor=replication,
-                               config=config, timeout_s=args.request_timeout_ms / 1000)
+                               config=config, wait=False)
         except RailmqError as error:
             if error.code != ErrorCode.TOPIC_ALREADY_EXISTS or not args.if_not_exists:
                 raise
             print(f"topic {args.name} exists already")
             return EXIT_OK
+        wait_with_progress(admin, args.name, wait_bound_s(args, args.partitions, replication))
     print(f"created topic {args.name}: {args.partitions} partition{'s' if args.partitions != 1 else ''}, "
           f"replication factor {replication}, min in-sync {min_insync}")
     return EXIT_OK
@@ -373,7 +399,9 @@ def run_add_partitions(args: argparse.Namespace) -> int:
         if total <= current:
             raise RailmqError(ErrorCode.INVALID_PARTITIONS,
                               f"{args.name} has {current} partitions already; partitions can only be added")
-        admin.create_partitions(args.name, total, timeout_s=args.request_timeout_ms / 1000)
+        admin.create_partitions(args.name, total, wait=False)
+        replication = len(admin.describe_topic(args.name).partitions[0].replicas)
+        wait_with_progress(admin, args.name, wait_bound_s(args, total - current, replication))
     print(f"topic {args.name} now has {total} partitions (was {current}); keys may map to new partitions")
     return EXIT_OK
 
