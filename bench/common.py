@@ -114,6 +114,15 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.start
 
 
+def _shown(value: object) -> str:
+    """One decimal for most figures; three significant ones below 10 (idle cores, ratios, seconds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.1f}" if abs(value) >= 10 or value == 0 else f"{value:.3g}"
+
+
 def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes: dict | None = None) -> None:
     """Print figures as an aligned table and, with --json, save them with machine facts."""
     if _progress is not None:
@@ -121,7 +130,7 @@ def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes
     width = max(len(key) for key in figures)
     print(f"{name}")
     for key, value in figures.items():
-        shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+        shown = _shown(value)
         print(f"  {key:<{width}}  {shown}")
     if args.json:
         document = {
