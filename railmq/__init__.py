@@ -4,8 +4,4 @@ The client API lives in submodules: `railmq.cluster.LocalCluster`, `railmq.admin
 `railmq.producer.Producer`, `railmq.consumer.Consumer`, `railmq.share_consumer.ShareConsumer`.
 """
 
-from railmq.main_guard import install_main_guard_hook
-
 __version__ = "0.1.0"  # also in pyproject.toml; tests/cli/test_cli_basics.py checks they agree
-
-install_main_guard_hook()

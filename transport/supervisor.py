@@ -83,17 +83,6 @@ class ActorStartFailed(RuntimeError):
     pass
 
 
-EXIT_MAIN_GUARD = 73  # a child re-ran a main script that starts processes at import (no __main__ guard)
-
-
-class MainGuardMissing(ActorStartFailed):
-    """The main script starts railmq processes when it is imported (railmq/main_guard.py)."""
-
-    def __init__(self) -> None:
-        super().__init__("the main script starts railmq processes when it is imported; railmq's actor processes "
-                         "import the main script again, so put that code under `if __name__ == \"__main__\":`")
-
-
 REFUSED_RESTART_DELAY_MAX_MS = 10_000
 
 
@@ -156,8 +145,6 @@ class Supervisor:
                 self.check_ready(managed, 0)
                 if managed.process is not None and not managed.process.is_alive() and not managed.ready:
                     self.check_ready(managed, 0)
-                    if managed.process.exitcode == EXIT_MAIN_GUARD:
-                        raise MainGuardMissing()
                     if managed.refusal:
                         raise ActorStartFailed(f"{managed.name} refused to start: {managed.refusal}")
                     raise ActorStartFailed(f"{managed.name} exited with code {managed.process.exitcode} while starting")
