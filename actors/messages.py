@@ -804,6 +804,13 @@ class RuntimeStatsRequest(Message, kw_only=True):
     correlation_id: int
 
 
+class RequestLatency(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One request type's time from arrival to answer (transport/request_timing.py)."""
+
+    counts: list[int] = []  # per bucket of request_timing.BUCKETS_S, not cumulative; the last is above them
+    sum_us: int = 0
+
+
 class RuntimeStatsResponse(Message, kw_only=True):
     correlation_id: int
     error: int = 0
@@ -811,6 +818,7 @@ class RuntimeStatsResponse(Message, kw_only=True):
     actor: str = ""
     pid: int = 0
     counters: dict[str, int] = {}
+    latency: dict[str, RequestLatency] = {}  # request type (Produce, Fetch, ...) -> its histogram
 
 
 class LinkFault(msgspec.Struct, omit_defaults=True, kw_only=True):

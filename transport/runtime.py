@@ -38,6 +38,7 @@ from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
 from transport.outbound import TRACK_BYTES_MIN, OutboundBudget
 from transport.faults import FaultSwitch
+from transport.request_timing import RequestTiming
 from transport.socket_watch import SocketWatch
 from transport.timers import Timers
 
@@ -95,6 +96,7 @@ class Runtime:
         self._monitor_peer: dict[zmq.Socket, str] = {}
         self._watch = SocketWatch()
         self._watched_fds: dict[int, Callable[[], None]] = {}
+        self.timing = RequestTiming()  # each request type's time from arrival to answer
         self._pending_flush: list[AfterFlush] = []
         self._stopping = False
         self._stopped = False
@@ -217,6 +219,8 @@ class Runtime:
                     correlation_id=failure.correlation_id, error=failure.code, error_message=str(failure)))
             return
         authenticated = self.codec.last_authenticated
+        if isinstance(sender, bytes):
+            self.timing.arrived(sender, message)
         if isinstance(message, RuntimeStatsRequest):
             self.send(sender, self._stats(message.correlation_id))
             return
@@ -304,6 +308,8 @@ class Runtime:
     # ------------------------------------------------------------------ sending
 
     def send(self, to: str | bytes, message: Message) -> None:
+        if self.timing.waiting and isinstance(to, bytes):
+            self.timing.answered(to, message)
         if self.ring_links is not None:
             message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
         if isinstance(to, bytes) and type(message) is FetchResponse and not self.outbound.allows(to, len(message.records)):
@@ -431,8 +437,9 @@ class Runtime:
         if self.trace_file is not None:
             counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)
-        return RuntimeStatsResponse(
-            correlation_id=correlation_id, actor=self.identity, pid=os.getpid(), counters=counters)
+        counters["requests_forgotten_unanswered"] = self.timing.forgotten
+        return RuntimeStatsResponse(correlation_id=correlation_id, actor=self.identity, pid=os.getpid(),
+                                    counters=counters, latency=self.timing.snapshot())
 
     def _on_fault_control(self, request: FaultControlRequest, authenticated: bool) -> FaultControlResponse:
         if not self.faults_enabled:

@@ -10,8 +10,8 @@ Where the numbers come from: metadata (offsets, ISR, storage health), the trace 
 shrinks and expands: counted since the console started reading the trace), offsets seen over
 time (messages in = growth of each leader's log end offset; bytes in = growth of the leader's
 segment files, so it needs the data directory), each actor's runtime counters (messages, frames
-rejected by reason), and the console's own requests (latency per request type, a probe: the
-runtime does not time the requests it serves).
+rejected by reason, and the time from each request's arrival to its answer per request type:
+transport/request_timing.py), and the console's own requests (their latency as a client sees it).
 
 Each metric's help text names the Kafka metric it corresponds to.
 """
@@ -23,6 +23,8 @@ from typing import Any, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from transport.request_timing import BUCKETS_S
 
 REJECTION_COUNTERS = (
     "rejected_unauthenticated",
@@ -62,6 +64,7 @@ class _Families:
         yield from self._actors()
         if self.node is None:
             yield self._latency()
+        yield self._served()
 
     def _ours(self, view: Any) -> bool:
         return self.node is None or any(replica.node == self.node for replica in view.replicas)
@@ -344,6 +347,34 @@ class _Families:
                 elif key in REJECTION_COUNTERS:
                     rejected.add_metric([name, key], value)
         yield from (messages_in, messages_out, flushes, rejected, dropped)
+
+    def _served(self) -> Metric:
+        """Per request type and process (a node's replicas together, as one broker's figure)."""
+        family = HistogramMetricFamily(
+            "railmq_request_latency_seconds",
+            "Time from a request's arrival at an actor to its answer, per request type (Kafka: "
+            "RequestMetrics TotalTimeMs; a long poll's wait and an acks=all wait included).",
+            labels=["request", "process"],
+        )
+        totals: dict[tuple[str, str], tuple[list[int], int]] = {}
+        for name, answer in self.collector.slow.stats.items():
+            node = _node_of(name)
+            if self.node is not None and node != self.node:
+                continue
+            process = f"node-{node}" if node is not None else name
+            for request, latency in answer.latency.items():
+                if len(latency.counts) != len(BUCKETS_S) + 1:
+                    continue  # another version's buckets: not added up with these
+                counts, sum_us = totals.get((request, process), ([0] * len(latency.counts), 0))
+                totals[(request, process)] = ([a + b for a, b in zip(counts, latency.counts)], sum_us + latency.sum_us)
+        bounds = [repr(bound) for bound in BUCKETS_S] + ["+Inf"]
+        for (request, process), (counts, sum_us) in sorted(totals.items()):
+            running, buckets = 0, []
+            for bound, count in zip(bounds, counts):
+                running += count
+                buckets.append((bound, running))
+            family.add_metric([request, process], buckets, sum_us / 1e6)
+        return family
 
     def _latency(self) -> Metric:
         family = HistogramMetricFamily(

@@ -113,6 +113,7 @@ def test_metrics_have_kafka_names_and_move_under_load(console, cluster):
         "railmq_actor_messages_in_total",
         "railmq_rejected_frames_total",
         "railmq_console_request_latency_seconds_bucket",
+        "railmq_request_latency_seconds_bucket",
         "railmq_messages_in_total",
         "railmq_bytes_in_total",
     ):
@@ -138,6 +139,16 @@ def test_metrics_have_kafka_names_and_move_under_load(console, cluster):
         for p in (0, 1)
     ]
     assert sum(value or 0 for value in lag) >= 200  # the group stopped reading: the new records are lag
+
+    def produces_timed():  # the leaders timed the produce requests they answered
+        text = _get(console.url + "/metrics")[1].decode()
+        counts = [_metric(text, "railmq_request_latency_seconds_count", process=f"node-{node}", request="Produce")
+                  for node in (1, 2, 3)]
+        return text if sum(count or 0 for count in counts) >= 2 else None
+
+    timed = wait_for(produces_timed, 20, "the leaders' produce latency to be scraped")
+    assert _metric(timed, "railmq_request_latency_seconds_bucket", le="+Inf", process="coordinator",
+                   request="Metadata") is not None
     node_text = _get(console.url + "/nodes/1/metrics")[1].decode()
     assert "railmq_partition_count" in node_text and 'node="2"' not in node_text
 
