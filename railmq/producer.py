@@ -278,7 +278,9 @@ class Producer:
                     target = self._choose_sticky(topic)
                 groups.setdefault(target, []).append((key, value))
         else:
-            target = partition if partition is not None else (self._sticky_choice.get(topic) or self._choose_sticky(topic))
+            target = partition if partition is not None else self._sticky_choice.get(topic)
+            if target is None:
+                target = self._choose_sticky(topic)
             groups[target] = [(None, value) for value in values]
         parts = []
         for target, pairs in groups.items():
