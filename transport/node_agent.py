@@ -200,8 +200,11 @@ class NodeAgent:
                 report = codec.decode(frames[1:])
             except DecodeFailure:
                 continue
+            # Only from this cluster's processes, and only about a replica this agent runs: the
+            # book holds one report per supervised replica, whoever else writes to the socket.
             if isinstance(report, ReplicaHeartbeat) and (codec.last_authenticated or not self.secret) \
-                    and report.node in self.nodes:
+                    and report.node in self.nodes \
+                    and replica_actor_name(report.topic, report.partition, report.node) in self.supervisor.actors:
                 news |= self.book.take(report, time.monotonic_ns())
         return news
 

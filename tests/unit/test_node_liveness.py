@@ -184,3 +184,44 @@ def test_the_book_sends_what_changed_until_it_is_delivered_and_calls_a_silent_re
     assert len(book.heartbeat([1, 2], "v", 3500 * MS, everything=True).reports) == 2
     book.forget("orders", 0, 1, incarnation=5)
     assert [item.node for item in book.heartbeat([1, 2], "v", 3500 * MS, everything=False).replicas] == [2]
+
+
+class _Supervised:
+    """What the agent reads of its supervisor: the actors it runs (and it sets on_exit)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.actors = {name: object() for name in names}
+        self.on_exit = None
+
+    def poll(self) -> list:
+        return []
+
+
+@pytest.mark.timeout(30)
+def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_its_socket(tmp_path):
+    import time
+
+    import zmq
+
+    from transport.codec import Codec
+    from transport.node_agent import NodeAgent
+
+    agent = NodeAgent(supervisor=_Supervised(["replica/orders/0/n1"]), coordinator="tcp://127.0.0.1:9",
+                      nodes=[1], data_dir=str(tmp_path), cluster_id="c", limits=LIMITS)
+    agent.start()
+    sender = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        sender.setsockopt(zmq.LINGER, 0)
+        sender.connect(agent.endpoint)
+        codec = Codec()
+        for report in (beat(1), beat(2), ReplicaHeartbeat(topic="made-up", partition=7, node=1, endpoint="x", pid=1,
+                                                          incarnation=1)):
+            sender.send_multipart(codec.encode(report))
+        deadline = time.monotonic() + 10
+        while not agent.book.latest and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the other two, had they been taken, arrived with the first
+        assert sorted(agent.book.latest) == [("orders", 0, 1)], "node 2 is not this agent's; made-up/7 not a replica it runs"
+    finally:
+        sender.close()
+        agent.stop()
