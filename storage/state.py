@@ -16,6 +16,14 @@ dropping committed state. Past it, the first torn or failing record and everythi
 truncated and reported. (The records of the very last flush are therefore CRC-checked like a
 tail: a torn write there is indistinguishable from a crash before the sync.)
 
+With `confirm=True` a flush closes that window: once the records are synced, the other slot is
+written with the journal's new length and synced too (a second fdatasync, ~1 ms here). A crash
+between the two leaves the previous slot, whose flush had not returned, so nothing acknowledged
+depends on those records; after the second sync, bit rot anywhere in the journal is corruption.
+The coordinator confirms (its records are leader epochs: losing the last one could hand the same
+epoch to two leaders); the group coordinator does not (losing its last flush to bit rot re-delivers
+records — offsets move back — which at-least-once allows).
+
 The journal is compacted, once it holds more than max(compact_min_records, 4 x live keys)
 records, by writing the live keys to a temporary file, fsyncing it, renaming it over the journal
 and fsyncing the directory; a crash at any point leaves either the old journal or the new one.
@@ -92,10 +100,11 @@ def _decode_slots(data: bytes) -> tuple[int, int]:
 
 
 class DurableState:
-    def __init__(self, fs: FileSystem, path: str, compact_min_records: int) -> None:
+    def __init__(self, fs: FileSystem, path: str, compact_min_records: int, confirm: bool = False) -> None:
         self._fs = fs
         self._path = path
         self._compact_min_records = compact_min_records
+        self._confirm = confirm
         self._data: SortedDict = SortedDict()
         self._records = 0
         self._sequence = 0
@@ -105,9 +114,10 @@ class DurableState:
         self.recovery = StateRecoveryReport()
 
     @classmethod
-    def open(cls, path: str, *, fs: FileSystem | None = None, compact_min_records: int = 1000) -> "DurableState":
+    def open(cls, path: str, *, fs: FileSystem | None = None, compact_min_records: int = 1000,
+             confirm: bool = False) -> "DurableState":
         fs = fs if fs is not None else OsFileSystem()
-        state = cls(fs, path, compact_min_records)
+        state = cls(fs, path, compact_min_records, confirm)
         state._recover()
         return state
 
@@ -225,6 +235,10 @@ class DurableState:
         with _FailOnFsync(self):
             self._handle.write_at(slot * SLOT_BYTES, _encode_slot(self._sequence, self._flushed_length))
             self._handle.sync()
+            if self._confirm:  # the records are durable: say so, in the other slot
+                self._sequence += 1
+                self._handle.write_at((self._sequence % 2) * SLOT_BYTES, _encode_slot(self._sequence, length))
+                self._handle.sync()
         self._flushed_length = length
 
     def compact(self) -> None:

@@ -145,7 +145,7 @@ def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: in
         rebuild_state(spec.data_dir, path, spec.cluster_id, fs)
     check_state_present(spec.data_dir, path)
     try:
-        state = DurableState.open(path, fs=fs)
+        state = DurableState.open(path, fs=fs, confirm=True)  # storage/state.py: epochs must not be lost to bit rot
     except CorruptState as error:
         raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
                              "for --rebuild-metadata") from None

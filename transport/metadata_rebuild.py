@@ -103,7 +103,7 @@ def rebuild_state(data_dir: str, path: str, cluster_id: str, fs: FileSystem) -> 
     metas = [(directory, meta) for directory, meta in replica_metas(data_dir, fs) if meta.cluster_id == cluster_id]
     if os.path.exists(path):
         os.replace(path, f"{path}.lost")
-    state = DurableState.open(path, fs=fs)
+    state = DurableState.open(path, fs=fs, confirm=True)
     topics: dict[str, TopicRecord] = {}
     epochs: dict[tuple[str, int], int] = {}
     placement: dict[tuple[str, int], set[int]] = {}

@@ -106,6 +106,42 @@ def test_corruption_inside_the_flushed_region_is_refused(fs):
         DurableState.open(PATH, fs=fs)
 
 
+def _two_flushes(fs, *, confirm: bool) -> int:
+    """Record "a", flushed; record "b", flushed (the last flush); returns where "b" starts."""
+    state = DurableState.open(PATH, fs=fs, confirm=confirm)
+    state.put("a", 1)
+    state.flush()
+    record_b_at = len(fs.read_file(PATH))
+    state.put("b", 2)
+    state.flush()
+    fs.crash()
+    return record_b_at
+
+
+def test_without_confirm_bit_rot_in_the_last_flush_looks_like_a_torn_tail(fs):
+    fs.corrupt(PATH, _two_flushes(fs, confirm=False) + 9)
+    recovered = DurableState.open(PATH, fs=fs)
+    assert recovered.items() == [("a", 1)] and recovered.recovery.truncated_records == 1  # the window
+
+
+def test_with_confirm_bit_rot_in_the_last_flush_is_corruption_not_a_tail(fs):
+    fs.corrupt(PATH, _two_flushes(fs, confirm=True) + 9)
+    with pytest.raises(CorruptState):
+        DurableState.open(PATH, fs=fs, confirm=True)
+
+
+def test_with_confirm_a_crash_between_the_two_syncs_keeps_or_cuts_the_tail_but_never_refuses(fs):
+    # What the disk holds then: the records synced, the slot still naming the previous length
+    # (exactly what a flush without confirm leaves).
+    record_b_at = _two_flushes(fs, confirm=False)
+    whole = len(fs.read_file(PATH))
+    assert DurableState.open(PATH, fs=fs.clone(), confirm=True).items() == [("a", 1), ("b", 2)]
+    for length in range(record_b_at, whole):  # and were the unconfirmed records torn after all
+        twin = fs.clone()
+        twin.cut(PATH, length)
+        assert DurableState.open(PATH, fs=twin, confirm=True).items() == [("a", 1)]
+
+
 def test_compaction_is_automatic_and_keeps_live_keys(fs):
     state = DurableState.open(PATH, fs=fs, compact_min_records=20)
     for index in range(100):
