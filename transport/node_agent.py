@@ -179,8 +179,13 @@ class NodeAgent:
                         pass  # the coordinator is restarting; try again next round
                     except Exception:
                         log.exception("node agent heartbeat failed")
+                # Reports are read in one go at each of these wakes, not each as it arrives: a
+                # hundred replicas' keepalives would otherwise wake this thread a hundred times a
+                # second. News then waits at most SUPERVISE_INTERVAL_MS + NEWS_DELAY_MS.
                 wait_ns = min(next_beat_ns, next_supervise_ns) - time.monotonic_ns()
-                if self._receive_reports(codec, max(0, -(-wait_ns // 1_000_000))):  # rounded up: no spinning
+                if wait_ns > 0 and self._stop.wait(wait_ns / 1e9):
+                    break
+                if self._receive_reports(codec, 0):
                     next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
         finally:
             rpc.close()
@@ -188,7 +193,7 @@ class NodeAgent:
     def _receive_reports(self, codec: Codec, timeout_ms: int) -> bool:
         """Take the reports waiting (up to `timeout_ms` for the first); True if one is news."""
         router = self._router
-        if router is None or not router.poll(timeout_ms, zmq.POLLIN):
+        if router is None or (timeout_ms > 0 and not router.poll(timeout_ms, zmq.POLLIN)):
             return False
         news = False
         for _ in range(REPORTS_PER_WAKE_MAX):
