@@ -29,7 +29,7 @@ from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPoint
 from storage.config import AppendResult, FlushPolicy, LogConfig, RecoveryReport
 from storage.epochs import EPOCH_CHECKPOINT_NAME, EpochCheckpointCorrupt, LeaderEpochCache
 from storage.errors import (BatchTooLarge, CorruptBatch, CorruptLog, FsyncFailed, LogClosed, OffsetOutOfRange,
-                            OutOfOrderBatch, StaleLeaderEpoch, StorageFull)
+                            OutOfOrderBatch, StaleLeaderEpoch, StorageError, StorageFull)
 from storage.fs import Buffer, FileSystem, OsFileSystem
 from storage.reader import gather, locate, refuse_rest
 from storage.recovery import logger, recover
@@ -180,10 +180,13 @@ class PartitionLog(ShrinkOperations):
         start_end = self.log_end_offset
         if not view:
             return AppendResult(start_end, start_end - 1, start_end)
-        checked, new_epochs = self._check_replicated(view, start_end)
+        superseded = self._empty_epoch_superseded(view, start_end)
+        checked, new_epochs = self._check_replicated(view, start_end, superseded)
         entries_before = list(self._epochs.entries)
         with self._fatal_on_fsync_failure():
             try:
+                if superseded and self._epochs.truncate_from_end(start_end) and not new_epochs:
+                    self._epochs.persist()
                 for epoch, start in new_epochs:
                     self._epochs.assign(epoch, start, start_end)
                 if new_epochs:
@@ -197,11 +200,32 @@ class PartitionLog(ShrinkOperations):
             self._after_append()
         return AppendResult(checked[0][1].base_offset, checked[-1][1].last_offset, self.log_end_offset)
 
-    def _check_replicated(self, view: memoryview, start_end: int
+    def _empty_epoch_superseded(self, view: memoryview, start_end: int) -> bool:
+        """Whether the first batch is older than an epoch whose entry starts at the log end.
+
+        Such an entry is an epoch this replica led without writing a batch (a leader assigns its
+        epoch on taking over). The follower fetches with the epoch of its last batch, so the next
+        leader, which never had that epoch, may send batches of an older one at that offset: they
+        replace the empty epoch, as Kafka's LeaderEpochFileCache.assign drops every entry
+        starting at or past a new batch. Refusing them refused every fetch, on every restart."""
+        at_end = [epoch for epoch, start in self._epochs.entries if start >= start_end]
+        if not at_end:
+            return False
+        try:
+            for _, header in iter_batches(view, verify=False):
+                return header.leader_epoch < max(at_end)
+        except StorageError:
+            return False  # _check_replicated says what is wrong with the batches
+        return False
+
+    def _check_replicated(self, view: memoryview, start_end: int, superseded: bool = False
                           ) -> tuple[list[tuple[int, BatchHeader]], list[tuple[int, int]]]:
         checked = []
         new_epochs: list[tuple[int, int]] = []
-        expected, latest = start_end, self._epochs.latest_epoch()
+        latest = self._epochs.latest_epoch()
+        if superseded:  # the entries at the log end go (see _empty_epoch_superseded)
+            latest = max([epoch for epoch, start in self._epochs.entries if start < start_end], default=-1)
+        expected = start_end
         for position, header in iter_batches(view, verify=True, batch_bytes_max=self._config.batch_bytes_max):
             if header.base_offset != expected:
                 raise OutOfOrderBatch(expected, header.base_offset)

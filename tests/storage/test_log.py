@@ -149,6 +149,18 @@ def test_replicated_stale_epoch_is_refused(log_factory):
         log.append_replicated_batches(leader_batches(1, [1], epoch=4), now_ms=0)
 
 
+def test_replicated_batches_of_an_older_epoch_replace_an_epoch_led_without_a_batch(log_factory):
+    log = log_factory()
+    log.append_replicated_batches(leader_batches(0, [2], epoch=3), now_ms=0)
+    log.assign_epoch(5, 2)  # led epoch 5, wrote nothing; the next leader never had epoch 5
+    log.append_replicated_batches(leader_batches(2, [1], epoch=3), now_ms=0)
+    assert log.epoch_entries() == [(3, 0)]
+    log.append_replicated_batches(leader_batches(3, [1], epoch=6), now_ms=0)
+    assert log.epoch_entries() == [(3, 0), (6, 3)]
+    with pytest.raises(StaleLeaderEpoch):  # an epoch with batches is never replaced
+        log.append_replicated_batches(leader_batches(4, [1], epoch=3), now_ms=0)
+
+
 def test_replicated_append_spanning_rolls_lands_in_several_segments(log_factory):
     log = log_factory(LogConfig(segment_bytes=300, retention_ms=None))
     log.append_replicated_batches(leader_batches(0, [1] * 12, epoch=0), now_ms=0)
