@@ -20,6 +20,12 @@ that rejoined first could be given back a partition whose late revocation the sh
 applies (it forgets the partition's position and drops every record fetched for it after), and
 would hold partitions in a generation whose new owners already have them.
 
+One JoinGroup is in flight at a time (Kafka's AbstractCoordinator keeps one join future): each
+answer is an identity, and a member that took every answer it was sent (a paused coordinator
+answering a burst of retries) synced as each and owned the union of their assignments. A new
+join drops a sync in flight; an error answering a heartbeat of a membership the member has
+already left (an earlier generation or member id) changes nothing.
+
 The leader member runs the assignor (actors/assignors.py) with the members' subscriptions and the
 partition counts from metadata, and hands the result to the coordinator in SyncGroup. Positions
 of newly assigned partitions come from the group's committed offsets, or `auto_offset_reset`.
@@ -233,6 +239,10 @@ class ConsumerMember:
             self.state = "unjoined"
             return []
         self.state = "joining"
+        if any(kind == "join" for kind, _, _ in self.pending.values()):
+            return []  # one join in flight (each answer is an identity): its answer, or its timeout, comes
+        for correlation in [c for c, (kind, _, _) in self.pending.items() if kind == "sync"]:
+            del self.pending[correlation]  # rejoining: an earlier sync's answer is no longer wanted
         subscription = Subscription(topics=list(self.topics), owned=[tuple(tp) for tp in self.owned])
         request = JoinGroupRequest(
             correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
@@ -341,7 +351,8 @@ class ConsumerMember:
             self.last_heartbeat_ns = now_ns
             effects += self._send("heartbeat", HeartbeatRequest(
                 correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
-                member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns)
+                member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns,
+                (self.generation, self.member_id))
         return effects
 
     def on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
@@ -432,7 +443,9 @@ class ConsumerMember:
             case "sync", SyncGroupResponse():
                 return self._on_sync_response(message, now_ns)
             case "heartbeat", HeartbeatResponse():
-                return [] if message.error == ErrorCode.NONE else self._on_group_error(message.error, message.error_message, now_ns)
+                if message.error == ErrorCode.NONE or token != (self.generation, self.member_id):
+                    return []  # an answer about a membership this member has already left changes nothing
+                return self._on_group_error(message.error, message.error_message, now_ns)
             case "positions", OffsetFetchResponse():
                 return self._on_positions(message, token, now_ns)
             case "commit", OffsetCommitResponse():

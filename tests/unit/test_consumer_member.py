@@ -535,3 +535,38 @@ def test_cooperative_revocation_gives_up_only_the_partition_that_moves():
     moved = group.owned("c2")
     assert group.revocations("c1") == [moved]
     assert group.owned("c1") == [tp for tp in [("orders", 0), ("orders", 1)] if tp not in moved]
+
+
+# ---------------------------------------------------------------------------- one join in flight
+# A paused group coordinator answers, when it resumes, every heartbeat the member sent meanwhile,
+# each with UNKNOWN_MEMBER_ID. Each answer asked for a rejoin, and with no member id yet each
+# join made the coordinator a new member: the member adopted every identity it was answered
+# with, synced as each, and owned the union of their assignments (the simulator's finding: one
+# consumer held partitions the leader had given to others in the next generation).
+
+
+def test_a_burst_of_fencing_answers_sends_one_join_and_follows_one_identity():
+    stage = Stage()
+    stage.joined_alone()
+    beats = []
+    for _ in range(3):  # the coordinator is paused: the member heartbeats on, unanswered
+        stage.harness.advance(HEARTBEAT_MS)
+        beats += stage.harness.take(GROUPS, HeartbeatRequest)
+    assert len(beats) == 3
+    stage.answer(HeartbeatResponse(correlation_id=beats[0].correlation_id, error=ErrorCode.UNKNOWN_MEMBER_ID))
+    stage.command("revoked")  # the lost partitions, given up by the user's thread
+
+    for beat in beats[1:]:
+        stage.answer(HeartbeatResponse(correlation_id=beat.correlation_id, error=ErrorCode.UNKNOWN_MEMBER_ID))
+
+    joins = stage.harness.take(GROUPS, JoinGroupRequest)
+    assert len(joins) == 1, "one join in flight at a time"
+    stage.answer(JoinGroupResponse(correlation_id=joins[0].correlation_id, generation=4, protocol_name="range",
+                                   leader="other", member_id="c1-new"))
+    stage.answer(SyncGroupResponse(correlation_id=stage.to_groups(SyncGroupRequest).correlation_id,
+                                   assignment=assignment(("orders", 1))))
+    fetch = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id,
+                                     offsets=[OffsetEntry(topic="orders", partition=1, offset=7)]))
+    assert stage.member.member_id == "c1-new" and stage.member.owned == [("orders", 1)]
+
