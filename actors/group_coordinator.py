@@ -96,6 +96,8 @@ class GroupCoordinator:
     def invariants(self) -> None:
         for group in self.groups.values():
             group.invariants()
+        if self.share is not None:
+            self.share.invariants()  # share groups: their partitions' windows, locks and delivery counts
 
     # ------------------------------------------------------------------ dispatch
 

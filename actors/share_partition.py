@@ -380,7 +380,8 @@ class SharePartition:
                                          end_offset=self.end_offset, high_watermark=self.high_watermark,
                                          records=ranges)
 
-    def invariants(self) -> None:
+    def invariants(self, members: Any = None) -> None:
+        """`members`: the group's members, when the caller knows them; every lock holder is one."""
         if not self.initialized:
             assert not self.records, f"{self.topic}/{self.partition}: records before the start is known"
             return
@@ -389,17 +390,24 @@ class SharePartition:
         assert len(self.records) == self.end_offset - self.start_offset, "a window offset without a record"
         if self.records:
             assert self.records[self.start_offset].state not in DONE, "the start did not move past done records"
-        for offset, record in self.records.items():
-            held = record.state == ACQUIRED
-            assert held == bool(record.holder), f"@{offset}: {record.state} with holder {record.holder!r}"
-            assert (offset in self.available) == (record.state == AVAILABLE), f"@{offset}: available set is wrong"
-            if held:
-                attempts = self.settings.max_delivery_attempts
-                assert 1 <= record.delivery_count <= attempts, (
-                    f"@{offset}: delivery count {record.delivery_count} outside 1..{attempts}")
-                earliest = self.next_lock_deadline_ns
-                assert earliest is not None and earliest <= record.lock_deadline_ns, (
-                    f"@{offset}: its lock deadline is before the earliest one tracked")
+        attempts, earliest, records = self.settings.max_delivery_attempts, self.next_lock_deadline_ns, self.records
+        available = 0
+        for offset, record in records.items():  # after every step of the simulator: kept lean
+            state = record.state
+            if state != ACQUIRED:
+                available += state == AVAILABLE
+                assert not record.holder, f"@{offset}: {state} with holder {record.holder!r}"
+                continue
+            assert record.holder, f"@{offset}: acquired without a holder"
+            assert members is None or record.holder in members, f"@{offset}: a lock held by departed {record.holder}"
+            assert 1 <= record.delivery_count <= attempts, (
+                f"@{offset}: delivery count {record.delivery_count} outside 1..{attempts}")
+            assert earliest is not None and earliest <= record.lock_deadline_ns, (
+                f"@{offset}: its lock deadline is before the earliest one tracked")
+        # The available set is exactly the available records: as many, and each of them one.
+        assert available == len(self.available) and all(
+            offset in records and records[offset].state == AVAILABLE for offset in self.available), (
+            "the available set is wrong")
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRecords]:
