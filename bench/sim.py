@@ -3,9 +3,10 @@
     python -m bench.sim [--json PATH] [--seeds N] [--quick]
 
 Each seed simulates the default run (chaos/simulator.py SimConfig: 3 nodes, a topic of 3
-partitions with replication factor 3, 2 idempotent acks=all producers, a 2-member consumer
-group, faults every 0.3-1.5 s for 8 s, then a 6 s recovery window and the checker), in this one
-process. Figures: simulated seconds per wall-clock second (the median seed and the sweep as a
+partitions with replication factor 3 and its dead-letter topic, 2 idempotent acks=all producers,
+a 3-member consumer group (one static member; the assignor chosen per seed) whose processing
+takes simulated time, 2 share-group members, faults every 0.3-1.5 s for 8 s, then a 6 s
+recovery window and the checks), in this one process. Figures: simulated seconds per wall-clock second (the median seed and the sweep as a
 whole), seeds per minute, simulated steps (messages and timers handled) per wall-clock second,
 and the same with faults off, as a baseline of the fault machinery's cost.
 """

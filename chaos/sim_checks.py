@@ -4,7 +4,9 @@ After the faults are healed and the recovery window has passed, every partition 
 live leader and the consumer group must have settled on one generation covering every partition.
 The leader's log below its high watermark becomes the run's `final-read`, each replica's committed
 prefix a `replica-log`, and the whole history goes through `chaos.checker` — the same rules the
-real-process chaos harness is judged by.
+real-process chaos harness is judged by. With share members, the dead-letter topic's committed log
+is read too (the `railmq.dlq.*` headers name each record's source) and chaos/sim_share.py checks
+that every record below the high watermark was accepted or dead-lettered, and dead-lettered once.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ def log_entries(log: Any, topic: str, partition: int, end_offset: int) -> list[l
 
 
 def final_checks(sim: "Simulator") -> None:
-    from chaos.simulator import TOPIC
+    from chaos.simulator import DEAD_LETTER_TOPIC, SHARE_GROUP, TOPIC
 
     coordinator = sim.hosts["coordinator"]
     if not coordinator.alive:
         sim.problems.append("the coordinator is not running after the recovery window")
         return
     now = sim.now_ns
+    high_watermarks: dict[int, int] = {}
     for partition in range(sim.config.partitions):
         record = coordinator.actor.partitions.get((TOPIC, partition))
         if record is None:
@@ -47,6 +50,7 @@ def final_checks(sim: "Simulator") -> None:
                                 f"(recorded leader {record.leader}, epoch {record.leader_epoch})")
             continue
         replica = leader.actor
+        high_watermarks[partition] = replica.high_watermark
         sim.history.append({"type": "final-read", "time_ns": now, "topic": TOPIC, "partition": partition,
                             "entries": log_entries(replica.log, TOPIC, partition, replica.high_watermark)})
         for host in sim.hosts.values():
@@ -57,8 +61,37 @@ def final_checks(sim: "Simulator") -> None:
                     "replica": f"n{host.node}", "high_watermark": host.actor.high_watermark,
                     "entries": log_entries(host.actor.log, TOPIC, partition, host.actor.high_watermark)})
     _check_group_settled(sim)
+    _check_in_sync(sim, TOPIC)
+    _check_send_order(sim, TOPIC)
+    if sim.config.share_members and len(high_watermarks) == sim.config.partitions:
+        dead_letters = _dead_letter_sources(sim, DEAD_LETTER_TOPIC)
+        if dead_letters is not None:
+            from chaos.sim_share import dead_lettering
+
+            sim.share.final_check(SHARE_GROUP, TOPIC, high_watermarks, dead_letters,
+                                  dead_lettering(sim.hosts["group-coordinator"], SHARE_GROUP))
     result = check_history(sim.history)
     sim.problems.extend(result.violations)
+
+
+def _dead_letter_sources(sim: "Simulator", topic: str) -> list[tuple[str, str, int, int]] | None:
+    """(group, source topic, partition, offset) of every committed dead-letter record, or None
+    (a problem) when the dead-letter partition has no working leader."""
+    record = sim.hosts["coordinator"].actor.partitions.get((topic, 0))
+    leader = sim.hosts.get(f"replica/{topic}/0/n{record.leader}") if record is not None else None
+    if leader is None or not leader.alive or leader.actor.leader is None:
+        sim.problems.append(f"{topic}/0 has no working leader after the recovery window")
+        return None
+    log, end = leader.actor.log, leader.actor.high_watermark
+    if end <= log.log_start_offset:
+        return []
+    sources = []
+    for found in decode_fetched(topic, 0, log.read(log.log_start_offset, READ_BYTES_MAX, max_offset=end),
+                                log.log_start_offset):
+        headers = {name: value.decode() for name, value in found.headers or []}
+        sources.append((headers["railmq.dlq.group"], headers["railmq.dlq.source_topic"],
+                        int(headers["railmq.dlq.source_partition"]), int(headers["railmq.dlq.source_offset"])))
+    return sources
 
 
 def _check_group_settled(sim: "Simulator") -> None:
@@ -69,3 +102,32 @@ def _check_group_settled(sim: "Simulator") -> None:
     if len(generations) != 1 or states != ["stable"] or len(owned) != sim.config.partitions or len(set(owned)) != len(owned):
         sim.problems.append(f"the consumer group did not settle: states {states}, generations {sorted(generations)}, "
                             f"owned {owned}")
+
+
+def _check_in_sync(sim: "Simulator", topic: str) -> None:
+    """After the heal and the recovery window every replica is back: running, and in the ISR."""
+    coordinator = sim.hosts["coordinator"].actor
+    for partition in range(sim.config.partitions):
+        record = coordinator.partitions.get((topic, partition))
+        replicas = coordinator.topics[topic].replicas[partition] if topic in coordinator.topics else []
+        if record is not None and sorted(record.isr) != sorted(replicas):
+            outside = sorted(set(replicas) - set(record.isr))
+            sim.problems.append(f"{topic}/{partition}: replicas {outside} are not back in the ISR {record.isr} "
+                                "after the recovery window")
+
+
+def _check_send_order(sim: "Simulator", topic: str) -> None:
+    """An idempotent producer's acknowledged writes to a partition are in the order it sent them
+    (its retries go out in sequence order): offsets rise with each producer's value sequence."""
+    sends: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+    for line in sim.history:
+        if line.get("type") == "ok" and line.get("f") == "send" and line.get("topic") == topic:
+            sequence = int(line["value"].rsplit(":", 1)[1])
+            sends.setdefault((line["process"], line["partition"]), []).append((sequence, line["offset"], line["value"]))
+    for (process, partition), acknowledged in sorted(sends.items()):
+        acknowledged.sort()
+        for (_, offset, value), (_, later_offset, later) in zip(acknowledged, acknowledged[1:]):
+            if later_offset <= offset:
+                sim.problems.append(f"{process}'s writes to {topic}/{partition} are out of send order: {later} "
+                                    f"at offset {later_offset}, {value} (sent before it) at {offset}")
+                break

@@ -18,7 +18,10 @@ trusted whoever reports first (or last) would pick the damaged replica.
 The promise checked: no acknowledged write is lost while a majority of its replicas keep their data.
 So at most one replica of a partition is damaged at a time: a partition gets a new disk fault only
 once its last damaged replica has reported healthy again (its `storage-repaired` or
-`storage-adopted` trace, or a healthy start).
+`storage-adopted` trace, or a healthy start). In a seed whose topics flush by interval, a disk
+fault also waits until no other replica of the partition lost unflushed data recently
+(chaos/sim_faults.py), and the whole cluster never restarts at once (every replica would lose its
+unflushed tail together).
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class DiskFaults:
         partition may take a fault now."""
         sim = self.sim
         candidates = sorted(name for name, host in sim.hosts.items()
-                            if host.kind == "replica" and host.alive and host.state["topic_partition"] not in self.damaged)
+                            if host.kind == "replica" and host.alive and host.state["topic_partition"] not in self.damaged
+                            and sim.faults.may_lose_data(name))
         if target is not None:
             candidates = [name for name in candidates if name == target]
         if not candidates:

@@ -5,18 +5,55 @@ incarnation (a restarted replica binds a new port in real life, so it gets a new
 the coordinator keeps its pinned one), a routing id (what receivers see as the sender), its timers
 and a `MemoryFileSystem` that survives crashes minus whatever was not flushed. Actors are built
 by the same constructors `transport/actor_main.py` uses, over memory storage.
+
+A host also has what the real machine gives a process and the simulator takes away now and then:
+a clock (`clock_offset_ns` from the simulator's true time, within the allowed skew), a disk that
+may be slow (`disk_latency_ns`: each flush keeps the process busy that long) and a disk that may
+see the process killed in the middle of a flush (`SimFaultInjector`).
+
+`TinyAgent` plays the node agent and the admin: it creates the topics and reports the replica
+assignments, for which the simulator starts a host each.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from actors.effects import Notify, Send, SetTimer
 from actors.limits import Limits
-from actors.messages import TopicConfig
+from actors.messages import (
+    CreateTopicRequest, CreateTopicResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, TimerFired, TopicConfig,
+)
+from chaos.sim_network import MS
+from storage.fs import FaultInjector
 from storage.memory import MemoryFileSystem
 
+if TYPE_CHECKING:
+    from chaos.simulator import SimConfig
+
 ActorFactory = Callable[["Host", int], Any]
+
+
+class SimFaultInjector(FaultInjector):
+    """The storage faults, plus a kill in the middle of a flush: once `crash_after_fsyncs` is
+    armed (>= 0), that many more fsyncs succeed and the next one fails, so a flush that syncs
+    several files (a segment, its index, a checkpoint) leaves some durable and some not. The
+    simulator turns the failure into the process's death, as the runtime does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.crash_after_fsyncs = -1
+        self.fsyncs = 0  # every fsync asked for: a slow disk makes a step that synced take time
+
+    def take_fsync_failure(self) -> bool:
+        self.fsyncs += 1
+        if self.crash_after_fsyncs == 0:
+            self.crash_after_fsyncs = -1
+            return True
+        if self.crash_after_fsyncs > 0:
+            self.crash_after_fsyncs -= 1
+        return super().take_fsync_failure()
 
 
 class Host:
@@ -28,7 +65,8 @@ class Host:
         self.factory = factory
         self.fixed_endpoint = fixed_endpoint
         self.server = server
-        self.fs = MemoryFileSystem()
+        self.faults = SimFaultInjector()
+        self.fs = MemoryFileSystem(self.faults)
         self.actor: Any = None
         self.incarnation = 0
         self.alive = False
@@ -38,6 +76,13 @@ class Host:
         self.routing_id = name.encode()
         self.peers: set[str] = set()  # endpoints this incarnation has sent to (its "connections")
         self.state: dict[str, Any] = {}  # per-host scratch space for drivers
+        self.clock_offset_ns = 0  # this process's clock minus the simulator's true time
+        self.disk_latency_ns = 0  # how long one flush keeps the process busy (a slow disk)
+        self.flush_done_ns = 0  # when the last flush this incarnation started completes
+
+    def clock_ns(self, true_ns: int) -> int:
+        """What this process's clock reads at the simulator's true time `true_ns`."""
+        return true_ns + self.clock_offset_ns
 
     def endpoint_for(self, incarnation: int) -> str:
         if not self.server:
@@ -56,6 +101,8 @@ class Host:
         self.alive = False
         self.actor = None
         self.timers = {}
+        self.flush_done_ns = 0
+        self.faults.crash_after_fsyncs = -1
         self.fs.crash()
 
 
@@ -104,3 +151,47 @@ def replica_factory(topic: str, topic_id: int, partition: int, node: int, coordi
                                 incarnation=incarnation, pid=0, limits=limits, health=opened.health,
                                 findings=opened.findings)
     return build
+
+
+class TinyAgent:
+    """The node agent and admin of the simulated cluster: creates the topics, then reports the
+    coordinator's replica assignments (the simulator starts a host for each)."""
+
+    name = "agent"
+
+    def __init__(self, coordinator: str, config: "SimConfig", extra_topics: tuple[tuple[str, int], ...] = (),
+                 flush_interval_ms: int = 1000) -> None:
+        from chaos.simulator import TOPIC
+
+        self.coordinator = coordinator
+        self.config = config
+        self.topics = ((TOPIC, config.partitions),) + tuple(extra_topics)
+        self.flush_interval_ms = flush_interval_ms
+        self.created: set[str] = set()
+
+    def start(self, now_ns: int) -> list[Any]:
+        return [SetTimer("poll", now_ns + 10 * MS)]
+
+    def invariants(self) -> None:
+        pass
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Any]:
+        if isinstance(message, TimerFired):
+            # Like the node agent: often until the topics' replicas exist, then now and then.
+            done = len(self.created) == len(self.topics)
+            effects: list[Any] = [SetTimer("poll", now_ns + (1000 if done else 100) * MS)]
+            config = TopicConfig(min_insync_replicas=self.config.min_insync, flush_policy=self.config.flush_policy,
+                                 flush_interval_ms=self.flush_interval_ms)
+            for index, (name, partitions) in enumerate(self.topics):
+                if name not in self.created:
+                    effects.append(Send(self.coordinator, CreateTopicRequest(
+                        correlation_id=10 + index, name=name, partitions=partitions,
+                        replication_factor=self.config.replication_factor, config=config)))
+            effects.append(Send(self.coordinator, NodeAssignmentsRequest(
+                correlation_id=2, nodes=list(range(1, self.config.nodes + 1)))))
+            return effects
+        if isinstance(message, CreateTopicResponse) and 10 <= message.correlation_id < 10 + len(self.topics):
+            self.created.add(self.topics[message.correlation_id - 10][0])
+        if isinstance(message, NodeAssignmentsResponse):
+            return [Notify("assignments", message.replicas)]
+        return []

@@ -1,7 +1,8 @@
 """The seed sweep behind `python -m chaos.simulator` and `railmq sim`: run seeds, say what each did.
 
-`run(args)` takes the flags `chaos.simulator.add_arguments` defines (plus `--json` under
-`railmq sim`), simulates each seed in turn and prints, per seed, its outcome, what it checked
+`run(args)` takes the flags `add_arguments` (at the end of this module) defines (plus `--json` under
+`railmq sim`; `--variant NAME` runs every seed with one broken rule of chaos/sim_variants.py),
+simulates each seed in turn and prints, per seed, its outcome, what it checked
 (how many acknowledged writes, deliveries, final logs and replica logs went through the checker)
 and which faults ran; then a summary. A sweep of several seeds shows a progress bar on a terminal
 (on stderr, so the lines and the JSON stay clean). A failing seed is printed with its problems
@@ -12,6 +13,7 @@ simulation itself: that is chaos/simulator.py; `seed_summary` reads a result's h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import textwrap
@@ -22,14 +24,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from chaos.simulator import SimConfig, SimulationFailed, SimulationResult, simulate
+from chaos import simulator
+from chaos.simulator import FAULT_KINDS, SimConfig, SimulationFailed, SimulationResult, simulate
 
 # What every seed is held to (chaos/simulator.py and chaos/sim_checks.py run these).
 CHECKS = (
-    "every actor's invariants after every step", "at most one leader per partition and epoch",
-    "no high watermark moving back within an epoch", "no acknowledged write lost", "per-key order",
-    "one value per offset", "committed offsets never moving back", "replicas agreeing below the high watermark",
-    "every acknowledged write reaching the group", "the group settling after the heal",
+    "every actor's invariants after every step", "one leader and one incarnation per partition and epoch",
+    "no high watermark moving back within an epoch", "ISR members holding every committed offset",
+    "acks=all writes on at least min_insync replicas when acknowledged",
+    "a restarted group coordinator holding every commit it acknowledged",
+    "one owner per partition per generation", "a share record locked by one member at a time",
+    "share delivery counts never going back nor past max_delivery_attempts, release delays kept",
+    "no acknowledged write lost", "per-key order", "each producer's writes in send order", "one value per offset",
+    "committed offsets never moving back", "replicas agreeing below the high watermark",
+    "every acknowledged write reaching the group", "every share record accepted or dead-lettered, once",
+    "the group settling and every replica back in the ISR after the heal",
 )
 
 
@@ -83,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
                         TextColumn("{task.fields[failed]} failed"), TimeRemainingColumn(),
                         console=Console(stderr=True), transient=True,
                         disable=len(seeds) < 2 or not sys.stderr.isatty())
-    with progress:
+    variant = getattr(args, "variant", "") or ""
+    from chaos.sim_variants import broken
+
+    with progress, (broken(variant) if variant else contextlib.nullcontext()):
         task = progress.add_task("sweep", total=len(seeds), failed=0)
         for seed in seeds:
             result = simulate(seed, config)
@@ -106,3 +118,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(seeds)} seeds, {len(failures)} failed {failures if failures else ''}; "
               f"{speed['x_real_time']:.0f}x real time, {speed['seeds_per_minute']:.0f} seeds per minute")
     return 1 if failures else 0
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    if text in ("", "none"):
+        return ()
+    kinds = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")
+    return kinds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
+    parser.add_argument("--seed", type=int, default=1, help="the seed of one run (default 1)")
+    parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds starting at --seed")
+    parser.add_argument("--duration-ms", type=int, default=SimConfig.duration_ms, help="simulated time with faults")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="end the faulty phase after about this many steps (0: no limit)")
+    parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
+                        help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}) or 'none'")
+    parser.add_argument("--variant", default="",
+                        help="run with one deliberately broken rule (chaos/sim_variants.py names them)")
+    parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos.simulator", description=simulator.__doc__.splitlines()[0])
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))

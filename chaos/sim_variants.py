@@ -1,123 +1,133 @@
 """Deliberately broken variants of the production actors, to prove the simulator catches bugs.
 
-Each variant patches one rule out of the real code for the duration of a `with` block:
+Each variant takes one rule out of the real code for the duration of a `with broken(name):`
+block — the plausible one-line bug an engineer could write — by patching the class or function
+inside the simulated process (the actor sources are never edited). Each was written from the
+rule it breaks, not from the check that finds it; `tests/sim/test_simulator.py` runs seeds of the
+default sweep with each until the simulator reports a violation, which it must do within a
+bounded number of seeds.
 
-- `ack-before-replication`: a leader answers acks=all requests as soon as it has appended,
-  without waiting for the high watermark (the in-sync replicas) to pass the batch;
-- `elect-outside-isr`: whenever a live replica is outside the ISR (lagging, or restarted and not
-  caught up yet), the coordinator makes it the leader;
-- `stale-generation-commit`: the group coordinator accepts offset commits without checking the
-  member and its generation, so a zombie's late commit moves the group's offset back;
-- `elect-last-reporter`: the coordinator judges ISR members by incarnation alone, as it did before
-  replicas reported their storage: a replica not heard from yet counts as healthy, a damaged one
-  too, and a restarted one leaves the ISR unless it is the last — so after a restart the last
-  replica to report leads, whatever it lost;
-- `trust-damaged-replicas`: the storage report is read but a damaged replica is still eligible
-  (one forgotten check in `lost_data`).
+Replication, elections, producer state (chaos/sim_variants_log.py):
 
-A test runs seeds with a variant until the simulator reports a violation; it must within a
-bounded number of seeds, or the simulator is not doing its job.
+- `ack-before-replication` (leader): acks=all answered as soon as the leader appended;
+- `commit-below-min-insync` (leader): the leader reads min_insync_replicas as 1 when it moves the
+  high watermark and answers waiting acks=all requests (KIP-966's freeze forgotten);
+- `retry-answered-at-once` (leader): a recognised idempotent retry is answered at once, as if the
+  first try had been acknowledged, though it may still wait for the in-sync replicas;
+- `fetch-before-flush` (follower): with flush_policy=every_batch the next fetch goes out before the
+  appended batches are flushed, so the leader counts bytes the follower may lose;
+- `follower-forgets-producers` (producer state): replicated batches are not recorded in the
+  follower's producer-state table, so a new leader does not recognise retries;
+- `elect-outside-isr` (coordinator): a live replica outside the ISR is made leader;
+- `elect-last-reporter` (coordinator): ISR members judged by incarnation alone, as before storage
+  reports; `trust-damaged-replicas` (coordinator): a replica reporting damage stays eligible;
+- `restart-keeps-isr-seat` (coordinator): a replica that restarted without a clean shutdown keeps
+  its ISR seat, as if clean (its unflushed tail may be gone);
+- `late-exit-notice-kills` (coordinator): an exit notice is applied to whatever incarnation is
+  live, so a late notice marks the restarted process dead for good;
+- `follower-trusts-leader-watermark` (follower): the follower's high watermark is the leader's,
+  not bounded by its own log end;
+- `retry-renumbered` (producer): a retried batch is encoded again with the next sequence numbers,
+  so the leader cannot recognise a retry of a batch it already appended.
+
+Groups, members, assignors, share groups (chaos/sim_variants_groups.py):
+
+- `stale-generation-commit` (group coordinator): commits accepted without the member and
+  generation check; `commit-before-durable` (group coordinator): a commit is answered before the
+  state holding it is flushed; `share-reply-before-durable` (group coordinator): share-group answers
+  (acquired records, accepted acknowledgements, dead-letter writes) go out before the state is flushed;
+- `eager-rejoin-without-revoke` (consumer member): an eager member rejoins without revoking;
+- `rejoin-before-revocations-answered` (consumer member): a member rejoins without waiting for the
+  shell to answer its revocations (the seed-171 bug, as the member had it);
+- `commit-fetched-position` (consumer member): on a cooperative revocation the member commits the
+  revoked partitions' fetch positions itself, covering records fetched but not processed;
+- `cooperative-moves-held-partition` (assignor): KIP-429's adjustment withholds a moving partition
+  only when its holder keeps it, so a partition reaches its new owner before the old one revoked it;
+- `share-answer-after-expiry` (share partition): an acknowledgement is checked against the locks as
+  the last tick left them, so an answer after the lock's deadline is applied;
+- `share-count-not-restored` (share partition): a restarted coordinator restores records without
+  their delivery counts;
+- `share-release-delay-ignored` (share partition): released records are redelivered before their delay;
+- `share-start-passes-locked` (share partition): the start offset moves past locked records too;
+- `share-accepts-not-restored` (share partition): a restarted coordinator restores accepted
+  records as available;
+- `share-one-delivery-too-many` (share partition): the delivery limit is compared with `>`, so a
+  record is delivered once more than `max_delivery_attempts`;
+- `dead-letter-written-twice` (share dead letters): records of a stored write are queued again.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-VARIANTS = ("ack-before-replication", "elect-outside-isr", "stale-generation-commit", "elect-last-reporter",
-            "trust-damaged-replicas")
+Restore = Callable[[], None]
+
+
+def swap(owner: Any, name: str, value: Any) -> Restore:
+    """Replace `owner.name` by `value`; the returned function puts the original back."""
+    had_own = isinstance(owner, type) and name in owner.__dict__
+    original = owner.__dict__[name] if had_own else getattr(owner, name)
+    setattr(owner, name, value)
+
+    def restore() -> None:
+        if isinstance(owner, type) and not had_own:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+    return restore
+
+
+def restore_all(*restores: Restore) -> Restore:
+    def restore() -> None:
+        for undo in reversed(restores):
+            undo()
+    return restore
+
+
+def unwrap_flushes(effects: list) -> list:
+    """The effects with every AfterFlush replaced by what it guards: nothing waits for the disk."""
+    from actors.effects import AfterFlush
+
+    out: list = []
+    for effect in effects:
+        if type(effect) is AfterFlush:
+            out += unwrap_flushes(list(effect.effects))
+        else:
+            out.append(effect)
+    return out
+
+
+def _patches() -> dict[str, Callable[[], Restore]]:
+    from chaos import sim_variants_groups, sim_variants_log
+
+    return {**sim_variants_log.PATCHES, **sim_variants_groups.PATCHES}
+
+
+VARIANTS = (
+    # replication and elections
+    "ack-before-replication", "elect-outside-isr", "elect-last-reporter", "trust-damaged-replicas",
+    "commit-below-min-insync", "retry-answered-at-once", "fetch-before-flush", "restart-keeps-isr-seat",
+    "late-exit-notice-kills", "follower-trusts-leader-watermark",
+    # producer state
+    "follower-forgets-producers", "retry-renumbered",
+    # groups, members, assignors
+    "stale-generation-commit", "commit-before-durable", "eager-rejoin-without-revoke",
+    "rejoin-before-revocations-answered", "commit-fetched-position", "cooperative-moves-held-partition",
+    # share groups
+    "share-reply-before-durable", "share-answer-after-expiry", "share-count-not-restored",
+    "share-release-delay-ignored", "share-start-passes-locked", "dead-letter-written-twice",
+    "share-accepts-not-restored", "share-one-delivery-too-many",
+)
 
 
 @contextlib.contextmanager
 def broken(variant: str) -> Iterator[None]:
-    if variant not in VARIANTS:
+    patches = _patches()
+    if variant not in VARIANTS or variant not in patches:
         raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-    restore = _PATCHES[variant]()
+    restore = patches[variant]()
     try:
         yield
     finally:
         restore()
-
-
-def _ack_before_replication():
-    from actors import replica_leader
-
-    original = replica_leader.LeaderRole._acknowledge
-
-    def acknowledge(self, request, sender, base_offset, last_offset, now_ns):
-        if request.acks == -1:
-            return self.replica.durable_reply(sender, self._response(request.correlation_id, base_offset, last_offset))
-        return original(self, request, sender, base_offset, last_offset, now_ns)
-
-    replica_leader.LeaderRole._acknowledge = acknowledge
-    return lambda: setattr(replica_leader.LeaderRole, "_acknowledge", original)
-
-
-def _elect_outside_isr():
-    from actors import coordinator, elections
-
-    original = elections.reconcile
-
-    def reconcile(record, replicas, views, *, unclean_allowed, min_insync=1):
-        """The real decision, then the bug: hand leadership to a live replica outside the ISR."""
-        decision = original(record, replicas, views, unclean_allowed=unclean_allowed, min_insync=min_insync)
-        current = decision.record if decision is not None else record
-        outsiders = [n for n in replicas if n not in current.isr and n in views and views[n].live and n != current.leader]
-        if not outsiders:
-            return decision
-        chosen = outsiders[0]
-        forced = elections.PartitionRecord(
-            leader=chosen, leader_epoch=current.leader_epoch + 1, partition_epoch=current.partition_epoch + 1,
-            leader_incarnation=views[chosen].incarnation, isr=[chosen], isr_incarnations={chosen: views[chosen].incarnation})
-        return elections.Decision(forced, [("leader-elected", {"leader": chosen, "leader_epoch": forced.leader_epoch,
-                                                               "previous_leader": current.leader})])
-
-    coordinator.reconcile = reconcile
-    return lambda: setattr(coordinator, "reconcile", original)
-
-
-def _stale_generation_commit():
-    from actors import group_coordinator
-
-    original = group_coordinator.GroupCoordinator._check_commit
-    group_coordinator.GroupCoordinator._check_commit = lambda self, request, group: None
-    return lambda: setattr(group_coordinator.GroupCoordinator, "_check_commit", original)
-
-
-def _elect_last_reporter():
-    from actors import elections
-
-    original = elections._classify
-
-    def classify(record, views, incarnations):
-        standing = {}
-        for node in record.isr:
-            view = views.get(node)
-            known = incarnations.get(node, 0)
-            if view is None or not view.live:
-                standing[node] = elections.DEAD
-            elif known == 0 or known == view.incarnation:
-                standing[node] = elections.CURRENT
-            else:
-                standing[node] = elections.UNCLEAN
-        return standing
-
-    elections._classify = classify
-    return lambda: setattr(elections, "_classify", original)
-
-
-def _trust_damaged_replicas():
-    from actors import elections
-
-    original = elections.lost_data
-    elections.lost_data = lambda node, record, view: False
-    return lambda: setattr(elections, "lost_data", original)
-
-
-_PATCHES = {
-    "elect-last-reporter": _elect_last_reporter,
-    "trust-damaged-replicas": _trust_damaged_replicas,
-    "ack-before-replication": _ack_before_replication,
-    "elect-outside-isr": _elect_outside_isr,
-    "stale-generation-commit": _stale_generation_commit,
-}

@@ -5,19 +5,36 @@ here small shells play that part inside the event loop. They feed the actors exa
 internal messages the real shells do (`SendBatch`, `ClientCommand`), read the same `Notify`
 effects, and write every operation to the history in the chaos harness's format
 (docs/history.md), so `chaos.checker` judges simulated runs with the same rules as real ones.
+
+The consumer shell plays `railmq.Consumer` with a user who processes what `poll` returns: a poll
+takes fetched records, processing them takes simulated time (`processing_ms`), and only then are
+they consumed (a `poll` line in the history) and committable — the at-least-once rule "commit
+what was processed, not what was fetched". As in railmq/group_consumer.py, assignments apply at
+once (the I/O thread) while revocations wait for the user's thread: after the batch being
+processed, the revoked partitions' processed positions are committed (synchronously: one commit
+at a time, its answer awaited), then "revoked" is answered. Share-group members are in
+chaos/sim_share.py.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
 
 from actors.errors import ErrorCode
 from actors.messages import ClientCommand, RefreshMetadata, SendBatch
+from chaos.sim_hosts import Host
+from chaos.sim_network import MS
 from railmq.partitioner import partition_for_key
 from railmq.records import decode_fetched
 
+if TYPE_CHECKING:
+    from chaos.simulator import Simulator
+
 History = Callable[[dict], None]
+Later = Callable[[int, Callable[[int], list]], None]  # (delay_ns, action(now_ns) -> messages)
+POLL_CHUNKS_MAX = 4  # fetched chunks one poll hands to processing
 
 
 class ProducerShell:
@@ -90,84 +107,103 @@ class ProducerShell:
         self.pending.clear()
 
 
-class ConsumerShell:
-    """A group member that processes every record it polls and commits its positions."""
+Partition = tuple[str, int]
 
-    def __init__(self, name: str, group: str, topic: str, history: History) -> None:
+
+class ConsumerShell:
+    """A group member's user: polls, processes for a while, commits what it processed."""
+
+    def __init__(self, name: str, group: str, topic: str, history: History, rng: random.Random,
+                 processing_ms: tuple[int, int], later: Later) -> None:
         self.name = name
         self.group = group
         self.topic = topic
         self.history = history
-        self.positions: dict[tuple[str, int], int] = {}
-        self.sessions: dict[tuple[str, int], tuple[int, int]] = {}
+        self.rng = rng
+        self.processing_ms = processing_ms
+        self.later = later
+        self.tokens = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        """A new process: nothing in memory but what the group and the log will tell it."""
+        self.positions: dict[Partition, int] = {}  # the next offset to process: what a commit covers
+        self.fetched: dict[Partition, int] = {}  # the next offset expected in fetched data
+        self.sessions: dict[Partition, tuple[int, int]] = {}
         self.generation = -1
         self.member_id = ""
+        self.owned: set[Partition] = set()
+        self.chunks: deque[tuple[Partition, tuple[int, int], list]] = deque()  # fetched, not polled yet
+        self.processing = False
+        # Revocations waiting for the user's thread, in order: (partitions, lost, partitions of them
+        # assigned again since: the answer must not take those from `owned`).
+        self.callbacks: deque[tuple[list[Partition], bool, set[Partition]]] = deque()
+        self.revoking: list[Partition] | None = None  # the revocation whose commit is awaited
+        self.revoke_token = 0
         self.commits: dict[int, dict] = {}  # at most one in flight: the history pairs results by process
-        self.tokens = 0
         self.commit_wanted = False
-        self.revoked_after_commit = False
 
     def start(self) -> list[Any]:
         return [ClientCommand(command="subscribe", arguments={"topics": [self.topic]})]
 
+    def holdings(self) -> set[Partition]:
+        """The partitions this process works on: assigned, or revoked and not answered yet."""
+        held = set(self.owned)
+        for partitions, _, _ in self.callbacks:
+            held.update(partitions)
+        return held
+
     def on_notify(self, kind: str, payload: Any, now_ns: int) -> list[Any]:
         handler = getattr(self, f"_on_{kind.replace('-', '_')}", None)
-        return handler(payload, now_ns) if handler is not None else []
+        commands = handler(payload, now_ns) if handler is not None else []
+        return commands + self._pump(now_ns)
+
+    # ------------------------------------------------------------------ the I/O thread's side
 
     def _on_records(self, payload: Any, now_ns: int) -> list[Any]:
         topic, partition, session, batches, _ = payload
         key = (topic, partition)
         consumed = [ClientCommand(command="consumed", arguments={"bytes": len(batches)})]
-        if session < self.sessions.get(key, (0, 0)) or key not in self.positions:
+        if session < self.sessions.get(key, (0, 0)) or key not in self.fetched:
             return consumed
         self.sessions[key] = session
-        records = decode_fetched(topic, partition, batches, self.positions[key])
-        if not records:
-            return consumed
-        self.positions[key] = records[-1].offset + 1
-        self.history({"type": "ok", "f": "poll", "time_ns": now_ns, "process": self.name, "group": self.group,
-                      "member": self.member_id, "generation": self.generation, "topic": topic,
-                      "records": [[r.partition, r.offset, r.key.decode(), r.value.decode()] for r in records]})
-        return consumed + self.commit(None, now_ns)  # processed: commit (at-least-once)
+        records = decode_fetched(topic, partition, batches, self.fetched[key])
+        if records:
+            self.fetched[key] = records[-1].offset + 1
+            self.chunks.append((key, session, records))
+        return consumed
 
     def _on_position(self, payload: Any, now_ns: int) -> list[Any]:
         topic, partition, session, offset = payload
         key = (topic, partition)
         if session >= self.sessions.get(key, (0, 0)):
             self.sessions[key] = session
-            self.positions[key] = offset
+            self.positions[key] = self.fetched[key] = offset
         return []
 
     def _on_assigned(self, payload: Any, now_ns: int) -> list[Any]:
         generation, member_id, owned, added = payload
         self.generation, self.member_id = generation, member_id
-        owned_keys = {tuple(tp) for tp in owned}
+        self.owned = {tuple(tp) for tp in owned}
+        fresh = {tuple(tp) for tp in added}
         for key in list(self.positions):
-            if key not in owned_keys or key in {tuple(tp) for tp in added}:
+            if key not in self.owned or key in fresh:
                 del self.positions[key]
-        for key in added:
-            self.sessions[tuple(key)] = (0, 0)
+                self.fetched.pop(key, None)
+        self.chunks = deque(chunk for chunk in self.chunks if chunk[0] in self.owned and chunk[0] not in fresh)
+        for key in fresh:
+            self.sessions[key] = (0, 0)
+        for partitions, _, came_back in self.callbacks:
+            came_back.update(fresh & set(partitions))
         self.history({"type": "ok", "f": "assign", "time_ns": now_ns, "process": self.name, "group": self.group,
                       "member": member_id, "generation": generation, "topic": self.topic,
-                      "partitions": sorted(p for _, p in owned)})
+                      "partitions": sorted(p for _, p in self.owned)})
         return []
 
     def _on_revoke(self, payload: Any, now_ns: int) -> list[Any]:
-        """Commit what was processed of the revoked partitions, then let the rebalance go on
-        (a real shell commits synchronously in on_revoke before answering)."""
         partitions, lost = payload
-        if lost:
-            for tp in partitions:
-                self.positions.pop(tuple(tp), None)
-            return [ClientCommand(command="revoked")]
-        if self.commits:
-            self.revoked_after_commit = True  # the commit in flight covers them: answer when it is done
-            self.pending_revocation = [tuple(tp) for tp in partitions]
-            return []
-        commands = self.commit([tuple(tp) for tp in partitions], now_ns)
-        for tp in partitions:
-            self.positions.pop(tuple(tp), None)
-        return commands + [ClientCommand(command="revoked")]
+        self.callbacks.append(([tuple(tp) for tp in partitions], bool(lost), set()))
+        return []
 
     def _on_result(self, payload: Any, now_ns: int) -> list[Any]:
         token, _, error = payload
@@ -182,25 +218,88 @@ class ConsumerShell:
                                       ErrorCode.FENCED_INSTANCE_ID, ErrorCode.REBALANCE_IN_PROGRESS)
             line.update(type="fail" if definite else "info", error=error.name)
         self.history(line)
-        commands: list[Any] = []
-        if self.revoked_after_commit:
-            self.revoked_after_commit = False
-            partitions = self.pending_revocation
-            commands += self.commit(partitions, now_ns)
-            for tp in partitions:
-                self.positions.pop(tp, None)
-            commands.append(ClientCommand(command="revoked"))
-        elif self.commit_wanted:
+        if self.revoking is not None:
+            if token == self.revoke_token:
+                return self._finish_revocation()
+            return self._commit_revoked(now_ns)  # the commit before it is done: now its own
+        if self.commit_wanted:
             self.commit_wanted = False
-            commands += self.commit(None, now_ns)
+            return self.commit(None, now_ns)
+        return []
+
+    # ------------------------------------------------------------------ the user's thread
+
+    def _pump(self, now_ns: int) -> list[Any]:
+        """What `poll` does when the user is free: run revocations in order, then take records."""
+        commands: list[Any] = []
+        while not self.processing and self.revoking is None and self.callbacks:
+            partitions, lost, _ = self.callbacks[0]
+            if lost:
+                commands += self._finish_revocation()
+                continue
+            self.revoking = partitions
+            self.revoke_token = 0
+            if not self.commits:
+                commands += self._commit_revoked(now_ns)
+        if not self.processing and self.revoking is None and not self.callbacks:
+            commands += self._poll()
         return commands
 
-    def commit(self, partitions: list[tuple[str, int]] | None, now_ns: int) -> list[Any]:
+    def _commit_revoked(self, now_ns: int) -> list[Any]:
+        offsets = {key: self.positions[key] for key in self.revoking if key in self.positions}
+        commands = self._commit_offsets(offsets, now_ns)
+        if not commands:
+            return self._finish_revocation()
+        self.revoke_token = self.tokens
+        return commands
+
+    def _finish_revocation(self) -> list[Any]:
+        partitions, _, came_back = self.callbacks.popleft()
+        self.revoking = None
+        for key in partitions:  # as railmq/group_consumer.py does, whatever came back since
+            self.positions.pop(key, None)
+            self.fetched.pop(key, None)
+        self.owned -= set(partitions) - came_back
+        return [ClientCommand(command="revoked")]
+
+    def _poll(self) -> list[Any]:
+        taken: list[tuple[Partition, list]] = []
+        while self.chunks and len(taken) < POLL_CHUNKS_MAX:
+            key, session, records = self.chunks.popleft()
+            position = self.positions.get(key)
+            if position is None or session < self.sessions.get(key, (0, 0)):
+                continue
+            records = [record for record in records if record.offset >= position]
+            if records:
+                taken.append((key, records))
+        if not taken:
+            return []
+        self.processing = True
+        delay_ns = self.rng.randint(*self.processing_ms) * MS
+        self.later(delay_ns, lambda now_ns: self._processed(taken, now_ns))
+        return []
+
+    def _processed(self, taken: list[tuple[Partition, list]], now_ns: int) -> list[Any]:
+        self.processing = False
+        for key, records in taken:
+            if self.positions.get(key) == records[0].offset:
+                self.positions[key] = records[-1].offset + 1
+            self.history({"type": "ok", "f": "poll", "time_ns": now_ns, "process": self.name, "group": self.group,
+                          "member": self.member_id, "generation": self.generation, "topic": key[0],
+                          "records": [[r.partition, r.offset, r.key.decode(), r.value.decode()] for r in records]})
+        return self.commit(None, now_ns) + self._pump(now_ns)  # processed: commit (at-least-once)
+
+    def commit(self, partitions: list[Partition] | None, now_ns: int) -> list[Any]:
+        """An asynchronous commit of processed positions (the auto-commit), one at a time."""
+        if self.revoking is not None:
+            return []  # the revocation's commit covers what matters now
+        wanted = partitions if partitions is not None else list(self.positions)
+        return self._commit_offsets({key: self.positions[key] for key in wanted if key in self.positions}, now_ns)
+
+    def _commit_offsets(self, offsets: dict[Partition, int], now_ns: int) -> list[Any]:
         if self.commits:
             self.commit_wanted = True  # one commit at a time; the next covers the latest positions
             return []
-        wanted = partitions if partitions is not None else list(self.positions)
-        offsets = {key: self.positions[key] for key in wanted if key in self.positions}
         if not offsets or self.generation < 0:
             return []
         self.tokens += 1
@@ -215,7 +314,80 @@ class ConsumerShell:
     def crashed(self, now_ns: int) -> None:
         for line in self.commits.values():
             self.history(dict(line, type="info", time_ns=now_ns, error="crashed"))
-        self.commits.clear()
-        self.commit_wanted = self.revoked_after_commit = False
-        self.positions.clear()
-        self.sessions.clear()
+        self._reset()
+
+
+# ---------------------------------------------------------------------------- building the clients
+
+
+def build_clients(sim: "Simulator") -> list[tuple[Host, Any]]:
+    """Every client host of the run with its shell: producers, classic members, share members."""
+    from chaos.sim_share import ShareShell
+    from chaos.simulator import GROUP, SHARE_GROUP, TOPIC
+
+    config = sim.config
+    rng = sim.workload_rng
+    keys = [f"k{i}" for i in range(config.keys)]
+    built: list[tuple[Host, Any]] = []
+    for index in range(config.producers):
+        name = f"producer-{index + 1}"
+        shell = ProducerShell(name, TOPIC, keys, random.Random(sim.rng.getrandbits(64)), sim.history.append,
+                              config.records_per_batch, 60_000)
+        built.append((Host(name, "producer", 0, _producer_factory(sim), server=False), shell))
+    for index in range(config.consumers):
+        name = f"consumer-{index + 1}"
+        static = index >= config.consumers - config.static_members
+        shell = ConsumerShell(name, GROUP, TOPIC, sim.history.append, random.Random(rng.getrandbits(64)),
+                              config.processing_ms, _later(sim, name))
+        built.append((Host(name, "consumer", 0, _consumer_factory(sim, name if static else None), server=False), shell))
+    for index in range(config.share_members):
+        name = f"share-{index + 1}"
+        shell = ShareShell(name, SHARE_GROUP, TOPIC, random.Random(rng.getrandbits(64)), config.processing_ms,
+                           _later(sim, name))
+        built.append((Host(name, "share", 0, _share_factory(sim), server=False), shell))
+    return built
+
+
+def _later(sim: "Simulator", name: str) -> Later:
+    return lambda delay_ns, action: sim.later(name, delay_ns, action)
+
+
+def _producer_factory(sim: "Simulator") -> Any:
+    def build(host: Host, incarnation: int) -> Any:
+        from actors.producer_client import ProducerClient, ProducerSettings
+
+        settings = ProducerSettings(acks=-1, idempotent=True, request_timeout_ms=1000, retry_backoff_ms=50)
+        return ProducerClient(bootstrap=sim.coordinator_endpoint, settings=settings, name=host.name)
+    return build
+
+
+def _consumer_factory(sim: "Simulator", instance_id: str | None) -> Any:
+    def build(host: Host, incarnation: int) -> Any:
+        from actors.consumer_client import ConsumerClient, ConsumerSettings
+        from actors.consumer_member import ConsumerMember, GroupSettings
+        from chaos.simulator import GROUP
+
+        client = ConsumerClient(bootstrap=sim.coordinator_endpoint, settings=ConsumerSettings(
+            auto_offset_reset="earliest", fetch_max_wait_ms=200, request_timeout_ms=2000), name=host.name)
+        client.member = ConsumerMember(client, GroupSettings(
+            group_id=GROUP, group_instance_id=instance_id, client_id=host.name, assignor=sim.plan.assignor,
+            session_timeout_ms=1500, heartbeat_interval_ms=200, max_poll_interval_ms=30_000, request_timeout_ms=2000))
+        return client
+    return build
+
+
+def _share_factory(sim: "Simulator") -> Any:
+    def build(host: Host, incarnation: int) -> Any:
+        from actors.messages import ShareGroupSettings
+        from actors.share_member import ShareMember, ShareMemberSettings
+        from chaos.simulator import DEAD_LETTER_TOPIC, SHARE_GROUP
+
+        config = sim.config
+        group = ShareGroupSettings(visibility_timeout_ms=config.share_visibility_timeout_ms,
+                                   max_delivery_attempts=config.share_max_delivery_attempts,
+                                   dead_letter_topic=DEAD_LETTER_TOPIC, auto_offset_reset="earliest")
+        settings = ShareMemberSettings(group_id=SHARE_GROUP, client_id=host.name, group=group, session_timeout_ms=1500,
+                                       heartbeat_interval_ms=200, acquire_max_wait_ms=500, prefetch_records_max=300,
+                                       request_timeout_ms=2000, metadata_refresh_ms=1000)
+        return ShareMember(bootstrap=sim.coordinator_endpoint, settings=settings, name=host.name)
+    return build

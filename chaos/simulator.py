@@ -3,51 +3,71 @@
     python -m chaos.simulator --seed 7 [--duration-ms 10000] [--faults crash,pause,partition,network]
     python -m chaos.simulator --seeds 200          # a sweep; failing seeds are printed
 
-The production actor classes — coordinator, partition replicas (leader and follower roles),
-group coordinator, producer and consumer-member logic — run in one process under a virtual
-clock. Messages pass through the real codec and a seeded network that drops, delays, duplicates,
-reorders and partitions (one-way too); processes crash (their memory disk forgets what was not
-flushed), restart with a new incarnation, and pause. One `random.Random(seed)` decides everything,
-so every run replays exactly from its seed.
+Every actor kind runs in one process under a virtual clock, as the production classes: the
+coordinator, partition replicas (leader and follower roles), the group coordinator with classic
+and share groups, idempotent producers that retry across failovers, classic group members (one of
+them static, the group's assignor chosen per seed among all of them) whose processing takes
+simulated time between fetch and commit, and share-group members that accept, release with a
+delay, reject and crash with records locked. Messages pass through the real codec and a seeded
+network that drops, delays, duplicates, reorders and partitions (one-way too). The faults the
+world has (chaos/sim_faults.py, chaos/sim_disk.py): crashes whose exit notice is lost or late,
+pauses longer than the sessions, clock jumps within the allowed skew, slow disks, a kill in the
+middle of a flush, topics flushing by interval (per seed) so that a crash loses an unflushed
+tail, and disks that lose or damage what was flushed. One `random.Random(seed)` decides
+everything, so every run replays exactly from its seed.
 
-Checks, during the run: every actor's `invariants()` after every step; at most one leader per
-partition and epoch; a leader's high watermark never moves back within its epoch. After the
-run: faults healed, a recovery window, then the history goes through `chaos.checker` — no
-acknowledged write lost, per-key order, one value per offset, committed offsets never regress,
-replicas agree, every acknowledged write reached the consumer group — and the group must have
-settled. A failure prints the seed and the last events.
+Checks, during the run: every actor's `invariants()` after every step (an exception from an actor
+is a violation too); the promises of chaos/sim_invariants.py and chaos/sim_share.py (one leader
+and one incarnation per epoch, an acknowledged acks=all write on at least min_insync replicas, a
+restarted group coordinator holding every commit it acknowledged, one owner per partition per
+generation, one lock per share record, delivery counts that never go back). After the run:
+faults healed, a recovery window, then chaos/sim_checks.py — the chaos checker's rules over the
+history, the group settled, every share record accepted or dead-lettered once. A failure prints
+the seed and the last events.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.limits import Limits
-from actors.messages import (
-    CreateTopicRequest, CreateTopicResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, PeerDisconnected,
-    ReplicaExited, TimerFired, TopicConfig,
-)
+from actors.messages import PeerDisconnected, TimerFired
+from chaos.sim_hosts import TinyAgent as TinyAgent  # chaos/labs builds its agent from here too
 from chaos.sim_hosts import Host, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network, NetworkFaults
-from chaos.sim_workload import ConsumerShell, ProducerShell
+from storage.errors import FsyncFailed
 from transport.auth import refusal
 from transport.codec import Codec
 
 SIM_SECRET = b"railmq-simulated-cluster-secret!"
 
 START_NS = 1_800_000_000 * 1_000_000_000  # a plausible wall clock for record timestamps
+# Shorter timeouts than production, so a fault's consequences (and the recovery from them) play
+# out within a run: the group coordinator gives up on a share group's request (metadata, a high
+# watermark, a dead-letter write) after 1 s rather than 5. A share group re-reads a high
+# watermark its acquires wait on every 100 ms rather than 20, and a replica scrubs its log every
+# second rather than every 250 ms: a fifth of the ListOffsets traffic and three quarters of the
+# scrubbing, which were a tenth of the simulated steps; nothing checked depends on either. A
+# follower waiting at the leader's end gives up on its fetch after 1 s + 1 s rather than 5 s + 1 s
+# (a fetch the network lost just before the heal would otherwise end the recovery window still
+# unanswered). A follower fetches at most 4 KB at a time rather than 8 MB, so one that comes back
+# far behind catches up in several rounds, as it does in production with real volumes.
 SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=1500,
-                    coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50)
-FAULT_KINDS = ("crash", "pause", "partition", "network", "disk")
+                    coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50,
+                    share_high_watermark_refresh_ms=100, share_request_timeout_ms=1000, scrub_interval_ms=1000,
+                    replica_fetch_idle_wait_max_ms=1000, replica_fetch_bytes_max=4096)
+FAULT_KINDS = ("crash", "pause", "partition", "network", "disk", "clock", "slow-disk", "flush-crash")
+ASSIGNORS = ("range", "round-robin", "cooperative-sticky")
 TOPIC = "sim"
+DEAD_LETTER_TOPIC = "sim.dlq"
 GROUP = "sim-group"
+SHARE_GROUP = "sim-share"
 
 
 @dataclass(frozen=True)
@@ -56,9 +76,17 @@ class SimConfig:
     partitions: int = 3
     replication_factor: int = 3
     min_insync: int = 2
-    flush_policy: str = "every_batch"
+    flush_policy: str = ""  # "": each seed chooses one of `flush_policies`
+    flush_policies: tuple[str, ...] = ("every_batch", "interval")
+    flush_interval_ms: tuple[int, int] = (100, 400)  # an interval-flushed seed's flush interval
     producers: int = 2
-    consumers: int = 2
+    consumers: int = 3  # classic members of GROUP; the last `static_members` are static (KIP-345)
+    static_members: int = 1
+    assignors: tuple[str, ...] = ASSIGNORS  # the group's assignor: one per seed
+    processing_ms: tuple[int, int] = (0, 200)  # a member processes a polled chunk for this long
+    share_members: int = 2
+    share_visibility_timeout_ms: int = 1000
+    share_max_delivery_attempts: int = 3
     keys: int = 6
     duration_ms: int = 8_000
     recovery_ms: int = 6_000
@@ -68,10 +96,22 @@ class SimConfig:
     faults: tuple[str, ...] = FAULT_KINDS
     fault_interval_ms: tuple[int, int] = (300, 1500)
     restart_delay_ms: int = 300
+    exit_notice_lost_probability: float = 0.25  # the node agent died too: nobody reports the exit
+    exit_notice_late_probability: float = 0.25  # the notice arrives after the restart
+    clock_skew_max_ms: int = 50  # a process's clock is at most this far from the true time
     network: NetworkFaults = field(default_factory=lambda: NetworkFaults())
     limits: Limits = SIM_LIMITS
     trace_events_max: int = 60
     steps_max: int = 0  # end the faulty phase after this many steps (0: by duration only)
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """What one seed chose before anything ran."""
+
+    flush_policy: str
+    flush_interval_ms: int
+    assignor: str
 
 
 class SimulationFailed(AssertionError):
@@ -83,47 +123,12 @@ class SimulationFailed(AssertionError):
         self.problems = problems
 
 
-class TinyAgent:
-    """The node agent and admin of the simulated cluster: creates the topic, then reports the
-    coordinator's replica assignments (the simulator starts a host for each)."""
-
-    name = "agent"
-
-    def __init__(self, coordinator: str, config: SimConfig) -> None:
-        self.coordinator = coordinator
-        self.config = config
-        self.created = False
-
-    def start(self, now_ns: int) -> list[Any]:
-        return [SetTimer("poll", now_ns + 10 * MS)]
-
-    def invariants(self) -> None:
-        pass
-
-    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Any]:
-        if isinstance(message, TimerFired):
-            # Like the node agent: often until the topic's replicas exist, then now and then.
-            effects: list[Any] = [SetTimer("poll", now_ns + (1000 if self.created else 100) * MS)]
-            if not self.created:
-                config = TopicConfig(min_insync_replicas=self.config.min_insync, flush_policy=self.config.flush_policy)
-                effects.append(Send(self.coordinator, CreateTopicRequest(
-                    correlation_id=1, name=TOPIC, partitions=self.config.partitions,
-                    replication_factor=self.config.replication_factor, config=config)))
-            effects.append(Send(self.coordinator, NodeAssignmentsRequest(
-                correlation_id=2, nodes=list(range(1, self.config.nodes + 1)))))
-            return effects
-        if isinstance(message, CreateTopicResponse):
-            self.created = True
-        if isinstance(message, NodeAssignmentsResponse):
-            return [Notify("assignments", message.replicas)]
-        return []
-
-
 class Simulator:
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
         self.seed = seed
         self.config = config or SimConfig()
         self.rng = random.Random(seed)
+        self.plan = self._choose_plan()
         self.queue = EventQueue()
         self.queue.now_ns = START_NS
         self.network = Network(random.Random(self.rng.getrandbits(64)), self.config.network)
@@ -138,59 +143,56 @@ class Simulator:
         self.history: list[dict] = []
         self.problems: list[str] = []
         self.recent: deque[str] = deque(maxlen=self.config.trace_events_max)
-        self.leaders: dict[tuple[str, int, int], int] = {}
-        self.high_watermarks: dict[tuple[str, int, int], int] = {}
         self.producing = True
-        self.faulting = True
         self.steps = 0
         self.coordinator_endpoint = "sim://coordinator"
         from chaos.sim_disk import DiskFaults
+        from chaos.sim_faults import Faults
+        from chaos.sim_invariants import Invariants
+        from chaos.sim_share import ShareLedger
 
-        self.disk = DiskFaults(self, random.Random(self.rng.getrandbits(64)))
+        self.faults = Faults(self, random.Random(self.rng.getrandbits(64)))
+        self.disk = DiskFaults(self, random.Random(self.rng.getrandbits(64)),
+                               restart_cluster_probability=0.5 if self.plan.flush_policy != "interval" else 0.0)
+        self.watch = Invariants(self)
+        self.share = ShareLedger(self)
+        self.workload_rng = random.Random(self.rng.getrandbits(64))
+
+    def _choose_plan(self) -> SeedPlan:
+        config = self.config
+        policy = config.flush_policy or self.rng.choice(config.flush_policies)
+        interval = self.rng.randint(*config.flush_interval_ms) if policy == "interval" else 1000
+        return SeedPlan(policy, interval, self.rng.choice(config.assignors))
 
     @property
     def now_ns(self) -> int:
         return self.queue.now_ns
 
+    @property
+    def faulting(self) -> bool:
+        return self.faults.active
+
     # ------------------------------------------------------------------ building
 
     def build(self) -> None:
+        from chaos.sim_workload import build_clients
+
         limits = self.config.limits
         self._add(Host("coordinator", "coordinator", 0,
                        coordinator_factory(list(range(1, self.config.nodes + 1)), limits), fixed_endpoint=True))
         self._add(Host("group-coordinator", "group-coordinator", 0,
                        group_coordinator_factory(self.coordinator_endpoint, limits)))
-        self._add(Host("agent", "agent", 0, lambda host, _: TinyAgent(self.coordinator_endpoint, self.config),
-                       server=False))
-        keys = [f"k{i}" for i in range(self.config.keys)]
-        for index in range(self.config.producers):
-            name = f"producer-{index + 1}"
-            self.shells[name] = ProducerShell(name, TOPIC, keys, random.Random(self.rng.getrandbits(64)),
-                                              self.history.append, self.config.records_per_batch, 60_000)
-            self._add(Host(name, "producer", 0, self._producer_factory, server=False))
-        for index in range(self.config.consumers):
-            name = f"consumer-{index + 1}"
-            self.shells[name] = ConsumerShell(name, GROUP, TOPIC, self.history.append)
-            self._add(Host(name, "consumer", 0, self._consumer_factory, server=False))
+        extra = ((DEAD_LETTER_TOPIC, 1),) if self.config.share_members else ()
+        agent_config = SimConfig(nodes=self.config.nodes, partitions=self.config.partitions,
+                                 replication_factor=self.config.replication_factor, min_insync=self.config.min_insync,
+                                 flush_policy=self.plan.flush_policy)
+        self._add(Host("agent", "agent", 0, lambda host, _: TinyAgent(
+            self.coordinator_endpoint, agent_config, extra, self.plan.flush_interval_ms), server=False))
+        for host, shell in build_clients(self):
+            self.shells[host.name] = shell
+            self._add(host)
         for host in list(self.hosts.values()):
             self._boot(host)
-
-    def _producer_factory(self, host: Host, incarnation: int) -> Any:
-        from actors.producer_client import ProducerClient, ProducerSettings
-
-        settings = ProducerSettings(acks=-1, idempotent=True, request_timeout_ms=1000, retry_backoff_ms=50)
-        return ProducerClient(bootstrap=self.coordinator_endpoint, settings=settings, name=host.name)
-
-    def _consumer_factory(self, host: Host, incarnation: int) -> Any:
-        from actors.consumer_client import ConsumerClient, ConsumerSettings
-        from actors.consumer_member import ConsumerMember, GroupSettings
-
-        client = ConsumerClient(bootstrap=self.coordinator_endpoint, settings=ConsumerSettings(
-            auto_offset_reset="earliest", fetch_max_wait_ms=200, request_timeout_ms=2000), name=host.name)
-        client.member = ConsumerMember(client, GroupSettings(
-            group_id=GROUP, client_id=host.name, assignor="cooperative-sticky", session_timeout_ms=1500,
-            heartbeat_interval_ms=200, max_poll_interval_ms=30_000, request_timeout_ms=2000))
-        return client
 
     def _add(self, host: Host) -> None:
         self.hosts[host.name] = host
@@ -201,7 +203,8 @@ class Simulator:
         if host.endpoint:
             self.by_endpoint[host.endpoint] = host
         self._note(f"boot {host.name}#{host.incarnation}")
-        self._apply(host, host.actor.start(self.now_ns))
+        self.watch.on_boot(host)
+        self._apply(host, host.actor.start(host.clock_ns(self.now_ns)))
         shell = self.shells.get(host.name)
         if shell is not None:
             self._internal(host, shell.start())
@@ -219,6 +222,10 @@ class Simulator:
             self._add(host)
             self._boot(host)
 
+    def replicas_of(self, topic: str, partition: int) -> list[Host]:
+        return [host for host in self.hosts.values()
+                if host.kind == "replica" and host.state["topic_partition"] == (topic, partition)]
+
     # ------------------------------------------------------------------ effects
 
     def _apply(self, host: Host, effects: list) -> None:
@@ -228,12 +235,13 @@ class Simulator:
                 self._send(host, effect.to, effect.message)
             elif kind is SetTimer:
                 host.timers[effect.name] = effect.deadline_ns
-                self.queue.push(effect.deadline_ns, "timer", (host.name, host.incarnation, effect.name, effect.deadline_ns))
+                self.queue.push(effect.deadline_ns - host.clock_offset_ns, "timer",
+                                (host.name, host.incarnation, effect.name, effect.deadline_ns))
             elif kind is CancelTimer:
                 host.timers.pop(effect.name, None)
             elif kind is AfterFlush:
-                effect.store.flush()  # durable before anything it guards is revealed
-                self._apply(host, list(effect.effects))
+                if not self.faults.after_flush(host, effect):
+                    return  # the process died in the middle of the flush
             elif kind is Trace:
                 self._on_trace(host, effect.event, effect.details)
             elif kind is Notify:
@@ -244,12 +252,44 @@ class Simulator:
                 return
             else:
                 raise AssertionError(f"unknown effect {effect!r}")
+            if not host.alive:
+                return
+
+    def flush_now(self, host: Host, store: Any) -> bool:
+        """Flush `store` of `host` now; False when the process died in the middle of it."""
+        try:
+            store.flush()  # durable before anything it guards is revealed
+        except FsyncFailed as error:
+            self._note(f"{host.name} dies in the middle of a flush: {error}")
+            self.crash(host.name)
+            return False
+        return True
+
+    def apply_later(self, host: Host, incarnation: int, effects: list) -> None:
+        """Effects a flush held back, once it completed (for the incarnation that asked)."""
+        if host.alive and host.incarnation == incarnation:
+            self._apply(host, effects)
 
     def _internal(self, host: Host, messages: list) -> None:
         for message in messages:
             if not host.alive:
                 return
             self._step(host, message, b"")
+
+    def later(self, name: str, delay_ns: int, action: Callable[[int], list]) -> None:
+        """Run a shell's `action(now_ns)` after `delay_ns` (a processing step that takes time) and
+        hand its messages to the actor — for this incarnation only, and not while it is paused."""
+        host = self.hosts[name]
+        incarnation = host.incarnation
+
+        def due() -> None:
+            if not host.alive or host.incarnation != incarnation:
+                return
+            if host.paused_until_ns > self.now_ns:
+                self.queue.push(host.paused_until_ns, "call", due)
+                return
+            self._internal(host, action(self.now_ns))
+        self.queue.push(self.now_ns + delay_ns, "call", due)
 
     def _on_notify(self, host: Host, kind: str, payload: Any) -> None:
         if host.name == "agent":
@@ -265,24 +305,16 @@ class Simulator:
             self.disk.on_trace(host, event, details)
         if event in ("became-leader", "leader-elected", "isr-changed", "unclean-election", "follower-truncated",
                      "follower-refused-truncation", "storage-damage-found", "storage-repaired", "repair-truncated",
-                     "generation-started", "member-removed"):
+                     "generation-started", "member-removed", "share-member-removed"):
             self._note(f"{host.name} {event} {details}")
-        if event == "follower-refused-truncation":
-            # The follower defended its log: the leader it was told to follow lacks offsets the
-            # follower had seen committed. Only a broken election does that (no unclean election runs here).
-            self.problems.append(f"{host.name}: leader of epoch {details['leader_epoch']} lacks committed offsets "
-                                 f"(it ends at {details['leader_end_offset']}; {details['committed_offset']} were "
-                                 f"committed in epoch {details['committed_epoch']})")
-        if event == "became-leader":
-            key = (details["topic"], details["partition"], details["leader_epoch"])
-            previous = self.leaders.setdefault(key, details["node"])
-            if previous != details["node"]:
-                self.problems.append(f"two leaders for {key[0]}/{key[1]} in epoch {key[2]}: nodes {previous} "
-                                     f"and {details['node']}")
+        self.watch.on_trace(host, event, details)
 
     # ------------------------------------------------------------------ network
 
     def _send(self, host: Host, to: Any, message: Any) -> None:
+        observe = self.watch.sends.get(type(message))
+        if observe is not None:
+            observe(host, to, message)
         frames = (self.codec if host.server or host.kind == "agent" else self.client_codec).encode(message)
         if len(frames) > 1:  # payload frames may be the sender's buffers: the wire copies them
             frames = [bytes(frame) for frame in frames]
@@ -309,6 +341,9 @@ class Simulator:
             payload = (destination.name, target, sender, frames)
             for arrival in arrivals:
                 queue.push(arrival, "deliver", payload)
+
+    def send_as(self, name: str, to: str, message: Any) -> None:
+        self._send(self.hosts[name], to, message)
 
     def _refused(self, host: Host, endpoint: str) -> None:
         """Like ZeroMQ's EVENT_CONNECT_RETRIED: the sender hears once that nobody listens there."""
@@ -339,68 +374,71 @@ class Simulator:
     def _step(self, host: Host, message: Any, sender: Any) -> None:
         self.steps += 1
         actor = host.actor
-        self._apply(host, actor.handle(message, sender, self.queue.now_ns))
+        now = self.queue.now_ns + host.clock_offset_ns
+        observe = self.watch.receives.get(type(message))
+        if observe is not None:
+            observe(host, message, sender, now)
+        fsyncs = host.faults.fsyncs
+        try:
+            effects = actor.handle(message, sender, now)
+        except FsyncFailed as error:  # killed in the middle of a flush it made itself
+            self._note(f"{host.name} dies in the middle of a flush: {error}")
+            self.crash(host.name)
+            return
+        except Exception as error:  # a programmer error: the real process would die of it
+            self._actor_failed(host, f"raised {error!r} handling {type(message).__name__}")
+            return
+        if host.disk_latency_ns and host.faults.fsyncs != fsyncs:
+            # A flush the actor made inline (a flush timer, a checkpoint) on a slow disk: the process
+            # sits in fsync and handles nothing more until the disk is done (its effects are not
+            # held back: what the flush made durable is already on the memory disk).
+            host.paused_until_ns = max(host.paused_until_ns, self.now_ns + host.disk_latency_ns)
+        self._apply(host, effects)
         if host.alive:
-            actor = host.actor
-            actor.invariants()
-            if host.kind == "replica" and actor.leader is not None:
-                self._check_high_watermark(host)
+            try:
+                host.actor.invariants()
+            except AssertionError as error:
+                self._actor_failed(host, f"broke an invariant: {error}")
+                return
+            self.watch.after_step(host)
 
-    def _check_high_watermark(self, host: Host) -> None:
-        actor = host.actor
-        key = (actor.topic, actor.partition, actor.leader.epoch)
-        previous = self.high_watermarks.get(key, -1)
-        if actor.high_watermark < previous:
-            self.problems.append(f"{host.name}: high watermark moved back from {previous} to "
-                                 f"{actor.high_watermark} in epoch {key[2]}")
-        self.high_watermarks[key] = max(previous, actor.high_watermark)
+    def _actor_failed(self, host: Host, what: str) -> None:
+        self.problems.append(f"{host.name}#{host.incarnation} {what}")
+        self.crash(host.name)
 
     def _timer(self, name: str, incarnation: int, timer: str, deadline: int) -> None:
         host = self.hosts[name]
         if not host.alive or host.incarnation != incarnation or host.timers.get(timer) != deadline:
             return
+        if host.clock_ns(self.now_ns) < deadline:
+            return  # the process's clock jumped back: the timer was queued again for later
         if host.paused_until_ns > self.now_ns:
             self.queue.push(host.paused_until_ns, "timer", (name, incarnation, timer, deadline))
             return
         del host.timers[timer]
         self._step(host, TimerFired(name=timer), b"")
 
-    # ------------------------------------------------------------------ faults
+    def requeue_timers(self, host: Host) -> None:
+        """After a clock jump: every timer fires when the process's new clock reads its deadline."""
+        for timer, deadline in host.timers.items():
+            self.queue.push(deadline - host.clock_offset_ns, "timer", (host.name, host.incarnation, timer, deadline))
+
+    # ------------------------------------------------------------------ faults (chaos/sim_faults.py)
 
     def crash(self, name: str, restart: bool = True, notify: bool = True) -> None:
         """Kill a host; `notify=False` loses the node agent's exit notice (it died too)."""
-        host = self.hosts[name]
-        if not host.alive:
-            return
-        self._note(f"crash {name}#{host.incarnation}")
-        shell = self.shells.get(name)
-        if shell is not None:
-            shell.crashed(self.now_ns)
-        endpoint = host.endpoint
-        incarnation = getattr(host.actor, "incarnation", 0)
-        host.crash()
-        for other in self.hosts.values():
-            if other.alive and endpoint and endpoint in other.peers:
-                other.peers.discard(endpoint)
-                self.queue.push(self.now_ns + MS, "disconnect", (other.name, other.incarnation, endpoint))
-        if host.kind == "replica" and notify:
-            topic, partition = host.state["topic_partition"]
-            notice = ReplicaExited(topic=topic, partition=partition, node=host.node, incarnation=incarnation)
-            notice_sender = self.hosts["agent"]
-            self.queue.push(self.now_ns + 60 * MS, "call", lambda: self._send(notice_sender, self.coordinator_endpoint, notice))
-        if restart:
-            self.queue.push(self.now_ns + self.config.restart_delay_ms * MS, "call", lambda: self._restart(name))
+        self.faults.crash(name, restart=restart, notify=notify)
 
     def restart(self, name: str) -> None:
-        self._restart(name)
+        host = self.hosts[name]
+        if not host.alive:
+            self._boot(host)
 
     def note(self, line: str) -> None:
         self._note(line)
 
-    def _restart(self, name: str) -> None:
-        host = self.hosts[name]
-        if not host.alive:
-            self._boot(host)
+    def schedule(self, at_ns: int, action: Callable[[], None]) -> None:
+        self.queue.push(at_ns, "call", action)
 
     def _disconnect(self, name: str, incarnation: int, endpoint: str) -> None:
         host = self.hosts[name]
@@ -410,75 +448,20 @@ class Simulator:
                 return
             self._step(host, PeerDisconnected(endpoint=endpoint), b"")
 
-    def _schedule_fault(self) -> None:
-        if not self.faulting:
-            return
-        low, high = self.config.fault_interval_ms
-        self.queue.push(self.now_ns + self.rng.randint(low, high) * MS, "call", self._inject_fault)
-
-    def _inject_fault(self) -> None:
-        if not self.faulting:
-            return
-        kind = self.rng.choice(self.config.faults)
-        servers = sorted(name for name, host in self.hosts.items() if host.kind not in ("agent",))
-        target = self.rng.choice(servers)
-        duration_ms = self.rng.randint(200, 2500)
-        self.history.append({"type": "fault", "time_ns": self.now_ns, "nemesis": kind, "target": target,
-                             "phase": "start"})
-        if kind == "crash":
-            self.crash(target)
-        elif kind == "disk":
-            done = self.disk.inject()
-            self.history[-1].update(target=self.disk.injected[-1][0] if done else "", fault=done or "none")
-        elif kind == "pause":
-            host = self.hosts[target]
-            host.paused_until_ns = max(host.paused_until_ns, self.now_ns + duration_ms * MS)
-            self._note(f"pause {target} for {duration_ms} ms")
-        elif kind == "partition":
-            self._partition(target, duration_ms)
-        elif kind == "network":
-            self.network.faults = replace(self.network.faults, drop_probability=0.05, duplicate_probability=0.05,
-                                          slow_probability=0.1)
-            self._note(f"lossy network for {duration_ms} ms")
-            self.queue.push(self.now_ns + duration_ms * MS, "call", self._calm_network)
-        self._schedule_fault()
-
-    def _partition(self, target: str, duration_ms: int) -> None:
-        names = sorted(self.hosts)
-        choice = self.rng.random()
-        if choice < 0.4:
-            self.network.isolate(target, names)
-            self._note(f"isolate {target} for {duration_ms} ms")
-        elif choice < 0.7:
-            self.network.isolate(target, names, direction=self.rng.choice(("in", "out")))
-            self._note(f"one-way cut of {target} for {duration_ms} ms")
-        else:
-            nodes = list(range(1, self.config.nodes + 1))
-            side = set(self.rng.sample(nodes, self.rng.randint(1, len(nodes) - 1)))
-            control = self.rng.random() < 0.5
-            side_a = [n for n, h in self.hosts.items() if h.node in side or (h.node == 0 and control and h.server)]
-            side_b = [n for n, h in self.hosts.items() if h.server and n not in side_a]
-            self.network.split(side_a, side_b)
-            self._note(f"split {sorted(side_a)} | {sorted(side_b)} for {duration_ms} ms")
-        self.queue.push(self.now_ns + duration_ms * MS, "call", self.network.heal)
-
-    def _calm_network(self) -> None:
-        self.network.faults = self.config.network
-
-    def heal(self) -> None:
-        self.faulting = False
-        self.network.heal()
-        self._calm_network()
-        for host in self.hosts.values():
-            host.paused_until_ns = min(host.paused_until_ns, self.now_ns)
-        self.history.append({"type": "heal", "time_ns": self.now_ns})
-        self._note("heal")
+    def disconnect_peers(self, host: Host, endpoint: str) -> None:
+        """Everyone connected to a dead process's endpoint sees the connection drop."""
+        for other in self.hosts.values():
+            if other.alive and endpoint and endpoint in other.peers:
+                other.peers.discard(endpoint)
+                self.queue.push(self.now_ns + MS, "disconnect", (other.name, other.incarnation, endpoint))
 
     # ------------------------------------------------------------------ workload
 
     def _produce_tick(self) -> None:
         if not self.producing:
             return
+        from chaos.sim_workload import ProducerShell
+
         for name, shell in self.shells.items():
             host = self.hosts[name]
             if isinstance(shell, ProducerShell) and host.alive and host.paused_until_ns <= self.now_ns:
@@ -490,7 +473,7 @@ class Simulator:
     def _commit_tick(self) -> None:
         for name, shell in self.shells.items():
             host = self.hosts[name]
-            if isinstance(shell, ConsumerShell) and host.alive and host.paused_until_ns <= self.now_ns:
+            if host.alive and host.paused_until_ns <= self.now_ns and hasattr(shell, "commit"):
                 self._internal(host, shell.commit(None, self.now_ns))
         self.queue.push(self.now_ns + self.config.commit_interval_ms * MS, "call", self._commit_tick)
 
@@ -520,15 +503,16 @@ class Simulator:
         started = time.perf_counter()
         config = self.config
         self.history.append({"type": "config", "time_ns": self.now_ns, "scenario": "simulation", "seed": self.seed,
-                             "expect_loss": False})
+                             "expect_loss": False, "flush_policy": self.plan.flush_policy,
+                             "flush_interval_ms": self.plan.flush_interval_ms, "assignor": self.plan.assignor})
         self.build()
         self.queue.push(self.now_ns + 1500 * MS, "call", self._produce_tick)
         self.queue.push(self.now_ns + 1500 * MS, "call", self._commit_tick)
         if config.faults:
-            self.queue.push(self.now_ns + 2000 * MS, "call", self._schedule_fault)
+            self.queue.push(self.now_ns + 2000 * MS, "call", self.faults.schedule_next)
         self.run_until(START_NS + (1500 + config.duration_ms) * MS, config.steps_max)
         self.producing = False
-        self.heal()
+        self.faults.heal()
         self.run_until(self.now_ns + config.recovery_ms * MS)
         from chaos.sim_checks import final_checks
 
@@ -564,44 +548,7 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimulationResult:
     return Simulator(seed, config).run()
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    if text in ("", "none"):
-        return ()
-    kinds = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")
-    return kinds
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
-    parser.add_argument("--seed", type=int, default=1, help="the seed of one run (default 1)")
-    parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds starting at --seed")
-    parser.add_argument("--duration-ms", type=int, default=SimConfig.duration_ms, help="simulated time with faults")
-    parser.add_argument("--steps", type=int, default=0,
-                        help="end the faulty phase after about this many steps (0: no limit)")
-    parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
-                        help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}) or 'none'")
-    parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chaos.simulator", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the seeds `add_arguments` describes (chaos/sim_sweep.py); 1 when any failed."""
-    from chaos.sim_sweep import run as run_sweep  # the sweep imports this module
-
-    return run_sweep(args)
-
-
 if __name__ == "__main__":
+    from chaos.sim_sweep import main  # the command line lives with the sweep
+
     sys.exit(main())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from chaos.simulator import add_arguments, run
+from chaos.sim_sweep import add_arguments, run
 
 
 def register(commands: argparse._SubParsersAction) -> None:

