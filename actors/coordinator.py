@@ -50,6 +50,7 @@ class Liveness(msgspec.Struct, kw_only=True):
     storage: StorageReport = StorageReport()
     leader_epoch: int = -1  # the epochs of the partition state it last reported
     partition_epoch: int = -1
+    leader_endpoint: str = ""  # a follower: where it last said it fetches from
     state_pushed_ns: int = 0
 
 AUTHENTICATED = (ReplicaHeartbeat, AlterIsrRequest, ReplicaExited, ServiceHeartbeat, NodeHeartbeat)
@@ -181,6 +182,7 @@ class Coordinator(TopicAdmin, NodeLiveness):
             log_start_offset=beat.log_start_offset, log_end_offset=beat.log_end_offset,
             high_watermark=beat.high_watermark, storage=beat.storage,
             leader_epoch=beat.leader_epoch, partition_epoch=beat.partition_epoch,
+            leader_endpoint=beat.leader_endpoint,
             state_pushed_ns=previous.state_pushed_ns if previous is not None else 0,
             via_node=via_node,
         )
@@ -197,11 +199,23 @@ class Coordinator(TopicAdmin, NodeLiveness):
         record = self.partitions[(beat.topic, beat.partition)]
         if moved and record.leader == beat.node and not any(isinstance(e, Send) for e in effects):
             effects += self._announce(beat.topic, beat.partition, now_ns)  # followers learn where to fetch
-        stale = (beat.leader_epoch, beat.partition_epoch) != (record.leader_epoch, record.partition_epoch)
+        stale = self._stale(beat.topic, beat.partition, beat.node, self.liveness[key], now_ns)
         state = self._partition_state(beat.topic, beat.partition, now_ns) if stale or news else None
         if state is not None:
             self.liveness[key].state_pushed_ns = now_ns
         return effects, ReplicaHeartbeatResponse(correlation_id=beat.correlation_id, state=state)
+
+    def _stale(self, topic: str, partition: int, node: int, live: Liveness, now_ns: int) -> bool:
+        """Does this replica lack the partition state it should act on? Older epochs, or a follower
+        without the leader's endpoint: a state pushed before the leader reported had none, and
+        the announcement that followed may have been lost, while the epochs are the same."""
+        record = self.partitions[(topic, partition)]
+        if (live.leader_epoch, live.partition_epoch) != (record.leader_epoch, record.partition_epoch):
+            return True
+        if record.leader < 0 or record.leader == node:
+            return False
+        endpoint = self._leader_endpoint(topic, partition, record, now_ns)
+        return bool(endpoint) and live.leader_endpoint != endpoint
 
     def _not_a_replica(self, beat: ReplicaHeartbeat) -> ReplicaHeartbeatResponse:
         """A replica of a topic id the coordinator recorded as deleted stops for good; one it only

@@ -252,6 +252,9 @@ class ReplicaHeartbeat(Message, kw_only=True):
     log_end_offset: int = 0
     high_watermark: int = 0
     storage: StorageReport = StorageReport()
+    # A follower: the leader endpoint it fetches from ("" while it knows none). The coordinator
+    # sends the state again when that is not the leader's, whatever the epochs say.
+    leader_endpoint: str = ""
 
 
 class ReplicaHeartbeatResponse(Message, kw_only=True):

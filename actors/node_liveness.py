@@ -58,18 +58,17 @@ class NodeLiveness:
             if self._is_live(live, now_ns) != was_live:
                 changed.add((item.topic, item.partition))
             elif item.responsive and key not in reported:
-                replies += self._push_if_stale(item.topic, item.partition, live, now_ns)
+                replies += self._push_if_stale(item.topic, item.partition, item.node, live, now_ns)
         for topic, partition in sorted(changed):
             if topic in self.topics:
                 decided += self._reconcile(topic, partition, now_ns)
         replies.append(Send(sender, self._node_heartbeat_response(beat, full_wanted)))
         return self._after_persist(decided, replies)
 
-    def _push_if_stale(self, topic: str, partition: int, live: Any, now_ns: int) -> list[Effect]:
-        record = self.partitions.get((topic, partition))
-        if record is None or not live.endpoint:
+    def _push_if_stale(self, topic: str, partition: int, node: int, live: Any, now_ns: int) -> list[Effect]:
+        if (topic, partition) not in self.partitions or not live.endpoint:
             return []
-        if (live.leader_epoch, live.partition_epoch) == (record.leader_epoch, record.partition_epoch):
+        if not self._stale(topic, partition, node, live, now_ns):
             return []
         if now_ns - live.state_pushed_ns < self.limits.node_session_timeout_ms * MS:
             return []

@@ -231,7 +231,8 @@ class PartitionReplica(FetchServing):
             endpoint=self.endpoint, pid=self.pid, incarnation=self.incarnation,
             leader_epoch=state.leader_epoch if state else -1, partition_epoch=state.partition_epoch if state else -1,
             log_start_offset=self.log.log_start_offset, log_end_offset=self.log.log_end_offset,
-            high_watermark=self.committed_offset, storage=self.storage.report())
+            high_watermark=self.committed_offset, storage=self.storage.report(),
+            leader_endpoint=self.follower.leader_endpoint if self.follower is not None else "")
 
     def heartbeat_now(self) -> list[Effect]:
         """Storage news travels at once, not at the next report."""

@@ -398,6 +398,24 @@ def test_a_heartbeat_carrying_current_epochs_gets_no_state_and_a_stale_one_does(
     assert stale.state is not None and stale.state.leader_epoch == record.leader_epoch
 
 
+def test_a_follower_without_the_leaders_endpoint_gets_the_state_again_though_its_epochs_are_current(cluster):
+    # A state pushed before the leader reported named no endpoint; the announcement that followed
+    # can be lost. Epochs alone would call the follower up to date for ever (simulation seed 1050).
+    leader, replicas = started_topic(cluster)
+    follower = replicas[1]
+    record = cluster.record()
+    epochs = {"leader_epoch": record.leader_epoch, "partition_epoch": record.partition_epoch}
+
+    lost = only(cluster.heartbeat(follower, leader_endpoint="", **epochs), ReplicaHeartbeatResponse)
+    knows = only(cluster.heartbeat(follower, leader_endpoint=endpoint("orders", 0, leader), **epochs),
+                 ReplicaHeartbeatResponse)
+    the_leader = only(cluster.heartbeat(leader, **epochs), ReplicaHeartbeatResponse)
+
+    assert lost.state is not None and lost.state.leader_endpoint == endpoint("orders", 0, leader)
+    assert knows.state is None
+    assert the_leader.state is None, "a leader fetches from nobody"
+
+
 def test_an_unknown_message_gets_a_typed_error(cluster):
     effects = cluster.ask(FetchRequest(correlation_id=77, topic="orders", partition=0, offset=0))
 

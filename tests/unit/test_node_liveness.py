@@ -125,6 +125,29 @@ def test_a_replica_whose_last_report_shows_older_epochs_gets_the_state_pushed_ag
     assert cluster.record().leader == leader, "nobody was judged: the node heartbeats kept coming"
 
 
+def test_a_follower_reporting_current_epochs_but_no_leader_endpoint_gets_the_state_pushed_again(world):
+    cluster = world
+    leader, replicas = started(cluster)
+    record = cluster.record()
+    current = {"leader_epoch": record.leader_epoch, "partition_epoch": record.partition_epoch}
+    lost, knows = replicas[1], replicas[2]
+    node_beat(cluster, reports=[report(cluster, lost, leader_endpoint="", **current),
+                                report(cluster, knows, leader_endpoint=endpoint("orders", 0, leader), **current)])
+    for node in replicas:
+        cluster.harness.take(endpoint("orders", 0, node), ReplicaHeartbeatResponse)
+
+    for _ in range(LIMITS.node_session_timeout_ms // LIMITS.node_heartbeat_interval_ms):
+        cluster.harness.advance(LIMITS.node_heartbeat_interval_ms)  # the agent has nothing new to carry
+        node_beat(cluster)
+    cluster.harness.advance(1)
+    node_beat(cluster)
+    assert cluster.record().leader_epoch == record.leader_epoch and cluster.record().isr == record.isr
+
+    pushed = cluster.harness.take(endpoint("orders", 0, lost), ReplicaHeartbeatResponse)
+    assert len(pushed) == 1 and pushed[0].state.leader_endpoint == endpoint("orders", 0, leader)
+    assert cluster.harness.take(endpoint("orders", 0, knows), ReplicaHeartbeatResponse) == []
+
+
 def test_a_carried_report_of_storage_damage_is_taken_as_if_the_replica_had_sent_it(world):
     cluster = world
     leader, replicas = started(cluster)
