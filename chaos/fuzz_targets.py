@@ -47,7 +47,7 @@ def coordinator_target() -> Target:
 
     def build() -> Coordinator:
         fs.crash()
-        actor = Coordinator(state=DurableState.open("/c/metadata.state", fs=fs), nodes=[1, 2, 3],
+        actor = Coordinator(state=DurableState.open("/c/metadata.state", fs=fs, confirm=True), nodes=[1, 2, 3],
                             rng=random.Random(1), limits=LIMITS, cluster_id="fuzz")
         if TOPIC not in actor.topics:
             actor.handle(CreateTopicRequest(correlation_id=1, name=TOPIC, partitions=3, replication_factor=3,

@@ -111,7 +111,7 @@ def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:
         from actors.coordinator import Coordinator
         from storage.state import DurableState
 
-        state = DurableState.open("/coordinator/metadata.state", fs=host.fs)
+        state = DurableState.open("/coordinator/metadata.state", fs=host.fs, confirm=True)  # as in actor_main
         return Coordinator(state=state, nodes=nodes, rng=random.Random(incarnation), limits=limits,
                            cluster_id=SIM_CLUSTER_ID)
     return build
