@@ -133,12 +133,16 @@ def test_metrics_have_kafka_names_and_move_under_load(console, cluster):
         )
         return text if end >= end_before + 200 and appended >= 200 else None
 
-    after = wait_for(moved, 20, "log end offsets and messages_in to grow by 200")
-    lag = [
-        _metric(after, "railmq_consumergroup_lag", group="console-readers", topic=TOPIC, partition=str(p))
-        for p in (0, 1)
-    ]
-    assert sum(value or 0 for value in lag) >= 200  # the group stopped reading: the new records are lag
+    wait_for(moved, 20, "log end offsets and messages_in to grow by 200")
+
+    def lagging():  # the group stopped reading: the new records are lag, once the leaders' high
+        # watermarks reach the metadata (a leader's report travels with its node's next heartbeat)
+        text = _get(console.url + "/metrics")[1].decode()
+        lag = [_metric(text, "railmq_consumergroup_lag", group="console-readers", topic=TOPIC, partition=str(p))
+               for p in (0, 1)]
+        return text if sum(value or 0 for value in lag) >= 200 else None
+
+    wait_for(lagging, 20, "the group's lag to count the 200 new records")
 
     def produces_timed():  # the leaders timed the produce requests they answered
         text = _get(console.url + "/metrics")[1].decode()
