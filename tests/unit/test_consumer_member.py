@@ -232,17 +232,8 @@ def test_a_cooperative_member_keeps_its_partitions_while_it_rejoins():
 
 
 def test_a_cooperative_member_revokes_only_what_moved_away_then_rejoins():
-    stage = Stage(assignor="cooperative-sticky")
-    stage.joined_alone()
-    stage.heartbeat_answer(ErrorCode.REBALANCE_IN_PROGRESS)
-    join = stage.to_groups(JoinGroupRequest)
-    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=2,
-                                   protocol_name="cooperative-sticky", leader="other", member_id="c1-m"))
-    sync = stage.to_groups(SyncGroupRequest)
+    stage = cooperative_stage_revoking()  # told to give up orders/1 only
 
-    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 0))))
-
-    assert stage.notified("revoke") == [([("orders", 1)], False)]
     assert set(stage.client.fetches) == {("orders", 0)}
     assert stage.member.state == "revoking"
     stage.command("revoked")
