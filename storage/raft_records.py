@@ -17,6 +17,7 @@ import msgspec
 
 from storage.checksum import crc32
 from storage.errors import StorageError
+from storage.journal_frames import RECORD, RECORD_BYTES_MAX, count_records  # noqa: F401 (re-exported)
 
 LOG_NAME = "raft.log"
 SNAPSHOT_NAME = "raft.snapshot"
@@ -32,11 +33,8 @@ _CRC = struct.Struct("<I")
 SLOT_BYTES = 64
 HEADER_BYTES = 2 * SLOT_BYTES
 assert _SLOT.size + _CRC.size <= SLOT_BYTES
-_RECORD = struct.Struct("<II")  # body length, body CRC
+_RECORD = RECORD  # storage/journal_frames.py: the framing the coordinators' state uses too
 _SNAPSHOT_HEADER = struct.Struct("<IIQ")  # magic, body CRC, body length
-# Why: a controller entry is one metadata change (a topic, an ISR); anything near this size is a
-# bug upstream, and a length field claiming more is damage, not a record.
-RECORD_BYTES_MAX = 16 * 1024 * 1024
 SNAPSHOT_BYTES_MAX = 256 * 1024 * 1024
 
 
@@ -156,17 +154,3 @@ def decode_snapshot(raw: bytes, path: str = SNAPSHOT_NAME) -> tuple[SnapshotMeta
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise CorruptRaftSnapshot(f"{path}: body does not decode: {error}") from None
     return SnapshotMeta(index=index, term=term, voters=voters), data
-
-
-def count_records(view: memoryview, position: int) -> int:
-    """Records from `position` on as far as their lengths parse (the last may be torn)."""
-    count = 0
-    while position < len(view):
-        count += 1
-        if len(view) - position < _RECORD.size:
-            break
-        length, _ = _RECORD.unpack_from(view, position)
-        if length == 0 or length > RECORD_BYTES_MAX:
-            break
-        position += _RECORD.size + length
-    return count

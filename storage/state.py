@@ -45,19 +45,17 @@ from sortedcontainers import SortedDict
 
 from storage.errors import CorruptState, FsyncFailed, LogClosed
 from storage.fs import FileHandle, FileSystem, OsFileSystem
+from storage.journal_frames import RECORD, RECORD_BYTES_MAX, count_records
 
 logger = logging.getLogger("railmq.storage")
 
 PUT, DELETE, PUT_MANY = 0, 1, 2
 _SLOT = struct.Struct("<IQQ")  # magic, sequence, durable journal length
 _CRC = struct.Struct("<I")
-_RECORD = struct.Struct("<II")  # body length, body CRC
+_RECORD = RECORD  # storage/journal_frames.py
 _MAGIC = 0x44535431  # "DST1"
 SLOT_BYTES = 32
 HEADER_BYTES = 2 * SLOT_BYTES
-# Why: coordinator records are metadata (a topic, a group's offsets); anything near this size
-# is a bug upstream, and a length field claiming more is corruption, not a record.
-RECORD_BYTES_MAX = 16 * 1024 * 1024
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -137,7 +135,7 @@ class DurableState:
         end = self._replay(data, durable_length)
         if end < len(data):
             self.recovery.truncated_bytes = len(data) - end
-            self.recovery.truncated_records = _count_records(data, end)
+            self.recovery.truncated_records = count_records(data, end)
             logger.warning("%s: cut %d bytes (%d records) of torn or corrupt journal tail", self._path,
                            self.recovery.truncated_bytes, self.recovery.truncated_records)
             handle.truncate(end)
@@ -314,17 +312,3 @@ def _parse_record(view: memoryview, position: int) -> tuple[int, tuple[int, str 
     if op not in (PUT, DELETE, PUT_MANY):
         raise ValueError(f"unknown record op {op}")
     return body_start + length, (op, key, value)
-
-
-def _count_records(data: bytes, position: int) -> int:
-    """Records from `position` on as far as their lengths parse (the last may be torn)."""
-    count = 0
-    while position < len(data):
-        count += 1
-        if len(data) - position < _RECORD.size:
-            break
-        length, _ = _RECORD.unpack_from(data, position)
-        if length == 0 or length > RECORD_BYTES_MAX:
-            break
-        position += _RECORD.size + length
-    return count
