@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
@@ -78,7 +79,8 @@ class PartitionFetch:
 class ConsumerClient:
     def __init__(self, *, bootstrap: str, settings: ConsumerSettings, name: str = "consumer") -> None:
         self.name = name
-        self.bootstrap = bootstrap
+        self.controllers = ControllerEndpoints(bootstrap)
+        self.metadata_topics: list[str] = []
         self.settings = settings
         self.topics: dict[str, TopicMetadata] = {}
         self.fetches: dict[tuple[str, int], PartitionFetch] = {}
@@ -368,7 +370,15 @@ class ConsumerClient:
                                                   topic_id=self._topic_id(arguments["topic"]),
                                                   timestamp_ms=arguments["timestamp"], leader_epoch=epoch))]
 
+    @property
+    def bootstrap(self) -> str:
+        """Where metadata is asked for: the active controller, as far as known."""
+        return self.controllers.current
+
     def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+        if response.correlation_id == self.metadata_correlation and self.controllers.take(response):
+            self.metadata_correlation = 0  # a voter that does not lead: ask the one it named
+            return self.request_metadata(self.metadata_topics)
         entry = self.by_correlation.pop(response.correlation_id, None)
         if entry is None:
             return self.member.handle(response, b"", now_ns) if self.member is not None else []
@@ -404,6 +414,7 @@ class ConsumerClient:
                 self._forget_leader(fetch.topic, fetch.partition)
         if self.metadata_correlation:
             self.metadata_correlation = 0
+            self.controllers.rotate()  # unanswered for a whole tick: that voter may be gone
         effects += self._fetch_all(now_ns)
         if self.member is not None:
             effects += self.member.tick(now_ns)
@@ -416,9 +427,11 @@ class ConsumerClient:
             return []
         self.correlation += 1
         self.metadata_correlation = self.correlation
+        self.metadata_topics = list(topics)
         return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=topics or None))]
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        self.controllers.learn(response.controller_endpoints)
         if response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
         for topic in response.topics:

@@ -39,6 +39,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41  # asked a controller that is not the active one: the reply names the one it knows
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
@@ -75,6 +76,7 @@ RETRIABLE = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.BUSY,
+    ErrorCode.NOT_CONTROLLER,
 })
 
 

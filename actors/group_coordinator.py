@@ -27,6 +27,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.classic_group import EMPTY, PREPARING, ClassicGroup
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.group_offsets import OffsetStore, check_entry, check_group_id
@@ -45,6 +46,8 @@ CLUSTER_ANSWERS = (MetadataResponse, ListOffsetsResponse, FetchResponse, Produce
                    ServiceHeartbeatResponse)
 
 
+ANNOUNCE_CORRELATION_ID = 1 << 40  # the group coordinator's announcements (never a request id of its own)
+
 class GroupCoordinator:
     def __init__(self, *, state: Any, coordinator: str, endpoint: str, incarnation: int, pid: int = 0,
                  limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
@@ -52,7 +55,8 @@ class GroupCoordinator:
         self.name = name
         self.tick_armed = False  # the "tick" timer is set (see _arm_tick)
         self.state = state
-        self.coordinator = coordinator
+        self.controllers = ControllerEndpoints(coordinator)
+        self.announce_unanswered = False
         self.endpoint = endpoint
         self.incarnation = incarnation
         self.pid = pid
@@ -132,7 +136,10 @@ class GroupCoordinator:
             case OffsetDeleteRequest():
                 return self._on_offset_delete(message, sender)
             case ServiceHeartbeatResponse():
+                self.announce_unanswered = False
                 return []
+            case ErrorResponse() if message.correlation_id == ANNOUNCE_CORRELATION_ID and self.controllers.take(message):
+                return [Send(self.controllers.current, self._announcement())]  # to the voter it named
             case Stop():
                 self.state.flush()
                 return []
@@ -144,11 +151,17 @@ class GroupCoordinator:
             correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.UNKNOWN_MESSAGE,
             error_message=f"the group coordinator does not handle {type(message).__name__}"))]
 
+    def _announcement(self) -> ServiceHeartbeat:
+        return ServiceHeartbeat(correlation_id=ANNOUNCE_CORRELATION_ID, role="group-coordinator",
+                                endpoint=self.endpoint, pid=self.pid, incarnation=self.incarnation)
+
     def _announce(self, now_ns: int) -> list[Effect]:
-        beat = ServiceHeartbeat(role="group-coordinator", endpoint=self.endpoint, pid=self.pid,
-                                incarnation=self.incarnation)
+        """Tell the active controller where group coordination is (metadata answers name it)."""
+        if self.announce_unanswered:
+            self.controllers.rotate()  # that voter did not answer the last one: try the next
+        self.announce_unanswered = True
         interval = self.limits.replica_heartbeat_interval_ms
-        return [Send(self.coordinator, beat), SetTimer("announce", now_ns + interval * MS)]
+        return [Send(self.controllers.current, self._announcement()), SetTimer("announce", now_ns + interval * MS)]
 
     def _with_group(self, message: Any, sender: Any, action: Any) -> list[Effect]:
         group = self.groups.get(message.group_id)

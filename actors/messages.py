@@ -145,6 +145,9 @@ class ErrorResponse(Message, kw_only=True):
     correlation_id: int = -1
     error: int
     error_message: str = ""
+    # NOT_CONTROLLER: the active controller this voter knows of (0 and "": an election is under way)
+    controller_id: int = 0
+    controller_endpoint: str = ""
 
 
 # --------------------------------------------------------------------------- admin and metadata
@@ -218,6 +221,8 @@ class MetadataResponse(Message, kw_only=True):
     group_coordinator_endpoint: str = ""
     nodes: list[int] = []
     cluster_id: str = ""
+    controller_id: int = 0  # the active controller that answered (0: a single coordinator)
+    controller_endpoints: list[str] = []  # every voter of the quorum, so a client can find the next leader
 
 
 class InitProducerIdRequest(Message, kw_only=True):
@@ -352,6 +357,34 @@ class NodeHeartbeatResponse(Message, kw_only=True):
     assignments: list[ReplicaAssignment] | None = None
     deleted_topic_ids: list[int] = []
     full_report_wanted: bool = False  # the coordinator lacks some replica's report (it restarted)
+
+
+class ControllerStatusRequest(Message, kw_only=True):
+    """Any tool -> one controller: how do you stand in the quorum? (`railmq cluster info`)"""
+
+    correlation_id: int
+
+
+class ControllerStatusResponse(Message, kw_only=True):
+    """One voter's view of the quorum (RaftNode.status): its role and term, whom it follows, its
+    commit and applied index, and, on the leader, each follower's match index (so its lag)."""
+
+    correlation_id: int
+    error: int = 0
+    error_message: str = ""
+    node: int = 0
+    endpoint: str = ""
+    pid: int = 0
+    role: str = ""
+    term: int = 0
+    leader: int = 0
+    leader_endpoint: str = ""
+    commit_index: int = 0
+    applied_index: int = 0
+    last_index: int = 0
+    active: bool = False  # leads and has applied its own term's no-op: it decides
+    followers: dict[int, int] = {}  # leader only: voter -> match index
+    voters: dict[int, str] = {}
 
 
 class ReplicaExited(Message, kw_only=True):
@@ -900,10 +933,13 @@ INTERNAL_TYPES: frozenset[type] = frozenset({TimerFired, Stop, PeerDisconnected,
 def all_message_types() -> list[type[Message]]:
     """Every concrete message class, in a stable order (for the codec and the docs)."""
     found: list[type[Message]] = []
+    import actors.raft_messages  # noqa: F401 - the controller quorum's messages join the union
+
     pending = list(Message.__subclasses__())
     while pending:
         cls = pending.pop(0)
-        found.append(cls)
+        if not cls.__dict__.get("ABSTRACT", False):
+            found.append(cls)
         pending.extend(cls.__subclasses__())
     return sorted(found, key=lambda cls: cls.__name__)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actor import MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import AfterFlush, CancelTimer, Crash, Effect, Exit, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
@@ -60,7 +61,8 @@ class PartitionReplica(FetchServing):
                  report_to: str = "") -> None:
         self.name = f"replica/{topic}/{partition}/n{node}"
         self.topic, self.topic_id, self.partition, self.node = topic, topic_id, partition, node
-        self.endpoint, self.coordinator = endpoint, coordinator
+        self.endpoint = endpoint
+        self.controllers = ControllerEndpoints(coordinator)
         self.log = log
         self.config = config
         self.incarnation, self.pid = incarnation, pid
@@ -178,6 +180,8 @@ class PartitionReplica(FetchServing):
             case TimerFired():
                 return self._on_timer(message.name, now_ns)
             case ErrorResponse():
+                if self.controllers.take(message):
+                    return self._ask_controller_again(message.correlation_id, now_ns)
                 return [Trace("peer-error", {"error": message.error, "message": message.error_message})]
             case PeerDisconnected():
                 if self.follower is not None and message.endpoint == self.follower.leader_endpoint:
@@ -222,6 +226,18 @@ class PartitionReplica(FetchServing):
         raise AssertionError(f"{self.name}: unknown timer {name!r}")
 
     # ------------------------------------------------------------------ coordinator
+
+    @property
+    def coordinator(self) -> str:
+        """Where ISR changes are asked for: the active controller, as far as known."""
+        return self.controllers.current
+
+    def _ask_controller_again(self, correlation_id: int, now_ns: int) -> list[Effect]:
+        """A voter that does not lead refused our ISR change: ask the one it named."""
+        leader = self.leader
+        if leader is None or leader.pending_isr is None or correlation_id != leader.pending_isr_correlation:
+            return []
+        return leader.request_isr_again(now_ns)
 
     def report_message(self) -> ReplicaHeartbeat:
         """How this replica stands (see actors/replica_reports.py for when it is sent)."""

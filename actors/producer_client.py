@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.messages import (
@@ -64,7 +65,7 @@ class Pending:
 class ProducerClient:
     def __init__(self, *, bootstrap: str, settings: ProducerSettings, name: str = "producer") -> None:
         self.name = name
-        self.bootstrap = bootstrap
+        self.controllers = ControllerEndpoints(bootstrap)
         self.settings = settings
         self.topics: dict[str, TopicMetadata] = {}
         self.waiting: dict[tuple[str, int], deque[Pending]] = {}
@@ -81,6 +82,11 @@ class ProducerClient:
         self.producer_epoch = 0
         self.producer_id_correlation = 0
         self.ticking = False
+
+    @property
+    def bootstrap(self) -> str:
+        """Where metadata and producer ids are asked for: the active controller, as far as known."""
+        return self.controllers.current
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -215,6 +221,8 @@ class ProducerClient:
         return self._retry_or_fail(pending, code, response.error_message, now_ns)
 
     def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+        if self.controllers.take(response):
+            return self._ask_controller_again(response.correlation_id)
         pending = self.in_flight.get(response.correlation_id)
         if pending is None:
             return []
@@ -242,6 +250,16 @@ class ProducerClient:
             queue.rotate(1)  # the retried batch goes first
         self._forget_leader(key)
         return self._request_metadata([batch.topic])
+
+    def _ask_controller_again(self, correlation_id: int) -> list[Effect]:
+        """A voter that does not lead answered: ask the one it named (or the next one)."""
+        effects: list[Effect] = []
+        if correlation_id == self.metadata_correlation:
+            self.metadata_correlation = 0
+            effects += self._request_metadata([])
+        if correlation_id == self.producer_id_correlation and self.producer_id < 0:
+            effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
+        return effects
 
     def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """The leader's process is gone: its in-flight requests will never be answered, and
@@ -274,6 +292,8 @@ class ProducerClient:
                     f"not delivered before the delivery timeout ({pending.attempts} attempts){last}"))))
             effects += self._dispatch(key, now_ns)
         if self.metadata_wanted:
+            if self.metadata_correlation:
+                self.controllers.rotate()  # unanswered for a whole tick: that voter may be gone
             self.metadata_correlation = 0  # re-ask: the previous answer may be lost or stale
             effects += self._request_metadata([])
         if self.settings.idempotent and self.producer_id < 0:
@@ -306,6 +326,7 @@ class ProducerClient:
         return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=sorted(self.metadata_wanted)))]
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
+        self.controllers.learn(response.controller_endpoints)
         if response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
             self.metadata_answered_ns = now_ns

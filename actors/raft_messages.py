@@ -1,10 +1,9 @@
 """The controller quorum's wire contract: Raft's messages, as msgspec Structs in one tagged union.
 
-The tagging follows actors/messages.py (the `type` field carries the class name, defaults are
-omitted, fields are keyword-only), so these can join the main union when the controllers run
-under the real runtime. They are kept in their own base class `RaftMessage` until then: the codec
-builds its union from every subclass of `Message` it can see, and docs/protocol.md must document
-each one, so joining is one step of the integration (see docs/raft.md, "Integration plan").
+They are wire messages like any other (`RaftMessage` derives from `Message`: the `type` field
+carries the class name, defaults are omitted, fields are keyword-only), part of the codec's union
+and documented in docs/protocol.md. Controllers accept them only with the cluster's
+authentication tag (transport/auth.py): a client cannot pose as a voter.
 
 Every message names its sender and receiver by voter id (`source`, `destination`: a message
 delivered to the wrong controller is dropped, not obeyed) and carries the sender's term. Numbers
@@ -23,16 +22,17 @@ from typing import Annotated, ClassVar, Union
 
 import msgspec
 
+from actors.messages import Message
 from storage.raft_log import RaftEntry
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 VoterId = Annotated[int, msgspec.Meta(ge=1)]
 
 
-class RaftMessage(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
-    """Base of every Raft message. `PAYLOAD_FIELDS` as in actors/messages.py."""
+class RaftMessage(Message, kw_only=True):
+    """Base of every Raft message (not itself sent). `PAYLOAD_FIELDS` as in actors/messages.py."""
 
-    PAYLOAD_FIELDS: ClassVar[tuple[str, ...]] = ()
+    ABSTRACT: ClassVar[bool] = True
 
     source: VoterId
     destination: VoterId

@@ -276,7 +276,8 @@ class LeaderRole:
         if self.pending_isr is not None:
             if now_ns - self.pending_isr_sent_ns < limits.alter_isr_timeout_ms * MS:
                 return []
-            self.pending_isr = None  # unanswered: ask again below
+            self.pending_isr = None  # unanswered: ask again below, of the next voter
+            self.replica.controllers.rotate()
         lag_ns = limits.replica_lag_time_max_ms * MS
         isr = [node for node in replica.state.isr if node == replica.node or not self._lagging(node, now_ns, lag_ns)]
         for node in replica.state.replicas:
@@ -312,6 +313,10 @@ class LeaderRole:
         trace = Trace("isr-change-requested", {"topic": replica.topic, "partition": replica.partition,
                                                "isr": isr, "previous_isr": list(replica.state.isr)})
         return [trace, Send(replica.coordinator, request)]
+
+    def request_isr_again(self, now_ns: int) -> list[Effect]:
+        """The same ISR change, to the controller now believed active (a redirect)."""
+        return self._request_isr(list(self.pending_isr or []), now_ns)
 
     def isr_answered(self, correlation_id: int) -> bool:
         if self.pending_isr is None or correlation_id != self.pending_isr_correlation:

@@ -29,6 +29,7 @@ from typing import Any, Callable, NamedTuple
 import msgspec
 
 from actors.actor import MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Send
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -63,7 +64,7 @@ class Outbound(NamedTuple):
 
 class PartitionLeaders:
     def __init__(self, *, coordinator: str, limits: Limits, topics_in_use: Callable[[], set[str]]) -> None:
-        self.coordinator = coordinator
+        self.controllers = ControllerEndpoints(coordinator)
         self.limits = limits
         self.topics_in_use = topics_in_use  # the topics members subscribe to: metadata always covers them
         self.topics: dict[str, TopicMetadata] = {}
@@ -74,6 +75,11 @@ class PartitionLeaders:
         self.metadata_wanted: set[str] = set()
         self.last_metadata_ns = 0
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+
+    @property
+    def coordinator(self) -> str:
+        """Where metadata is asked for: the active controller, as far as known."""
+        return self.controllers.current
 
     # ------------------------------------------------------------------ leaders and metadata
 
@@ -118,6 +124,7 @@ class PartitionLeaders:
 
     def observe_metadata(self, response: MetadataResponse) -> None:
         self.metadata_correlation = 0
+        self.controllers.learn(response.controller_endpoints)
         for topic in response.topics:
             if topic.error == ErrorCode.NONE:
                 self.topics[topic.name] = topic
@@ -179,6 +186,8 @@ class PartitionLeaders:
             self.metadata_correlation = 0
             if not isinstance(response, MetadataResponse):
                 self.metadata_wanted.add("")  # the tick asks again
+                if not self.controllers.take(response) and getattr(response, "error", 0) == ErrorCode.REQUEST_TIMED_OUT:
+                    self.controllers.rotate()  # that voter did not answer: try the next one
         return outbound
 
     def overdue(self, now_ns: int) -> list[int]:
@@ -187,6 +196,6 @@ class PartitionLeaders:
 
     def disconnected(self, endpoint: str, now_ns: int) -> list[int]:
         """A peer's process is gone: distrust it for a while; the requests whose answers will never come."""
-        if endpoint != self.coordinator:
+        if endpoint not in self.controllers:
             self.unreachable[endpoint] = now_ns + self.limits.share_request_timeout_ms * MS
         return [correlation for correlation, outbound in self.pending.items() if outbound.endpoint == endpoint]

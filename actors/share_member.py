@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
@@ -106,7 +107,7 @@ class AcknowledgeCall:
 class ShareMember:
     def __init__(self, *, bootstrap: str, settings: ShareMemberSettings, name: str = "share-consumer") -> None:
         self.name = name
-        self.bootstrap = bootstrap
+        self.controllers = ControllerEndpoints(bootstrap)
         self.settings = settings
         self.state = "unsubscribed"  # -> unjoined -> joining -> stable; closing; closed; failed
         self.subscription: list[str] = []
@@ -206,10 +207,20 @@ class ShareMember:
         self.metadata_correlation = send.message.correlation_id
         return [send]
 
+    @property
+    def bootstrap(self) -> str:
+        """Where metadata is asked for: the active controller, as far as known."""
+        return self.controllers.current
+
     def _on_metadata(self, response: Any, now_ns: int) -> list[Effect]:
         self.metadata_correlation = 0
         if not isinstance(response, MetadataResponse):
+            if self.controllers.take(response):
+                return self._request_metadata(now_ns, force=True)  # ask the voter it named
+            if getattr(response, "error", 0) == ErrorCode.REQUEST_TIMED_OUT:
+                self.controllers.rotate()
             return []
+        self.controllers.learn(response.controller_endpoints)
         for topic in response.topics:
             if topic.error == ErrorCode.NONE:
                 self.topics[topic.name] = topic

@@ -13,10 +13,11 @@ import msgspec
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FaultControlRequest,
+    ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FaultControlRequest,
     LinkFault, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
     RuntimeStatsRequest, RuntimeStatsResponse, TopicConfig, TopicMetadata,
 )
+from actors.controller_endpoints import ControllerEndpoints
 from transport.rpc import RequestTimeout, RpcClient
 
 
@@ -30,14 +31,32 @@ class Admin:
     def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000, secret: bytes | None = None) -> None:
         """`secret`: the cluster secret (`LocalCluster.secret`), needed only for the fault switch."""
         self.bootstrap = bootstrap
+        self.controllers = ControllerEndpoints(bootstrap)
         self.timeout_ms = timeout_ms
         self.rpc = RpcClient(identity="admin", secret=secret)
 
     def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None) -> Any:
+        """One request; to the active controller when `endpoint` is the bootstrap."""
         try:
+            if endpoint == self.bootstrap:
+                return self.rpc.request_controller(self.controllers, message, timeout_ms or self.timeout_ms)
             return self.rpc.request(endpoint, message, timeout_ms or self.timeout_ms)
         except RequestTimeout as timeout:
             raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, str(timeout)) from None
+
+    def quorum_status(self, timeout_s: float = 2.0) -> list[ControllerStatusResponse]:
+        """Every voter's own view of the quorum (one request to each; a voter that does not answer
+        within `timeout_s` is listed with `role="unreachable"`). Empty with a single coordinator."""
+        first = self._request(self.bootstrap, MetadataRequest(correlation_id=0, topics=[]), int(timeout_s * 1000))
+        endpoints = list(first.controller_endpoints) if isinstance(first, MetadataResponse) else []
+        answers = []
+        for endpoint in endpoints:
+            try:
+                answers.append(self.rpc.request(endpoint, ControllerStatusRequest(correlation_id=0),
+                                                int(timeout_s * 1000)))
+            except RequestTimeout:
+                answers.append(ControllerStatusResponse(correlation_id=0, endpoint=endpoint, role="unreachable"))
+        return answers
 
     # ------------------------------------------------------------------ topics
 

@@ -3,8 +3,12 @@
     with LocalCluster(nodes=3) as cluster:
         Admin(cluster.bootstrap).create_topic("orders", partitions=3, replication_factor=3)
 
-It starts the coordinator (on `port`, or any free port), the group coordinator, and a node agent
-that starts one process per partition replica as topics are created. Data lives in `data_dir`
+It starts the controller quorum — one controller per node, up to `controllers` (3 by default, 1
+on a cluster of one or two nodes), on `port`, `port + 1`, ... or free ports; `controllers=0`
+runs the single coordinator process of earlier releases instead — then the group coordinator,
+and a node agent that starts one process per partition replica as topics are created.
+`bootstrap` lists every voter (`tcp://...:p1,tcp://...:p2,...`); clients given any one of them
+find the others from its answers. Data lives in `data_dir`
 (a temporary directory removed on stop when none is given). Stopping is orderly and complete:
 every actor gets SIGTERM (then SIGKILL), every child is reaped, and shared-memory segments the
 actors recorded are unlinked. `railmq up` is this class in the foreground.
@@ -35,14 +39,40 @@ from transport.node_agent import NodeAgent, replica_actor_name
 from transport.supervisor import ManagedActor, Supervisor
 
 
+def controller_name(node: int) -> str:
+    return f"controller/{node}"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now (bound, read and released together, so they differ)."""
+    import socket
+
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 class LocalCluster:
     def __init__(self, nodes: int = 3, *, data_dir: str | None = None, port: int = 0,
                  limits: Limits | None = None, restart_delay_ms: int = 500, trace: bool = True,
                  log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True,
-                 fault_injection: bool = False, rebuild_metadata: bool = False) -> None:
+                 fault_injection: bool = False, rebuild_metadata: bool = False,
+                 controllers: int | None = None) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.node_ids = list(range(1, nodes + 1))
+        if controllers is None:
+            controllers = 3 if nodes >= 3 else 1
+        if not 0 <= controllers <= nodes:
+            raise ValueError(f"controllers must be 0 (a single coordinator) to {nodes} (one per node), got {controllers}")
+        self.controller_ids = self.node_ids[:controllers]
         self.own_data_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="railmq-")
         self.port = port
@@ -59,6 +89,7 @@ class LocalCluster:
         self.supervisor = Supervisor(restart_delay_ms=restart_delay_ms)
         self.agent: NodeAgent | None = None
         self.bootstrap = ""
+        self.controller_endpoints: dict[int, str] = {}
         self.started = False
 
     def start(self) -> "LocalCluster":
@@ -75,12 +106,7 @@ class LocalCluster:
         self.cluster_id, self.secret = identity.cluster_id, identity.secret
         unlink_orphaned_rings(cluster_prefix(self.cluster_id))  # a previous run killed outright
         try:
-            spec = self._spec("coordinator", "coordinator", port=self.port)
-            spec.rebuild_metadata = self.rebuild_metadata
-            coordinator = self.supervisor.start(spec)
-            spec.rebuild_metadata = False  # restarts open the rebuilt state
-            self.bootstrap = coordinator.endpoint
-            coordinator.spec.port = int(coordinator.endpoint.rsplit(":", 1)[1])  # restarts keep the port
+            self.bootstrap = self._start_controllers() if self.controller_ids else self._start_coordinator()
             self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
@@ -93,6 +119,49 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _start_coordinator(self) -> str:
+        spec = self._spec("coordinator", "coordinator", port=self.port)
+        spec.rebuild_metadata = self.rebuild_metadata
+        coordinator = self.supervisor.start(spec)
+        spec.rebuild_metadata = False  # restarts open the rebuilt state
+        coordinator.spec.port = int(coordinator.endpoint.rsplit(":", 1)[1])  # restarts keep the port
+        return coordinator.endpoint
+
+    def _start_controllers(self) -> str:
+        """Every voter must know every voter's endpoint before it starts: the ports are chosen
+        first (consecutive from `port`, else free ones) and kept across restarts."""
+        from transport.actor_main import controller_directory
+
+        ports = ([self.port + offset for offset in range(len(self.controller_ids))] if self.port
+                 else free_ports(len(self.controller_ids)))
+        voters = {node: f"tcp://127.0.0.1:{port}" for node, port in zip(self.controller_ids, ports)}
+        formed = any(os.listdir(os.path.join(controller_directory(self.data_dir, node), "raft"))
+                     for node in self.controller_ids
+                     if os.path.isdir(os.path.join(controller_directory(self.data_dir, node), "raft")))
+        managed = []
+        for index, node in enumerate(self.controller_ids):
+            spec = self._spec("controller", controller_name(node), port=int(voters[node].rsplit(":", 1)[1]))
+            spec.node, spec.voters, spec.quorum_formed = node, voters, formed
+            spec.rebuild_metadata = self.rebuild_metadata and index == 0  # one rebuild, before the others read it
+            managed.append(self.supervisor.start(spec))
+            spec.rebuild_metadata = False
+        self.controller_endpoints = dict(voters)
+        return ",".join(voters.values())
+
+    def controller_names(self) -> list[str]:
+        return [controller_name(node) for node in self.controller_ids]
+
+    def active_controller(self, timeout_s: float = 10.0) -> str:
+        """The actor name of the active controller (raises TimeoutError when none is, in time)."""
+        from railmq.admin import Admin
+
+        with Admin(self.bootstrap) as admin:
+            status = admin.quorum_status(timeout_s=timeout_s)
+        active = [entry.node for entry in status if entry.active]
+        if not active:
+            raise TimeoutError("no controller is active")
+        return controller_name(active[0])
 
     def _spec(self, kind: str, name: str, port: int = 0) -> ActorSpec:
         return ActorSpec(kind=kind, name=name, cluster_id=self.cluster_id, data_dir=self.data_dir, port=port,

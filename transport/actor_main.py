@@ -41,7 +41,7 @@ PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor 
 
 
 class ActorSpec(msgspec.Struct, kw_only=True):
-    kind: str  # "coordinator" | "group-coordinator" | "replica"
+    kind: str  # "controller" | "coordinator" | "group-coordinator" | "replica"
     name: str
     cluster_id: str
     data_dir: str
@@ -62,6 +62,8 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     replicas: list[int] = []  # replicas: the partition's replica list, recorded in its directory
     rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
     report_to: str = ""  # replicas: their node agent's endpoint ("": report to the coordinator)
+    voters: dict[int, str] = {}  # controllers: the quorum, voter (node) id -> endpoint
+    quorum_formed: bool = False  # controllers: some voter already has a log (a new one joins empty)
 
 
 class RefusedToStart(Exception):
@@ -111,6 +113,8 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         raise RefusedToStart(str(error)) from None
     if spec.kind == "coordinator":
         return _build_coordinator(spec, fs, directory, incarnation), StorageFaults(fs)
+    if spec.kind == "controller":
+        return _build_controller(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
     if spec.kind == "group-coordinator":
         from actors.group_coordinator import GroupCoordinator
         from storage.state import DurableState
@@ -131,7 +135,14 @@ _LOCKS: list[Any] = []
 def actor_directory(spec: ActorSpec) -> str:
     if spec.kind == "replica":
         return replica_directory(spec.data_dir, spec.node, spec.topic, spec.partition, spec.topic_id)
+    if spec.kind == "controller":
+        return controller_directory(spec.data_dir, spec.node)
     return os.path.join(spec.data_dir, spec.kind)
+
+
+def controller_directory(data_dir: str, node: int) -> str:
+    """A controller's Raft log lives with its node's replicas: losing the node loses both."""
+    return os.path.join(data_dir, f"node-{node}", "controller")
 
 
 def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: int) -> Any:
@@ -154,6 +165,47 @@ def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: in
                            cluster_id=spec.cluster_id)
     except ValueError as error:
         raise RefusedToStart(str(error)) from None
+
+
+def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
+    """A voter of the quorum. A voter with an empty log on a cluster whose quorum never formed
+    takes the metadata of a single-coordinator cluster (`coordinator/metadata.state`) as its
+    first command if it is elected; with neither, while replica directories exist, it refuses to
+    start, as the single coordinator does (the metadata is lost: `--rebuild-metadata`)."""
+    from actors.controller import Controller
+    from actors.coordinator import Coordinator
+    from actors.raft import RaftConfig
+    from storage.errors import CorruptState
+    from storage.raft_log import RaftLog
+    from storage.state import DurableState
+    from transport.metadata_rebuild import check_state_present, rebuild_state
+
+    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs)
+    bootstrap: list[tuple[str, Any]] = []
+    if log.last_index == 0 and log.snapshot is None and not spec.quorum_formed:
+        legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
+        if spec.rebuild_metadata:
+            rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
+        check_state_present(spec.data_dir, legacy)
+        if os.path.exists(legacy):
+            try:
+                state = DurableState.open(legacy, fs=fs, confirm=True)
+            except CorruptState as error:
+                raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
+                                     "for --rebuild-metadata") from None
+            bootstrap = state.items()
+            state.close()
+    config = RaftConfig(node_id=spec.node, voters=dict(spec.voters),
+                        election_timeout_ms=spec.limits.controller_election_timeout_ms,
+                        heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms)
+    rng = random.Random(incarnation)
+
+    def coordinator(state: Any) -> Any:
+        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
+                           cluster_id=spec.cluster_id)
+
+    return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
+                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
 
 
 def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:

@@ -78,7 +78,7 @@ def _list(directory: str) -> list[str]:
 
 def _has_replica_data(data_dir: str) -> bool:
     for node_name in _list(data_dir):
-        if node_name.startswith("node-") and _list(os.path.join(data_dir, node_name)):
+        if node_name.startswith("node-") and set(_list(os.path.join(data_dir, node_name))) - {"controller"}:
             return True
     return False
 

@@ -31,6 +31,7 @@ from typing import Callable
 
 import zmq
 
+from actors.controller_endpoints import ControllerEndpoints
 from actors.limits import Limits
 from actors.messages import (
     NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaLiveness,
@@ -113,7 +114,8 @@ class NodeAgent:
                  on_change: Callable[[], None] | None = None,
                  shared_memory: bool = True, secret: bytes = b"", faults_enabled: bool = False) -> None:
         self.supervisor = supervisor
-        self.coordinator = coordinator
+        self.coordinator = coordinator  # the bootstrap: every voter of the quorum (or one coordinator)
+        self.controllers = ControllerEndpoints(coordinator)
         self.nodes = list(nodes)
         self.data_dir = data_dir
         self.cluster_id = cluster_id
@@ -220,7 +222,7 @@ class NodeAgent:
             spec = managed.spec
             if spec.kind == "replica" and managed.incarnation:
                 self.book.forget(spec.topic, spec.partition, spec.node, managed.incarnation)
-                rpc.send(self.coordinator, ReplicaExited(
+                rpc.send(self.controllers.current, ReplicaExited(
                     topic=spec.topic, partition=spec.partition, node=spec.node, incarnation=managed.incarnation))
 
     def _heartbeat(self, rpc: RpcClient) -> None:
@@ -228,13 +230,13 @@ class NodeAgent:
         # processes (the coordinator itself among them), not wait on it.
         beat = self.book.heartbeat(self.nodes, self.assignments_version, time.monotonic_ns(),
                                    everything=self.full_report_wanted)
-        reply = rpc.request(self.coordinator, beat, timeout_ms=RECONCILE_TIMEOUT_MS,
-                            authenticated_only=bool(self.secret))
+        reply = rpc.request_controller(self.controllers, beat, timeout_ms=RECONCILE_TIMEOUT_MS,
+                                       authenticated_only=bool(self.secret))
         if not isinstance(reply, NodeHeartbeatResponse) or reply.error:
             return
         if reply.cluster_id and reply.cluster_id != self.cluster_id:
             log.error("the coordinator at %s belongs to cluster %s, not %s: ignoring its assignments",
-                      self.coordinator, reply.cluster_id, self.cluster_id)
+                      self.controllers.current, reply.cluster_id, self.cluster_id)
             return
         self.book.delivered(beat)
         self.full_report_wanted = reply.full_report_wanted

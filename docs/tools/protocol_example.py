@@ -44,7 +44,7 @@ import msgspec  # noqa: E402
 import msgspec.inspect as inspect_types  # noqa: E402
 
 from actors import limits as limits_module  # noqa: E402
-from actors import messages  # noqa: E402
+from actors import messages, raft_messages  # noqa: E402
 from actors.errors import RETRIABLE, ErrorCode  # noqa: E402
 from protocol_bytes import render_example  # noqa: E402
 from protocol_facts import ERROR_WHEN, ROUTES  # noqa: E402
@@ -188,13 +188,16 @@ SECTION_HEADINGS = {
     "admin and metadata": "Admin and metadata (client ↔ coordinator)",
     "data plane": "Data plane (client ↔ partition leader)",
     "control plane": "Replication and control plane (between actors)",
+    "elections": "Controller quorum: elections (controller ↔ controller, Raft)",
+    "replication": "Controller quorum: log replication (controller ↔ controller, Raft)",
     "consumer groups": "Consumer groups (client ↔ group coordinator)",
     "share groups": "Share groups (client ↔ group coordinator)",
     "runtime-level": "Runtime-level (any actor's runtime)",
     "shared records": "Shared records (structs embedded in messages)",
     "internal": "Internal (never accepted from the network)",
 }
-SECTION_ORDER = ["errors", "admin and metadata", "data plane", "control plane", "consumer groups",
+SECTION_ORDER = ["errors", "admin and metadata", "data plane", "control plane", "elections", "replication",
+                 "consumer groups",
                  "share groups", "runtime-level", "shared records", "internal"]
 
 
@@ -208,8 +211,12 @@ def _answer_of(name: str, known: set[str]) -> str:
     return ""
 
 
+def _struct_class(name: str) -> type:
+    return getattr(messages, name, None) or getattr(raft_messages, name)
+
+
 def _message_line(doc: StructDoc, known: set[str]) -> str:
-    cls = getattr(messages, doc.name)
+    cls = _struct_class(doc.name)
     parts = ["message" if doc.is_message else "record (embedded in messages)"]
     if doc.is_message:
         parts.append(f"`type` = `\"{doc.name}\"`")
@@ -248,9 +255,12 @@ def render_struct(doc: StructDoc, known: set[str]) -> list[str]:
 
 
 def render_messages() -> str:
-    source = read_source(messages.__file__)
-    comments = field_comments(source)
-    sections = read_sections(source)
+    comments: dict[tuple[str, str], str] = {}
+    sections: list[Section] = []
+    for module in (messages, raft_messages):  # the Raft messages have their own module
+        source = read_source(module.__file__)
+        comments.update(field_comments(source))
+        sections += read_sections(source)
     known = {name for section in sections for name in section.structs}
     ordered = sorted(sections, key=lambda s: SECTION_ORDER.index(s.title) if s.title in SECTION_ORDER
                      else SECTION_ORDER.index("shared records") - 0.5)
@@ -260,7 +270,7 @@ def render_messages() -> str:
         if section.intro:
             lines += [_prose(section.intro), ""]
         for name in section.structs:
-            lines += render_struct(struct_doc(getattr(messages, name), comments), known)
+            lines += render_struct(struct_doc(_struct_class(name), comments), known)
     return "\n".join(lines).rstrip() + "\n"
 
 

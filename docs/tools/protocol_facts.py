@@ -10,6 +10,13 @@ from __future__ import annotations
 
 ROUTES = {
     "ErrorResponse": "any actor → whoever sent an undecodable or unhandled message",
+    "ControllerStatusRequest": "operator tool → any controller (every voter answers)",
+    "RaftVoteRequest": "candidate controller → every other voter",
+    "RaftVoteResponse": "voter → candidate",
+    "RaftTimeoutNow": "active controller → the follower it hands leadership to",
+    "RaftAppendRequest": "active controller → follower controller (entries or a heartbeat)",
+    "RaftAppendResponse": "follower controller → active controller",
+    "RaftSnapshotRequest": "active controller → a follower behind its compacted log",
     "CreateTopicRequest": "client → coordinator",
     "DeleteTopicRequest": "client → coordinator",
     "CreatePartitionsRequest": "client → coordinator",
@@ -79,6 +86,10 @@ ERROR_WHEN = {
                          "topic's `batch_bytes_max` (sent as `ProduceResponse`). Split the batch.",
     "COORDINATOR_NOT_AVAILABLE": "Never sent by the broker today. Clients report it when metadata names "
                                  "no group coordinator (its endpoint is empty): ask for metadata again.",
+    "NOT_CONTROLLER": "A controller of the quorum that is not the active one was asked for metadata or a "
+                      "metadata change. `controller_id` and `controller_endpoint` name the active controller "
+                      "it knows of (0 and \"\" while an election is under way). Retriable: send again to "
+                      "the hint at once, or to the next voter after a short wait.",
     "NOT_COORDINATOR": "Never sent by the broker today (one group coordinator hosts every group). "
                        "Clients use it for requests lost with a dropped coordinator connection.",
     "NOT_ENOUGH_REPLICAS": "acks=all produce refused before appending: the ISR is smaller than the "

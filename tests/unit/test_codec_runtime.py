@@ -33,8 +33,9 @@ INT64 = st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1)
 def strategy(kind: inspect.Type) -> st.SearchStrategy:
     """Values of a msgspec type, built from its description (msgspec.inspect)."""
     match kind:
-        case inspect.IntType():
-            return INT64
+        case inspect.IntType(ge=low, le=high):  # bounds the decoder enforces (Raft's indices are >= 0)
+            return st.integers(min_value=-(2 ** 63) if low is None else low,
+                               max_value=2 ** 63 - 1 if high is None else high)
         case inspect.BoolType():
             return st.booleans()
         case inspect.FloatType():

@@ -1,0 +1,232 @@
+"""A controller: one voter of the metadata quorum, and, while it leads, the cluster's coordinator.
+
+Each node runs one (`controller/<node>`). It holds a `RaftNode` (actors/raft/) whose replicated
+state machine is the coordinator's key-value map (`ReplicatedState`), and, only while it is the
+*active* controller, an unchanged `Coordinator` built over that map — so every rule of topics,
+placement, elections and the ISR is the same code with or without a quorum (docs/raft.md §9).
+
+- **Becoming active.** A voter that wins an election appends a no-op of its term; once that
+  no-op is applied the voter holds everything ever committed (Raft's leader completeness), so it
+  builds the `Coordinator` from the committed map, as a restarted coordinator does from its file,
+  with the same election grace for liveness (soft state, rebuilt from heartbeats).
+- **Deciding.** The coordinator's writes go to the working map; at the end of each step they
+  become one Raft command. What the coordinator guarded with `AfterFlush(state, ...)` — state
+  pushes, admin replies, ISR answers — is held until that command is applied *at the index and
+  term it was proposed at*; an entry of another term there means the proposal died with this
+  leadership, and the held effects are dropped (the waiting clients time out and ask the new
+  leader). Nothing uncommitted is ever announced.
+- **Losing leadership** (a higher term, check-quorum) drops the coordinator and everything it
+  held; the working map falls back to the committed one.
+- **Everyone else** is answered `NOT_CONTROLLER` with the leader this voter knows of
+  (actors/controller_endpoints.py says how senders follow it). `ControllerStatusRequest` is
+  answered by every voter (`railmq cluster info`).
+
+A proposal the leader refuses (BUSY: too many uncommitted entries; TOO_LARGE) leaves the
+coordinator's memory ahead of what will commit; the controller then stops deciding until every
+entry it proposed is applied and rebuilds the coordinator from the committed map.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from actors.effects import AfterFlush, Effect, Send, Trace
+from actors.errors import ErrorCode
+from actors.messages import (
+    ControllerStatusRequest, ControllerStatusResponse, ErrorResponse, MetadataResponse, Stop, TimerFired,
+)
+from actors.raft import NotController, Proposed, RaftConfig, RaftNode
+from actors.raft.roles import Role
+from actors.raft_messages import RaftMessage
+from actors.replicated_state import ReplicatedState
+from storage.raft_log import ENTRY_NOOP, RaftEntry, RaftLog
+
+if TYPE_CHECKING:
+    import random
+
+    from actors.coordinator import Coordinator
+
+
+class Controller:
+    def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
+                 coordinator_factory: Callable[[ReplicatedState], "Coordinator"], endpoint: str = "", pid: int = 0,
+                 bootstrap: list[tuple[str, Any]] | None = None, name: str = "") -> None:
+        self.name = name or f"controller/{config.node_id}"
+        self.node = config.node_id
+        self.endpoint = endpoint or config.voters[config.node_id]
+        self.pid = pid
+        self.state = ReplicatedState()
+        self.coordinator_factory = coordinator_factory
+        self.bootstrap = bootstrap or []
+        self.coordinator: Coordinator | None = None
+        self.active_term = 0
+        self.held: dict[int, tuple[int, list[Effect]]] = {}  # proposal index -> (term, effects)
+        self.last_proposed = 0
+        self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
+        self._activate_wanted = False
+        self._now = 0
+        self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft")
+
+    # ------------------------------------------------------------------ the actor contract
+
+    def start(self, now_ns: int) -> list[Effect]:
+        self._now = now_ns
+        return self.raft.start(now_ns)
+
+    def needs_authentication(self, message: Any) -> bool:
+        from actors.coordinator import AUTHENTICATED
+
+        return isinstance(message, RaftMessage) or isinstance(message, AUTHENTICATED)
+
+    def invariants(self) -> None:
+        self.raft.invariants()
+        if self.coordinator is not None:
+            assert self.raft.role is Role.LEADER and self.raft.term == self.active_term, (
+                f"{self.name}: a coordinator outside its own leadership (term {self.active_term}, now "
+                f"{self.raft.term} as {self.raft.role.value})")
+            self.coordinator.invariants()
+        assert self.state.applied_index == self.raft.applied_index, (
+            f"{self.name}: the state applied {self.state.applied_index}, raft {self.raft.applied_index}")
+        for index in self.held:
+            assert index > self.raft.applied_index, f"{self.name}: effects held for applied index {index}"
+
+    def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        self._now = now_ns
+        if isinstance(message, RaftMessage) or (isinstance(message, TimerFired) and message.name.startswith("raft/")):
+            return self._after_raft(self.raft.handle(message, sender, now_ns), now_ns)
+        if isinstance(message, ControllerStatusRequest):
+            return [Send(sender, self.status(message.correlation_id))]
+        if isinstance(message, Stop):
+            self.raft.log.flush()
+            return []
+        if self.coordinator is None:
+            return self._not_controller(message, sender)
+        return self._decide(self.coordinator.handle(message, sender, now_ns), now_ns)
+
+    # ------------------------------------------------------------------ the StateMachine face
+
+    def apply(self, entry: RaftEntry) -> list[Effect]:
+        """Called by the RaftNode, in index order, for every committed entry."""
+        self.state.apply(entry)
+        released: list[Effect] = []
+        for index in sorted(index for index in self.held if index <= entry.index):
+            term, effects = self.held.pop(index)
+            if index == entry.index and term == entry.term:
+                released.extend(effects)
+            else:
+                released.append(Trace("controller-proposal-lost", {"index": index, "term": term}))
+        if (entry.kind == ENTRY_NOOP and entry.term == self.raft.term and self.raft.role is Role.LEADER
+                and self.coordinator is None):
+            self._activate_wanted = True  # done after the raft step: activating writes and proposes
+        return released
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, data: bytes, index: int) -> None:
+        self.state.restore(data, index)
+
+    # ------------------------------------------------------------------ leadership
+
+    def _after_raft(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+        if self.coordinator is not None and (self.raft.role is not Role.LEADER or self.raft.term != self.active_term):
+            effects += self._deactivate("leadership lost")
+        if self.rebuilding and self.raft.role is Role.LEADER and self.raft.applied_index >= self.raft.log.last_index:
+            self.rebuilding = False
+            self._activate_wanted = True
+        if self._activate_wanted:
+            self._activate_wanted = False
+            if self.raft.role is Role.LEADER and self.coordinator is None:
+                effects += self._activate(now_ns)
+        return effects
+
+    def _activate(self, now_ns: int) -> list[Effect]:
+        self.state.activate()
+        if not len(self.state.committed) and self.bootstrap:
+            self.state.put_many(self.bootstrap)  # an existing cluster's metadata.state, read once
+        try:
+            self.coordinator = self.coordinator_factory(self.state)
+        except ValueError as error:  # the committed state belongs to another cluster
+            self.state.deactivate()
+            return [Trace("controller-refused", {"reason": str(error)})]
+        self.active_term = self.raft.term
+        effects: list[Effect] = [Trace("controller-active", {"node": self.node, "term": self.raft.term,
+                                                             "applied_index": self.raft.applied_index})]
+        return effects + self._decide(self.coordinator.start(now_ns), now_ns)
+
+    def _deactivate(self, reason: str) -> list[Effect]:
+        dropped = len(self.held)
+        self.coordinator = None
+        self.held.clear()
+        self.last_proposed = 0
+        self.state.deactivate()
+        return [Trace("controller-inactive", {"node": self.node, "term": self.raft.term, "reason": reason,
+                                              "proposals_dropped": dropped})]
+
+    # ------------------------------------------------------------------ deciding
+
+    def _decide(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+        """Turn the coordinator's step into a proposal; hold what it guarded until the commit."""
+        out: list[Effect] = []
+        for effect in effects:
+            if isinstance(effect, AfterFlush) and effect.store is self.state:
+                out += self._hold(list(effect.effects), now_ns)
+            else:
+                out.append(self._with_quorum(effect))
+        if self.state.pending:
+            out += self._hold([], now_ns)
+        return out
+
+    def _hold(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+        effects = [self._with_quorum(effect) for effect in effects]
+        command = self.state.take_command()
+        if command is None:
+            if self.last_proposed > self.raft.applied_index and self.last_proposed in self.held:
+                self.held[self.last_proposed][1].extend(effects)
+                return []
+            return effects  # everything this step revealed is committed already
+        index, term = self.raft.log.last_index + 1, self.raft.term
+        self.held[index] = (term, effects)  # before proposing: one voter commits inside propose
+        result = self.raft.propose(command, now_ns)
+        if isinstance(result, Proposed):
+            self.last_proposed = result.index
+            return result.effects
+        self.held.pop(index, None)
+        reason = result.message if not isinstance(result, NotController) else "not the leader"
+        self.rebuilding = True
+        return self._deactivate(f"a proposal was refused: {reason}")
+
+    def _with_quorum(self, effect: Effect) -> Effect:
+        """Metadata answers name the quorum, so a client can find the next leader."""
+        if isinstance(effect, Send) and isinstance(effect.message, MetadataResponse):
+            message = msgspec.structs.replace(effect.message, controller_id=self.node,
+                                              controller_endpoints=list(self.raft.config.voters.values()))
+            return Send(effect.to, message)
+        return effect
+
+    def _not_controller(self, message: Any, sender: Any) -> list[Effect]:
+        if isinstance(message, TimerFired) or type(message).__name__.endswith("Response"):
+            return []  # a dropped coordinator's timer; an answer (never answer an answer)
+        leader = self.raft.leader_id if self.raft.leader_id != self.node else 0
+        endpoint = self.raft.config.voters.get(leader, "") if leader else ""
+        why = f"controller {leader} ({endpoint}) is" if leader else "no controller is known to be"
+        return [Send(sender, ErrorResponse(
+            correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.NOT_CONTROLLER,
+            error_message=f"controller {self.node} does not lead the quorum; {why} active",
+            controller_id=leader, controller_endpoint=endpoint))]
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, correlation_id: int = 0) -> ControllerStatusResponse:
+        raft = self.raft
+        leader = raft.leader_id
+        return ControllerStatusResponse(
+            correlation_id=correlation_id, node=self.node, endpoint=self.endpoint, pid=self.pid,
+            role=raft.role.value, term=raft.term, leader=leader,
+            leader_endpoint=raft.config.voters.get(leader, "") if leader else "",
+            commit_index=raft.commit_index, applied_index=raft.applied_index, last_index=raft.log.last_index,
+            active=self.coordinator is not None,
+            followers={peer: progress.match_index for peer, progress in sorted(raft.progress.items())},
+            voters=dict(raft.config.voters))

@@ -1,0 +1,80 @@
+"""Where a process sends metadata requests: the controller quorum's voters, and which one leads.
+
+Every process that talks to the controller (clients, replicas, node agents, the group
+coordinator, admin tools) is given a bootstrap string: one endpoint, or several separated by
+commas (KRaft's `controller.quorum.voters`). It keeps one `ControllerEndpoints` and sends to
+`current`. The rules, the same everywhere:
+
+- an `ErrorResponse` with `NOT_CONTROLLER` names the active controller when the voter knows it:
+  go there (`redirect`); without a hint an election is under way: try the next voter;
+- a request that went unanswered, or a connection that dropped, moves to the next voter (`rotate`);
+- a metadata answer lists every voter (`learn`), so a client bootstrapped with one address can
+  still find the quorum when that voter dies.
+
+A single coordinator (no quorum) is the one-endpoint case: it never answers `NOT_CONTROLLER`, and
+rotating among one endpoint changes nothing. The list is bounded (`ENDPOINTS_MAX`): an answer
+naming more voters than any quorum has is a hostile one, and only its first voters are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.errors import ErrorCode
+
+ENDPOINTS_MAX = 16  # voters a quorum may have (odd, usually 3 or 5): more is a hostile answer
+
+
+def split_bootstrap(bootstrap: str) -> list[str]:
+    endpoints = [part.strip() for part in bootstrap.split(",") if part.strip()]
+    return list(dict.fromkeys(endpoints))[:ENDPOINTS_MAX] or [bootstrap]
+
+
+class ControllerEndpoints:
+    def __init__(self, bootstrap: str) -> None:
+        self.endpoints = split_bootstrap(bootstrap)
+        self.index = 0
+        self.redirects = 0
+
+    @property
+    def current(self) -> str:
+        return self.endpoints[self.index]
+
+    def __contains__(self, endpoint: object) -> bool:
+        return endpoint in self.endpoints
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    def rotate(self) -> str:
+        self.index = (self.index + 1) % len(self.endpoints)
+        return self.current
+
+    def redirect(self, hint: str) -> str:
+        """Follow a NOT_CONTROLLER hint (or, with none, try the next voter)."""
+        self.redirects += 1
+        if not hint or not isinstance(hint, str):
+            return self.rotate()
+        if hint not in self.endpoints:
+            if len(self.endpoints) >= ENDPOINTS_MAX:
+                return self.rotate()
+            self.endpoints.append(hint)
+        self.index = self.endpoints.index(hint)
+        return self.current
+
+    def learn(self, endpoints: list[str]) -> None:
+        """Adopt the voter list a controller announced, keeping the current target when it is one."""
+        wanted = [endpoint for endpoint in endpoints if isinstance(endpoint, str) and endpoint][:ENDPOINTS_MAX]
+        if not wanted or wanted == self.endpoints:
+            return
+        current = self.current
+        self.endpoints = list(dict.fromkeys(wanted))
+        self.index = self.endpoints.index(current) if current in self.endpoints else 0
+
+    def take(self, message: Any) -> bool:
+        """True when `message` is a NOT_CONTROLLER answer (and the target moved): the caller
+        sends its request again, to `current`."""
+        if getattr(message, "error", 0) != ErrorCode.NOT_CONTROLLER:
+            return False
+        self.redirect(getattr(message, "controller_endpoint", ""))
+        return True

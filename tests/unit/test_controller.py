@@ -1,0 +1,182 @@
+"""The controller quorum with the coordinator inside (actors/controller.py, actors/replicated_state.py).
+
+Each test plays an attacker's or a failure's part: a client at a follower, a leader that loses its
+quorum with a decision in flight, a crash of the active controller, a full restart, a log cut
+short by a snapshot, a malformed command in the log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.errors import ErrorCode
+from actors.messages import (
+    ControllerStatusRequest, ControllerStatusResponse, CreateTopicRequest, CreateTopicResponse, ErrorResponse,
+    InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, ReplicaHeartbeat,
+)
+from actors.raft_messages import RaftVoteRequest
+from actors.replicated_state import BadCommand, ReplicatedState, decode_command, encode_command
+from storage.raft_log import ENTRY_COMMAND, RaftEntry
+from tests.unit.controller_harness import CLUSTER_ID, ControllerNet, voter_endpoint
+
+CLIENT = "tcp://client"
+
+
+def create(net: ControllerNet, node: int, name: str, correlation_id: int = 1) -> None:
+    net.send(CLIENT, node, CreateTopicRequest(correlation_id=correlation_id, name=name, partitions=2,
+                                              replication_factor=3))
+
+
+def test_one_controller_becomes_active_and_the_others_redirect_to_it():
+    net = ControllerNet()
+    active = net.run_until_active()
+    assert net.active() == [active]
+    follower = next(node for node in net.voters if node != active)
+    net.send(CLIENT, follower, MetadataRequest(correlation_id=5, topics=None))
+    net.deliver()
+    [answer] = net.answers(CLIENT)
+    assert isinstance(answer, ErrorResponse) and answer.error == ErrorCode.NOT_CONTROLLER
+    assert answer.correlation_id == 5
+    assert (answer.controller_id, answer.controller_endpoint) == (active, voter_endpoint(active))
+
+
+def test_a_metadata_answer_names_every_voter_and_the_cluster():
+    net = ControllerNet()
+    active = net.run_until_active()
+    net.send(CLIENT, active, MetadataRequest(correlation_id=2, topics=None))
+    net.deliver()
+    [answer] = net.answers(CLIENT)
+    assert isinstance(answer, MetadataResponse)
+    assert answer.controller_endpoints == [voter_endpoint(node) for node in (1, 2, 3)]
+    assert answer.controller_id == active and answer.cluster_id == CLUSTER_ID
+
+
+def test_a_topic_is_acknowledged_only_once_a_majority_holds_it():
+    net = ControllerNet()
+    active = net.run_until_active()
+    net.isolate(active)  # the leader hears nobody: its proposal cannot commit
+    create(net, active, "orders")
+    net.run_for(100)
+    assert net.answers(CLIENT) == [], "acknowledged before a majority had it"
+    net.heal()
+    net.run_for(50)
+    answers = net.answers(CLIENT)
+    if net.controllers[active].coordinator is not None:  # still leading: the entry committed
+        assert [type(a) for a in answers] == [CreateTopicResponse] and answers[0].error == ErrorCode.NONE
+    else:  # check-quorum deposed it first: the proposal died and nothing was announced
+        assert answers == []
+
+
+def test_a_decision_in_flight_when_the_leader_loses_its_quorum_is_never_announced():
+    net = ControllerNet()
+    old = net.run_until_active()
+    net.isolate(old)
+    create(net, old, "lost")
+    net.run_for(3_000)  # check-quorum deposes the isolated leader; the others elect among themselves
+    assert net.controllers[old].coordinator is None, "an isolated leader kept deciding"
+    new = net.active()
+    assert new and new != [old]
+    assert net.answers(CLIENT) == [], "a decision that never committed was acknowledged"
+    net.heal()
+    net.run_for(1_000)
+    for controller in net.controllers.values():
+        assert controller.state.get("topic/lost") is None, "an uncommitted topic survived on a voter"
+
+
+def test_committed_topics_survive_the_active_controller_crashing():
+    net = ControllerNet()
+    old = net.run_until_active()
+    create(net, old, "orders")
+    net.run_for(50)
+    [reply] = net.answers(CLIENT)
+    assert isinstance(reply, CreateTopicResponse) and reply.error == ErrorCode.NONE
+    net.crash(old)
+    new = net.run_until_active()
+    assert new != old
+    coordinator = net.controllers[new].coordinator
+    assert "orders" in coordinator.topics and len(coordinator.topics["orders"].replicas) == 2
+    assert coordinator.topics["orders"].topic_id == reply.topic.topic_id
+    net.restart(old)
+    net.run_for(500)
+    assert net.controllers[old].state.get("topic/orders") is not None, "the restarted voter did not catch up"
+
+
+def test_every_voter_restarting_keeps_the_metadata_and_the_producer_ids():
+    net = ControllerNet()
+    active = net.run_until_active()
+    create(net, active, "orders")
+    net.send(CLIENT, active, InitProducerIdRequest(correlation_id=9))
+    net.run_for(50)
+    ids = [a.producer_id for a in net.answers(CLIENT) if isinstance(a, InitProducerIdResponse)]
+    assert ids == [1]
+    for node in list(net.controllers):
+        net.crash(node)
+    for node in net.voters:
+        net.restart(node)
+    active = net.run_until_active()
+    assert "orders" in net.controllers[active].coordinator.topics
+    net.send(CLIENT, active, InitProducerIdRequest(correlation_id=10))
+    net.run_for(50)
+    [answer] = [a for a in net.answers(CLIENT) if isinstance(a, InitProducerIdResponse)]
+    assert answer.producer_id == 2, "a producer id was handed out twice across a full restart"
+
+
+def test_a_voter_restored_from_a_snapshot_holds_the_same_map():
+    net = ControllerNet(snapshot_interval_entries=4, snapshot_trailing_entries=1)
+    active = net.run_until_active()
+    follower = next(node for node in net.voters if node != active)
+    net.crash(follower)
+    for index in range(8):
+        create(net, active, f"t{index}", correlation_id=index + 1)
+        net.run_for(20)
+    assert net.controllers[active].raft.log.snapshot is not None, "no snapshot was taken"
+    net.restart(follower)
+    net.run_for(500)
+    assert dict(net.controllers[follower].state.committed) == dict(net.controllers[active].state.committed)
+
+
+def test_every_voter_answers_its_status():
+    net = ControllerNet()
+    active = net.run_until_active()
+    for node in net.voters:
+        net.send(CLIENT, node, ControllerStatusRequest(correlation_id=node))
+    net.deliver()
+    answers = {a.node: a for a in net.answers(CLIENT)}
+    assert all(isinstance(a, ControllerStatusResponse) for a in answers.values())
+    assert answers[active].active and answers[active].role == "leader"
+    assert set(answers[active].followers) == set(net.voters) - {active}
+    assert {a.leader for a in answers.values()} == {active}
+    assert len({a.term for a in answers.values()}) == 1
+
+
+def test_raft_messages_and_liveness_need_the_cluster_tag_but_metadata_does_not():
+    net = ControllerNet()
+    controller = net.controllers[1]
+    vote = RaftVoteRequest(source=2, destination=1, term=9, last_log_index=0, last_log_term=0)
+    beat = ReplicaHeartbeat(topic="t", partition=0, node=1, endpoint="tcp://r", pid=1, incarnation=1)
+    assert controller.needs_authentication(vote) and controller.needs_authentication(beat)
+    assert not controller.needs_authentication(MetadataRequest(correlation_id=1))
+
+
+def test_a_malformed_command_in_the_log_is_refused_not_skipped():
+    state = ReplicatedState()
+    for bad in (b"\xc1", encode_command([[7, "k", 1]]), encode_command([[0, "", 1]]), encode_command({"a": 1}),
+                encode_command([[1, "k", "extra"]])):
+        with pytest.raises(BadCommand):
+            state.apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND, data=bad))
+    assert decode_command(encode_command([[0, "a", {"x": 1}], [1, "b"]])) == [(0, "a", {"x": 1}), (1, "b", None)]
+
+
+def test_the_working_map_is_the_committed_one_on_a_voter_that_does_not_lead():
+    state = ReplicatedState()
+    with pytest.raises(RuntimeError):
+        state.put("topic/x", {})
+    state.activate()
+    state.put("topic/x", {"a": 1})
+    state.put_many([("partition/x/0", {}), ("partition/x/1", {})])
+    assert [key for key, _ in state.items("partition/")] == ["partition/x/0", "partition/x/1"]
+    assert "topic/x" not in state.committed
+    command = state.take_command()
+    state.apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND, data=command))
+    state.deactivate()
+    assert state.get("topic/x") == {"a": 1} and len(state) == 3
