@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 class Controller:
     def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
                  coordinator_factory: Callable[[ReplicatedState], "Coordinator"], endpoint: str = "", pid: int = 0,
-                 bootstrap: list[tuple[str, Any]] | None = None, name: str = "") -> None:
+                 bootstrap: list[tuple[str, Any]] | None = None, name: str = "", rejoining: bool = False,
+                 on_rejoined: Callable[[], None] | None = None) -> None:
         self.name = name or f"controller/{config.node_id}"
         self.node = config.node_id
         self.endpoint = endpoint or config.voters[config.node_id]
@@ -67,7 +68,9 @@ class Controller:
         self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
         self._activate_wanted = False
         self._now = 0
-        self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft")
+        self.on_rejoined = on_rejoined  # clears the durable "rejoining" mark (transport/actor_main.py)
+        self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft",
+                             rejoining=rejoining)
 
     # ------------------------------------------------------------------ the actor contract
 
@@ -131,6 +134,9 @@ class Controller:
     # ------------------------------------------------------------------ leadership
 
     def _after_raft(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+        if not self.raft.rejoining and self.on_rejoined is not None:
+            self.on_rejoined()
+            self.on_rejoined = None
         if self.coordinator is not None and (self.raft.role is not Role.LEADER or self.raft.term != self.active_term):
             effects += self._deactivate("leadership lost")
         if self.rebuilding and self.raft.role is Role.LEADER and self.raft.applied_index >= self.raft.log.last_index:

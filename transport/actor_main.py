@@ -140,6 +140,9 @@ def actor_directory(spec: ActorSpec) -> str:
     return os.path.join(spec.data_dir, spec.kind)
 
 
+REJOINING_MARK = "rejoining"
+
+
 def controller_directory(data_dir: str, node: int) -> str:
     """A controller's Raft log lives with its node's replicas: losing the node loses both."""
     return os.path.join(data_dir, f"node-{node}", "controller")
@@ -175,26 +178,31 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
     from actors.controller import Controller
     from actors.coordinator import Coordinator
     from actors.raft import RaftConfig
-    from storage.errors import CorruptState
     from storage.raft_log import RaftLog
-    from storage.state import DurableState
-    from transport.metadata_rebuild import check_state_present, rebuild_state
 
-    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs)
+    raft_directory = os.path.join(directory, "raft")
+    empty = not os.path.isdir(raft_directory) or not os.listdir(raft_directory)
     bootstrap: list[tuple[str, Any]] = []
-    if log.last_index == 0 and log.snapshot is None and not spec.quorum_formed:
-        legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
-        if spec.rebuild_metadata:
-            rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
-        check_state_present(spec.data_dir, legacy)
-        if os.path.exists(legacy):
-            try:
-                state = DurableState.open(legacy, fs=fs, confirm=True)
-            except CorruptState as error:
-                raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
-                                     "for --rebuild-metadata") from None
-            bootstrap = state.items()
-            state.close()
+    if empty and not spec.quorum_formed:  # checked before anything is written: a refusal changes nothing
+        bootstrap = _first_metadata(spec, fs)
+    log = RaftLog.open(raft_directory, fs=fs)
+    # A voter that comes back empty to a quorum that had formed (its disk was lost) must not
+    # vote until a leader has caught it up (docs/raft.md §7); the mark survives its crashes.
+    mark = os.path.join(directory, REJOINING_MARK)
+    if empty and spec.quorum_formed and not os.path.exists(mark):
+        with open(mark, "wb") as handle:
+            handle.write(b"this voter lost its log: it votes again once a leader has caught it up\n")
+            os.fsync(handle.fileno())
+        fs.sync_directory(directory)
+    rejoining = os.path.exists(mark)
+
+    def rejoined() -> None:
+        try:
+            os.unlink(mark)
+            fs.sync_directory(directory)
+        except OSError:
+            pass  # still marked: after a restart it waits to be caught up once more, which is safe
+
     config = RaftConfig(node_id=spec.node, voters=dict(spec.voters),
                         election_timeout_ms=spec.limits.controller_election_timeout_ms,
                         heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms)
@@ -205,7 +213,37 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
                            cluster_id=spec.cluster_id)
 
     return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
-                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
+                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
+                      on_rejoined=rejoined if rejoining else None)
+
+
+def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:
+    """What the first leader of a new quorum starts from: the single coordinator's state when
+    this cluster had one (rebuilt from the replica directories with `--rebuild-metadata`), or
+    nothing for a new cluster. Refuses when replica directories exist but no metadata does."""
+    from storage.errors import CorruptState
+    from storage.state import HEADER_BYTES, DurableState
+    from transport.metadata_rebuild import HOW_TO_RECOVER, has_replica_data, rebuild_state
+
+    legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
+    if spec.rebuild_metadata:
+        rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
+    size = os.path.getsize(legacy) if os.path.exists(legacy) else -1
+    if size <= HEADER_BYTES:
+        if has_replica_data(spec.data_dir):
+            raise RefusedToStart(
+                f"no controller of this cluster has its log (node-N/controller/raft under {spec.data_dir}) and "
+                f"there is no coordinator state {legacy}, but replica directories exist: starting as a new "
+                "cluster would abandon their data. " + HOW_TO_RECOVER.format(path="the controllers' logs"))
+        return []
+    try:
+        state = DurableState.open(legacy, fs=fs, confirm=True)
+    except CorruptState as error:
+        raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
+                             "for --rebuild-metadata") from None
+    items = state.items()
+    state.close()
+    return items
 
 
 def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:

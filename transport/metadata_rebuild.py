@@ -76,7 +76,7 @@ def _list(directory: str) -> list[str]:
         return []
 
 
-def _has_replica_data(data_dir: str) -> bool:
+def has_replica_data(data_dir: str) -> bool:
     for node_name in _list(data_dir):
         if node_name.startswith("node-") and set(_list(os.path.join(data_dir, node_name))) - {"controller"}:
             return True
@@ -89,7 +89,7 @@ def check_state_present(data_dir: str, path: str) -> None:
     from transport.actor_main import RefusedToStart
 
     size = os.path.getsize(path) if os.path.exists(path) else -1
-    if size > HEADER_BYTES or not _has_replica_data(data_dir):
+    if size > HEADER_BYTES or not has_replica_data(data_dir):
         return
     what = "missing" if size < 0 else f"only {size} bytes long"
     raise RefusedToStart(f"the coordinator's state {path} is {what}, but replica directories exist under "

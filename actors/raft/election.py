@@ -98,7 +98,11 @@ class ElectionRules:
 
     def _on_vote_request(self, request: RaftVoteRequest, now_ns: int) -> None:
         up_to_date = (request.last_log_term, request.last_log_index) >= (self.log.last_term, self.log.last_index)
-        if self._can_vote_for(request) and up_to_date:
+        if self.rejoining:
+            # Its lost log might have held entries the candidate lacks: a vote now could elect a
+            # leader without a committed entry (docs/raft.md §7, "a wiped voter").
+            self._count("votes_refused_rejoining")
+        elif self._can_vote_for(request) and up_to_date:
             if not request.pre_vote:
                 self._set_term(self.term, vote=request.source)
                 self._reset_election_deadline(now_ns)

@@ -53,7 +53,7 @@ NEVER = -(1 << 62)
 
 class RaftNode(ElectionRules, LeaderRules, FollowerRules):
     def __init__(self, *, config: RaftConfig, log: RaftLog, state_machine: StateMachine, rng: "random.Random",
-                 name: str = "raft") -> None:
+                 name: str = "raft", rejoining: bool = False) -> None:
         self.config = config.check()
         self.id = config.node_id
         self.name = name
@@ -74,6 +74,10 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.transfer_target = 0
         self.transfer_deadline_ns = 0
         self.counters: dict[str, int] = {}
+        # A voter whose log was lost while the quorum had formed (docs/raft.md §7): it neither
+        # votes nor campaigns until it holds what was committed when a leader first reached it.
+        self.rejoining = rejoining
+        self.rejoin_commit = 0
         self._out: list[Any] = []  # messages and state-machine effects of this step
         self._early: list[Any] = []  # timers and traces: never wait for a flush
         snapshot = log.snapshot
@@ -169,7 +173,23 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
                 self._on_timeout_now(message, now_ns)
             case _:
                 raise IllegalTransition(self.name, self.role, message)
+        if self.rejoining and isinstance(message, (RaftAppendRequest, RaftSnapshotRequest)):
+            self._check_rejoined(message)
 
+    def _check_rejoined(self, message: RaftAppendRequest | RaftSnapshotRequest) -> None:
+        """A rejoining voter is a full voter again once its commit index reaches what the leader
+        had committed when it first heard from one: from then on its log holds every entry a
+        majority without it might have committed while its copy was gone."""
+        if message.source != self.leader_id:
+            return
+        if not self.rejoin_commit:
+            told = message.leader_commit if isinstance(message, RaftAppendRequest) else message.snapshot_index
+            self.rejoin_commit = max(told, 1)
+        if self.commit_index >= self.rejoin_commit:
+            self.rejoining = False
+            self._count("rejoined")
+            self._early.append(Trace("raft_rejoined", {"node": self.id, "term": self.term,
+                                                       "commit_index": self.commit_index}))
     def _higher_term(self, message: RaftMessage, now_ns: int) -> bool:
         """Apply the higher-term rules; False when the message is to be ignored."""
         if isinstance(message, RaftVoteRequest):
@@ -201,6 +221,10 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
                 return
             if now_ns < self.election_deadline_ns:
                 self._arm_election_timer()
+                return
+            if self.rejoining:  # it cannot know whether its empty log may lead: it waits to be caught up
+                self._count("campaigns_skipped_rejoining")
+                self._reset_election_deadline(now_ns)
                 return
             self._campaign(now_ns)
         elif self.role is not Role.LEADER:

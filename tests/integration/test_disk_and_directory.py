@@ -2,8 +2,11 @@
 
 - A coordinator whose `metadata.state` is missing, shorter than its header or corrupt, while
   replica directories exist, refuses to start and says how to recover; nothing on disk is deleted
-  or changed. `--rebuild-metadata` (LocalCluster(rebuild_metadata=True)) brings every topic back
-  from the replicas' own records, with every acknowledged write.
+  or changed; so does a controller quorum that lost every voter's log. `--rebuild-metadata`
+  (LocalCluster(rebuild_metadata=True)) brings every topic back from the replicas' own records,
+  with every acknowledged write.
+- A quorum that lost one voter's log keeps everything: the voter comes back empty, refuses to
+  vote until the leader has caught it up, and holds the same metadata afterwards.
 - A second cluster on a data directory in use fails at once, naming the holder's pid.
 - A full disk makes writes fail with DISK_FULL and followers back off; no actor crash-loops
   (tracing included: a trace line that cannot be written is dropped and counted), and once space
@@ -13,10 +16,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import time
+
+import shutil
 
 import pytest
 
@@ -28,6 +34,7 @@ from storage.directory import DirectoryInUse
 from tests.conftest import TEST_LIMITS
 from tests.helpers import wait_for
 from tests.integration.test_storage_faults import read_all
+from transport.actor_main import REJOINING_MARK, controller_directory
 from transport.supervisor import ActorStartFailed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -56,8 +63,8 @@ def fingerprint(data_dir: str) -> dict[str, str]:
     return found
 
 
-def cluster_with_data(fresh_cluster, data_dir: str, topic: str) -> dict:
-    cluster = fresh_cluster(data_dir=data_dir)
+def cluster_with_data(fresh_cluster, data_dir: str, topic: str, **options) -> dict:
+    cluster = fresh_cluster(data_dir=data_dir, **options)
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, partitions=2, replication_factor=3, config={"min_insync_replicas": 2})
         admin.wait_for_leaders(topic, full_isr=True)
@@ -68,7 +75,10 @@ def cluster_with_data(fresh_cluster, data_dir: str, topic: str) -> dict:
 
 def lose_state(data_dir: str, how: str) -> None:
     path = os.path.join(data_dir, "coordinator", "metadata.state")
-    if how == "missing":
+    if how == "every-controller-log":
+        for node in (1, 2, 3):
+            shutil.rmtree(controller_directory(data_dir, node))
+    elif how == "missing":
         os.remove(path)
     elif how == "short":
         with open(path, "r+b") as handle:
@@ -81,20 +91,21 @@ def lose_state(data_dir: str, how: str) -> None:
             handle.write(bytes([byte[0] ^ 0xFF]))
 
 
-@pytest.mark.parametrize("how", ["missing", "short", "corrupt"])
+@pytest.mark.parametrize("how", ["missing", "short", "corrupt", "every-controller-log"])
 def test_a_lost_coordinator_state_deletes_nothing_and_says_what_to_do(fresh_cluster, tmp_path, unique_name, how):
     data_dir, topic = str(tmp_path / "cluster"), unique_name()
-    acked = cluster_with_data(fresh_cluster, data_dir, topic)
+    options = {} if how == "every-controller-log" else {"controllers": 0}  # the single coordinator's file
+    acked = cluster_with_data(fresh_cluster, data_dir, topic, **options)
     lose_state(data_dir, how)
     before = fingerprint(data_dir)
 
-    with pytest.raises(ActorStartFailed, match="coordinator refused to start") as refused:
-        fresh_cluster(data_dir=data_dir)
+    with pytest.raises(ActorStartFailed, match="(coordinator|controller/1) refused to start") as refused:
+        fresh_cluster(data_dir=data_dir, **options)
 
     assert "--rebuild-metadata" in str(refused.value)
     assert fingerprint(data_dir) == before, "a refused start must not touch replica data"
 
-    rebuilt = fresh_cluster(data_dir=data_dir, rebuild_metadata=True)
+    rebuilt = fresh_cluster(data_dir=data_dir, rebuild_metadata=True, **options)
     with Admin(rebuilt.bootstrap) as admin:
         admin.wait_for_leaders(topic, timeout_s=30)
         assert len(admin.describe_topic(topic).partitions) == 2
@@ -102,6 +113,28 @@ def test_a_lost_coordinator_state_deletes_nothing_and_says_what_to_do(fresh_clus
         wanted = {offset: value for (p, offset), value in acked.items() if p == partition}
         served = read_all(rebuilt.bootstrap, topic, max(wanted) + 1, partition=partition)
         assert all(served.get(offset) == value for offset, value in wanted.items()), f"partition {partition} lost writes"
+
+
+def test_a_voter_that_lost_its_log_waits_to_be_caught_up_and_loses_nothing(fresh_cluster, tmp_path, unique_name):
+    data_dir, topic = str(tmp_path / "cluster"), unique_name()
+    acked = cluster_with_data(fresh_cluster, data_dir, topic)
+    shutil.rmtree(controller_directory(data_dir, 2))
+
+    cluster = fresh_cluster(data_dir=data_dir)
+    mark = os.path.join(controller_directory(data_dir, 2), REJOINING_MARK)
+    with Admin(cluster.bootstrap) as admin:
+        admin.wait_for_leaders(topic, timeout_s=30)
+        wait_for(lambda: not os.path.exists(mark), 20, "the wiped voter to be caught up")
+        wait_for(lambda: len({entry.commit_index for entry in admin.quorum_status()}) == 1, 10,
+                 "every voter at the same commit index")
+        admin.create_topic(unique_name(), partitions=1, replication_factor=3)
+    with open(cluster.trace_path, encoding="utf-8") as handle:
+        events = [json.loads(line) for line in handle]
+    assert any(event["event"] == "raft_rejoined" and event["actor"] == "controller/2" for event in events), (
+        "the wiped voter never said it was caught up")
+    served = read_all(cluster.bootstrap, topic, max(offset for _, offset in acked) + 1, partition=0)
+    wanted = {offset: value for (p, offset), value in acked.items() if p == 0}
+    assert all(served.get(offset) == value for offset, value in wanted.items()), "acknowledged writes lost"
 
 
 def test_a_second_cluster_on_a_directory_in_use_is_refused_naming_the_holder(fresh_cluster, tmp_path):

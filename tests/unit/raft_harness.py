@@ -77,12 +77,12 @@ class Net:
     def config(self, node: int) -> RaftConfig:
         return RaftConfig(node_id=node, voters=self.voters, **self.config_fields)
 
-    def restart(self, node: int) -> RaftNode:
+    def restart(self, node: int, *, rejoining: bool = False) -> RaftNode:
         log = RaftLog.open(DIRECTORY, fs=self.fs[node])
         machine = DigestStateMachine()
         self.incarnations[node] += 1
         raft = RaftNode(config=self.config(node), log=log, state_machine=machine,
-                        rng=random.Random(self.rng.getrandbits(32)), name=f"raft-{node}")
+                        rng=random.Random(self.rng.getrandbits(32)), name=f"raft-{node}", rejoining=rejoining)
         self.nodes[node], self.machines[node] = raft, machine
         self.timers[node] = {}
         self.apply(node, raft.start(self.now_ns))

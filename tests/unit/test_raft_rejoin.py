@@ -1,0 +1,74 @@
+"""A voter whose disk was lost comes back empty (docs/raft.md §7): it must not vote until a leader
+has caught it up, or its vote can elect a leader that lacks committed entries.
+
+The story of each test: entries commit on voters 1 and 2 while voter 3 is cut off; voter 1 (the
+leader) dies and voter 2 loses its disk. Voter 3, behind, campaigns and asks the empty voter 2.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.raft import Role
+from storage.memory import MemoryFileSystem
+from tests.unit.raft_harness import Net
+
+
+def committed_without_voter_3() -> Net:
+    net = Net(3, pre_vote=True, check_quorum=False)
+    net.campaign(1)
+    net.deliver()
+    assert net.nodes[1].role is Role.LEADER
+    net.isolate(3)
+    for index in range(3):
+        net.propose(1, b"acknowledged-%d" % index)
+        net.deliver()
+    assert net.nodes[1].commit_index == net.nodes[2].commit_index == 4  # the no-op and three commands
+    net.crash(1)
+    net.crash(2)
+    net.fs[2] = MemoryFileSystem()  # voter 2's disk is gone
+    net.heal()
+    return net
+
+
+def test_a_wiped_voter_refuses_its_vote_to_a_candidate_that_lacks_committed_entries():
+    net = committed_without_voter_3()
+    net.restart(2, rejoining=True)
+    net.campaign(3)
+    net.deliver()
+    net.campaign(3)
+    net.deliver()
+    assert net.nodes[3].role is not Role.LEADER, "elected with the vote of a voter that forgot its log"
+    assert net.nodes[2].counters.get("votes_refused_rejoining", 0) >= 1
+
+
+def test_without_the_rule_the_same_story_loses_committed_entries():
+    net = committed_without_voter_3()
+    net.restart(2)  # as a brand-new voter: the unsafe case the rule exists for
+    with pytest.raises(AssertionError, match="leader completeness"):  # the harness's SafetyChecker
+        net.campaign(3)
+        net.deliver()
+        net.campaign(3)
+        net.deliver()
+        net.propose(3, b"new")
+        net.deliver()
+        net.restart(1)
+        net.run_for(2_000)
+
+
+def test_a_wiped_voter_never_campaigns_while_it_waits():
+    net = committed_without_voter_3()
+    net.restart(2, rejoining=True)
+    net.run_for(2_000)  # nobody else is up to date enough to lead; voter 2's timer fires again and again
+    assert net.nodes[2].role is Role.FOLLOWER and net.nodes[2].term == 0
+    assert net.nodes[2].counters.get("campaigns_skipped_rejoining", 0) >= 2
+
+
+def test_a_wiped_voter_votes_again_once_a_leader_has_caught_it_up():
+    net = committed_without_voter_3()
+    net.restart(2, rejoining=True)
+    net.restart(1)
+    net.run_for(3_000)  # voter 1 (complete) wins with voter 3's vote and catches voter 2 up
+    assert net.nodes[1].role is Role.LEADER
+    assert not net.nodes[2].rejoining and net.nodes[2].counters.get("rejoined") == 1
+    assert net.commands(2)[:3] == [b"acknowledged-%d" % index for index in range(3)]
