@@ -189,9 +189,10 @@ class ConsumerMember:
         return effects
 
     def _counts_changed(self) -> bool:
+        """A subscribed topic grew, shrank, or appeared (created after the assignment)."""
         for topic, count in self.assigned_counts.items():
             metadata = self.client.topics.get(topic)
-            if metadata is not None and len(metadata.partitions) != count:
+            if (len(metadata.partitions) if metadata is not None else 0) != count:
                 return True
         return False
 
@@ -279,7 +280,7 @@ class ConsumerMember:
             target = cooperative_adjust(target, owned).assignment
         assignments = [MemberAssignment(member_id=member, assignment=_encoder.encode(
             ConsumerAssignment(partitions=[tuple(tp) for tp in partitions]))) for member, partitions in sorted(target.items())]
-        self.assigned_counts = counts
+        self.assigned_counts = {topic: counts.get(topic, 0) for topic in topics}  # a topic yet to be created: 0
         return [Trace("assignment-computed", {"generation": self.generation, "assignor": self.protocol,
                                               "assignment": {m: list(p) for m, p in target.items()}})] + self._sync(now_ns, assignments)
 

@@ -68,6 +68,7 @@ class Controller:
         self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
         self._activate_wanted = False
         self._now = 0
+        self.applied: list[RaftEntry] | None = None  # set to a list to observe applied entries (the simulator)
         self.on_rejoined = on_rejoined  # clears the durable "rejoining" mark (transport/actor_main.py)
         self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft",
                              rejoining=rejoining)
@@ -113,6 +114,8 @@ class Controller:
     def apply(self, entry: RaftEntry) -> list[Effect]:
         """Called by the RaftNode, in index order, for every committed entry."""
         self.state.apply(entry)
+        if self.applied is not None:
+            self.applied.append(entry)
         released: list[Effect] = []
         for index in sorted(index for index in self.held if index <= entry.index):
             term, effects = self.held.pop(index)

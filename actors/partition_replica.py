@@ -184,6 +184,8 @@ class PartitionReplica(FetchServing):
                     return self._ask_controller_again(message.correlation_id, now_ns)
                 return [Trace("peer-error", {"error": message.error, "message": message.error_message})]
             case PeerDisconnected():
+                if message.endpoint == self.coordinator:
+                    self.controllers.rotate()  # that controller is gone: ask the next voter
                 if self.follower is not None and message.endpoint == self.follower.leader_endpoint:
                     return self.follower.retry_later(now_ns)
                 return []

@@ -31,11 +31,16 @@ if TYPE_CHECKING:
 class ReplicaReporter:
     def __init__(self, replica: "PartitionReplica", report_to: str) -> None:
         self.replica = replica
-        self.via_node_agent = bool(report_to) and report_to != replica.coordinator
-        self.report_to = report_to or replica.coordinator
+        self.via_node_agent = bool(report_to) and report_to not in replica.controllers
+        self.node_agent = report_to if self.via_node_agent else ""
         self.last_sent_ns = -1
         self.last_sent: Any = None
         self.change_timer_armed = False
+
+    @property
+    def report_to(self) -> str:
+        """The node agent, or else the controller believed active (it follows redirects)."""
+        return self.node_agent or self.replica.coordinator
 
     @property
     def keepalive_ms(self) -> int:

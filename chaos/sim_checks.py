@@ -33,14 +33,14 @@ def log_entries(log: Any, topic: str, partition: int, end_offset: int) -> list[l
 def final_checks(sim: "Simulator") -> None:
     from chaos.simulator import DEAD_LETTER_TOPIC, SHARE_GROUP, TOPIC
 
-    coordinator = sim.hosts["coordinator"]
-    if not coordinator.alive:
-        sim.problems.append("the coordinator is not running after the recovery window")
+    coordinator = sim.coordinator()
+    if coordinator is None:
+        sim.problems.append("no coordinator (no active controller) is running after the recovery window")
         return
     now = sim.now_ns
     high_watermarks: dict[int, int] = {}
     for partition in range(sim.config.partitions):
-        record = coordinator.actor.partitions.get((TOPIC, partition))
+        record = coordinator.partitions.get((TOPIC, partition))
         if record is None:
             sim.problems.append(f"{TOPIC}/{partition} does not exist after the run")
             continue
@@ -77,7 +77,7 @@ def final_checks(sim: "Simulator") -> None:
 def _dead_letter_sources(sim: "Simulator", topic: str) -> list[tuple[str, str, int, int]] | None:
     """(group, source topic, partition, offset) of every committed dead-letter record, or None
     (a problem) when the dead-letter partition has no working leader."""
-    record = sim.hosts["coordinator"].actor.partitions.get((topic, 0))
+    record = sim.coordinator().partitions.get((topic, 0))
     leader = sim.hosts.get(f"replica/{topic}/0/n{record.leader}") if record is not None else None
     if leader is None or not leader.alive or leader.actor.leader is None:
         sim.problems.append(f"{topic}/0 has no working leader after the recovery window")
@@ -106,7 +106,7 @@ def _check_group_settled(sim: "Simulator") -> None:
 
 def _check_in_sync(sim: "Simulator", topic: str) -> None:
     """After the heal and the recovery window every replica is back: running, and in the ISR."""
-    coordinator = sim.hosts["coordinator"].actor
+    coordinator = sim.coordinator()
     for partition in range(sim.config.partitions):
         record = coordinator.partitions.get((topic, partition))
         replicas = coordinator.topics[topic].replicas[partition] if topic in coordinator.topics else []

@@ -90,9 +90,13 @@ class DiskFaults:
                                if peer.kind == "replica" and peer.alive and peer.state["topic_partition"] == key]
         for other in restarting[1:]:
             sim.crash(other, restart=False, notify=False)
-        sim.crash("coordinator", restart=False)
-        sim.note(f"the cluster restarts: coordinator, then {restarting} in a random order")
-        sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart("coordinator"))
+        controllers = [host.name for host in sim.controller_hosts()]
+        for controller in controllers:
+            sim.crash(controller, restart=False)
+        sim.note(f"the cluster restarts: {controllers}, then {restarting} in a random order")
+        for controller in controllers:
+            sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call",
+                           lambda controller=controller: sim.restart(controller))
         self.rng.shuffle(restarting)
         spread_ms = 2 * sim.config.limits.coordinator_election_grace_ms
         for member in restarting:

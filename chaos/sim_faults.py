@@ -47,7 +47,8 @@ PAUSE_MS = (200, 3000)
 # A fault's target: a role first (replicas three times as often as each other role, as there are
 # many), then one process of it — so the coordinators and each kind of client are hit as often as
 # the faults that only they can reveal need (a group coordinator crash every few seeds).
-TARGET_ROLES = ("replica", "replica", "replica", "coordinator", "group-coordinator", "producer", "consumer", "share")
+TARGET_ROLES = ("replica", "replica", "replica", "coordinator", "controller", "group-coordinator", "producer", "consumer",
+                "share")
 SLOW_DISK_LATENCY_MS = (5, 200)
 EXIT_NOTICE_DELAY_MS = 60
 LATE_NOTICE_MS = (50, 800)  # after the restart
@@ -97,7 +98,7 @@ class Faults:
             delay_ms = config.restart_delay_ms + self.rng.randint(*LATE_NOTICE_MS)
         topic, partition = host.state["topic_partition"]
         notice = ReplicaExited(topic=topic, partition=partition, node=host.node, incarnation=incarnation)
-        sim.schedule(sim.now_ns + delay_ms * MS, lambda: sim.send_as("agent", sim.coordinator_endpoint, notice))
+        sim.schedule(sim.now_ns + delay_ms * MS, lambda: sim.send_as("agent", sim.agent_controller(), notice))
 
     def may_lose_data(self, name: str) -> bool:
         """Whether `name` may lose unflushed or flushed data now (see the module docstring)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any, Callable
 
+from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Notify, Send, SetTimer
 from actors.limits import Limits
 from actors.messages import (
@@ -117,6 +118,34 @@ def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:
     return build
 
 
+def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limits: Limits) -> ActorFactory:
+    """A voter of the controller quorum, as transport/actor_main.py builds it, over the host's
+    memory disk. What it applies is kept in `host.state["applied"]` for the Raft checker."""
+    def build(host: Host, incarnation: int) -> Any:
+        from actors.controller import Controller
+        from actors.coordinator import Coordinator
+        from actors.raft import RaftConfig
+        from storage.raft_log import RaftLog
+
+        log = RaftLog.open(CONTROLLER_DIRECTORY, fs=host.fs)
+        config = RaftConfig(node_id=node, voters=voters, election_timeout_ms=limits.controller_election_timeout_ms,
+                            heartbeat_interval_ms=limits.controller_heartbeat_interval_ms)
+        rng = random.Random(incarnation)
+
+        def coordinator(state: Any) -> Any:
+            return Coordinator(state=state, nodes=nodes, rng=random.Random(rng.getrandbits(64)), limits=limits,
+                               cluster_id=SIM_CLUSTER_ID)
+
+        controller = Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator,
+                                endpoint=host.endpoint, name=host.name)
+        host.state["applied"] = controller.applied = []
+        return controller
+    return build
+
+
+CONTROLLER_DIRECTORY = "/controller/raft"
+
+
 def group_coordinator_factory(coordinator: str, limits: Limits) -> ActorFactory:
     def build(host: Host, incarnation: int) -> Any:
         from actors.group_coordinator import GroupCoordinator
@@ -163,7 +192,8 @@ class TinyAgent:
                  flush_interval_ms: int = 1000) -> None:
         from chaos.simulator import TOPIC
 
-        self.coordinator = coordinator
+        self.controllers = ControllerEndpoints(coordinator)
+        self.answered = True
         self.config = config
         self.topics = ((TOPIC, config.partitions),) + tuple(extra_topics)
         self.flush_interval_ms = flush_interval_ms
@@ -180,16 +210,22 @@ class TinyAgent:
             # Like the node agent: often until the topics' replicas exist, then now and then.
             done = len(self.created) == len(self.topics)
             effects: list[Any] = [SetTimer("poll", now_ns + (1000 if done else 100) * MS)]
+            if not self.answered:
+                self.controllers.rotate()  # no answer since the last poll: try the next voter
+            self.answered = False
             config = TopicConfig(min_insync_replicas=self.config.min_insync, flush_policy=self.config.flush_policy,
                                  flush_interval_ms=self.flush_interval_ms)
             for index, (name, partitions) in enumerate(self.topics):
                 if name not in self.created:
-                    effects.append(Send(self.coordinator, CreateTopicRequest(
+                    effects.append(Send(self.controllers.current, CreateTopicRequest(
                         correlation_id=10 + index, name=name, partitions=partitions,
                         replication_factor=self.config.replication_factor, config=config)))
-            effects.append(Send(self.coordinator, NodeAssignmentsRequest(
+            effects.append(Send(self.controllers.current, NodeAssignmentsRequest(
                 correlation_id=2, nodes=list(range(1, self.config.nodes + 1)))))
             return effects
+        self.answered = True
+        if self.controllers.take(message):
+            return []  # the next poll asks the voter it named
         if isinstance(message, CreateTopicResponse) and 10 <= message.correlation_id < 10 + len(self.topics):
             self.created.add(self.topics[message.correlation_id - 10][0])
         if isinstance(message, NodeAssignmentsResponse):

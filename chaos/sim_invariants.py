@@ -113,7 +113,7 @@ class Invariants:
 
     def _on_partition_state(self, host: "Host", to: Any, message: Any) -> None:
         state = message.state
-        if host.kind != "coordinator" or state is None or state.leader < 0 or state.leader_incarnation == 0:
+        if host.kind not in ("coordinator", "controller") or state is None or state.leader < 0 or state.leader_incarnation == 0:
             return
         key = (state.topic, state.partition, state.leader_epoch)
         who = (state.leader, state.leader_incarnation)
@@ -125,7 +125,8 @@ class Invariants:
 
     def _check_isr_holds_committed(self, host: "Host", topic: str, partition: int) -> None:
         committed = self.committed.get((topic, partition), 0)
-        record = host.actor.partitions.get((topic, partition))
+        coordinator = host.actor if host.kind == "coordinator" else host.actor.coordinator
+        record = coordinator.partitions.get((topic, partition)) if coordinator is not None else None
         if record is None or not committed:
             return
         for node in record.isr:

@@ -39,7 +39,7 @@ from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, S
 from actors.limits import Limits
 from actors.messages import PeerDisconnected, TimerFired
 from chaos.sim_hosts import TinyAgent as TinyAgent  # chaos/labs builds its agent from here too
-from chaos.sim_hosts import Host, coordinator_factory, group_coordinator_factory, replica_factory
+from chaos.sim_hosts import Host, controller_factory, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network, NetworkFaults
 from storage.errors import FsyncFailed
 from transport.auth import refusal
@@ -73,6 +73,7 @@ SHARE_GROUP = "sim-share"
 @dataclass(frozen=True)
 class SimConfig:
     nodes: int = 3
+    controllers: int = 0  # 0: one coordinator process; n: a quorum of n controllers, one per node
     partitions: int = 3
     replication_factor: int = 3
     min_insync: int = 2
@@ -145,8 +146,12 @@ class Simulator:
         self.recent: deque[str] = deque(maxlen=self.config.trace_events_max)
         self.producing = True
         self.steps = 0
-        self.coordinator_endpoint = "sim://coordinator"
+        self.voters = {node: f"sim://controller/{node}" for node in range(1, self.config.controllers + 1)}
+        self.coordinator_endpoint = ",".join(self.voters.values()) or "sim://coordinator"
         from chaos.sim_disk import DiskFaults
+        from chaos.sim_raft_checks import SafetyChecker
+
+        self.raft_checker = SafetyChecker()  # the quorum's safety, after every step of a controller
         from chaos.sim_faults import Faults
         from chaos.sim_invariants import Invariants
         from chaos.sim_share import ShareLedger
@@ -178,8 +183,13 @@ class Simulator:
         from chaos.sim_workload import build_clients
 
         limits = self.config.limits
-        self._add(Host("coordinator", "coordinator", 0,
-                       coordinator_factory(list(range(1, self.config.nodes + 1)), limits), fixed_endpoint=True))
+        nodes = list(range(1, self.config.nodes + 1))
+        if self.voters:
+            for node in self.voters:
+                self._add(Host(f"controller/{node}", "controller", node,
+                               controller_factory(node, self.voters, nodes, limits), fixed_endpoint=True))
+        else:
+            self._add(Host("coordinator", "coordinator", 0, coordinator_factory(nodes, limits), fixed_endpoint=True))
         self._add(Host("group-coordinator", "group-coordinator", 0,
                        group_coordinator_factory(self.coordinator_endpoint, limits)))
         extra = ((DEAD_LETTER_TOPIC, 1),) if self.config.share_members else ()
@@ -221,6 +231,18 @@ class Simulator:
             host.state["topic_partition"] = (assignment.topic, assignment.partition)
             self._add(host)
             self._boot(host)
+
+    def coordinator(self) -> Any:
+        """The coordinator deciding now: the single one, or the active controller's (the newest
+        term, should a deposed one not know yet); None when there is none."""
+        if not self.voters:
+            host = self.hosts["coordinator"]
+            return host.actor if host.alive else None
+        active = [host.actor for host in self.controller_hosts() if host.alive and host.actor.coordinator is not None]
+        return max(active, key=lambda controller: controller.active_term).coordinator if active else None
+
+    def controller_hosts(self) -> list[Host]:
+        return [host for host in self.hosts.values() if host.kind in ("coordinator", "controller")]
 
     def replicas_of(self, topic: str, partition: int) -> list[Host]:
         return [host for host in self.hosts.values()
@@ -342,6 +364,11 @@ class Simulator:
             for arrival in arrivals:
                 queue.push(arrival, "deliver", payload)
 
+    def agent_controller(self) -> str:
+        """Where the node agent sends now: the controller it believes active."""
+        agent = self.hosts["agent"]
+        return agent.actor.controllers.current if agent.alive else self.coordinator_endpoint.split(",")[0]
+
     def send_as(self, name: str, to: str, message: Any) -> None:
         self._send(self.hosts[name], to, message)
 
@@ -400,7 +427,16 @@ class Simulator:
             except AssertionError as error:
                 self._actor_failed(host, f"broke an invariant: {error}")
                 return
+            if host.kind == "controller":
+                self._check_quorum(host, now)
             self.watch.after_step(host)
+
+    def _check_quorum(self, host: Host, now_ns: int) -> None:
+        """Election safety, log matching, leader completeness, state-machine safety (chaos/sim_raft_checks.py)."""
+        checker = self.raft_checker
+        before = len(checker.problems)
+        checker.after_step(host.node, host.incarnation, host.actor.raft, _Applied(host.state["applied"]), now_ns)
+        self.problems.extend(f"quorum: {problem}" for problem in checker.problems[before:])
 
     def _actor_failed(self, host: Host, what: str) -> None:
         self.problems.append(f"{host.name}#{host.incarnation} {what}")
@@ -523,6 +559,13 @@ class Simulator:
 
     def _note(self, line: str) -> None:
         self.recent.append(f"{(self.now_ns - START_NS) / 1e6:10.1f} ms  {line}")
+
+
+class _Applied:
+    """What the Raft checker reads of a state machine: the entries applied since the last step."""
+
+    def __init__(self, applied: list) -> None:
+        self.applied = applied
 
 
 @dataclass

@@ -58,8 +58,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
                     help=f"where data lives (default {DATA_DIR_DEFAULT})")
     up.add_argument("--port", type=tcp_port, default=default_port(), metavar="P",
-                    help=f"the coordinator's port; clients use 127.0.0.1:P (default: the port of "
-                         f"${BOOTSTRAP_ENVIRONMENT} when it names this machine, else {DEFAULT_PORT})")
+                    help=f"the first controller's port (the others take P+1, P+2, ...); clients use "
+                         f"127.0.0.1:P (default: the port of ${BOOTSTRAP_ENVIRONMENT} when it names this machine, "
+                         f"else {DEFAULT_PORT})")
+    up.add_argument("--controllers", type=non_negative_int, default=None, metavar="N",
+                    help="voters of the controller quorum, one per node (default 3, or 1 below three nodes); "
+                         "0 runs a single coordinator process instead (no quorum)")
     up.add_argument("-d", "--detach", action="store_true",
                     help="run in the background and return once it answers; `railmq down` stops it")
     up.add_argument("--rebuild-metadata", action="store_true",
@@ -88,6 +92,29 @@ def tcp_port(text: str) -> int:
     return port
 
 
+def quorum_size(args: argparse.Namespace) -> int:
+    """How many controllers `railmq up` starts with these flags (LocalCluster's rule)."""
+    if args.controllers is not None:
+        return args.controllers
+    return 3 if args.nodes >= 3 else 1
+
+
+def taken_port(args: argparse.Namespace) -> int | None:
+    """The controllers take P, P+1, ...: the first of them that something else listens on."""
+    if not args.port:
+        return None
+    for port in range(args.port, args.port + max(1, quorum_size(args))):
+        if not port_is_free(port):
+            return port
+    return None
+
+
+def port_in_use_text(args: argparse.Namespace, port: int) -> str:
+    count = max(1, quorum_size(args))
+    taken = f" (the {count} controllers take ports {args.port}-{args.port + count - 1})" if count > 1 else ""
+    return f"port {port} on 127.0.0.1 is in use{taken}; choose another with --port"
+
+
 def port_is_free(port: int) -> bool:
     if port == 0:
         return True
@@ -103,16 +130,21 @@ def port_is_free(port: int) -> bool:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.controllers is not None and args.controllers > args.nodes:
+        print_error("INVALID_CONFIG", f"--controllers {args.controllers} needs as many nodes (one controller per "
+                                      f"node); --nodes is {args.nodes}")
+        return EXIT_FAILED
     if args.detach:
-        return run_detached(args, port_is_free)
-    if not port_is_free(args.port):
-        print_error("INVALID_CONFIG", f"port {args.port} on 127.0.0.1 is in use; choose another with --port")
+        return run_detached(args, taken_port, port_in_use_text)
+    taken = taken_port(args)
+    if taken is not None:
+        print_error("INVALID_CONFIG", port_in_use_text(args, taken))
         return EXIT_FAILED
     console = Console()
     background = in_shell_background()
     with StopSignal() as stopping:
         cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port,
-                               rebuild_metadata=args.rebuild_metadata,
+                               rebuild_metadata=args.rebuild_metadata, controllers=args.controllers,
                                fault_injection=args.console)  # the console's isolate buttons need it
         web = None
         try:
@@ -143,9 +175,10 @@ def in_shell_background() -> bool:
 
 def _announce(console: Console, cluster: LocalCluster, background: bool = False) -> None:
     endpoints = {actor["kind"]: actor["endpoint"] for actor in cluster.actors()}
-    bootstrap = cluster.bootstrap
+    bootstrap = cluster.bootstrap.split(",")[0]  # one voter is enough: clients learn the others
+    role = "controllers" if "," in cluster.bootstrap else "coordinator"
     lines = [
-        f"coordinator        {bootstrap}",
+        f"{role:<19}{cluster.bootstrap}",
         f"group coordinator  {endpoints.get('group-coordinator', '-')}",
         f"nodes              {', '.join(map(str, cluster.node_ids))}",
         f"data               {cluster.data_dir}",

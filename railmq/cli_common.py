@@ -57,15 +57,21 @@ def print_error(name: str, sentence: str) -> None:
 
 
 def endpoint(text: str) -> str:
-    """`host:port`, `tcp://host:port` or `ipc://path` as the ZeroMQ endpoint clients connect to."""
+    """`host:port`, `tcp://host:port` or `ipc://path` as the ZeroMQ endpoint clients connect to;
+    several, separated by commas, name the voters of a controller quorum (any one is enough: the
+    others are learned from its answers)."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 1:
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"{text!r} has an empty address between its commas")
+        return ",".join(endpoint(part) for part in parts)
     text = text.strip()
     if text.startswith("ipc://") and len(text) > len("ipc://"):
         return text
     match = _HOST_PORT.match(text)
     if match is None or not 0 < int(match.group("port")) <= 65535:
-        hint = " (railmq has one coordinator address)" if "," in text else ""
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an endpoint like 127.0.0.1:{DEFAULT_PORT} or tcp://127.0.0.1:{DEFAULT_PORT}{hint}")
+            f"{text!r} is not an endpoint like 127.0.0.1:{DEFAULT_PORT} or tcp://127.0.0.1:{DEFAULT_PORT}")
     host = "127.0.0.1" if match.group("host") == "localhost" else match.group("host")
     return f"tcp://{host}:{int(match.group('port'))}"
 
@@ -118,8 +124,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument(
         "-b", "--bootstrap", "--bootstrap-server", "--brokers", dest="bootstrap", type=endpoint,
         default=os.environ.get(BOOTSTRAP_ENVIRONMENT) or DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-        help=f"the cluster's coordinator address (default: ${BOOTSTRAP_ENVIRONMENT}, else "
-             f"127.0.0.1:{DEFAULT_PORT}, where `railmq up` listens)")
+        help=f"the cluster's controller address, or several separated by commas (default: "
+             f"${BOOTSTRAP_ENVIRONMENT}, else 127.0.0.1:{DEFAULT_PORT}, where `railmq up` listens)")
     # argparse passes a string default through `type` too, so a bad RAILMQ_BOOTSTRAP exits 2.
     cluster.add_argument(
         "--request-timeout-ms", type=positive_int, default=REQUEST_TIMEOUT_DEFAULT_MS, metavar="MS",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import time
 
+from actors.controller_endpoints import split_bootstrap
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 
@@ -34,14 +35,23 @@ def _tcp_address(bootstrap: str) -> tuple[str, int] | None:
 
 
 def check_cluster(bootstrap: str, timeout_ms: int = CONNECT_CHECK_TIMEOUT_MS) -> None:
+    """Any one voter listening is enough (a quorum with one voter down still serves)."""
     started = time.monotonic()
-    address = _tcp_address(bootstrap)
-    if address is not None:
+    reasons = []
+    for part in split_bootstrap(bootstrap):
+        address = _tcp_address(part)
+        if address is None:
+            reasons = []
+            break
         try:
             socket.create_connection(address, timeout=timeout_ms / 1000).close()
+            reasons = []
+            break
         except OSError as error:
-            reason = "the connection was refused" if isinstance(error, ConnectionRefusedError) else str(error)
-            raise ClusterUnreachable(f"nothing answers at {bootstrap} ({reason}); {START_HINT}") from None
+            reasons.append("the connection was refused" if isinstance(error, ConnectionRefusedError) else str(error))
+    if reasons:
+        raise ClusterUnreachable(f"nothing answers at {bootstrap} ({'; '.join(dict.fromkeys(reasons))}); "
+                                 f"{START_HINT}")
     remaining_ms = max(200, int(timeout_ms - (time.monotonic() - started) * 1000))
     try:
         with Admin(bootstrap, timeout_ms=remaining_ms) as admin:

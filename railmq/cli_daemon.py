@@ -78,7 +78,7 @@ def running_up_process(state: dict[str, Any] | None) -> psutil.Process | None:
         return None
 
 
-def run_detached(args: argparse.Namespace, port_is_free: Any) -> int:
+def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: Any) -> int:
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
     running = running_up_process(read_state(data_dir))
@@ -86,12 +86,15 @@ def run_detached(args: argparse.Namespace, port_is_free: Any) -> int:
         print_error("INVALID_CONFIG", f"a cluster already runs from {data_dir} (pid {running.pid}); "
                                       "`railmq down` stops it")
         return EXIT_FAILED
-    if not port_is_free(args.port):
-        print_error("INVALID_CONFIG", f"port {args.port} on 127.0.0.1 is in use; choose another with --port")
+    taken = taken_port(args)
+    if taken is not None:
+        print_error("INVALID_CONFIG", port_in_use_text(args, taken))
         return EXIT_FAILED
     log_path = os.path.join(data_dir, LOG_FILE)
     command = [sys.executable, "-m", "railmq", "up", "--nodes", str(args.nodes), "--port", str(args.port),
                "--data-dir", data_dir] + (["--rebuild-metadata"] if getattr(args, "rebuild_metadata", False) else [])
+    if getattr(args, "controllers", None) is not None:
+        command += ["--controllers", str(args.controllers)]
     if getattr(args, "console", False):  # railmq/cli_console.py's flags
         command += ["--console", "--http-port", str(args.http_port), "--refresh-ms", str(args.refresh_ms)]
     with open(log_path, "ab") as log:

@@ -1,7 +1,9 @@
 """`railmq cluster info` and `railmq cluster health`: the cluster at a glance (rpk's names).
 
 `info` says what the cluster is: its id, the coordinator and group coordinator addresses, its
-nodes, and how many topics, partitions and replica processes it has. `health` says whether it is
+nodes, and how many topics, partitions and replica processes it has, then the controller quorum:
+each voter's node, endpoint and process id, which one leads and in which term, and each voter's
+commit index and how far it lags the leader's log. `health` says whether it is
 well: partitions without a leader (offline), partitions whose in-sync set is smaller than their
 replica set (under-replicated), and replica processes the coordinator has not heard from. With
 `--exit-when-healthy` it waits until the cluster is healthy (exit 0) or `--timeout-ms` ends
@@ -18,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 import railmq
-from actors.messages import MetadataResponse
+from actors.messages import ControllerStatusResponse, MetadataResponse
 from railmq.admin import Admin
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, add_cluster_arguments, positive_int, print_error
 from railmq.cli_tables import Column, print_table
@@ -58,6 +60,28 @@ def cluster_facts(metadata: MetadataResponse, bootstrap: str) -> dict[str, Any]:
     }
 
 
+def quorum_facts(status: list[ControllerStatusResponse]) -> dict[str, Any] | None:
+    """The quorum as every voter tells it (None with a single coordinator)."""
+    if not status:
+        return None
+    leaders = [entry for entry in status if entry.role == "leader"]
+    leader = max(leaders, key=lambda entry: entry.term) if leaders else None
+    voters = []
+    for entry in sorted(status, key=lambda entry: (entry.node or 1 << 30, entry.endpoint)):
+        reachable = entry.role != "unreachable"
+        match = leader.followers.get(entry.node) if leader is not None and entry.node != leader.node else None
+        lag = None
+        if leader is not None and reachable:
+            lag = leader.last_index - (entry.last_index if match is None else match)
+        voters.append({"node": entry.node or None, "endpoint": entry.endpoint, "pid": entry.pid or None,
+                       "role": entry.role, "active": entry.active, "term": entry.term if reachable else None,
+                       "commit_index": entry.commit_index if reachable else None,
+                       "applied_index": entry.applied_index if reachable else None, "lag_entries": lag})
+    return {"leader": leader.node if leader is not None else None,
+            "term": leader.term if leader is not None else max((entry.term for entry in status), default=0),
+            "active": any(entry.active for entry in status), "voters": voters}
+
+
 def health_report(metadata: MetadataResponse) -> dict[str, Any]:
     offline, under, silent = [], [], []
     for topic in metadata.topics:
@@ -79,20 +103,35 @@ def _metadata(args: argparse.Namespace) -> MetadataResponse:
 
 
 INFO_COLUMNS = [Column("fact"), Column("value")]
+QUORUM_COLUMNS = [Column("node"), Column("endpoint"), Column("pid"), Column("role"), Column("term"),
+                  Column("commit"), Column("lag")]
 
 
 def run_info(args: argparse.Namespace) -> int:
-    facts = cluster_facts(_metadata(args), args.bootstrap)
+    with Admin(args.bootstrap, timeout_ms=args.request_timeout_ms) as admin:
+        facts = cluster_facts(admin.metadata(), args.bootstrap)
+        facts["quorum"] = quorum_facts(admin.quorum_status(timeout_s=min(2.0, args.request_timeout_ms / 1000)))
     if args.json:
         print(json.dumps(facts, indent=2))
         return EXIT_OK
-    rows = [["cluster id", facts["cluster_id"] or "-"], ["coordinator", facts["coordinator"]],
+    rows = [["cluster id", facts["cluster_id"] or "-"], ["controllers" if "," in facts["coordinator"] else "coordinator", facts["coordinator"]],
             ["group coordinator", facts["group_coordinator"] or "[yellow]not known yet[/]"],
             ["nodes", ", ".join(map(str, facts["nodes"])) or "-"], ["topics", str(facts["topics"])],
             ["partitions", str(facts["partitions"])],
             ["replica processes", f"{facts['replicas_alive']} of {facts['replicas']} alive"],
             ["client version", facts["client_version"]]]
-    print_table(Console(), INFO_COLUMNS, rows, title="railmq cluster")
+    console = Console()
+    print_table(console, INFO_COLUMNS, rows, title="railmq cluster")
+    quorum = facts["quorum"]
+    if quorum is None:
+        console.print("controller: a single coordinator (no quorum)")
+        return EXIT_OK
+    voters = [[str(v["node"] or "-"), v["endpoint"], str(v["pid"] or "-"),
+               v["role"] + (" (active)" if v["active"] else ""), "-" if v["term"] is None else str(v["term"]),
+               "-" if v["commit_index"] is None else str(v["commit_index"]),
+               "-" if v["lag_entries"] is None else str(v["lag_entries"])] for v in quorum["voters"]]
+    leader = f"controller {quorum['leader']} leads term {quorum['term']}" if quorum["leader"] else "no leader"
+    print_table(console, QUORUM_COLUMNS, voters, title=f"controller quorum: {leader}")
     return EXIT_OK
 
 

@@ -149,6 +149,12 @@ class LocalCluster:
         self.controller_endpoints = dict(voters)
         return ",".join(voters.values())
 
+    def controller_endpoint(self, timeout_s: float = 10.0) -> str:
+        """The one endpoint that decides now: the active controller's (or the single coordinator's)."""
+        if not self.controller_ids:
+            return self.bootstrap
+        return self.actor(self.active_controller(timeout_s)).endpoint
+
     def controller_names(self) -> list[str]:
         return [controller_name(node) for node in self.controller_ids]
 

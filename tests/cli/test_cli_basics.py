@@ -84,14 +84,15 @@ def test_the_version_agrees_with_the_package_and_prints_with_both_spellings(caps
     ("127.0.0.1:7411", "tcp://127.0.0.1:7411"), ("localhost:7411", "tcp://127.0.0.1:7411"),
     ("tcp://localhost:9", "tcp://127.0.0.1:9"), ("tcp://10.1.2.3:7411", "tcp://10.1.2.3:7411"),
     ("broker-1.example:7411", "tcp://broker-1.example:7411"), ("ipc:///tmp/railmq", "ipc:///tmp/railmq"),
+    ("h1:1, localhost:2", "tcp://h1:1,tcp://127.0.0.1:2"),  # the voters of a controller quorum
 ])
 def test_addresses_are_taken_as_kafka_users_write_them(given, expected):
     assert endpoint(given) == expected
 
 
-@pytest.mark.parametrize("given", ["localhost", "a:b", "x:70000", "h1:1,h2:2", "tcp://:7411"])
+@pytest.mark.parametrize("given", ["localhost", "a:b", "x:70000", "h1:1,h2", "tcp://:7411", "h1:1,,h2:2", "h1:1,"])
 def test_a_malformed_address_is_refused(given):
-    with pytest.raises(argparse.ArgumentTypeError, match="is not an endpoint"):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not an endpoint|empty address"):
         endpoint(given)
 
 

@@ -54,7 +54,7 @@ def test_up_serves_clients_and_sigint_stops_it_with_no_process_or_port_left(rail
     gone, alive = psutil.wait_procs(processes, timeout=10)
     assert not alive, f"processes left behind: {alive}"
     assert not port_listening(port)
-    assert (data_dir / "coordinator").is_dir(), "the data stays for the next `railmq up`"
+    assert (data_dir / "node-1" / "controller" / "raft").is_dir(), "the metadata stays for the next `railmq up`"
 
 
 def test_up_refuses_a_port_in_use_with_a_one_line_error(railmq, background, tmp_path):

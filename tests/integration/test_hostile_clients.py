@@ -117,7 +117,7 @@ def test_a_deeply_nested_1_kb_frame_kills_no_actor(cluster, unique_name):
 
 
 def test_a_bool_correlation_id_is_never_echoed(cluster):
-    client = RawClient(cluster.bootstrap)
+    client = RawClient(cluster.controller_endpoint())
     try:
         client.send_frames([msgspec.msgpack.encode({"type": "MetadataRequest", "correlation_id": True})])
         answer = client.answer()
@@ -263,7 +263,7 @@ def test_a_client_posing_as_the_coordinator_changes_no_replica(cluster, unique_n
 
 
 def test_the_fault_switch_obeys_only_the_chaos_harness_of_its_cluster(cluster):
-    client = RawClient(cluster.bootstrap)
+    client = RawClient(cluster.controller_endpoint())
     try:
         answer = client.ask(FaultControlRequest(correlation_id=1, links=[LinkFault(peers=["*"])], disk_full=True))
         after = client.ask(MetadataRequest(correlation_id=2))

@@ -330,6 +330,27 @@ def test_a_partition_count_change_makes_the_leader_rebalance(stage):
     assert stage.notified("revoke")
 
 
+def test_a_subscribed_topic_created_after_the_assignment_makes_the_leader_rebalance(stage):
+    """The group formed before its topic existed (a new cluster, a topic created after the
+    consumers started): the leader assigned nothing, and must rebalance when the topic appears."""
+    stage.command("subscribe", topics=["orders"])
+    asked = stage.harness.take(BOOTSTRAP, MetadataRequest)
+    stage.harness.deliver("c1", MetadataResponse(correlation_id=asked[-1].correlation_id, topics=[TopicMetadata(
+        name="orders", error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)], group_coordinator_endpoint=GROUPS), BOOTSTRAP)
+    join = stage.to_groups(JoinGroupRequest)
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m",
+                                   members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment()))
+    assert stage.member.state == "stable" and not stage.member.owned
+
+    stage.harness.deliver("c1", MetadataResponse(correlation_id=0, topics=[topic(2)],
+                                                 group_coordinator_endpoint=GROUPS), BOOTSTRAP)
+
+    assert stage.member.state in ("revoking", "joining"), "the topic appeared and nobody was assigned it"
+
+
 def test_a_join_that_is_never_answered_is_asked_again_after_a_session_timeout(stage):
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
