@@ -45,7 +45,7 @@ LEADER_WAIT_S = 5.0
 NEMESIS_REQUEST_TIMEOUT_MS = 2000
 # A just-started actor's endpoint reaches the supervisor a moment after the process runs.
 ENDPOINT_WAIT_S = 3.0
-COORDINATOR_ROLES = ("coordinator", "group-coordinator")
+COORDINATOR_ROLES = ("coordinator", "controller", "group-coordinator")
 # Faults after which the partition must elect a new leader; their fault lines carry role "leader".
 LEADER_LOSING = ("kill", "pause", "isolate", "restart")
 
@@ -162,7 +162,7 @@ class Nemesis:
                 raise StepSkipped(f"nothing is labelled {step.label!r}")
             return victims
         if role in COORDINATOR_ROLES:
-            return [Victim(role, role, "actor")]
+            return [Victim(self._coordinator_name(role), role, "actor")]
         if role in ("member", "producer"):
             names = self.workers.alive_names(role)
             if not names:
@@ -171,6 +171,16 @@ class Nemesis:
         if role == "node":
             return self._node_replicas(step.node or 1)
         return self._partition_victims(step)
+
+    def _coordinator_name(self, role: str) -> str:
+        """The process playing `role` now: with a quorum, the voter that is active."""
+        try:
+            if role in ("coordinator", "controller"):
+                return self.cluster.active_controller(timeout_s=NEMESIS_REQUEST_TIMEOUT_MS / 1000) \
+                    if getattr(self.cluster, "controller_ids", None) else "coordinator"
+            return self.cluster.group_coordinator_name() if hasattr(self.cluster, "group_coordinator_name") else role
+        except (RailmqError, TimeoutError):
+            raise StepSkipped(f"no {role} is active (an election is under way)") from None
 
     def _partition_victims(self, step: FaultStep) -> list[Victim]:
         partition = step.partition or 0

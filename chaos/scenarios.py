@@ -43,7 +43,7 @@ PAST_SESSION_S = (2.5, 3.5)
 
 ACTIONS = ("kill", "pause", "resume", "restart", "isolate", "split", "cut", "slow-link", "disk-full",
            "fsync-fail", "crash-member", "wipe", "corrupt")
-ROLES = ("leader", "follower", "followers", "replica", "node", "coordinator", "group-coordinator",
+ROLES = ("leader", "follower", "followers", "replica", "node", "coordinator", "controller", "group-coordinator",
          "member", "producer", "label")
 
 

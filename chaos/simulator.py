@@ -366,8 +366,10 @@ class Simulator:
 
     def agent_controller(self) -> str:
         """Where the node agent sends now: the controller it believes active."""
-        agent = self.hosts["agent"]
-        return agent.actor.controllers.current if agent.alive else self.coordinator_endpoint.split(",")[0]
+        agent = self.hosts.get("agent")
+        if agent is None or not agent.alive:
+            return self.coordinator_endpoint.split(",")[0]
+        return agent.actor.controllers.current
 
     def send_as(self, name: str, to: str, message: Any) -> None:
         self._send(self.hosts[name], to, message)

@@ -155,6 +155,10 @@ class LocalCluster:
             return self.bootstrap
         return self.actor(self.active_controller(timeout_s)).endpoint
 
+    def group_coordinator_name(self) -> str:
+        """The actor name of the process coordinating groups now."""
+        return "group-coordinator"
+
     def controller_names(self) -> list[str]:
         return [controller_name(node) for node in self.controller_ids]
 

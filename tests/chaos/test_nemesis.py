@@ -380,11 +380,13 @@ def test_a_member_is_crashed_between_its_poll_and_its_commit(cluster, nemesis_fo
 
 @pytest.mark.integration
 @pytest.mark.timeout(60)
-def test_a_killed_coordinator_is_back_within_its_restart_delay(fresh_cluster):
-    cluster = fresh_cluster(restart_delay_ms=200)
-    old_pid = cluster.actor("coordinator").pid
+@pytest.mark.parametrize("controllers", [0, 3])
+def test_a_killed_coordinator_is_back_within_its_restart_delay(fresh_cluster, controllers):
+    cluster = fresh_cluster(restart_delay_ms=200, controllers=controllers)
+    name = "coordinator" if not controllers else cluster.active_controller()
+    old_pid = cluster.actor(name).pid
     started = time.monotonic()
-    cluster.kill("coordinator")
-    wait_for(lambda: cluster.actor("coordinator").alive and cluster.actor("coordinator").pid != old_pid,
-             timeout_s=10, what="the coordinator's restart")
+    cluster.kill(name)
+    wait_for(lambda: cluster.actor(name).alive and cluster.actor(name).pid != old_pid,
+             timeout_s=10, what=f"{name}'s restart")
     assert time.monotonic() - started < 1.0, "restarted within its delay plus a supervisor round"
