@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 
 class Controller:
+    REFUSAL = ErrorCode.NOT_CONTROLLER  # what a voter that does not lead answers
+    SERVES = "metadata"
+
     def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
                  coordinator_factory: Callable[[ReplicatedState], "Coordinator"], endpoint: str = "", pid: int = 0,
                  bootstrap: list[tuple[str, Any]] | None = None, name: str = "", rejoining: bool = False,
@@ -220,10 +223,10 @@ class Controller:
             return []  # a dropped coordinator's timer; an answer (never answer an answer)
         leader = self.raft.leader_id if self.raft.leader_id != self.node else 0
         endpoint = self.raft.config.voters.get(leader, "") if leader else ""
-        why = f"controller {leader} ({endpoint}) is" if leader else "no controller is known to be"
+        why = f"voter {leader} ({endpoint}) is" if leader else "no voter is known to be"
         return [Send(sender, ErrorResponse(
-            correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.NOT_CONTROLLER,
-            error_message=f"controller {self.node} does not lead the quorum; {why} active",
+            correlation_id=getattr(message, "correlation_id", -1), error=self.REFUSAL,
+            error_message=f"{self.name} does not lead the {self.SERVES} quorum; {why} active",
             controller_id=leader, controller_endpoint=endpoint))]
 
     # ------------------------------------------------------------------ status

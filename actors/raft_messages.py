@@ -85,6 +85,7 @@ class RaftAppendResponse(RaftMessage, kw_only=True):
     reject_index: NonNegative = 0
     hint_index: NonNegative = 0
     hint_term: NonNegative = 0
+    log_lost: bool = False  # a refusal from a voter that lost its log (docs/raft.md §7): forget its match
 
 
 class RaftSnapshotRequest(RaftMessage, kw_only=True):

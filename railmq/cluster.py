@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from typing import Any
 
 from actors.limits import Limits
@@ -41,6 +42,10 @@ from transport.supervisor import ManagedActor, Supervisor
 
 def controller_name(node: int) -> str:
     return f"controller/{node}"
+
+
+def group_voter_name(node: int) -> str:
+    return f"group-coordinator/{node}"
 
 
 def free_ports(count: int) -> list[int]:
@@ -107,7 +112,10 @@ class LocalCluster:
         unlink_orphaned_rings(cluster_prefix(self.cluster_id))  # a previous run killed outright
         try:
             self.bootstrap = self._start_controllers() if self.controller_ids else self._start_coordinator()
-            self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
+            if self.controller_ids:
+                self._start_group_voters()
+            else:
+                self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
                 data_dir=self.data_dir, cluster_id=self.cluster_id, limits=self.limits,
@@ -133,21 +141,32 @@ class LocalCluster:
         first (consecutive from `port`, else free ones) and kept across restarts."""
         from transport.actor_main import controller_directory
 
-        ports = ([self.port + offset for offset in range(len(self.controller_ids))] if self.port
-                 else free_ports(len(self.controller_ids)))
-        voters = {node: f"tcp://127.0.0.1:{port}" for node, port in zip(self.controller_ids, ports)}
-        formed = any(os.listdir(os.path.join(controller_directory(self.data_dir, node), "raft"))
-                     for node in self.controller_ids
-                     if os.path.isdir(os.path.join(controller_directory(self.data_dir, node), "raft")))
-        managed = []
-        for index, node in enumerate(self.controller_ids):
-            spec = self._spec("controller", controller_name(node), port=int(voters[node].rsplit(":", 1)[1]))
-            spec.node, spec.voters, spec.quorum_formed = node, voters, formed
-            spec.rebuild_metadata = self.rebuild_metadata and index == 0  # one rebuild, before the others read it
-            managed.append(self.supervisor.start(spec))
-            spec.rebuild_metadata = False
-        self.controller_endpoints = dict(voters)
+        voters = self._start_quorum("controller", controller_name, 0,
+                                    lambda node: controller_directory(self.data_dir, node))
+        self.controller_endpoints = voters
         return ",".join(voters.values())
+
+    def _start_group_voters(self) -> None:
+        """Group coordination's own quorum, one voter per controller node (actors/group_quorum.py),
+        on the ports after the controllers'."""
+        self._start_quorum("group-coordinator", group_voter_name, len(self.controller_ids),
+                           lambda node: os.path.join(self.data_dir, f"node-{node}", "group-coordinator"))
+
+    def _start_quorum(self, kind: str, name_of: Any, port_offset: int, directory_of: Any) -> dict[int, str]:
+        """Start one voter per controller node; every voter must know every voter's endpoint before
+        it starts, so the ports are chosen first (consecutive from `port`, else free ones)."""
+        count = len(self.controller_ids)
+        ports = ([self.port + port_offset + offset for offset in range(count)] if self.port else free_ports(count))
+        voters = {node: f"tcp://127.0.0.1:{port}" for node, port in zip(self.controller_ids, ports)}
+        formed = any(os.path.isdir(os.path.join(directory_of(node), "raft"))
+                     and os.listdir(os.path.join(directory_of(node), "raft")) for node in self.controller_ids)
+        for index, node in enumerate(self.controller_ids):
+            spec = self._spec(kind, name_of(node), port=int(voters[node].rsplit(":", 1)[1]))
+            spec.node, spec.voters, spec.quorum_formed = node, voters, formed
+            spec.rebuild_metadata = self.rebuild_metadata and index == 0 and kind == "controller"  # one rebuild
+            self.supervisor.start(spec)
+            spec.rebuild_metadata = False
+        return voters
 
     def controller_endpoint(self, timeout_s: float = 10.0) -> str:
         """The one endpoint that decides now: the active controller's (or the single coordinator's)."""
@@ -155,9 +174,26 @@ class LocalCluster:
             return self.bootstrap
         return self.actor(self.active_controller(timeout_s)).endpoint
 
-    def group_coordinator_name(self) -> str:
-        """The actor name of the process coordinating groups now."""
-        return "group-coordinator"
+    def group_coordinator_name(self, timeout_s: float = 10.0) -> str:
+        """The actor name of the process coordinating groups now (the active group voter)."""
+        if not self.controller_ids:
+            return "group-coordinator"
+        from railmq.admin import Admin
+
+        deadline = time.monotonic() + timeout_s
+        with Admin(self.bootstrap) as admin:
+            while True:
+                endpoint = admin.metadata([]).group_coordinator_endpoint
+                for name in self.group_voter_names():
+                    managed = self.supervisor.actors.get(name)
+                    if endpoint and managed is not None and managed.alive and managed.endpoint == endpoint:
+                        return name
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no group coordinator is announced")
+                time.sleep(0.05)
+
+    def group_voter_names(self) -> list[str]:
+        return [group_voter_name(node) for node in self.controller_ids]
 
     def controller_names(self) -> list[str]:
         return [controller_name(node) for node in self.controller_ids]
@@ -225,6 +261,36 @@ class LocalCluster:
     def kill(self, name: str) -> int:
         """SIGKILL an actor (the supervisor restarts it after its restart delay)."""
         return self.supervisor.signal(name, signal.SIGKILL)
+
+    def node_actors(self, node: int) -> list[str]:
+        """Every process that runs on `node`: its controller, its group voter and its replicas."""
+        with self.supervisor.lock:
+            return sorted(name for name, managed in self.supervisor.actors.items() if managed.spec.node == node)
+
+    def lose_node(self, node: int) -> list[str]:
+        """The loss of a machine: SIGKILL every process of `node`, then delete its data directory
+        (`data_dir/node-<node>`: its replicas, its controller's and group voter's logs). The
+        supervisor restarts them after the restart delay, empty, as a replaced machine would be."""
+        import psutil
+
+        names = self.node_actors(node)
+        pids = []
+        for name in names:
+            try:
+                pids.append(self.kill(name))
+            except (KeyError, ProcessLookupError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for pid in pids:  # dead (a zombie holds no file open) before its files go
+            while time.monotonic() < deadline:
+                try:
+                    if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                        break
+                except psutil.NoSuchProcess:
+                    break
+                time.sleep(0.005)
+        shutil.rmtree(os.path.join(self.data_dir, f"node-{node}"), ignore_errors=True)
+        return names
 
     def pause(self, name: str) -> int:
         return self.supervisor.signal(name, signal.SIGSTOP)

@@ -115,6 +115,8 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         return _build_coordinator(spec, fs, directory, incarnation), StorageFaults(fs)
     if spec.kind == "controller":
         return _build_controller(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
+    if spec.kind == "group-coordinator" and spec.voters:
+        return _build_group_voter(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
     if spec.kind == "group-coordinator":
         from actors.group_coordinator import GroupCoordinator
         from storage.state import DurableState
@@ -137,6 +139,8 @@ def actor_directory(spec: ActorSpec) -> str:
         return replica_directory(spec.data_dir, spec.node, spec.topic, spec.partition, spec.topic_id)
     if spec.kind == "controller":
         return controller_directory(spec.data_dir, spec.node)
+    if spec.kind == "group-coordinator" and spec.voters:
+        return os.path.join(spec.data_dir, f"node-{spec.node}", "group-coordinator")
     return os.path.join(spec.data_dir, spec.kind)
 
 
@@ -177,19 +181,35 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
     start, as the single coordinator does (the metadata is lost: `--rebuild-metadata`)."""
     from actors.controller import Controller
     from actors.coordinator import Coordinator
-    from actors.raft import RaftConfig
-    from storage.raft_log import RaftLog
 
     raft_directory = os.path.join(directory, "raft")
     empty = not os.path.isdir(raft_directory) or not os.listdir(raft_directory)
     bootstrap: list[tuple[str, Any]] = []
-    if empty and not spec.quorum_formed:  # checked before anything is written: a refusal changes nothing
+    if empty and not quorum_formed(spec, directory):  # checked before anything is written
         bootstrap = _first_metadata(spec, fs)
-    log = RaftLog.open(raft_directory, fs=fs)
-    # A voter that comes back empty to a quorum that had formed (its disk was lost) must not
-    # vote until a leader has caught it up (docs/raft.md §7); the mark survives its crashes.
+    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
+    config = _raft_config(spec)
+    rng = random.Random(incarnation)
+
+    def coordinator(state: Any) -> Any:
+        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
+                           cluster_id=spec.cluster_id)
+
+    return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
+                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
+                      on_rejoined=rejoined)
+
+
+def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> tuple[Any, bool, Any]:
+    """(raft log, rejoining, what to call once caught up) of a voter of either quorum.
+
+    A voter that comes back empty to a quorum that had formed (its disk was lost) must not vote
+    until a leader has caught it up (docs/raft.md §7); the mark survives its crashes."""
+    from storage.raft_log import RaftLog
+
+    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs)
     mark = os.path.join(directory, REJOINING_MARK)
-    if empty and spec.quorum_formed and not os.path.exists(mark):
+    if empty and quorum_formed(spec, directory) and not os.path.exists(mark):
         with open(mark, "wb") as handle:
             handle.write(b"this voter lost its log: it votes again once a leader has caught it up\n")
             os.fsync(handle.fileno())
@@ -203,18 +223,63 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
         except OSError:
             pass  # still marked: after a restart it waits to be caught up once more, which is safe
 
-    config = RaftConfig(node_id=spec.node, voters=dict(spec.voters),
-                        election_timeout_ms=spec.limits.controller_election_timeout_ms,
-                        heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms)
+    return log, rejoining, rejoined if rejoining else None
+
+
+def quorum_formed(spec: ActorSpec, directory: str) -> bool:
+    """Whether this voter's quorum had formed before: the cluster said so at start, or another
+    voter of it on this machine has written a record or a snapshot (this one was wiped while the
+    cluster runs). A voter that merely started has a log of headers only."""
+    from storage.raft_records import HEADER_BYTES, LOG_NAME, SNAPSHOT_NAME
+
+    if spec.quorum_formed:
+        return True
+    kind = os.path.basename(directory)
+    for node in spec.voters:
+        raft = os.path.join(spec.data_dir, f"node-{node}", kind, "raft")
+        if node == spec.node:
+            continue
+        log = os.path.join(raft, LOG_NAME)
+        if os.path.exists(os.path.join(raft, SNAPSHOT_NAME)) or (
+                os.path.exists(log) and os.path.getsize(log) > HEADER_BYTES):
+            return True
+    return False
+
+
+def _raft_config(spec: ActorSpec) -> Any:
+    from actors.raft import RaftConfig
+
+    return RaftConfig(node_id=spec.node, voters=dict(spec.voters),
+                      election_timeout_ms=spec.limits.controller_election_timeout_ms,
+                      heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms)
+
+
+def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
+    """A voter of the group-coordination quorum (actors/group_quorum.py). A new quorum on a
+    cluster that had a single group coordinator starts from its `groups.state`."""
+    from actors.group_coordinator import GroupCoordinator
+    from actors.group_quorum import GroupQuorumVoter
+    from storage.state import DurableState
+
+    raft_directory = os.path.join(directory, "raft")
+    empty = not os.path.isdir(raft_directory) or not os.listdir(raft_directory)
+    bootstrap: list[tuple[str, Any]] = []
+    legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
+    if empty and not quorum_formed(spec, directory) and os.path.exists(legacy):
+        state = DurableState.open(legacy, fs=fs)
+        bootstrap = state.items()
+        state.close()
+    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
     rng = random.Random(incarnation)
 
-    def coordinator(state: Any) -> Any:
-        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
-                           cluster_id=spec.cluster_id)
+    def group_coordinator(state: Any) -> Any:
+        return GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
+                                incarnation=rng.getrandbits(62) + 1, pid=os.getpid(), limits=spec.limits,
+                                rng=random.Random(rng.getrandbits(64)))
 
-    return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
-                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
-                      on_rejoined=rejoined if rejoining else None)
+    return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
+                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name,
+                            rejoining=rejoining, on_rejoined=rejoined)
 
 
 def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:

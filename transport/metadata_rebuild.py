@@ -45,6 +45,9 @@ HOW_TO_RECOVER = (
     "--rebuild-metadata`) to rebuild topics, placement and epochs from the replica directories")
 
 
+VOTER_DIRECTORIES = {"controller", "group-coordinator"}  # a node's quorum voters: not replica data
+
+
 class MetadataLost(RuntimeError):
     """The coordinator's state is gone while replica data exists."""
 
@@ -78,7 +81,7 @@ def _list(directory: str) -> list[str]:
 
 def has_replica_data(data_dir: str) -> bool:
     for node_name in _list(data_dir):
-        if node_name.startswith("node-") and set(_list(os.path.join(data_dir, node_name))) - {"controller"}:
+        if node_name.startswith("node-") and set(_list(os.path.join(data_dir, node_name))) - VOTER_DIRECTORIES:
             return True
     return False
 

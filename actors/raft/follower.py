@@ -67,7 +67,7 @@ class FollowerRules:
         self._answer_append(request.source, success=True, match_index=last_new)
 
     def _refuse_append(self, request: RaftAppendRequest) -> None:
-        if request.prev_log_index <= self.commit_index:
+        if request.prev_log_index <= self.commit_index and not self.rejoining:
             # The leader's entry at our commit index differs from the one we committed.
             self._count("protocol_violation_committed_entry_disputed")
             self._early.append(Trace("raft_protocol_violation", {
@@ -82,7 +82,7 @@ class FollowerRules:
             index -= 1
         self._count("appends_refused")
         self._answer_append(request.source, success=False, reject_index=request.prev_log_index,
-                            hint_index=index, hint_term=self.log.term_at(index) or 0)
+                            hint_index=index, hint_term=self.log.term_at(index) or 0, log_lost=self.rejoining)
 
     def _answer_append(self, leader: int, **fields) -> None:
         self._send(leader, RaftAppendResponse(source=self.id, destination=leader, term=self.term, **fields))

@@ -11,7 +11,8 @@ A follower is in one of three states (etcd-io/raft's tracker.Progress):
 - SNAPSHOT: the entries the follower needs are compacted away; a snapshot is on its way. Nothing
   else is sent until it is answered, or presumed lost after an election timeout.
 
-Invariant: match_index < next_index, and match_index only grows within one leadership.
+Invariant: match_index < next_index, and match_index only grows within one leadership — except
+for a follower that says it lost its log (a wiped disk, docs/raft.md §7): its match goes back.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ class Progress:
         elif self.state is ReplicationState.SNAPSHOT and index >= self.snapshot_index:
             self.become_replicate()
         return moved
+
+    def forget_match(self, held: int) -> None:
+        """The follower lost its log: it holds at most `held`, whatever it acknowledged before."""
+        self.match_index = min(self.match_index, held)
+        self.match_at_last_heartbeat = min(self.match_at_last_heartbeat, held)
+        self.commit_told = min(self.commit_told, held)
+        self.become_probe()
 
     def become_probe(self) -> None:
         self.state = ReplicationState.PROBE

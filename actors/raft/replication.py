@@ -126,6 +126,11 @@ class LeaderRules:
             self._tell_commit(peer, progress, now_ns)
 
     def _on_append_refused(self, peer: int, progress: Progress, response: RaftAppendResponse, now_ns: int) -> None:
+        if response.log_lost and response.reject_index <= progress.match_index:
+            # A voter whose disk was wiped: what it acknowledged is gone. Its match index goes
+            # back to what it holds (the commit index never does), and it is repaired from there.
+            self._count("follower_logs_lost")
+            progress.forget_match(response.hint_index)
         if progress.state is ReplicationState.REPLICATE:
             if response.reject_index <= progress.match_index:
                 self._count("stale_append_refusals")

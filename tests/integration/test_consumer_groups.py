@@ -258,7 +258,7 @@ def test_a_group_coordinator_kill_neither_rebalances_nor_redelivers(cluster, adm
         generations = [member.generation() for member in members]
         produce(cluster.bootstrap, topic, 200, 2)
         consume_until(200)
-        cluster.kill("group-coordinator")
+        cluster.kill(cluster.group_coordinator_name())
         produce(cluster.bootstrap, topic, 200, 2)
         consume_until(400)
 

@@ -391,7 +391,7 @@ def run_through_a_kill(fresh_cluster, unique_name, kill: Any, replication_factor
 
 def test_share_state_survives_a_group_coordinator_kill(fresh_cluster, unique_name):
     def kill(cluster, topic) -> None:
-        cluster.kill("group-coordinator")
+        cluster.kill(cluster.group_coordinator_name())
 
     run_through_a_kill(fresh_cluster, unique_name, kill, replication_factor=1)
 

@@ -72,3 +72,23 @@ def test_a_wiped_voter_votes_again_once_a_leader_has_caught_it_up():
     assert net.nodes[1].role is Role.LEADER
     assert not net.nodes[2].rejoining and net.nodes[2].counters.get("rejoined") == 1
     assert net.commands(2)[:3] == [b"acknowledged-%d" % index for index in range(3)]
+
+
+def test_a_leader_repairs_a_follower_that_lost_what_it_had_acknowledged():
+    """The leader still believes the wiped voter holds everything it acknowledged (its match
+    index): the voter's refusals say its log was lost, and the leader sends it everything again."""
+    net = Net(3, pre_vote=True)
+    net.campaign(1)
+    net.deliver()
+    for index in range(3):
+        net.propose(1, b"acknowledged-%d" % index)
+        net.deliver()
+    assert net.nodes[1].progress[2].match_index == 4
+    net.crash(2)
+    net.fs[2] = MemoryFileSystem()
+    net.restart(2, rejoining=True)
+    net.run_for(1_000)
+    assert net.nodes[1].counters.get("follower_logs_lost", 0) >= 1
+    assert not net.nodes[2].rejoining, "the wiped voter was never caught up"
+    assert net.commands(2)[:3] == [b"acknowledged-%d" % index for index in range(3)]
+    assert net.nodes[2].counters.get("protocol_violation_committed_entry_disputed", 0) == 0
