@@ -168,6 +168,8 @@ class Nemesis:
             if not names:
                 raise StepSkipped(f"no {role} is running")
             return [Victim(self.rng.choice(names), role, "worker")]
+        if role == "node" and step.action == "lose-node":
+            return []  # the whole node, processes and disk (LocalCluster.lose_node)
         if role == "node":
             return self._node_replicas(step.node or 1)
         return self._partition_victims(step)
@@ -236,6 +238,12 @@ class Nemesis:
         for victim in victims:
             pid = self._signal(victim, signal.SIGKILL)
             self.log.fault("kill", victim, "start", index, pid=pid)
+
+    def _do_lose_node(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
+        node = step.node or 1
+        lost = self.cluster.lose_node(node)
+        victim = Victim(f"node {node}", "node", "node", None, node)
+        self.log.fault("lose-node", victim, "start", index, processes=lost)
 
     def _do_restart(self, step: FaultStep, index: int, victims: list[Victim]) -> None:
         for victim in victims:

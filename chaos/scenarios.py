@@ -42,7 +42,7 @@ SCHEDULE_TAIL_S = 1.0
 PAST_SESSION_S = (2.5, 3.5)
 
 ACTIONS = ("kill", "pause", "resume", "restart", "isolate", "split", "cut", "slow-link", "disk-full",
-           "fsync-fail", "crash-member", "wipe", "corrupt")
+           "fsync-fail", "crash-member", "wipe", "corrupt", "lose-node")
 ROLES = ("leader", "follower", "followers", "replica", "node", "coordinator", "controller", "group-coordinator",
          "member", "producer", "label")
 
@@ -176,6 +176,26 @@ def kill_follower(rng: random.Random, shape: WorkloadShape, at_s: float) -> list
 
 def kill_coordinator(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
     return [FaultStep(at_s=at_s, action="kill", role=rng.choice(["coordinator", "group-coordinator"]))]
+
+
+def kill_controller(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+    """kill -9 the active controller (the quorum elects another; the old one restarts and follows)."""
+    return [FaultStep(at_s=at_s, action="kill", role="controller")]
+
+
+def isolate_controller(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+    """Cut the active controller off from every other process for longer than an election."""
+    return [FaultStep(at_s=at_s, action="isolate", role="controller", duration_s=_lasting(rng, (2.0, 3.0)))]
+
+
+def kill_group_coordinator(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+    """kill -9 the active group-coordination voter while members poll and commit."""
+    return [FaultStep(at_s=at_s, action="kill", role="group-coordinator")]
+
+
+def lose_node(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+    """Every process of one node killed and its data directory deleted; it comes back empty."""
+    return [FaultStep(at_s=at_s, action="lose-node", role="node", node=rng.randrange(1, shape.nodes + 1))]
 
 
 def crash_member(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
@@ -322,6 +342,13 @@ _SAFE = [
              rolling_restart_schedule),
     Scenario("disk-loss", "wipe one replica's data directory as it is killed, or flip a byte of a batch it flushed",
              _single(lose_disk, gap_s=(3.0, 4.0))),
+    Scenario("controller-kill", "kill -9 the active controller, again and again", _single(kill_controller)),
+    Scenario("controller-isolate", "cut the active controller off from every other process, then heal",
+             _single(isolate_controller, gap_s=(1.5, 2.5))),
+    Scenario("group-coordinator-kill", "kill -9 the active group-coordination voter while members commit",
+             _single(kill_group_coordinator)),
+    Scenario("node-loss", "kill every process of one node and delete its data directory; it returns empty",
+             _single(lose_node, gap_s=(4.0, 5.0))),
     Scenario("mixed", "a random rotation of every nemesis, with quiet periods", mixed_schedule),
 ]
 _TEACHING = [

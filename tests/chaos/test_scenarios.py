@@ -47,7 +47,7 @@ def test_the_registry_has_every_scenario_the_issue_names():
     assert set(SCENARIOS) == {
         "leader-kill", "follower-kill", "coordinator-kill", "consumer-crash-before-commit",
         "zombie-leader-pause", "isolate-leader", "rolling-restart", "disk-loss", "mixed", "acks1-leader-kill",
-        "unclean-election"}
+        "unclean-election", "controller-kill", "controller-isolate", "group-coordinator-kill", "node-loss"}
     assert {scenario.name for scenario in teaching_scenarios()} == {"acks1-leader-kill", "unclean-election"}
     assert all(not scenario.expect_loss for scenario in safe_scenarios())
 
