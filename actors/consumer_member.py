@@ -149,9 +149,10 @@ class ConsumerMember:
                                                                      f"unknown command {command.command!r}")))]
 
     def _with_coordinator(self, command: ClientCommand, action: Any) -> list[Effect]:
-        if not self.coordinator:
+        if not self.coordinator:  # refused now; the metadata asked for finds it for the next call
             return [Notify("result", (command.token, None, RailmqError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not known yet")))]
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not known yet")))] + \
+                self.client.request_metadata(list(self.topics))
         return action()
 
     def _commit(self, command: ClientCommand, now_ns: int) -> list[Effect]:
@@ -280,7 +281,7 @@ class ConsumerMember:
             target = cooperative_adjust(target, owned).assignment
         assignments = [MemberAssignment(member_id=member, assignment=_encoder.encode(
             ConsumerAssignment(partitions=[tuple(tp) for tp in partitions]))) for member, partitions in sorted(target.items())]
-        self.assigned_counts = {topic: counts.get(topic, 0) for topic in topics}  # a topic yet to be created: 0
+        self.assigned_counts = {topic: counts.get(topic, 0) for topic in topics}  # 0: not created yet
         return [Trace("assignment-computed", {"generation": self.generation, "assignor": self.protocol,
                                               "assignment": {m: list(p) for m, p in target.items()}})] + self._sync(now_ns, assignments)
 
@@ -403,8 +404,12 @@ class ConsumerMember:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             return effects + self._begin_rebalance("the coordinator started a rebalance", now_ns)
         if code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.UNKNOWN_MESSAGE):
+            # Find the coordinator again. A stable member carries on there in its generation (the
+            # group's state moved with the coordinator, as Kafka's does); a join or sync in
+            # progress starts over.
             self.coordinator = ""
-            self.state = "unjoined"
+            if self.state not in ("stable", "revoking"):
+                self.state = "unjoined"
             return effects + self.client.request_metadata(list(self.topics))
         self.state = "unjoined"
         if code in (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_SESSION_TIMEOUT, ErrorCode.INVALID_REQUEST):

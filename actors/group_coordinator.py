@@ -138,7 +138,8 @@ class GroupCoordinator:
             case ServiceHeartbeatResponse():
                 self.announce_unanswered = False
                 return []
-            case ErrorResponse() if message.correlation_id == ANNOUNCE_CORRELATION_ID and self.controllers.take(message):
+            case ErrorResponse() if (message.correlation_id == ANNOUNCE_CORRELATION_ID
+                                     and self.controllers.take(message)):
                 return [Send(self.controllers.current, self._announcement())]  # to the voter it named
             case Stop():
                 self.state.flush()

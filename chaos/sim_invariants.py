@@ -113,7 +113,8 @@ class Invariants:
 
     def _on_partition_state(self, host: "Host", to: Any, message: Any) -> None:
         state = message.state
-        if host.kind not in ("coordinator", "controller") or state is None or state.leader < 0 or state.leader_incarnation == 0:
+        if host.kind not in ("coordinator", "controller") or state is None or state.leader < 0 \
+                or state.leader_incarnation == 0:
             return
         key = (state.topic, state.partition, state.leader_epoch)
         who = (state.leader, state.leader_incarnation)

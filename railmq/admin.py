@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 import msgspec
 
+from actors.controller_endpoints import ControllerEndpoints
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FaultControlRequest,
-    LinkFault, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
-    RuntimeStatsRequest, RuntimeStatsResponse, TopicConfig, TopicMetadata,
+    ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest, CreateTopicRequest,
+    DeleteTopicRequest, ErrorResponse, FaultControlRequest, LinkFault, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, RuntimeStatsRequest, RuntimeStatsResponse, TopicConfig, TopicMetadata,
 )
-from actors.controller_endpoints import ControllerEndpoints
 from transport.rpc import RequestTimeout, RpcClient
 
 

@@ -114,7 +114,8 @@ def run_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(facts, indent=2))
         return EXIT_OK
-    rows = [["cluster id", facts["cluster_id"] or "-"], ["controllers" if "," in facts["coordinator"] else "coordinator", facts["coordinator"]],
+    role = "controllers" if "," in facts["coordinator"] else "coordinator"
+    rows = [["cluster id", facts["cluster_id"] or "-"], [role, facts["coordinator"]],
             ["group coordinator", facts["group_coordinator"] or "[yellow]not known yet[/]"],
             ["nodes", ", ".join(map(str, facts["nodes"])) or "-"], ["topics", str(facts["topics"])],
             ["partitions", str(facts["partitions"])],

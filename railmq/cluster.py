@@ -76,7 +76,8 @@ class LocalCluster:
         if controllers is None:
             controllers = 3 if nodes >= 3 else 1
         if not 0 <= controllers <= nodes:
-            raise ValueError(f"controllers must be 0 (a single coordinator) to {nodes} (one per node), got {controllers}")
+            raise ValueError(f"controllers must be 0 (a single coordinator) to {nodes} (one per node), "
+                             f"got {controllers}")
         self.controller_ids = self.node_ids[:controllers]
         self.own_data_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="railmq-")

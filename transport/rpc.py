@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from actors.controller_endpoints import ControllerEndpoints
 from actors.limits import DEFAULT_LIMITS
@@ -24,12 +25,25 @@ from transport.codec import Codec, DecodeFailure
 # A voter that does not answer within this (or an eighth of the caller's timeout, when longer) is
 # taken for dead and the next one is asked: a live controller answers in ~1 ms even when loaded.
 CONTROLLER_ATTEMPT_MS = 1000
+# A request that may fail fast looks at its connection this often while it waits.
+FAIL_FAST_CHECK_MS = 5
+PEER_DOWN_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 ELECTION_WAIT_S = 0.05  # no voter knows a leader: ask again after this
 
 
 class RequestTimeout(TimeoutError):
     def __init__(self, endpoint: str, message: Message, timeout_ms: int) -> None:
         super().__init__(f"no answer from {endpoint} to {type(message).__name__} within {timeout_ms} ms")
+        self.endpoint = endpoint
+
+
+class PeerDown(RequestTimeout):
+    """Nothing listens at the endpoint any more (the connection was refused or dropped): asked with
+    `fail_fast`, the request gives up at once instead of waiting out its timeout."""
+
+    def __init__(self, endpoint: str, message: Message) -> None:
+        TimeoutError.__init__(self, f"{endpoint} is down (the connection was refused or dropped) before it answered "
+                                    f"{type(message).__name__}")
         self.endpoint = endpoint
 
 
@@ -43,6 +57,7 @@ class RpcClient:
         self.identity = identity
         self.codec = Codec(DEFAULT_LIMITS.frame_bytes_hard_max, secret=secret)
         self._sockets: dict[str, zmq.Socket] = {}
+        self._monitors: dict[str, zmq.Socket] = {}
 
     def _socket(self, endpoint: str) -> zmq.Socket:
         socket = self._sockets.get(endpoint)
@@ -51,23 +66,44 @@ class RpcClient:
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 50)
             socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_ids)}".encode())
+            # Before connecting, so a refusal of the very first connection attempt is seen too.
+            self._monitors[endpoint] = socket.get_monitor_socket(PEER_DOWN_EVENTS)
             socket.connect(endpoint)
             self._sockets[endpoint] = socket
         return socket
 
+    def _peer_went_down(self, endpoint: str) -> bool:
+        """Whether the monitor saw the connection refused or dropped since the last look."""
+        monitor = self._monitors.get(endpoint)
+        down = False
+        while monitor is not None and monitor.poll(0, zmq.POLLIN):
+            event = recv_monitor_message(monitor)
+            down = down or event["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CONNECT_RETRIED)
+            if event["event"] == zmq.EVENT_CONNECTED:
+                down = False
+        return down
+
     def request(self, endpoint: str, message: Message, timeout_ms: int = 5000, *,
-                authenticated_only: bool = False) -> Any:
+                authenticated_only: bool = False, fail_fast: bool = False) -> Any:
         """Send `message` (its correlation_id is replaced) and return the matching reply. With
         `authenticated_only`, a reply without this cluster's tag is ignored (a process that took
-        over a dead actor's port cannot answer for it)."""
+        over a dead actor's port cannot answer for it). With `fail_fast`, a connection refused or
+        dropped before the answer raises `PeerDown` at once (the request is dropped with the socket)."""
         correlation_id = next(_ids)
         message = msgspec.structs.replace(message, correlation_id=correlation_id)
         socket = self._socket(endpoint)
+        self._peer_went_down(endpoint)  # what happened before this request does not count
         socket.send_multipart(self.codec.encode(message), copy=False)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not socket.poll(remaining_ms, zmq.POLLIN):
+            wait_ms = min(remaining_ms, FAIL_FAST_CHECK_MS) if fail_fast else remaining_ms
+            if remaining_ms <= 0 or not socket.poll(max(wait_ms, 0), zmq.POLLIN):
+                if fail_fast and remaining_ms > 0 and self._peer_went_down(endpoint):
+                    self.forget(endpoint)
+                    raise PeerDown(endpoint, message)
+                if remaining_ms > 0 and fail_fast:
+                    continue
                 self.forget(endpoint)
                 raise RequestTimeout(endpoint, message, timeout_ms)
             frames = socket.recv_multipart(copy=False)
@@ -97,7 +133,7 @@ class RpcClient:
             endpoint = controllers.current
             try:
                 reply = self.request(endpoint, message, min(attempt_ms, remaining_ms),
-                                     authenticated_only=authenticated_only)
+                                     authenticated_only=authenticated_only, fail_fast=len(controllers) > 1)
             except RequestTimeout:
                 controllers.rotate()
                 continue
@@ -115,8 +151,12 @@ class RpcClient:
 
     def forget(self, endpoint: str) -> None:
         socket = self._sockets.pop(endpoint, None)
+        monitor = self._monitors.pop(endpoint, None)
         if socket is not None:
+            socket.disable_monitor()
             socket.close(linger=0)
+        if monitor is not None:
+            monitor.close(linger=0)
 
     def close(self) -> None:
         for endpoint in list(self._sockets):

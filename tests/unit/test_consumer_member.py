@@ -22,8 +22,8 @@ from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
-    ClientCommand, ConsumerAssignment, GroupMember, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    ClientCommand, ConsumerAssignment, ErrorResponse, GroupMember, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata,
     PeerDisconnected, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
@@ -349,6 +349,39 @@ def test_a_subscribed_topic_created_after_the_assignment_makes_the_leader_rebala
                                                  group_coordinator_endpoint=GROUPS), BOOTSTRAP)
 
     assert stage.member.state in ("revoking", "joining"), "the topic appeared and nobody was assigned it"
+
+
+def test_a_stable_member_follows_its_group_to_a_new_coordinator_without_a_rebalance(stage):
+    """The group coordinator failed over (the voter asked no longer leads: NOT_COORDINATOR). The
+    group's state moved with it, so the member finds it again and carries on in its generation,
+    as a Kafka member does; rejoining would stop every member of the group for a rebalance."""
+    stage.joined_alone()
+    stage.harness.advance(HEARTBEAT_MS)
+    beat = stage.to_groups(HeartbeatRequest)
+    stage.answer(ErrorResponse(correlation_id=beat.correlation_id, error=ErrorCode.NOT_COORDINATOR,
+                               error_message="group-coordinator/1 does not lead"))
+    assert stage.member.state == "stable" and stage.member.generation == 1 and stage.member.owned
+    assert stage.member.coordinator == ""
+    asked = stage.harness.take(BOOTSTRAP, MetadataRequest)
+    assert asked, "the member did not look for its group coordinator again"
+    moved = "tcp://127.0.0.1:9/groups-2"
+    stage.harness.deliver("c1", MetadataResponse(correlation_id=asked[-1].correlation_id, topics=[topic(2)],
+                                                 group_coordinator_endpoint=moved), BOOTSTRAP)
+    stage.harness.advance(HEARTBEAT_MS)
+    [beat] = stage.harness.take(moved, HeartbeatRequest)[-1:]
+    assert (beat.generation, beat.member_id) == (1, "c1-m")
+    assert stage.harness.take(moved, JoinGroupRequest) == [], "a failover must not cost a rebalance"
+
+
+def test_a_commit_refused_for_want_of_a_coordinator_asks_where_it_is(stage):
+    """Between a group coordinator's death and the next heartbeat, a commit that is refused
+    ("not known yet") must itself look for the coordinator, or the caller's retries wait for the
+    heartbeat interval."""
+    stage.joined_alone()
+    stage.member.coordinator = ""
+    stage.harness.take(BOOTSTRAP, MetadataRequest)
+    stage.command("commit", offsets=[["orders", 0, 5, ""]])
+    assert stage.harness.take(BOOTSTRAP, MetadataRequest), "the refused commit did not ask for metadata"
 
 
 def test_a_join_that_is_never_answered_is_asked_again_after_a_session_timeout(stage):
