@@ -82,7 +82,8 @@ def seed_line(summary: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the seeds `add_arguments` describes; 1 when any failed."""
-    config = SimConfig(duration_ms=args.duration_ms, faults=args.faults, steps_max=args.steps)
+    config = SimConfig(duration_ms=args.duration_ms, faults=args.faults, steps_max=args.steps,
+                       controllers=getattr(args, "controllers", 0))
     seeds = range(args.seed, args.seed + max(1, args.seeds))
     as_json = bool(getattr(args, "json", False))
     if not as_json and not args.quiet:
@@ -134,6 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
     parser.add_argument("--seed", type=int, default=1, help="the seed of one run (default 1)")
     parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds starting at --seed")
+    parser.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3, 5),
+                        help="0: one coordinator process (the default sweep); N: a controller quorum of N voters")
     parser.add_argument("--duration-ms", type=int, default=SimConfig.duration_ms, help="simulated time with faults")
     parser.add_argument("--steps", type=int, default=0,
                         help="end the faulty phase after about this many steps (0: no limit)")
