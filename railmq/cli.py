@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import railmq
 from actors.errors import ErrorCode, RailmqError
 from railmq import (
-    cli_chaos, cli_cluster, cli_console, cli_data, cli_dlq, cli_groups, cli_lab, cli_sim, cli_size,
+    cli_chaos, cli_cluster, cli_console, cli_data, cli_dlq, cli_groups, cli_lab, cli_node, cli_sim, cli_size,
     cli_topics,
 )
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
@@ -54,6 +54,7 @@ def run_version(args: argparse.Namespace) -> int:
 
 COMMAND_GROUPS: list[Register] = [
     cli_cluster.register,
+    cli_node.register,
     cli_topics.register,
     cli_data.register,
     cli_groups.register,

@@ -63,6 +63,8 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
     report_to: str = ""  # replicas: their node agent's endpoint ("": report to the coordinator)
     voters: dict[int, str] = {}  # controllers: the quorum, voter (node) id -> endpoint
+    bind_host: str = "127.0.0.1"  # where the actor's ROUTER listens
+    advertise_host: str = ""  # the address others reach it at ("": bind_host), docs/deploy.md
     quorum_formed: bool = False  # controllers: some voter already has a log (a new one joins empty)
 
 
@@ -436,7 +438,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
     exit_code = 0
     try:
-        endpoint = runtime.bind(spec.port)
+        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
         lifeline.send(("ready", endpoint, os.getpid(), incarnation))
         runtime.watch_fd(wake_read, lambda: os.read(wake_read, 4096))

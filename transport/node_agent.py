@@ -112,7 +112,8 @@ class NodeAgent:
     def __init__(self, *, supervisor: Supervisor, coordinator: str, nodes: list[int], data_dir: str,
                  cluster_id: str, limits: Limits, trace_path: str = "", log_level: str = "WARNING",
                  on_change: Callable[[], None] | None = None,
-                 shared_memory: bool = True, secret: bytes = b"", faults_enabled: bool = False) -> None:
+                 shared_memory: bool = True, secret: bytes = b"", faults_enabled: bool = False,
+                 bind_host: str = "127.0.0.1", advertise_host: str = "") -> None:
         self.supervisor = supervisor
         self.coordinator = coordinator  # the bootstrap: every voter of the quorum (or one coordinator)
         self.controllers = ControllerEndpoints(coordinator)
@@ -125,6 +126,7 @@ class NodeAgent:
         self.shared_memory = shared_memory
         self.secret = secret
         self.faults_enabled = faults_enabled
+        self.bind_host, self.advertise_host = bind_host, advertise_host  # where its replicas listen
         self.on_change = on_change
         self.replicas: dict[str, tuple[str, int, int, int]] = {}  # actor name -> (topic, partition, node, topic id)
         self.book = ReplicaReportBook(limits.replica_keepalive_timeout_ms)
@@ -260,7 +262,7 @@ class NodeAgent:
                              limits=self.limits, trace_path=self.trace_path, log_level=self.log_level,
                              shared_memory=self.shared_memory, secret=self.secret,
                              faults_enabled=self.faults_enabled, replicas=list(assignment.replicas),
-                             report_to=self.endpoint)
+                             report_to=self.endpoint, bind_host=self.bind_host, advertise_host=self.advertise_host)
             self.supervisor.launch(spec)
             self.replicas[name] = (assignment.topic, assignment.partition, assignment.node, assignment.topic_id)
             changed = True

@@ -103,8 +103,9 @@ class Runtime:
 
     # ------------------------------------------------------------------ setup
 
-    def bind(self, port: int = 0) -> str:
-        """Bind the ROUTER on 127.0.0.1 (port 0: any free port) and return the endpoint."""
+    def bind(self, port: int = 0, host: str = "127.0.0.1", advertise: str = "") -> str:
+        """Bind the ROUTER on `host` (port 0: any free port) and return the endpoint others use:
+        `tcp://<advertise or host>:<port>` (a node behind another address names the one its peers reach)."""
         router = self.context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -112,12 +113,12 @@ class Runtime:
         router.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max * 10)
         router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
         if port:
-            router.bind(f"tcp://127.0.0.1:{port}")
+            router.bind(f"tcp://{host}:{port}")
         else:
-            port = router.bind_to_random_port("tcp://127.0.0.1")
+            port = router.bind_to_random_port(f"tcp://{host}")
         self._router = router
         self._watch.add_socket(router)
-        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.endpoint = f"tcp://{advertise or host}:{port}"
         return self.endpoint
 
     def watch_fd(self, fd: int, on_readable: Callable[[], None]) -> None:

@@ -205,3 +205,18 @@ def test_a_script_without_a_main_guard_runs_because_actors_never_run_the_script_
                               timeout=60, env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.splitlines() == ["led 2"]
+
+
+def test_the_node_commands_of_docs_deploy_md_are_valid_command_lines():
+    """Every `railmq node ...` in docs/deploy.md (shell lines, the systemd unit, the compose file)
+    parses with today's parser: the deployment guide cannot drift from the flags."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    lines = re.findall(r"railmq node [^\n\"]+", text)
+    assert len(lines) >= 6, lines
+    for line in lines:
+        args = cli.parse(cli.build_parser(), shlex.split(line)[1:])
+        assert args.handler.__name__ == "run_node" and args.node >= 1, line

@@ -139,3 +139,24 @@ def test_cluster_info_shows_every_voter_the_leader_and_the_lag(fresh_cluster):
     table = subprocess.run([sys.executable, "-m", "railmq.cli", "cluster", "info", "-b", cluster.bootstrap],
                            capture_output=True, text=True, timeout=60)
     assert f"controller {quorum['leader']} leads term" in table.stdout
+
+
+def test_topics_and_groups_describe_keep_working_through_a_controller_failover(fresh_cluster, unique_name):
+    cluster = fresh_cluster()
+    topic, group = unique_name(), unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2, replication_factor=3)
+    produce(cluster.bootstrap, topic, 20, "r")
+    with Consumer(cluster.bootstrap, group_id=group, auto_offset_reset="earliest") as member:
+        member.subscribe([topic])
+        wait_for(lambda: member.poll(100) or member.assignment(), 30, "the member to be assigned")
+        member.commit()
+    cluster.kill(active_controller(cluster))
+    cluster.kill(cluster.group_coordinator_name())
+    for command in (["topics", "describe", topic, "--json"], ["groups", "describe", group, "--json"]):
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "railmq.cli", *command, "-b", cluster.bootstrap],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+        assert topic in result.stdout, command
+        assert time.monotonic() - started < 15, f"{command} took {time.monotonic() - started:.1f} s"

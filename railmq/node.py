@@ -1,0 +1,186 @@
+"""`ClusterNode`: one node of a cluster that spans machines (`railmq node`), docs/deploy.md.
+
+    node = ClusterNode(2, voters={1: "10.0.0.1", 2: "10.0.0.2", 3: "10.0.0.3"}, data_dir="/var/lib/railmq",
+                       bind_host="10.0.0.2").start()
+
+A node runs, under its own supervisor: its voter of the controller quorum (on `port`), its voter of
+the group-coordination quorum (on `port + 1`), and a node agent that starts the node's replica
+processes (on free ports) as the active controller assigns them. Every node is a voter of both
+quorums (the voter set is fixed from configuration: `voters` maps each node id to the host its
+peers reach it at; every node uses the same `port`). Membership changes are not supported, so a
+cluster's nodes are the voters it was formed with; a lost node comes back under the same id,
+empty or not.
+
+The cluster's identity — its id and its secret, which authenticates every message between its
+processes — must be the same on every node and never travels over the network: the first node
+creates it, and every other node is given a copy (`identity_from`: a directory holding
+`cluster.meta` and `cluster.secret`), as Kafka formats every node's storage with one cluster id.
+
+Shared-memory rings are for processes of one host: a node's replicas use ZeroMQ only, unless
+`shared_memory` (all nodes on one machine, such as network namespaces of one kernel).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from typing import Any
+
+from actors.limits import Limits
+from storage.directory import CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, DirectoryLock
+from transport.actor_main import ActorSpec
+from transport.node_agent import NodeAgent
+from transport.supervisor import Supervisor
+
+DEFAULT_NODE_PORT = 7411
+FORMED_CHECK_TIMEOUT_MS = 1_000  # per other voter, at start, only for a voter whose log is empty
+
+
+class NodeConfigError(ValueError):
+    """A node configuration that cannot form a cluster (the sentence says what to change)."""
+
+
+def parse_voters(text: str) -> dict[int, str]:
+    """`1=10.0.0.1,2=10.0.0.2,3=host-3` -> {1: "10.0.0.1", ...}."""
+    voters: dict[int, str] = {}
+    for part in (piece.strip() for piece in text.split(",") if piece.strip()):
+        node, separator, host = part.partition("=")
+        if not separator or not node.strip().isdigit() or int(node) < 1 or not host.strip():
+            raise NodeConfigError(f"{part!r} is not NODE=HOST (a node id of 1 or more, then its address)")
+        if int(node) in voters:
+            raise NodeConfigError(f"node {int(node)} is named twice in {text!r}")
+        voters[int(node)] = host.strip()
+    if not voters:
+        raise NodeConfigError("--voters names no node")
+    return voters
+
+
+class ClusterNode:
+    def __init__(self, node: int, *, voters: dict[int, str], data_dir: str, port: int = DEFAULT_NODE_PORT,
+                 bind_host: str = "", advertise_host: str = "", identity_from: str = "",
+                 limits: Limits | None = None, shared_memory: bool = False, trace: bool = True,
+                 log_level: str = "WARNING", restart_delay_ms: int = 500) -> None:
+        if node not in voters:
+            raise NodeConfigError(f"node {node} is not one of the voters {sorted(voters)}: every node is a voter")
+        if not 0 < port < 65535:
+            raise NodeConfigError(f"--port must leave room for the group voter on port + 1, got {port}")
+        self.node = node
+        self.voters = dict(voters)
+        self.port = port
+        self.advertise_host = advertise_host or voters[node]
+        self.bind_host = bind_host or self.advertise_host
+        self.data_dir = data_dir
+        self.identity_from = identity_from
+        self.limits = limits or Limits()
+        self.shared_memory = shared_memory
+        self.trace_path = os.path.join(data_dir, "trace.jsonl") if trace else ""
+        self.log_level = log_level
+        self.supervisor = Supervisor(restart_delay_ms=restart_delay_ms)
+        self.agent: NodeAgent | None = None
+        self._lock: DirectoryLock | None = None
+        self.cluster_id, self.secret = "", b""
+
+    @property
+    def controller_endpoints(self) -> dict[int, str]:
+        return {node: f"tcp://{host}:{self.port}" for node, host in sorted(self.voters.items())}
+
+    @property
+    def group_voter_endpoints(self) -> dict[int, str]:
+        return {node: f"tcp://{host}:{self.port + 1}" for node, host in sorted(self.voters.items())}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.controller_endpoints.values())
+
+    def start(self) -> "ClusterNode":
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock = DirectoryLock(self.data_dir).acquire()
+        try:
+            self._adopt_identity()
+            identity = ClusterIdentity.load_or_create(self.data_dir)
+            self.cluster_id, self.secret = identity.cluster_id, identity.secret
+            for kind, name, port, voters in (("controller", f"controller/{self.node}", self.port,
+                                              self.controller_endpoints),
+                                             ("group-coordinator", f"group-coordinator/{self.node}", self.port + 1,
+                                              self.group_voter_endpoints)):
+                spec = self._spec(kind, name, port, voters)
+                spec.quorum_formed = self._formed_elsewhere(kind, voters)
+                self.supervisor.start(spec)
+            self.agent = NodeAgent(
+                supervisor=self.supervisor, coordinator=self.bootstrap, nodes=[self.node], data_dir=self.data_dir,
+                cluster_id=self.cluster_id, limits=self.limits, trace_path=self.trace_path,
+                log_level=self.log_level, shared_memory=self.shared_memory, secret=self.secret,
+                bind_host=self.bind_host, advertise_host=self.advertise_host)
+            self.agent.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _formed_elsewhere(self, kind: str, voters: dict[int, str]) -> bool:
+        """Whether this voter's quorum formed without it (so an empty log here is a lost one, and it
+        must wait to be caught up, docs/raft.md §7): the other voters say so, if any answers. The
+        data directories of other machines cannot be looked at, as LocalCluster's can."""
+        raft = os.path.join(self.data_dir, f"node-{self.node}", kind, "raft")
+        if os.path.isdir(raft) and os.listdir(raft):
+            return False  # it has a log: nothing was lost
+        from actors.messages import ControllerStatusRequest, ControllerStatusResponse
+        from transport.rpc import RequestTimeout, RpcClient
+
+        rpc = RpcClient(identity=f"node-{self.node}")
+        try:
+            for node, address in voters.items():
+                if node == self.node:
+                    continue
+                try:
+                    status = rpc.request(address, ControllerStatusRequest(correlation_id=0), FORMED_CHECK_TIMEOUT_MS,
+                                         fail_fast=True)
+                except RequestTimeout:
+                    continue
+                if isinstance(status, ControllerStatusResponse) and status.commit_index > 0:
+                    return True
+            return False
+        finally:
+            rpc.close()
+
+    def _adopt_identity(self) -> None:
+        """Copy the cluster's identity from `identity_from` into a data directory that has none."""
+        if not self.identity_from or os.path.exists(os.path.join(self.data_dir, CLUSTER_META_NAME)):
+            return
+        for name in (CLUSTER_META_NAME, CLUSTER_SECRET_NAME):
+            source = os.path.join(self.identity_from, name)
+            if not os.path.exists(source):
+                raise NodeConfigError(f"{self.identity_from} has no {name}: copy it from the node that formed "
+                                      "the cluster")
+            shutil.copy2(source, os.path.join(self.data_dir, name))
+        os.chmod(os.path.join(self.data_dir, CLUSTER_SECRET_NAME), 0o600)
+
+    def _spec(self, kind: str, name: str, port: int, voters: dict[int, str]) -> ActorSpec:
+        return ActorSpec(kind=kind, name=name, cluster_id=self.cluster_id, data_dir=self.data_dir, port=port,
+                         coordinator=self.bootstrap, node=self.node, nodes=sorted(self.voters), limits=self.limits,
+                         trace_path=self.trace_path, log_level=self.log_level, secret=self.secret, voters=voters,
+                         bind_host=self.bind_host, advertise_host=self.advertise_host)
+
+    def actors(self) -> list[dict[str, Any]]:
+        with self.supervisor.lock:
+            return [{"name": managed.name, "pid": managed.pid if managed.alive else 0, "endpoint": managed.endpoint,
+                     "alive": managed.alive} for managed in self.supervisor.actors.values()]
+
+    def kill(self, name: str) -> int:
+        return self.supervisor.signal(name, signal.SIGKILL)
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
+        self.supervisor.stop_all()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "ClusterNode":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

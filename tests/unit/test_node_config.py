@@ -1,0 +1,39 @@
+"""`railmq node`'s configuration (railmq/node.py): a voter list that cannot form a cluster is
+refused with a sentence before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from railmq import cli
+from railmq.node import ClusterNode, NodeConfigError, parse_voters
+
+
+def test_a_voter_list_names_each_node_and_its_address():
+    assert parse_voters("1=10.0.0.1, 2=host-2,3=10.0.0.3") == {1: "10.0.0.1", 2: "host-2", 3: "10.0.0.3"}
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "names no node"), ("1=a,1=b", "named twice"), ("0=a", "NODE=HOST"), ("x=a", "NODE=HOST"),
+    ("1=", "NODE=HOST"), ("10.0.0.1", "NODE=HOST"),
+])
+def test_a_malformed_voter_list_is_refused(text, problem):
+    with pytest.raises(NodeConfigError, match=problem):
+        parse_voters(text)
+
+
+def test_a_node_that_is_not_a_voter_is_refused(tmp_path):
+    with pytest.raises(NodeConfigError, match="not one of the voters"):
+        ClusterNode(4, voters={1: "a", 2: "b", 3: "c"}, data_dir=str(tmp_path))
+
+
+def test_the_endpoints_follow_the_voters_and_the_port(tmp_path):
+    node = ClusterNode(2, voters={1: "10.0.0.1", 2: "10.0.0.2", 3: "10.0.0.3"}, data_dir=str(tmp_path), port=9000)
+    assert node.bootstrap == "tcp://10.0.0.1:9000,tcp://10.0.0.2:9000,tcp://10.0.0.3:9000"
+    assert node.group_voter_endpoints[3] == "tcp://10.0.0.3:9001"
+    assert (node.bind_host, node.advertise_host) == ("10.0.0.2", "10.0.0.2")
+
+
+def test_the_command_refuses_a_bad_voter_list_with_a_typed_error(capsys, tmp_path):
+    code = cli.main(["node", "--node", "1", "--voters", "1=a,1=b", "--data-dir", str(tmp_path)])
+    assert code != 0 and "INVALID_CONFIG" in capsys.readouterr().err
