@@ -58,7 +58,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
                     help=f"where data lives (default {DATA_DIR_DEFAULT})")
     up.add_argument("--port", type=tcp_port, default=default_port(), metavar="P",
-                    help=f"the first controller's port (the others take P+1, P+2, ...); clients use "
+                    help=f"the first controller's port (the other controllers, then the group voters, take "
+                         f"P+1, P+2, ...); clients use "
                          f"127.0.0.1:P (default: the port of ${BOOTSTRAP_ENVIRONMENT} when it names this machine, "
                          f"else {DEFAULT_PORT})")
     up.add_argument("--controllers", type=non_negative_int, default=None, metavar="N",
@@ -99,19 +100,24 @@ def quorum_size(args: argparse.Namespace) -> int:
     return 3 if args.nodes >= 3 else 1
 
 
+def ports_taken(args: argparse.Namespace) -> int:
+    """How many consecutive ports from P the cluster takes: the controllers', then the group voters'."""
+    return 2 * quorum_size(args) if quorum_size(args) else 1
+
+
 def taken_port(args: argparse.Namespace) -> int | None:
-    """The controllers take P, P+1, ...: the first of them that something else listens on."""
+    """The first port of P, P+1, ... the voters take that something else listens on."""
     if not args.port:
         return None
-    for port in range(args.port, args.port + max(1, quorum_size(args))):
+    for port in range(args.port, args.port + ports_taken(args)):
         if not port_is_free(port):
             return port
     return None
 
 
 def port_in_use_text(args: argparse.Namespace, port: int) -> str:
-    count = max(1, quorum_size(args))
-    taken = f" (the {count} controllers take ports {args.port}-{args.port + count - 1})" if count > 1 else ""
+    count = ports_taken(args)
+    taken = f" (the controllers and group voters take ports {args.port}-{args.port + count - 1})" if count > 1 else ""
     return f"port {port} on 127.0.0.1 is in use{taken}; choose another with --port"
 
 

@@ -113,9 +113,7 @@ class LocalCluster:
         unlink_orphaned_rings(cluster_prefix(self.cluster_id))  # a previous run killed outright
         try:
             self.bootstrap = self._start_controllers() if self.controller_ids else self._start_coordinator()
-            if self.controller_ids:
-                self._start_group_voters()
-            else:
+            if not self.controller_ids:
                 self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
@@ -138,36 +136,37 @@ class LocalCluster:
         return coordinator.endpoint
 
     def _start_controllers(self) -> str:
-        """Every voter must know every voter's endpoint before it starts: the ports are chosen
-        first (consecutive from `port`, else free ones) and kept across restarts."""
+        """Both quorums, one voter of each per controller node (actors/controller.py,
+        actors/group_quorum.py). Every voter must know every voter's endpoint before it starts, so
+        the ports are chosen first — consecutive from `port` (the controllers', then the group
+        voters'), else free ones — and kept across restarts. The voters start together."""
         from transport.actor_main import controller_directory
 
-        voters = self._start_quorum("controller", controller_name, 0,
-                                    lambda node: controller_directory(self.data_dir, node))
-        self.controller_endpoints = voters
-        return ",".join(voters.values())
-
-    def _start_group_voters(self) -> None:
-        """Group coordination's own quorum, one voter per controller node (actors/group_quorum.py),
-        on the ports after the controllers'."""
-        self._start_quorum("group-coordinator", group_voter_name, len(self.controller_ids),
-                           lambda node: os.path.join(self.data_dir, f"node-{node}", "group-coordinator"))
-
-    def _start_quorum(self, kind: str, name_of: Any, port_offset: int, directory_of: Any) -> dict[int, str]:
-        """Start one voter per controller node; every voter must know every voter's endpoint before
-        it starts, so the ports are chosen first (consecutive from `port`, else free ones)."""
         count = len(self.controller_ids)
-        ports = ([self.port + port_offset + offset for offset in range(count)] if self.port else free_ports(count))
-        voters = {node: f"tcp://127.0.0.1:{port}" for node, port in zip(self.controller_ids, ports)}
-        formed = any(os.path.isdir(os.path.join(directory_of(node), "raft"))
-                     and os.listdir(os.path.join(directory_of(node), "raft")) for node in self.controller_ids)
-        for index, node in enumerate(self.controller_ids):
-            spec = self._spec(kind, name_of(node), port=int(voters[node].rsplit(":", 1)[1]))
-            spec.node, spec.voters, spec.quorum_formed = node, voters, formed
-            spec.rebuild_metadata = self.rebuild_metadata and index == 0 and kind == "controller"  # one rebuild
-            self.supervisor.start(spec)
-            spec.rebuild_metadata = False
-        return voters
+        ports = [self.port + offset for offset in range(2 * count)] if self.port else free_ports(2 * count)
+        quorums = [
+            ("controller", controller_name, ports[:count], lambda node: controller_directory(self.data_dir, node)),
+            ("group-coordinator", group_voter_name, ports[count:],
+             lambda node: os.path.join(self.data_dir, f"node-{node}", "group-coordinator")),
+        ]
+        launched = []
+        for kind, name_of, kind_ports, directory_of in quorums:
+            voters = {node: f"tcp://127.0.0.1:{port}" for node, port in zip(self.controller_ids, kind_ports)}
+            if kind == "controller":  # the group voters announce themselves to the controllers
+                self.controller_endpoints, self.bootstrap = voters, ",".join(voters.values())
+            formed = any(os.path.isdir(os.path.join(directory_of(node), "raft"))
+                         and os.listdir(os.path.join(directory_of(node), "raft")) for node in self.controller_ids)
+            for index, node in enumerate(self.controller_ids):
+                spec = self._spec(kind, name_of(node), port=int(voters[node].rsplit(":", 1)[1]))
+                spec.node, spec.voters, spec.quorum_formed = node, voters, formed
+                if self.rebuild_metadata and index == 0 and kind == "controller":
+                    spec.rebuild_metadata = True  # one rebuild, before the other voters read its result
+                    self.supervisor.start(spec)
+                    spec.rebuild_metadata = False
+                else:
+                    launched.append(self.supervisor.launch(spec))
+        self.supervisor.wait_ready(launched)
+        return self.bootstrap
 
     def controller_endpoint(self, timeout_s: float = 10.0) -> str:
         """The one endpoint that decides now: the active controller's (or the single coordinator's)."""
