@@ -253,7 +253,8 @@ def _raft_config(spec: ActorSpec) -> Any:
 
     return RaftConfig(node_id=spec.node, voters=dict(spec.voters),
                       election_timeout_ms=spec.limits.controller_election_timeout_ms,
-                      heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms)
+                      heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms,
+                      campaign_at_first_start=True)
 
 
 def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:

@@ -30,6 +30,11 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- safety features (both on; off only to show what they prevent) --------------------
     pre_vote: bool = True  # thesis §9.6: a node that cannot win does not raise its term
+    # A brand-new quorum (every log empty, term 0) would wait a whole election timeout before its
+    # first election; with this, its lowest voter campaigns as soon as it starts (the others keep
+    # their random timeouts, so a lowest voter that is not up yet costs nothing). Safety does not
+    # depend on who campaigns when.
+    campaign_at_first_start: bool = False
     check_quorum: bool = True  # a leader that cannot hear a majority steps down; followers keep a lease
 
     # --- bounds ---------------------------------------------------------------------------

@@ -91,6 +91,10 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
 
     def start(self, now_ns: int) -> list:
         self._reset_election_deadline(now_ns)
+        if (self.config.campaign_at_first_start and self.term == 0 and self.log.last_index == 0
+                and self.log.snapshot is None and self.id == min(self.config.voters) and not self.rejoining):
+            self.election_deadline_ns = now_ns
+            self._arm_election_timer()
         self._apply_committed()
         return self._release()
 

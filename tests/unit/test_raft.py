@@ -257,3 +257,19 @@ def test_a_single_voter_elects_itself_and_commits_alone():
     assert net.nodes[1].role is Role.LEADER
     net.propose(1, b"alone")
     assert net.commands(1) == [b"alone"]
+
+
+def test_a_brand_new_quorum_elects_its_lowest_voter_without_waiting_an_election_timeout():
+    net = Net(3, campaign_at_first_start=True)
+    started = net.now_ns
+    net.run_for(20)  # far less than the 300 ms election timeout
+    assert net.nodes[1].role is Role.LEADER and net.nodes[1].term == 1
+    assert net.now_ns - started <= 20 * 1_000_000
+
+
+def test_a_restarted_voter_never_campaigns_at_once():
+    net = Net(3, campaign_at_first_start=True)
+    net.run_for(20)
+    net.crash(1)
+    net.restart(1)
+    assert net.nodes[1].election_deadline_ns > net.now_ns, "only a brand-new quorum skips the timeout"
