@@ -59,7 +59,8 @@ _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 _encoder = msgspec.msgpack.Encoder()
 
 
-UNREACHABLE_MS = 3000  # a dead coordinator's endpoint is distrusted this long
+UNREACHABLE_MS = 3000  # a dead coordinator's endpoint is distrusted this long (unless a new process announces it)
+UNREACHABLE_ENDPOINTS_MAX = 64  # dead coordinators remembered (their incarnations): bounded
 
 
 class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +99,8 @@ class ConsumerMember:
         self.left_for_poll_timeout = False
         self.joined_members: list = []
         self.unreachable: dict[str, int] = {}
+        self.coordinator_incarnation = 0  # of the process at `coordinator`, as metadata said
+        self.dead_incarnation: dict[str, int] = {}  # endpoint -> the incarnation seen gone there
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -172,7 +175,13 @@ class ConsumerMember:
         self.last_metadata_ns = now_ns
         effects: list[Effect] = []
         found = response.group_coordinator_endpoint
+        if found and found == self.coordinator:
+            self.coordinator_incarnation = response.group_coordinator_incarnation
+        if found in self.unreachable and response.group_coordinator_incarnation not in (
+                0, self.dead_incarnation.get(found, 0)):
+            del self.unreachable[found]  # a new process announced itself there: not the dead one
         if found and found != self.coordinator and self.unreachable.get(found, 0) <= now_ns:
+            self.coordinator_incarnation = response.group_coordinator_incarnation
             effects += self._abandon_pending(now_ns)  # asked of a coordinator that is gone
             self.coordinator = found
             effects.append(Trace("group-coordinator-found", {"endpoint": self.coordinator}))
@@ -361,6 +370,10 @@ class ConsumerMember:
         """The group coordinator's process is gone: its answers will never come, and metadata
         that still names it (the cluster coordinator may not know yet) is not trusted for a while."""
         self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
+        if endpoint == self.coordinator:
+            self.dead_incarnation[endpoint] = self.coordinator_incarnation
+            if len(self.dead_incarnation) > UNREACHABLE_ENDPOINTS_MAX:
+                self.dead_incarnation.pop(next(iter(self.dead_incarnation)))
         if endpoint != self.coordinator:
             return []
         effects = self._abandon_pending(now_ns)

@@ -379,6 +379,10 @@ class Coordinator(TopicAdmin, NodeLiveness):
         live = self.services.get(role)
         return live.endpoint if self._is_live(live, now_ns) else ""
 
+    def _service_incarnation(self, role: str, now_ns: int) -> int:
+        live = self.services.get(role)
+        return live.incarnation if self._is_live(live, now_ns) else 0
+
     def _on_init_producer_id(self, request: InitProducerIdRequest, sender: Any) -> list[Effect]:
         producer_id = int(self.state.get("producer-id/next", 1))
         self.state.put("producer-id/next", producer_id + 1)
@@ -442,6 +446,7 @@ class Coordinator(TopicAdmin, NodeLiveness):
         return MetadataResponse(
             correlation_id=request.correlation_id, topics=topics, nodes=list(self.nodes), cluster_id=self.cluster_id,
             group_coordinator_endpoint=self._service_endpoint("group-coordinator", now_ns),
+            group_coordinator_incarnation=self._service_incarnation("group-coordinator", now_ns),
         )
 
     def _assignments(self, request: NodeAssignmentsRequest) -> NodeAssignmentsResponse:

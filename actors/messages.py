@@ -219,6 +219,7 @@ class MetadataResponse(Message, kw_only=True):
     error_message: str = ""
     topics: list[TopicMetadata] = []
     group_coordinator_endpoint: str = ""
+    group_coordinator_incarnation: int = 0  # of the process at that endpoint: a restarted one is new
     nodes: list[int] = []
     cluster_id: str = ""
     controller_id: int = 0  # the active controller that answered (0: a single coordinator)

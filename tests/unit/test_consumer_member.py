@@ -384,6 +384,23 @@ def test_a_commit_refused_for_want_of_a_coordinator_asks_where_it_is(stage):
     assert stage.harness.take(BOOTSTRAP, MetadataRequest), "the refused commit did not ask for metadata"
 
 
+def test_a_coordinator_endpoint_that_died_is_trusted_again_once_a_new_process_announces_it(stage):
+    """A group voter dies (its endpoint is distrusted for a while: metadata may still name the
+    dead process), restarts on the same port and becomes the active one again: metadata naming it
+    with a new incarnation is news, not the stale answer the distrust is for."""
+    stage.joined_alone()
+    stale = MetadataResponse(correlation_id=0, topics=[topic(2)], group_coordinator_endpoint=GROUPS,
+                             group_coordinator_incarnation=7)
+    stage.harness.deliver("c1", stale, BOOTSTRAP)  # the process the member talks to is incarnation 7
+    stage.harness.deliver("c1", PeerDisconnected(endpoint=GROUPS), b"")
+    assert stage.member.coordinator == ""
+    stage.harness.deliver("c1", stale, BOOTSTRAP)
+    assert stage.member.coordinator == "", "the dead process's endpoint was trusted again"
+    fresh = msgspec.structs.replace(stale, group_coordinator_incarnation=8)
+    stage.harness.deliver("c1", fresh, BOOTSTRAP)
+    assert stage.member.coordinator == GROUPS
+
+
 def test_a_join_that_is_never_answered_is_asked_again_after_a_session_timeout(stage):
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
