@@ -67,8 +67,15 @@ class RpcClient:
             socket.setsockopt(zmq.RECONNECT_IVL, 50)
             socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_ids)}".encode())
             # Before connecting, so a refusal of the very first connection attempt is seen too.
-            self._monitors[endpoint] = socket.get_monitor_socket(PEER_DOWN_EVENTS)
-            socket.connect(endpoint)
+            monitor = socket.get_monitor_socket(PEER_DOWN_EVENTS)
+            try:
+                socket.connect(endpoint)
+            except zmq.ZMQError:
+                socket.disable_monitor()
+                monitor.close(linger=0)
+                socket.close(linger=0)
+                raise
+            self._monitors[endpoint] = monitor
             self._sockets[endpoint] = socket
         return socket
 
