@@ -37,11 +37,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # After the coordinator (re)starts it waits this long for replicas to register before it
     # elects anyone, so a cluster restart does not elect whichever replica happened to be first.
     coordinator_election_grace_ms: int = 1000
-    # The controller quorum (actors/raft/config.py says why): a follower that hears no leader
-    # for a random time in [T, 2T) campaigns; the leader heartbeats six times per T. A killed
-    # active controller is replaced in ~0.3-0.7 s.
+    # Both quorums (controllers, group voters; actors/raft/config.py says why): a follower that
+    # hears no leader for a random time in [T, 2T) campaigns. A killed active voter is replaced in
+    # ~0.3-0.7 s. Four heartbeats per T, not RaftConfig's six: every heartbeat costs each voter a
+    # message (~0.04 cores per quorum at 50 ms, measured idle on this machine), and losing three
+    # in a row to load is what it takes to start an election.
     controller_election_timeout_ms: int = 300
-    controller_heartbeat_interval_ms: int = 50
+    controller_heartbeat_interval_ms: int = 75
     # A new partition's replicas are processes still being started (a few hundred ms each on a
     # loaded 2-core machine): nobody is judged absent before this much time has passed.
     partition_creation_grace_ms: int = 5000
