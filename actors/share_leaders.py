@@ -182,12 +182,15 @@ class PartitionLeaders:
     def answered(self, correlation: int, response: Any) -> Outbound | None:
         """The request `response` answers, no longer pending; None if there is none (a late answer)."""
         outbound = self.pending.pop(correlation, None)
+        if outbound is not None and outbound.endpoint in self.controllers:
+            # Metadata, producer ids, dead-letter topics: whatever went to a controller follows a
+            # NOT_CONTROLLER hint, and a voter that did not answer is passed over for the next.
+            if not self.controllers.take(response) and getattr(response, "error", 0) == ErrorCode.REQUEST_TIMED_OUT:
+                self.controllers.rotate()
         if outbound is not None and outbound.kind == "metadata":
             self.metadata_correlation = 0
             if not isinstance(response, MetadataResponse):
                 self.metadata_wanted.add("")  # the tick asks again
-                if not self.controllers.take(response) and getattr(response, "error", 0) == ErrorCode.REQUEST_TIMED_OUT:
-                    self.controllers.rotate()  # that voter did not answer: try the next one
         return outbound
 
     def overdue(self, now_ns: int) -> list[int]:

@@ -194,9 +194,9 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
         admin.create_topic(topic, partitions=2, replication_factor=3, config={"min_insync_replicas": 2},
                            timeout_s=60)
         admin.wait_for_leaders(topic, timeout_s=60, full_isr=True)
-        for partition in admin.describe_topic(topic).partitions:
-            assert all(info.endpoint.startswith(f"tcp://{hosts.subnet}.") for info in partition.replica_info), (
-                "a replica advertised an address other hosts cannot reach")
+        endpoints = wait_for(lambda: _replica_endpoints(admin, topic), 30, "every replica to report its endpoint")
+        assert all(endpoint.startswith(f"tcp://{hosts.subnet}.") for endpoint in endpoints), (
+            f"a replica advertised an address other hosts cannot reach: {endpoints}")
         load = AckedLoad(hosts.bootstrap, topic)
         load.thread.start()
         wait_for(lambda: len(load.acked) >= 200, 60, "acknowledged writes before the faults")
@@ -222,6 +222,13 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
     served = _read_all(hosts.bootstrap, topic, load.acked)
     missing = load.acked - served
     assert len(load.acked) > 500 and not missing, f"{len(missing)} of {len(load.acked)} acknowledged writes lost"
+
+
+def _replica_endpoints(admin: Admin, topic: str) -> list[str]:
+    """Every replica's advertised endpoint, once each has reported one (else empty: ask again)."""
+    endpoints = [info.endpoint for partition in admin.describe_topic(topic).partitions
+                 for info in partition.replica_info]
+    return endpoints if len(endpoints) == 6 and all(endpoints) else []
 
 
 def _answers(admin: Admin) -> bool:

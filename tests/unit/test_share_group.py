@@ -674,3 +674,26 @@ def test_a_share_group_with_members_is_not_deleted(world):
 
     assert answer.error == ErrorCode.NON_EMPTY_GROUP
     assert world.group.share.owns("g")
+
+
+def test_a_share_groups_requests_to_the_controllers_follow_not_controller_hints():
+    """Producer ids and dead-letter topics are asked of the controller quorum like metadata: a voter
+    that does not lead names the one that does, and the next request goes there (before this, a
+    dead-letter writer asking a follower controller retried at that follower forever)."""
+    from actors.errors import ErrorCode as Code
+    from actors.messages import ErrorResponse, InitProducerIdRequest
+    from actors.share_leaders import PartitionLeaders
+
+    leaders = PartitionLeaders(coordinator="tcp://c1,tcp://c2,tcp://c3", limits=Limits(), topics_in_use=set)
+    sent = leaders.send_request("producer-id", ("t.dlq", 0), leaders.coordinator,
+                                InitProducerIdRequest(correlation_id=0), 0)
+    assert sent.to == "tcp://c1"
+    leaders.answered(sent.message.correlation_id, ErrorResponse(
+        correlation_id=sent.message.correlation_id, error=Code.NOT_CONTROLLER, controller_id=3,
+        controller_endpoint="tcp://c3"))
+    assert leaders.coordinator == "tcp://c3"
+    again = leaders.send_request("producer-id", ("t.dlq", 0), leaders.coordinator,
+                                 InitProducerIdRequest(correlation_id=0), 0)
+    leaders.answered(again.message.correlation_id, ErrorResponse(
+        correlation_id=again.message.correlation_id, error=Code.REQUEST_TIMED_OUT))
+    assert leaders.coordinator != "tcp://c3", "a voter that did not answer is passed over"
