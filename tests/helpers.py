@@ -27,3 +27,17 @@ def wait_for(predicate: Callable[[], T], timeout_s: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval_s)
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, wanted: set[bytes], timeout_s: float = 60.0) -> set[bytes]:
+    """Every value a plain consumer reads from the topic's first `partitions` partitions, from the
+    start, until it has seen all of `wanted` or `timeout_s` passes (through failovers)."""
+    from railmq.consumer import Consumer
+
+    seen: set[bytes] = set()
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, partition) for partition in range(partitions)])
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= seen and time.monotonic() < deadline:
+            seen.update(record.value for record in consumer.poll(300))
+    return seen

@@ -26,10 +26,9 @@ import pytest
 
 from actors.errors import RailmqError
 from railmq.admin import Admin
-from railmq.consumer import Consumer
 from railmq.producer import Producer
 from storage.directory import ClusterIdentity
-from tests.helpers import wait_for
+from tests.helpers import read_values, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -219,7 +218,7 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
 
         wait_for(lambda: _in_sync(admin, topic), 90, "every replica back in the ISR")
         assert topic in admin.list_topics()
-    served = _read_all(hosts.bootstrap, topic, load.acked)
+    served = read_values(hosts.bootstrap, topic, 2, load.acked, timeout_s=90)
     missing = load.acked - served
     assert len(load.acked) > 500 and not missing, f"{len(missing)} of {len(load.acked)} acknowledged writes lost"
 
@@ -244,13 +243,3 @@ def _in_sync(admin: Admin, topic: str) -> bool:
         return all(sorted(p.isr) == sorted(p.replicas) for p in admin.describe_topic(topic).partitions)
     except RailmqError:
         return False
-
-
-def _read_all(bootstrap: str, topic: str, wanted: set[bytes]) -> set[bytes]:
-    seen: set[bytes] = set()
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([(topic, 0), (topic, 1)])
-        deadline = time.monotonic() + 90
-        while not wanted <= seen and time.monotonic() < deadline:
-            seen.update(record.value for record in consumer.poll(300))
-    return seen

@@ -19,7 +19,7 @@ from railmq.admin import Admin
 from railmq.lag import GroupAdminClient
 from railmq.consumer import Consumer
 from railmq.producer import Producer
-from tests.helpers import wait_for
+from tests.helpers import read_values, wait_for
 from transport.actor_main import REJOINING_MARK, controller_directory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -31,16 +31,6 @@ def produce(bootstrap: str, topic: str, count: int, tag: str) -> set[bytes]:
         for future in [producer.send(topic, value, partition=index % 2) for index, value in enumerate(values)]:
             future.result(60)
     return set(values)
-
-
-def read_all(bootstrap: str, topic: str, expected: set[bytes]) -> set[bytes]:
-    seen: set[bytes] = set()
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([(topic, 0), (topic, 1)])
-        deadline = time.monotonic() + 60
-        while not expected <= seen and time.monotonic() < deadline:
-            seen.update(record.value for record in consumer.poll(300))
-    return seen
 
 
 def committed_by_group(bootstrap: str, topic: str, group: str) -> dict:
@@ -91,4 +81,4 @@ def test_a_lost_node_comes_back_empty_and_the_cluster_loses_nothing(fresh_cluste
     assert {f"controller/{node}", f"group-coordinator/{node}"} <= rejoined, (
         f"the wiped voters did not wait to be caught up: {rejoined}")
     assert committed_by_group(cluster.bootstrap, topic, group) == committed, "a committed offset was lost"
-    assert acknowledged <= read_all(cluster.bootstrap, topic, acknowledged), "an acknowledged write was lost"
+    assert acknowledged <= read_values(cluster.bootstrap, topic, 2, acknowledged), "an acknowledged write was lost"
