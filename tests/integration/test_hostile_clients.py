@@ -321,3 +321,26 @@ def test_a_client_that_never_reads_its_socket_costs_a_leader_a_bounded_number_of
 
     # 60 answers of 32 MiB each would be ~1.9 GiB; the per-peer budget is 64 MiB.
     assert grown_mb < 150, f"the leader grew by {grown_mb:.0f} MiB for a client that reads nothing"
+
+
+def test_a_client_cannot_pose_as_a_voter_of_the_controller_quorum(cluster):
+    """A vote request with a huge term, and an append claiming leadership, from a process without
+    the cluster's secret: refused, and no voter's term or leader moves."""
+    from actors.messages import ControllerStatusRequest
+    from actors.raft_messages import RaftAppendRequest, RaftVoteRequest
+
+    with Admin(cluster.bootstrap) as admin:
+        before = {entry.node: (entry.term, entry.leader) for entry in admin.quorum_status()}
+        target = next(entry for entry in admin.quorum_status() if entry.role == "follower")
+    client = RawClient(target.endpoint)
+    try:
+        forged = [RaftVoteRequest(source=1, destination=target.node, term=10**9, last_log_index=10**9,
+                                  last_log_term=10**9),
+                  RaftAppendRequest(source=1, destination=target.node, term=10**9, prev_log_index=0,
+                                    prev_log_term=0, leader_commit=0)]
+        answers = [client.ask(message) for message in forged]
+        status = client.ask(ControllerStatusRequest(correlation_id=5))
+    finally:
+        client.close()
+    assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
+    assert (status.term, status.leader) == before[target.node], "a forged Raft message moved a voter"
