@@ -163,7 +163,7 @@ class ShareMemberLoop:
         for index, record in enumerate(records):
             if self.stopping.is_set() or self._enough():
                 for unhandled in records[index:]:
-                    self.consumer.acknowledge(unhandled, "release")  # not handled: someone else's to take
+                    self._answer(unhandled, "release")  # not handled: someone else's to take
                 break
             self._handle(record)
         self._confirm()
@@ -177,12 +177,24 @@ class ShareMemberLoop:
                 self.handler(record)
         except Exception as error:  # the user's handler: any failure means "deliver it again"
             text = f"{type(error).__name__}: {error}"
-            self.consumer.acknowledge(record, "release", delay_ms=self.options.release_delay_ms, error=text)
+            self._answer(record, "release", delay_ms=self.options.release_delay_ms, error=text)
             print(f"warning: the handler failed on {record.topic}/{record.partition}@{record.offset} (delivery "
                   f"{record.delivery_count} of {self.options.max_delivery_attempts}): {text}; released",
                   file=sys.stderr)
         else:
-            self.consumer.acknowledge(record, "accept")
+            self._answer(record, "accept")
+
+    def _answer(self, record: ShareRecord, kind: str, **options: Any) -> None:
+        """Acknowledge a record; one this member no longer holds (its lock or its membership was
+        lost meanwhile: the group coordinator failed over, a session ended) is not an error of the
+        loop — the record is delivered again, to whoever holds it next."""
+        try:
+            self.consumer.acknowledge(record, kind, **options)
+        except RailmqError as error:
+            if error.code != ErrorCode.INVALID_RECORD_STATE:
+                raise
+            print(f"warning: {record.topic}/{record.partition}@{record.offset} is no longer held by this member "
+                  "(its lock was lost); it will be delivered again", file=sys.stderr)
         self.handled += 1
 
     def _confirm(self) -> None:
