@@ -62,10 +62,16 @@ class RawClient:
 
 
 def topic_on(cluster, name: str, **config) -> object:
-    """A topic whose every replica has reported (so metadata knows each one's endpoint)."""
+    """A topic whose every replica has reported (so metadata knows each one's endpoint) and whose
+    leaders answer as leaders: metadata may name a leader a moment before the state that makes it
+    one has reached it (the controller announces a decision once it is committed), and a request
+    it refuses as NOT_LEADER would test nothing of what it checks."""
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(name, partitions=2, replication_factor=3,
                            config={"min_insync_replicas": 2, **config})
+        wait_for(lambda: _all_reported(admin.describe_topic(name)), timeout_s=20, what="every replica reporting")
+        for partition in range(2):
+            admin.list_offsets(name, partition, -1)  # retried until the leader answers as the leader
         return wait_for(lambda: _all_reported(admin.describe_topic(name)), timeout_s=20,
                         what="every replica reporting")
 
