@@ -27,6 +27,7 @@ import msgspec
 from sortedcontainers import SortedDict
 
 from storage.raft_log import ENTRY_COMMAND, RaftEntry
+from storage.state import items_with_prefix
 
 PUT, DELETE = 0, 1
 KEY_BYTES_MAX = 1024
@@ -83,15 +84,7 @@ class ReplicatedState:
         return self.working.get(key, default)
 
     def items(self, prefix: str = "") -> list[tuple[str, Any]]:
-        if not prefix:
-            return list(self.working.items())
-        keys = self.working.irange(minimum=prefix)
-        result = []
-        for key in keys:
-            if not key.startswith(prefix):
-                break
-            result.append((key, self.working[key]))
-        return result
+        return items_with_prefix(self.working, prefix)
 
     def __len__(self) -> int:
         return len(self.working)

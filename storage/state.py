@@ -185,12 +185,7 @@ class DurableState:
     def items(self, prefix: str = "") -> list[tuple[str, Any]]:
         """(key, value) pairs whose key starts with `prefix`, sorted by key."""
         self._check_open()
-        found = []
-        for key in self._data.irange(minimum=prefix):
-            if not key.startswith(prefix):
-                break
-            found.append((key, self._data[key]))
-        return found
+        return items_with_prefix(self._data, prefix)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -271,6 +266,17 @@ class DurableState:
 
 
 _CLOSED = "the state is closed"
+
+
+def items_with_prefix(data: SortedDict, prefix: str) -> list[tuple[str, Any]]:
+    """(key, value) pairs of a sorted map whose key starts with `prefix`, sorted by key (the
+    replicated map of actors/replicated_state.py reads the same way)."""
+    found = []
+    for key in data.irange(minimum=prefix):
+        if not key.startswith(prefix):
+            break
+        found.append((key, data[key]))
+    return found
 
 
 class _FailOnFsync:
