@@ -68,10 +68,32 @@ def background():
             process.communicate(timeout=10)
 
 
-def free_port() -> int:
+CLUSTER_PORTS = 6  # `railmq up --port P` takes P..P+5: three controllers, then three group voters
+
+
+def free_port(span: int = CLUSTER_PORTS) -> int:
+    """A port P with P..P+span-1 all free now, below the kernel's ephemeral range.
+
+    A cluster listens on consecutive ports from the one it is given; a port the kernel handed out
+    (from 32768 up) can be followed by one an outgoing connection holds, so the search stays
+    below it.
+    """
+    import random
+
+    for _ in range(200):
+        base = random.randrange(20_000, 32_768 - span)
+        if all(_binds(port) for port in range(base, base + span)):
+            return base
+    raise RuntimeError(f"no {span} consecutive free ports in 20000-32767")
+
+
+def _binds(port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def port_listening(port: int) -> bool:
