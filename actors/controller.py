@@ -35,7 +35,8 @@ import msgspec
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.messages import (
-    ControllerStatusRequest, ControllerStatusResponse, ErrorResponse, MetadataResponse, Stop, TimerFired,
+    ControllerStatusRequest, ControllerStatusResponse, ErrorResponse, MetadataResponse, PeerDisconnected, Stop,
+    TimerFired,
 )
 from actors.raft import NotController, Proposed, RaftConfig, RaftNode
 from actors.raft.roles import Role
@@ -101,7 +102,10 @@ class Controller:
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         self._now = now_ns
-        if isinstance(message, RaftMessage) or (isinstance(message, TimerFired) and message.name.startswith("raft/")):
+        if isinstance(message, (RaftMessage, PeerDisconnected)) or (
+                isinstance(message, TimerFired) and message.name.startswith("raft/")):
+            # A dropped connection matters to the quorum (the leader's process died); the
+            # coordinator inside never waits on a connection.
             return self._after_raft(self.raft.handle(message, sender, now_ns), now_ns)
         if isinstance(message, ControllerStatusRequest):
             return [Send(sender, self.status(message.correlation_id))]

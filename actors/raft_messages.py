@@ -72,6 +72,10 @@ class RaftAppendRequest(RaftMessage, kw_only=True):
     prev_log_term: NonNegative
     entries: list[RaftEntry] = []
     leader_commit: NonNegative = 0
+    # The leader's next append comes within this many ms (0: the configured heartbeat interval):
+    # longer while the quorum is quiet (RaftConfig.idle_heartbeat_interval_ms). A claim: the
+    # follower never waits longer than its own configuration allows.
+    heartbeat_ms: NonNegative = 0
 
 
 class RaftAppendResponse(RaftMessage, kw_only=True):

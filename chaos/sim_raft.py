@@ -31,12 +31,12 @@ import contextlib
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
 from actors.effects import AfterFlush, CancelTimer, Send, SetTimer, Trace
-from actors.messages import TimerFired
+from actors.messages import PeerDisconnected, TimerFired
 from actors.raft import NotController, Proposed, RaftConfig, RaftNode
 from actors.raft.roles import Role
 from actors.raft_messages import RaftAppendResponse, RaftVoteResponse, RaftWireMessage
@@ -76,6 +76,12 @@ class RaftSimConfig:
     inflight_appends_max: tuple[int, ...] = (1, 4, 16)
     snapshot_interval_entries: tuple[int, ...] = (8, 32, 100_000)
     snapshot_trailing_entries: tuple[int, ...] = (0, 4)
+    # Quiet leaders (RaftConfig.idle_heartbeat_interval_ms; 0: off, the recorded sweeps) and the
+    # transport's converse: when a voter crashes, every voter whose link to it is up sees the
+    # connection drop (PeerDisconnected) a moment later, as ZeroMQ reports a dead process's
+    # closed sockets. Neither draws from the seed's generator unless on, so histories are kept.
+    idle_heartbeat_interval_ms: int = 0
+    disconnect_on_crash: bool = False
     election_strike_probability: float = 0.25
     leader_strikes: tuple[str, ...] = ("crash-now", "isolate")  # what befalls a struck new leader
     steps_max: int = 200_000
@@ -143,6 +149,7 @@ class RaftSimulation(FaultRules):
     def _choose_raft_config(self) -> dict:
         c, pick = self.config, self.rng.choice
         return dict(election_timeout_ms=c.election_timeout_ms, heartbeat_interval_ms=c.heartbeat_interval_ms,
+                    idle_heartbeat_interval_ms=c.idle_heartbeat_interval_ms,
                     append_entries_max=pick(c.append_entries_max), inflight_appends_max=pick(c.inflight_appends_max),
                     snapshot_interval_entries=pick(c.snapshot_interval_entries),
                     snapshot_trailing_entries=pick(c.snapshot_trailing_entries))
@@ -172,6 +179,11 @@ class RaftSimulation(FaultRules):
         voter.raft = voter.machine = None
         voter.timers, voter.held, voter.flush_due = {}, [], False
         voter.fs.crash()
+        if self.config.disconnect_on_crash:
+            for other in self.voters:
+                if other != node and (other, node) not in self.blocked:
+                    delay = self.rng.uniform(*self.config.delay_ms)
+                    self.queue.push(self.queue.now_ns + int(delay * MS), "disconnect", (other, self.endpoints[node]))
 
     # ------------------------------------------------------------------ effects
 
@@ -268,6 +280,11 @@ class RaftSimulation(FaultRules):
             if voter.raft is not None and voter.incarnation == incarnation and voter.timers.get(name) == deadline:
                 del voter.timers[name]
                 self._step(voter, TimerFired(name=name))
+        elif kind == "disconnect":
+            node, endpoint = payload
+            voter = self.voters[node]
+            if voter.raft is not None:
+                self._step(voter, PeerDisconnected(endpoint=endpoint))
         elif kind == "flush":
             self._on_flush(*payload)
         elif kind == "propose":
@@ -413,8 +430,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=int, default=0, help="run this many seeds from --seed on")
     parser.add_argument("--voters", type=int, default=3)
     parser.add_argument("--variant", choices=RAFT_VARIANTS)
+    parser.add_argument("--idle-heartbeat-ms", type=int, default=0,
+                        help="quiet leaders heartbeat this often (default 0: never slower)")
+    parser.add_argument("--disconnect-on-crash", action="store_true",
+                        help="a crashed voter's peers see its connection drop")
     args = parser.parse_args(argv)
-    config = RaftSimConfig(voters=args.voters)
+    if args.idle_heartbeat_ms < 0:
+        parser.error("--idle-heartbeat-ms must be >= 0")
+    config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
+                           disconnect_on_crash=args.disconnect_on_crash)
+    if args.idle_heartbeat_ms:  # gaps between proposals, or no leader is ever quiet
+        config = replace(config, propose_interval_ms=(5, 600))
     seeds = range(args.seed, args.seed + max(1, args.sweep))
     failed = 0
     with broken_raft(args.variant) if args.variant else contextlib.nullcontext():

@@ -27,6 +27,15 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
     election_timeout_ms: int = 300
     # Six heartbeats per minimum election timeout: one or two lost ones never start an election.
     heartbeat_interval_ms: int = 50
+    # A quiet leader (every follower holds every entry and knows the commit index, for three
+    # heartbeats in a row) heartbeats this often instead; 0 keeps it at heartbeat_interval_ms.
+    # Every append names the interval until the next one (`heartbeat_ms`), and a follower waits
+    # that long plus its usual slack before campaigning, so a quiet quorum costs a message per
+    # voter per this interval, not per heartbeat. A proposal makes the leader fast at once. What
+    # it costs: a leader that vanishes without closing its connections (a host lost, a cable cut)
+    # is replaced up to this much later; one whose process dies is replaced sooner than before,
+    # since the dropped connection (`PeerDisconnected`) makes its followers campaign at once.
+    idle_heartbeat_interval_ms: int = 0
 
     # --- safety features (both on; off only to show what they prevent) --------------------
     pre_vote: bool = True  # thesis §9.6: a node that cannot win does not raise its term
@@ -69,6 +78,9 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.heartbeat_interval_ms <= 0 or self.election_timeout_ms <= 2 * self.heartbeat_interval_ms:
             raise RaftConfigError(f"election_timeout_ms ({self.election_timeout_ms}) must exceed two heartbeat "
                                   f"intervals ({self.heartbeat_interval_ms} ms)")
+        if self.idle_heartbeat_interval_ms and self.idle_heartbeat_interval_ms < self.heartbeat_interval_ms:
+            raise RaftConfigError(f"idle_heartbeat_interval_ms ({self.idle_heartbeat_interval_ms}) must be 0 or at "
+                                  f"least heartbeat_interval_ms ({self.heartbeat_interval_ms})")
         for name in ("append_entries_max", "append_bytes_max", "inflight_appends_max", "uncommitted_entries_max",
                      "entry_bytes_max", "snapshot_interval_entries", "snapshot_bytes_max"):
             if getattr(self, name) < 1:
@@ -76,6 +88,11 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not 0 <= self.snapshot_trailing_entries <= self.snapshot_interval_entries:
             raise RaftConfigError("snapshot_trailing_entries must be in [0, snapshot_interval_entries]")
         return self
+
+    @property
+    def slowest_heartbeat_ms(self) -> int:
+        """The longest interval a leader of this configuration may announce."""
+        return max(self.heartbeat_interval_ms, self.idle_heartbeat_interval_ms)
 
     @property
     def quorum(self) -> int:

@@ -11,7 +11,9 @@ Rules (Raft §5.2 and §5.4.1, with the thesis's §9.6 pre-vote and etcd-io/raft
   answer is released only after the raft log's flush (`AfterFlush`, see node.py).
 - With check-quorum, a node that heard from a leader within the minimum election timeout (the
   leader itself included) ignores vote and pre-vote requests of a higher term: while a healthy
-  leader exists, a rejoining node cannot depose it. A leadership transfer (`RaftTimeoutNow`) is
+  leader exists, a rejoining node cannot depose it. A quiet leader's lease lasts as much longer
+  as its announced heartbeat interval exceeds the usual one (docs/raft.md §6.1); a dropped
+  connection to the leader ends it at once (node.py, `_on_disconnected`). A leadership transfer (`RaftTimeoutNow`) is
   the one exception, since the leader itself asked for it.
 """
 
@@ -66,6 +68,7 @@ class ElectionRules:
         self._set_role(Role.LEADER, leader_id=self.id)
         self.votes = {}
         self.transfer_target = 0
+        self.idle, self._quiet_rounds = False, 0
         next_index = self.log.last_index + 1
         self.progress = {peer: Progress(next_index) for peer in self.config.peers}
         self._cancel_election_timer()
@@ -92,7 +95,7 @@ class ElectionRules:
             return False
         if self.role is Role.LEADER:
             return True
-        return self.leader_id != 0 and now_ns - self.last_leader_contact_ns < self._election_timeout_ns
+        return self.leader_id != 0 and now_ns - self.last_leader_contact_ns < self._election_timeout_ns + self._lease_extra_ns
 
     # ------------------------------------------------------------------ voting
 
@@ -150,6 +153,7 @@ class ElectionRules:
         if target not in self.config.voters or target == self.id:
             raise ValueError(f"cannot transfer leadership to {target}: voters are {sorted(self.config.voters)}")
         if self.role is Role.LEADER:
+            self._wake(now_ns)
             self.transfer_target = target
             self.transfer_deadline_ns = now_ns + self._election_timeout_ns
             self._continue_transfer(target, now_ns)

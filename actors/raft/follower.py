@@ -31,9 +31,12 @@ class FollowerRules:
 
     config: RaftConfig
 
-    def _follow(self, leader: int, now_ns: int) -> bool:
+    def _follow(self, leader: int, now_ns: int, heartbeat_ms: int = 0) -> bool:
         """Accept `leader` as this term's leader; False when this node leads the same term
-        itself (two leaders in one term: a peer broke Raft; never obey it)."""
+        itself (two leaders in one term: a peer broke Raft; never obey it). `heartbeat_ms` is
+        when the leader said its next append comes: the election deadline and the lease stretch
+        by whatever that exceeds the configured heartbeat interval, and never by more than this
+        node's own configuration allows."""
         if self.role is Role.LEADER:
             self._count("protocol_violation_two_leaders")
             self._early.append(Trace("raft_protocol_violation", {
@@ -41,12 +44,15 @@ class FollowerRules:
             return False
         if self.role is not Role.FOLLOWER or self.leader_id != leader:
             self._become_follower(self.term, leader, now_ns)
+        config = self.config
+        announced = min(heartbeat_ms, config.slowest_heartbeat_ms) if heartbeat_ms else config.heartbeat_interval_ms
+        self._lease_extra_ns = max(0, announced - config.heartbeat_interval_ms) * 1_000_000
         self.last_leader_contact_ns = now_ns
-        self._reset_election_deadline(now_ns)
+        self._reset_election_deadline(now_ns, self._lease_extra_ns)
         return True
 
     def _on_append_request(self, request: RaftAppendRequest, now_ns: int) -> None:
-        if not self._follow(request.source, now_ns):
+        if not self._follow(request.source, now_ns, request.heartbeat_ms):
             return
         if request.prev_log_index < self.commit_index:
             # An old append (reordered or duplicated): all it could say is already committed here.

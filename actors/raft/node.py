@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.actor import IllegalTransition
 from actors.effects import AfterFlush, CancelTimer, Send, SetTimer, Trace
-from actors.messages import TimerFired
+from actors.messages import PeerDisconnected, TimerFired
 from actors.raft.config import RaftConfig
 from actors.raft.election import ElectionRules
 from actors.raft.follower import FollowerRules
@@ -61,7 +61,11 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.state_machine = state_machine
         self.rng = rng
         self._heartbeat_ns = config.heartbeat_interval_ms * MS
+        self._idle_heartbeat_ns = config.idle_heartbeat_interval_ms * MS
         self._election_timeout_ns = config.election_timeout_ms * MS
+        self._quiet_rounds = 0  # the leader's heartbeat rounds in a row with nothing to send
+        self.idle = False  # the leader heartbeats at the idle interval (replication.py)
+        self._lease_extra_ns = 0  # a follower: how much longer than usual its leader said it may be silent
         hard = log.hard_state
         self.term, self.voted_for = hard.term, hard.vote
         self.role = Role.FOLLOWER
@@ -102,6 +106,8 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         match message:
             case TimerFired(name=name) if name in TIMERS:
                 self._on_timer(name, now_ns)
+            case PeerDisconnected(endpoint=endpoint):
+                self._on_disconnected(endpoint, now_ns)
             case RaftMessage():
                 problem = check_message(message, self.config)
                 if problem:
@@ -218,6 +224,24 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             self._send(message.source, RaftVoteResponse(source=self.id, destination=message.source, term=self.term,
                                                         pre_vote=message.pre_vote))
 
+    def _on_disconnected(self, endpoint: str, now_ns: int) -> None:
+        """The connection to `endpoint` dropped. When it is the leader's, its process most likely
+        died (the kernel closes a dead process's sockets at once): the lease ends and this
+        follower campaigns within half an election timeout (random, so two followers seldom
+        collide) instead of waiting out the leader's silence. If the leader is in fact alive,
+        pre-vote loses (the other voters are still in its lease) and its next append restores it."""
+        if self.role is not Role.FOLLOWER or not self.leader_id or self.config.voters.get(self.leader_id) != endpoint:
+            return
+        self._count("leader_disconnected")
+        self._early.append(Trace("raft_leader_disconnected", {"node": self.id, "term": self.term,
+                                                               "leader": self.leader_id}))
+        self._set_role(Role.FOLLOWER, leader_id=0)
+        self.last_leader_contact_ns = NEVER
+        self._lease_extra_ns = 0
+        self.election_deadline_ns = now_ns + self.rng.randrange(0, max(1, self.config.election_timeout_ms // 2)) * MS
+        if self._election_timer_ns is None or self._election_timer_ns > self.election_deadline_ns:
+            self._arm_election_timer()
+
     def _on_timer(self, name: str, now_ns: int) -> None:
         if name == ELECTION_TIMER:
             self._election_timer_ns = None
@@ -248,6 +272,8 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.progress = {}
         self.votes = {}
         self.transfer_target = 0
+        self.idle = False
+        self._lease_extra_ns = 0
         self._set_role(Role.FOLLOWER, leader_id=leader_id)
         if leader_id:
             self.last_leader_contact_ns = now_ns
@@ -305,10 +331,14 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
     def _set_timer(self, name: str, deadline_ns: int) -> None:
         self._early.append(SetTimer(name, deadline_ns))
 
-    def _reset_election_deadline(self, now_ns: int) -> None:
+    def _reset_election_deadline(self, now_ns: int, extra_ns: int = 0) -> None:
         timeout = self.config.election_timeout_ms
-        self.election_deadline_ns = now_ns + self.rng.randrange(timeout, 2 * timeout) * MS
-        if self._election_timer_ns is None or self._election_timer_ns > self.election_deadline_ns:
+        self.election_deadline_ns = now_ns + extra_ns + self.rng.randrange(timeout, 2 * timeout) * MS
+        # The timer is lazy: set at the deadline of its time, it fires and looks again (fast
+        # heartbeats move the deadline more often than it would be worth setting it). A quiet
+        # leader's heartbeat moves it past the next one, where a lazy timer would wake this
+        # node once per heartbeat for nothing: then it is set again at once.
+        if self._election_timer_ns is None or self._election_timer_ns > self.election_deadline_ns or extra_ns:
             self._arm_election_timer()
 
     def _arm_election_timer(self) -> None:

@@ -16,6 +16,12 @@ Rules:
 - Check-quorum: every minimum election timeout the leader counts the followers it heard from
   since the last count; without a majority it steps down, so an isolated leader stops accepting
   proposals it could never commit and the majority side's lease can expire and elect.
+- Quiet: with an idle interval configured, a leader whose followers all hold every entry and know
+  the commit index for `QUIET_ROUNDS` heartbeats in a row heartbeats at the idle interval; every
+  append names the interval until the next (`heartbeat_ms`), and the check-quorum count waits a
+  whole idle round more, so it still counts answers. Anything to replicate (a proposal, a
+  follower that needs entries or a snapshot, a transfer) makes it fast again first (`_wake`), so
+  the appends that carry it announce the fast interval.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from actors.raft.config import RaftConfig
 from actors.raft.progress import Progress, ReplicationState, quorum_index
 from actors.raft.roles import HEARTBEAT_TIMER, QUORUM_TIMER, Role
 from actors.raft_messages import RaftAppendRequest, RaftAppendResponse, RaftSnapshotRequest
+
+QUIET_ROUNDS = 3  # heartbeats with nothing to replicate before a leader slows down
 
 
 class LeaderRules:
@@ -55,6 +63,17 @@ class LeaderRules:
         if progress.commit_told < min(self.commit_index, progress.match_index):
             self._send_heartbeat(peer, progress, now_ns)
 
+    def _wake(self, now_ns: int) -> None:
+        """There is something to replicate: heartbeat at the fast interval again, from now."""
+        self._quiet_rounds = 0
+        if self.idle:
+            self.idle = False
+            self._set_timer(HEARTBEAT_TIMER, now_ns + self._heartbeat_ns)
+
+    def _announced_ms(self) -> int:
+        config = self.config
+        return config.idle_heartbeat_interval_ms if self.idle else config.heartbeat_interval_ms
+
     def _send_append(self, peer: int, now_ns: int) -> None:
         """Send what `peer` needs next, unless its progress says to wait or it has everything."""
         progress = self.progress[peer]
@@ -63,6 +82,7 @@ class LeaderRules:
         has_entries = progress.next_index <= self.log.last_index
         if not has_entries and progress.state is ReplicationState.REPLICATE:
             return
+        self._wake(now_ns)
         previous = progress.next_index - 1
         previous_term = self.log.term_at(previous)
         if previous_term is None or (has_entries and progress.next_index < self.log.first_index):
@@ -74,7 +94,7 @@ class LeaderRules:
             entries = self.log.entries(progress.next_index, config.append_entries_max, config.append_bytes_max)
         self._send(peer, RaftAppendRequest(source=self.id, destination=peer, term=self.term, prev_log_index=previous,
                                            prev_log_term=previous_term, entries=entries,
-                                           leader_commit=self.commit_index))
+                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms()))
         progress.told(self.commit_index, entries[-1].index if entries else previous)
         if entries:
             progress.sent(entries[-1].index, self.config.inflight_appends_max)
@@ -91,12 +111,13 @@ class LeaderRules:
             return
         self._send(peer, RaftAppendRequest(source=self.id, destination=peer, term=self.term,
                                            prev_log_index=progress.match_index, prev_log_term=previous_term,
-                                           leader_commit=self.commit_index))
+                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms()))
         progress.told(self.commit_index, progress.match_index)
 
     def _send_snapshot(self, peer: int, progress: Progress, now_ns: int) -> None:
         snapshot = self.log.snapshot
         assert snapshot is not None, f"entry {progress.next_index - 1} is compacted but there is no snapshot"
+        self._wake(now_ns)
         progress.become_snapshot(snapshot.index, now_ns)
         self._count("snapshots_sent")
         self._send(peer, RaftSnapshotRequest(source=self.id, destination=peer, term=self.term,
@@ -176,10 +197,27 @@ class LeaderRules:
 
     # ------------------------------------------------------------------ timers
 
+    def _quiet(self) -> bool:
+        """Nothing to replicate: every follower holds every entry and knows the commit index."""
+        last, commit = self.log.last_index, self.commit_index
+        return not self.transfer_target and all(
+            progress.state is ReplicationState.REPLICATE and not progress.inflight
+            and progress.match_index == last and progress.commit_told >= commit
+            for progress in self.progress.values())
+
     def _on_heartbeat_timer(self, now_ns: int) -> None:
         if self.transfer_target and now_ns >= self.transfer_deadline_ns:
             self._count("transfers_abandoned")
             self.transfer_target = 0
+        if self._idle_heartbeat_ns:
+            self._quiet_rounds = self._quiet_rounds + 1 if self._quiet() else 0
+            if self._quiet_rounds >= QUIET_ROUNDS and not self.idle:
+                self.idle = True
+                self._count("quiet_periods")
+                # The next check-quorum count covers a whole idle round and its answers.
+                self._set_timer(QUORUM_TIMER, now_ns + self._idle_heartbeat_ns + self._election_timeout_ns)
+            elif self._quiet_rounds < QUIET_ROUNDS:
+                self.idle = False
         for peer in self.config.peers:
             progress = self.progress[peer]
             if progress.state is ReplicationState.REPLICATE and progress.inflight \
@@ -199,7 +237,7 @@ class LeaderRules:
                     self._send_heartbeat(peer, progress, now_ns)
                 else:
                     self._send_append(peer, now_ns)
-        self._set_timer(HEARTBEAT_TIMER, now_ns + self._heartbeat_ns)
+        self._set_timer(HEARTBEAT_TIMER, now_ns + (self._idle_heartbeat_ns if self.idle else self._heartbeat_ns))
 
     def _on_quorum_timer(self, now_ns: int) -> None:
         active = 1 + sum(1 for peer in self.config.peers if self.progress[peer].recent_active)
@@ -209,4 +247,5 @@ class LeaderRules:
             self._count("check_quorum_step_downs")
             self._become_follower(self.term, 0, now_ns)
             return
-        self._set_timer(QUORUM_TIMER, now_ns + self._election_timeout_ns)
+        self._set_timer(QUORUM_TIMER, now_ns + self._election_timeout_ns
+                        + (self._idle_heartbeat_ns if self.idle else 0))

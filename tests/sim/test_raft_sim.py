@@ -47,6 +47,34 @@ def test_a_sweep_of_200_seeds_of_3_and_5_voters_finds_no_violation():
               f"{outcome['heal_to_leader_ms']:.0f} ms")
 
 
+# Proposals with gaps long enough for leaders to go quiet (three 30 ms heartbeats of nothing).
+QUIET = RaftSimConfig(voters=3, idle_heartbeat_interval_ms=400, disconnect_on_crash=True, propose_interval_ms=(5, 600))
+
+
+@pytest.mark.timeout(240)
+def test_quiet_leaders_and_dropped_connections_keep_every_property():
+    """Leaders that slow to a 400 ms heartbeat when quiet (every append naming the interval) and
+    followers that campaign at once when a crashed leader's connection drops: the same faults,
+    the same checks, and a leader again within the same bound after the heal. Both must really
+    happen: quiet periods begin, and dropped connections start campaigns."""
+    from chaos.sim_raft import RaftSimulation
+
+    totals: dict[str, int] = {}
+    failures = {}
+    for seed in range(3001, 3101):
+        simulation = RaftSimulation(seed, QUIET)
+        result = simulation.run()
+        if result.problems:
+            failures[seed] = result.problems[:3]
+        for voter in simulation.voters.values():
+            for name, count in voter.raft.counters.items():
+                totals[name] = totals.get(name, 0) + count
+    assert not failures, ("failing seeds (replay with python -m chaos.sim_raft --seed N --idle-heartbeat-ms 400 "
+                          f"--disconnect-on-crash): {failures}")
+    for counter in ("quiet_periods", "leader_disconnected", "check_quorum_step_downs"):
+        assert totals.get(counter, 0) > 0, f"{counter} never happened in 100 seeds: {totals}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("config", [THREE, FIVE, RaftSimConfig(voters=3, duration_ms=10_000)],

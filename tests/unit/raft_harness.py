@@ -58,6 +58,7 @@ class Net:
         self.held: dict[int, list] = {node: [] for node in self.voters}
         self.holding: set[int] = set()
         self.traces: list[Trace] = []
+        self.sent: list[tuple[int, object]] = []  # (sender, message) of every Send, in order
         self.checker = SafetyChecker()
         for node, entry_terms in (logs or {}).items():
             self.preload(node, entry_terms, (terms or {}).get(node, max(entry_terms, default=0)))
@@ -101,6 +102,7 @@ class Net:
         for effect in effects:
             if isinstance(effect, Send):
                 message = _decoder.decode(_encoder.encode(effect.message))
+                self.sent.append((node, message))
                 self.queue.append((node, self.by_endpoint[effect.to], message))
             elif isinstance(effect, AfterFlush):
                 if node in self.holding:
