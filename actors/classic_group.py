@@ -127,10 +127,13 @@ class ClassicGroup:
         old = self.members.pop(old_id)
         effects: list[Effect] = []
         fenced = "a newer instance with the same group_instance_id joined"
-        if old.join_waiter is not None:
+        # A waiter of the very process asking now is not a zombie: it sent its join again (a retry
+        # after a timeout, a duplicate). It gets the answer of this join; fencing its earlier
+        # request would stop the live instance for good.
+        if old.join_waiter is not None and old.join_waiter[0] != sender:
             effects.append(Send(old.join_waiter[0], JoinGroupResponse(
                 correlation_id=old.join_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
-        if old.sync_waiter is not None:
+        if old.sync_waiter is not None and old.sync_waiter[0] != sender:
             effects.append(Send(old.sync_waiter[0], SyncGroupResponse(
                 correlation_id=old.sync_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
         member = Member.joining(new_id, request, now_ns)

@@ -421,6 +421,24 @@ def test_the_replaced_static_identity_is_fenced():
     assert members.joined("zombie").error == ErrorCode.FENCED_INSTANCE_ID
 
 
+def test_a_static_members_join_sent_again_by_the_same_process_is_not_fenced():
+    """A join the member sent again (its first timed out while the coordinator was slow, or the
+    network delivered it twice) comes from the process that sent the first: it replaces that
+    join. Only another process holding the instance id fences the old one (found by the
+    simulator: the member answered FENCED_INSTANCE_ID for its own retry stopped for good)."""
+    members = Members()
+    members.join("a", instance="host-a")
+    members.join("b")
+    members.join("a", instance="host-a", known=False)  # the same sender asks again
+
+    assert not [m for m in messages(members.effects, JoinGroupResponse) if m.error == ErrorCode.FENCED_INSTANCE_ID]
+    members.advance(INITIAL_DELAY_MS + 50)
+    answer, other = members.joined("a"), members.joined("b")
+    assert answer.error == ErrorCode.NONE and other.error == ErrorCode.NONE
+    assert sorted(members.group.members) == sorted([members.ids["a"], members.ids["b"]])
+    assert members.group.static["host-a"] == members.ids["a"]
+
+
 def test_a_static_member_that_changed_its_subscription_causes_a_rebalance():
     members = Members()
     members.join("a", instance="host-a")
