@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.limits import Limits
-from actors.messages import PeerDisconnected, TimerFired
+from actors.messages import PeerDisconnected, Stop, TimerFired
 from chaos.sim_hosts import TinyAgent as TinyAgent  # chaos/labs builds its agent from here too
 from chaos.sim_hosts import Host, controller_factory, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network, NetworkFaults
@@ -466,6 +466,14 @@ class Simulator:
     def crash(self, name: str, restart: bool = True, notify: bool = True) -> None:
         """Kill a host; `notify=False` loses the node agent's exit notice (it died too)."""
         self.faults.crash(name, restart=restart, notify=notify)
+
+    def stop(self, name: str) -> None:
+        """Stop a host as `railmq down` does: the actor gets its Stop (a replica flushes its log),
+        then the process is gone, without an exit notice (its node agent stops too)."""
+        host = self.hosts[name]
+        if host.alive and host.paused_until_ns <= self.now_ns:
+            self._step(host, Stop(reason="the cluster is stopping"), b"")
+        self.faults.crash(name, restart=False, notify=False)
 
     def restart(self, name: str) -> None:
         host = self.hosts[name]
