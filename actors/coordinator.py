@@ -43,7 +43,10 @@ class Liveness(msgspec.Struct, kw_only=True):
     last_seen_ns: int
     exited: bool = False
     responsive: bool = True  # its node agent says it answers (see actors/node_liveness.py)
-    via_node: bool = False  # kept alive by its node agent's heartbeats (node session), not its own
+    # Judged by the node session (node_session_timeout_ms), not the replica one: kept alive by its
+    # node agent's heartbeats, or a node-level service (the group coordinator) that announces
+    # itself once per node heartbeat interval.
+    via_node: bool = False
     log_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
@@ -372,7 +375,7 @@ class Coordinator(TopicAdmin, NodeLiveness):
 
     def _on_service_heartbeat(self, beat: ServiceHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
         self.services[beat.role] = Liveness(
-            endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns)
+            endpoint=beat.endpoint, pid=beat.pid, incarnation=beat.incarnation, last_seen_ns=now_ns, via_node=True)
         return [Send(sender, ServiceHeartbeatResponse(correlation_id=beat.correlation_id))]
 
     def _service_endpoint(self, role: str, now_ns: int) -> str:

@@ -157,11 +157,14 @@ class GroupCoordinator:
                                 endpoint=self.endpoint, pid=self.pid, incarnation=self.incarnation)
 
     def _announce(self, now_ns: int) -> list[Effect]:
-        """Tell the active controller where group coordination is (metadata answers name it)."""
+        """Tell the active controller where group coordination is (metadata answers name it):
+        at once when it starts, then once per node heartbeat interval (metadata stops naming it
+        a node session after the last). A new active group voter announces itself at once, so
+        failover does not wait for this."""
         if self.announce_unanswered:
             self.controllers.rotate()  # that voter did not answer the last one: try the next
         self.announce_unanswered = True
-        interval = self.limits.replica_heartbeat_interval_ms
+        interval = self.limits.node_heartbeat_interval_ms
         return [Send(self.controllers.current, self._announcement()), SetTimer("announce", now_ns + interval * MS)]
 
     def _with_group(self, message: Any, sender: Any, action: Any) -> list[Effect]:

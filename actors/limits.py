@@ -44,6 +44,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # in a row to load is what it takes to start an election.
     controller_election_timeout_ms: int = 300
     controller_heartbeat_interval_ms: int = 75
+    # ...and a quiet quorum's leader (nothing to replicate for three heartbeats) heartbeats this
+    # often instead: idle, each quorum costs a message per voter per second. A leader whose
+    # process dies is still replaced in well under a second (its followers see the connection
+    # drop and campaign at once); one that vanishes without closing its connections (a lost
+    # host, a cut link) is missed after up to this much more (docs/raft.md, "quiet leaders").
+    controller_idle_heartbeat_interval_ms: int = 1000
     # A new partition's replicas are processes still being started (a few hundred ms each on a
     # loaded 2-core machine): nobody is judged absent before this much time has passed.
     partition_creation_grace_ms: int = 5000
@@ -57,8 +63,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     replica_fetch_wait_max_ms: int = 500
     # ...and a follower in the ISR whose last fetch brought nothing (it is at the log end) waits
     # this long: a fetch parked at the log end counts as caught up, so an idle partition's
-    # follower and leader wake once per this wait instead of twice a second.
-    replica_fetch_idle_wait_max_ms: int = 5000
+    # follower and leader wake once per this wait instead of twice a second. Nothing waits on its
+    # end: new data answers it at once, a follower that then does not fetch again leaves the ISR
+    # after replica_lag_time_max_ms as always, and a leader change reaches the follower as a state
+    # push. At 5 s these wake-ups were half of an idle replica's CPU.
+    replica_fetch_idle_wait_max_ms: int = 15_000
     # A follower waiting at the log end learns a newer high watermark this soon (its wait is cut
     # short), unless new data answers it first, as it does under load. Kafka's
     # replica.fetch.wait.max.ms (500 ms) bounds the same delay. Shorter costs a round trip per

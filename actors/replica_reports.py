@@ -8,8 +8,10 @@ storage health. Where it goes decides how often it is sent:
   batch) and otherwise a keepalive every `replica_keepalive_interval_ms`. The node agent sends
   the coordinator one `NodeHeartbeat` per interval for all its replicas (Kafka's broker
   heartbeat), with the reports that changed, and tells it which replicas stopped answering. An
-  idle replica so sends one small local message a second, and the coordinator hears from each
-  node, not from each replica.
+  idle replica so sends one small local message per keepalive interval, and the coordinator
+  hears from each node, not from each replica. Keepalives fall on shared instants (multiples of
+  the interval on the host's clock, never less than half an interval after the last report), so
+  the node agent reads a whole round of them in one wake-up instead of one wake-up each.
 - straight to the coordinator (no node agent: the simulator, tests of one actor): every
   `replica_heartbeat_interval_ms`, as the coordinator's session timeout expects.
 
@@ -56,7 +58,16 @@ class ReplicaReporter:
         replica.log.note_high_watermark(replica.committed_offset, replica.committed_epoch)
         message = replica.report_message()
         self.last_sent, self.last_sent_ns = self._content(message), now_ns
-        return [Send(self.report_to, message), SetTimer("heartbeat", now_ns + self.keepalive_ms * MS)]
+        return [Send(self.report_to, message), SetTimer("heartbeat", self._keepalive_due(now_ns))]
+
+    def _keepalive_due(self, now_ns: int) -> int:
+        interval = self.keepalive_ms * MS
+        if not self.via_node_agent:
+            return now_ns + interval
+        due = (now_ns // interval + 1) * interval  # the next shared instant...
+        if due - now_ns < interval // 2:
+            due += interval  # ...unless it is too soon after this report: at most 1.5 intervals apart
+        return due
 
     def send_now(self) -> list[Effect]:
         """News that must not wait (storage damage found or repaired): a report now, timers as they are."""

@@ -129,7 +129,8 @@ def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limi
 
         log = RaftLog.open(CONTROLLER_DIRECTORY, fs=host.fs)
         config = RaftConfig(node_id=node, voters=voters, election_timeout_ms=limits.controller_election_timeout_ms,
-                            heartbeat_interval_ms=limits.controller_heartbeat_interval_ms)
+                            heartbeat_interval_ms=limits.controller_heartbeat_interval_ms,
+                            idle_heartbeat_interval_ms=limits.controller_idle_heartbeat_interval_ms)
         rng = random.Random(incarnation)
 
         def coordinator(state: Any) -> Any:

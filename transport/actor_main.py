@@ -254,6 +254,7 @@ def _raft_config(spec: ActorSpec) -> Any:
     return RaftConfig(node_id=spec.node, voters=dict(spec.voters),
                       election_timeout_ms=spec.limits.controller_election_timeout_ms,
                       heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms,
+                      idle_heartbeat_interval_ms=spec.limits.controller_idle_heartbeat_interval_ms,
                       campaign_at_first_start=True)
 
 
@@ -403,7 +404,7 @@ def _name_process(name: str) -> None:
 
 
 def main(spec_bytes: bytes, lifeline: Connection) -> None:
-    from transport.runtime import ActorCrashed, Runtime
+    from transport.runtime import ACTOR_POLL_TIMEOUT_MAX_MS, ActorCrashed, Runtime
 
     spec = msgspec.msgpack.decode(spec_bytes, type=ActorSpec)
     _name_process(spec.name.replace("replica/", "r/"))
@@ -421,7 +422,8 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     trace = TraceFile(spec.trace_path, spec.name, bytes_max=spec.limits.trace_file_bytes_max,
                       kept=spec.limits.trace_files_kept) if spec.trace_path else None
     runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context, on_trace=trace,
-                      ring_links=links, secret=spec.secret or None, faults_enabled=spec.faults_enabled)
+                      ring_links=links, secret=spec.secret or None, faults_enabled=spec.faults_enabled,
+                      poll_timeout_max_ms=ACTOR_POLL_TIMEOUT_MAX_MS)
     if trace is not None:
         runtime.trace_file = trace
     if links is not None:

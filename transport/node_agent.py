@@ -45,7 +45,6 @@ log = logging.getLogger("railmq.node_agent")
 
 
 RECONCILE_TIMEOUT_MS = 200
-SUPERVISE_INTERVAL_MS = 100  # how often exits are reaped and restarts started
 REPORTS_PER_WAKE_MAX = 1000
 NEWS_DELAY_MS = 20  # news waits this long for more news to share its heartbeat
 
@@ -135,6 +134,8 @@ class NodeAgent:
         self.endpoint = ""
         self._router: zmq.Socket | None = None
         self._stop = threading.Event()
+        self._wake_read, self._wake_write = -1, -1  # rung by stop() to end the thread's sleep
+        self.wakeups = 0  # times the thread woke from its sleep (an idle node: about one a second)
         self._thread: threading.Thread | None = None
         self._exits: list[ManagedActor] = []
         self._lock = threading.Lock()
@@ -147,17 +148,26 @@ class NodeAgent:
         router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
         port = router.bind_to_random_port("tcp://127.0.0.1")
         self._router, self.endpoint = router, f"tcp://127.0.0.1:{port}"
+        self._wake_read, self._wake_write = os.pipe()
         self.supervisor.on_exit = self._on_exit
         self._thread = threading.Thread(target=self._run, name="railmq-node-agent", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wake_write >= 0:
+            os.write(self._wake_write, b"x")
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._router is not None and (self._thread is None or not self._thread.is_alive()):
-            self._router.close(linger=0)
-            self._router = None
+        if self._thread is None or not self._thread.is_alive():
+            if self._router is not None:
+                self._router.close(linger=0)
+                self._router = None
+            for fd in (self._wake_read, self._wake_write):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_read = self._wake_write = -1
+            self.supervisor.close_watch()
 
     def _on_exit(self, managed: ManagedActor) -> None:
         with self._lock:
@@ -167,32 +177,47 @@ class NodeAgent:
         rpc = RpcClient(identity="node-agent", secret=self.secret or None)
         codec = Codec(self.limits.frame_bytes_max, secret=self.secret or None)
         interval_ns = self.limits.node_heartbeat_interval_ms * 1_000_000
-        next_beat_ns = next_supervise_ns = 0
+        next_beat_ns = 0
         try:
             while not self._stop.is_set():
-                now_ns = time.monotonic_ns()
-                if now_ns >= next_supervise_ns:
-                    next_supervise_ns = now_ns + SUPERVISE_INTERVAL_MS * 1_000_000
-                    self.supervisor.poll()
-                    self._report_exits(rpc)
-                if now_ns >= next_beat_ns:
-                    next_beat_ns = now_ns + interval_ns
+                self.supervisor.poll()
+                self._report_exits(rpc)
+                if time.monotonic_ns() >= next_beat_ns:
+                    next_beat_ns = time.monotonic_ns() + interval_ns
                     try:
                         self._heartbeat(rpc)
                     except RequestTimeout:
                         pass  # the coordinator is restarting; try again next round
                     except Exception:
                         log.exception("node agent heartbeat failed")
-                # Reports are read in one go at each of these wakes, not each as it arrives: a
-                # hundred replicas' keepalives would otherwise wake this thread a hundred times a
-                # second. News then waits at most SUPERVISE_INTERVAL_MS + NEWS_DELAY_MS.
-                wait_ns = min(next_beat_ns, next_supervise_ns) - time.monotonic_ns()
-                if wait_ns > 0 and self._stop.wait(wait_ns / 1e9):
-                    break
                 if self._receive_reports(codec, 0):
                     next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
+                self._sleep(next_beat_ns)
         finally:
             rpc.close()
+
+    def _sleep(self, next_beat_ns: int) -> None:
+        """Until there is something to do: a process exited or became ready, a process was
+        started, a report came, a restart or the next heartbeat is due, or stop() was called.
+        No period: an idle node wakes this thread once per heartbeat and per keepalive round
+        (replicas send their keepalives on shared instants, actors/replica_reports.py)."""
+        fds, restart_due_ns = self.supervisor.watch()
+        wait_ns = next_beat_ns - time.monotonic_ns()
+        if restart_due_ns is not None:
+            wait_ns = min(wait_ns, restart_due_ns - time.time_ns())
+        if wait_ns <= 0:
+            return
+        poller = zmq.Poller()
+        poller.register(self._wake_read, zmq.POLLIN)
+        if self._router is not None:
+            poller.register(self._router, zmq.POLLIN)
+        for fd in fds:
+            poller.register(fd, zmq.POLLIN)
+        self.wakeups += 1
+        try:
+            poller.poll(wait_ns / 1e6 + 1)
+        except zmq.ZMQError:
+            pass  # a descriptor closed under it (another thread stopped a process): look again
 
     def _receive_reports(self, codec: Codec, timeout_ms: int) -> bool:
         """Take the reports waiting (up to `timeout_ms` for the first); True if one is news."""

@@ -95,6 +95,9 @@ class Supervisor:
         self.actors: dict[str, ManagedActor] = {}
         self.lock = threading.RLock()
         self._order: list[str] = []
+        # Rung whenever a process is started, so a thread waiting on `watch()`'s descriptors
+        # (the node agent) wakes to watch the new one too. Made by the first `watch()`.
+        self._doorbell: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ starting
 
@@ -128,6 +131,45 @@ class Supervisor:
         managed.refusal = ""
         managed.restart_at_ns = None
         managed.started_ns = time.time_ns()
+        if self._doorbell is not None:
+            try:
+                os.write(self._doorbell[1], b"x")
+            except OSError:
+                pass  # full: a wake-up is already waiting
+
+    def watch(self) -> tuple[list[int], int | None]:
+        """What `poll` has to act on, for a caller that sleeps until then: the descriptors that
+        become readable when there is something (a process's exit sentinel, the lifeline of one
+        not ready yet, the doorbell of a new process), and the wall-clock time of the next
+        restart due (None: none is scheduled). Sleeping on these instead of polling on a period
+        is what lets an idle node cost nothing."""
+        with self.lock:
+            if self._doorbell is None:
+                self._doorbell = os.pipe()
+                for fd in self._doorbell:
+                    os.set_blocking(fd, False)
+        try:
+            while os.read(self._doorbell[0], 4096):
+                pass
+        except OSError:
+            pass
+        fds, due = [self._doorbell[0]], None
+        with self.lock:
+            for managed in self.actors.values():
+                if managed.process is not None:
+                    fds.append(managed.process.sentinel)
+                    if not managed.ready and managed.lifeline is not None:
+                        fds.append(managed.lifeline.fileno())
+                elif managed.wanted and managed.restart_at_ns is not None:
+                    due = managed.restart_at_ns if due is None else min(due, managed.restart_at_ns)
+        return fds, due
+
+    def close_watch(self) -> None:
+        """The watcher is done: its doorbell's descriptors are closed."""
+        with self.lock:
+            doorbell, self._doorbell = self._doorbell, None
+        for fd in doorbell or ():
+            os.close(fd)
 
     def start(self, spec: ActorSpec) -> ManagedActor:
         managed = self.launch(spec)

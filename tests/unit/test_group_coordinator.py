@@ -119,8 +119,8 @@ def admin_commit(stage: Stage, offsets: dict[tuple[str, int], int], group: str =
 # ---------------------------------------------------------------------------- lifecycle
 
 
-def test_it_announces_itself_to_the_coordinator_every_heartbeat_interval(stage):
-    stage.harness.advance(LIMITS.replica_heartbeat_interval_ms * 3)
+def test_it_announces_itself_to_the_coordinator_every_node_heartbeat_interval(stage):
+    stage.harness.advance(LIMITS.node_heartbeat_interval_ms * 3)
 
     beats = stage.harness.received(COORDINATOR, ServiceHeartbeat)
     assert len(beats) == 4

@@ -10,6 +10,7 @@ a keepalive.
 
 from __future__ import annotations
 
+from actors.actor import MS
 from actors.limits import Limits
 from actors.messages import (
     AlterIsrRequest, FetchRequest, FetchResponse, PartitionState, ReplicaHeartbeat, ReplicaHeartbeatResponse,
@@ -181,13 +182,25 @@ class ReportingStage:
         return self.harness.take(AGENT, ReplicaHeartbeat)
 
 
-def test_through_a_node_agent_an_unchanged_replica_sends_only_keepalives():
+def test_through_a_node_agent_an_unchanged_replica_sends_only_keepalives_on_shared_instants():
+    """Every replica of a host sends its keepalive on the same instants (multiples of the
+    interval), so its node agent reads a round in one wake-up; none is ever more than 1.5
+    intervals after the last report (the agent's timeout is three) nor less than half of one."""
     stage = ReportingStage()
     assert stage.reports(), "a report at start and one when it became leader"
+    interval_ns = LIMITS.replica_keepalive_interval_ms * MS
+    sent_ns = [stage.harness.now_ns]
+    for _ in range(LIMITS.replica_keepalive_interval_ms * 5 // 50):
+        stage.harness.advance(50)
+        sent_ns += [stage.harness.now_ns for _ in stage.reports()]
 
-    stage.harness.advance(LIMITS.replica_keepalive_interval_ms * 3 + 1)
-
-    assert len(stage.reports()) == 3
+    settled_ns = LIMITS.replica_heartbeat_interval_ms * MS  # the reports of its start are news, not keepalives
+    keepalives = [at for at in sent_ns if at > settled_ns]
+    assert len(keepalives) >= 4
+    assert all(at % interval_ns < 50 * MS for at in keepalives), "each on a multiple of the interval"
+    since_news = sent_ns[len(sent_ns) - len(keepalives) - 1:]
+    gaps = [later - earlier for earlier, later in zip(since_news, since_news[1:])]
+    assert all(interval_ns // 2 <= gap <= interval_ns * 3 // 2 for gap in gaps), gaps
     assert stage.harness.take(COORDINATOR, ReplicaHeartbeat) == [], "nothing goes to the coordinator itself"
 
 

@@ -219,6 +219,12 @@ class _Supervised:
     def poll(self) -> list:
         return []
 
+    def watch(self) -> tuple[list[int], None]:
+        return [], None  # nothing to watch: no process runs
+
+    def close_watch(self) -> None:
+        pass
+
 
 @pytest.mark.timeout(30)
 def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_its_socket(tmp_path):
