@@ -31,7 +31,12 @@ KNOWN_FAILURES: dict[int, str] = {
     # None today. Seed 1050 was one: a restarted coordinator told a follower the state before the
     # leader had reported its endpoint, the announcement that followed was lost, and heartbeats
     # with current epochs got no state (fixed: a follower reports where it fetches from;
-    # tests/unit/test_coordinator.py, test_a_follower_without_the_leaders_endpoint_...).
+    # tests/unit/test_coordinator.py, test_a_follower_without_the_leaders_endpoint_...). When quiet
+    # quorums and a slower group-coordinator announcement re-drew the sweep's histories, 1078 and
+    # 1087 failed: a static member fenced by its own repeated join (fixed in actors/classic_group.py;
+    # tests/unit/test_classic_group.py) and the simulator's cluster restart cutting the power of
+    # replicas whose flush was in flight in the same instant as another's disk fault (beyond the
+    # promise; the others are now stopped as `railmq down` stops them, chaos/sim_disk.py).
 }
 REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45]
 # The seed-171 story, in the sweep: with the member rejoining before its user's thread answered a
@@ -123,14 +128,14 @@ VARIANT_SEARCH = {
     "ack-before-replication": (1000, 7),
     "elect-outside-isr": (1001, 8),
     "elect-last-reporter": (1015, 25),
-    "trust-damaged-replicas": (1098, 129),
+    "trust-damaged-replicas": (1100, 132),
     "commit-below-min-insync": (1000, 7),
-    "retry-answered-at-once": (1000, 7),
+    "retry-answered-at-once": (1005, 13),
     "fetch-before-flush": (1021, 33),
     "restart-keeps-isr-seat": (1032, 47),
     "late-exit-notice-kills": (1016, 27),
-    "follower-trusts-leader-watermark": (1007, 15),
-    "follower-forgets-producers": (1017, 28),
+    "follower-trusts-leader-watermark": (1001, 8),
+    "follower-forgets-producers": (1025, 38),
     "retry-renumbered": (1000, 7),
     "stale-generation-commit": (1036, 52),
     "commit-before-durable": (1006, 14),
@@ -138,12 +143,12 @@ VARIANT_SEARCH = {
     "rejoin-before-revocations-answered": (1036, 52),
     "commit-fetched-position": (1034, 49),
     "cooperative-moves-held-partition": (1010, 19),
-    "share-reply-before-durable": (1042, 59),
-    "share-answer-after-expiry": (1067, 90),
+    "share-reply-before-durable": (1024, 37),
+    "share-answer-after-expiry": (1049, 68),
     "share-count-not-restored": (1006, 14),
     "share-release-delay-ignored": (1000, 7),
     "share-start-passes-locked": (1000, 7),
-    "dead-letter-written-twice": (1024, 37),
+    "dead-letter-written-twice": (1020, 32),
     "share-accepts-not-restored": (1006, 14),
     "share-one-delivery-too-many": (1000, 7),
 }
