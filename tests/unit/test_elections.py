@@ -162,6 +162,55 @@ def test_with_nobody_eligible_the_partition_goes_offline_and_says_so():
     assert "unclean-election" not in events
 
 
+# ---------------------------------------------------------------------------- eligible leader replicas (KIP-966)
+
+
+def elr_record() -> PartitionRecord:
+    """Node 1 leads alone: nodes 2 and 3 left the ISR while it was below min_insync_replicas
+    (2), so both hold every acknowledged write and wait in the ELR with their incarnations."""
+    return healthy_record(isr=[1], isr_incarnations={1: 11}, elr={2: 22, 3: 33})
+
+
+def test_an_elr_member_at_the_incarnation_it_left_with_leads_when_the_isr_cannot():
+    decision = reconcile(elr_record(), REPLICAS, views(dead=[1]), unclean_allowed=False, min_insync=2)
+
+    assert decision.record.leader == 2 and decision.record.leader_incarnation == 22
+
+
+def test_an_elr_member_that_restarted_cleanly_still_may_lead():
+    found = views(dead=[1, 2], restarted=[3])
+    found[3] = found[3]._replace(clean=True)
+
+    decision = reconcile(elr_record(), REPLICAS, found, unclean_allowed=False, min_insync=2)
+
+    assert decision.record.leader == 3 and decision.record.leader_incarnation == 33 + 1000
+
+
+def test_an_elr_member_that_restarted_uncleanly_leaves_the_elr_and_never_leads():
+    """The simulator's seed 1415: the coordinator, cut off from the replicas for 2.5 s, shrank an
+    ISR to its leader; a follower left for the ELR, then crashed in a flush and came back without
+    its unflushed tail (304 of 323 committed offsets) and reported first. Elected because it had
+    lost nothing it had flushed, it made the leader and the other follower (which held all 323)
+    truncate: 25 acknowledged writes gone. An unclean restart may have lost what it held
+    unflushed, so it leaves the ELR (KIP-966) and the partition waits for a replica that holds
+    everything."""
+    found = views(dead=[1, 2], restarted=[3], ends={3: 304})
+
+    decision = reconcile(elr_record(), REPLICAS, found, unclean_allowed=False, min_insync=2)
+
+    assert decision.record.leader == -1, "an uncleanly restarted ELR member was elected"
+    assert 3 not in decision.record.elr and decision.record.elr == {2: 22}
+    assert decision.record.isr == [1]
+
+
+def test_an_isr_member_that_restarts_uncleanly_does_not_join_the_elr():
+    record = healthy_record(isr=[1, 3], isr_incarnations={1: 11, 3: 33})
+
+    decision = reconcile(record, REPLICAS, views(restarted=[3]), unclean_allowed=False, min_insync=2)
+
+    assert decision.record.isr == [1] and decision.record.elr == {}
+
+
 def test_an_unclean_election_picks_the_live_replica_with_the_longest_log_and_says_so():
     record = healthy_record(isr=[1], isr_incarnations={1: 11})
 
