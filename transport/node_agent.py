@@ -2,14 +2,16 @@
 and is their heartbeat.
 
 Its replicas report to it (a ROUTER on 127.0.0.1, `endpoint`): once when their state changes and
-otherwise a keepalive a second (actors/replica_reports.py). Every `replica_heartbeat_interval_ms`
-it sends the coordinator one `NodeHeartbeat` for all of them — which incarnation runs, whether
+otherwise a keepalive every `replica_keepalive_interval_ms`, all on the same instants
+(actors/replica_reports.py). Every `node_heartbeat_interval_ms` (sooner for news) it sends the
+coordinator one `NodeHeartbeat` for all of them — which incarnation runs, whether
 each still answers (a report within `replica_keepalive_timeout_ms`), the reports that changed —
 and the answer carries the assignments when they changed: it starts a process for each missing
 replica, stops each one no longer assigned, and lets the supervisor restart crashed actors. It
 tells the coordinator at once when a replica process exits (`ReplicaExited`) so failover does not
 wait for any timeout. It runs in a thread of the process that owns the supervisor (`railmq up`,
-`LocalCluster`), with its own sockets. Reports are accepted only with the cluster's tag.
+`LocalCluster`), with its own sockets, and sleeps until something happens (`_sleep`): no period of
+its own. Reports are accepted only with the cluster's tag.
 
 It deletes a replica's data only when the coordinator has *recorded* that topic id as deleted
 (`deleted_topic_ids`, the coordinator's tombstones) — never because a topic is absent from the
