@@ -4,6 +4,8 @@
   metadata changes are accepted again within a couple of seconds each time.
 - An active controller cut off from the other voters stops deciding; the majority elects another,
   which accepts changes; after the heal the old one follows, holding the same metadata.
+- An active controller whose disk fills stops (typed StorageFull, nothing half written); the
+  quorum carries on and the voter follows again once restarted.
 - A client given one voter's address finds the active controller (NOT_CONTROLLER hints) and, once
   it has heard the voter list, survives that voter's death.
 - `railmq cluster info --json` shows the quorum: every voter's node, endpoint and pid, the leader
@@ -94,6 +96,33 @@ def test_an_isolated_active_controller_is_replaced_and_follows_after_the_heal(fr
         wait_for(caught_up, 15, "the old controller to follow and catch up")
         assert [entry.node for entry in status.values() if entry.active] == [int(new.rsplit("/", 1)[1])]
         assert topic in admin.list_topics()
+
+
+def test_an_active_controller_whose_disk_fills_stops_and_the_quorum_carries_on(fresh_cluster, unique_name):
+    """A full disk under the active controller: its next proposal cannot be written (the raft
+    log's write raises StorageFull and is rolled back), and the voter stops rather than decide
+    without its own copy. The metadata change is accepted all the same (another voter leads);
+    every topic and acknowledged write is still there, and the stopped voter, restarted by its
+    supervisor, follows with the same commit index."""
+    cluster = fresh_cluster(fault_injection=True)
+    topic = unique_name()
+    with Admin(cluster.bootstrap, secret=cluster.secret) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=3, config={"min_insync_replicas": 2})
+        acknowledged = produce(cluster.bootstrap, topic, 100, "before")
+        full = active_controller(cluster)
+        restarts = cluster.actor(full).restarts
+        admin.set_faults(cluster.actor(full).endpoint, disk_full=True)
+        second = unique_name()
+        admin.create_topic(second, partitions=1, replication_factor=3)  # proposed on the full disk first
+        wait_for(lambda: cluster.actor(full).restarts > restarts, 15, f"{full} to stop on its full disk")
+        assert {topic, second} <= set(admin.list_topics())
+        assert read_values(cluster.bootstrap, topic, 1, acknowledged) >= acknowledged
+
+        def caught_up() -> bool:
+            status = admin.quorum_status()
+            return len(status) == 3 and len({entry.commit_index for entry in status}) == 1
+
+        wait_for(caught_up, 20, "the restarted voter to follow with the same commit index")
 
 
 def test_a_client_given_one_voter_finds_the_leader_and_survives_that_voters_death(fresh_cluster, unique_name):
