@@ -145,6 +145,9 @@ class FakeGroupClient:
         assert timestamp_ms in (-1, -2), "lag is measured against the latest offset (and the earliest without a commit)"
         return self.ends[partition] if timestamp_ms == -1 else 0
 
+    def list_offsets(self, keys: list[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
+        return {key: self.list_offset(key[0], key[1], timestamp_ms) for key in keys}
+
     def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
         self.timestamp_requests.append((partition, offset))
         return self.timestamps.get(partition)

@@ -1,0 +1,77 @@
+"""`RpcClient.request_many`: many requests in one round trip, each reply matched to its request.
+
+Given a peer that answers the second request before the first, when both are sent at once, then
+each reply comes back in its request's place; given a peer that never answers one of them, then
+the call gives up within its timeout naming the unanswered request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from actors.messages import ListOffsetsRequest, ListOffsetsResponse
+from transport.codec import Codec
+from transport.rpc import RequestTimeout, RpcClient
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def serve(router: zmq.Socket, answer: set[int], count: int) -> None:
+    """Read `count` requests, then answer those whose partition is in `answer`, last first."""
+    codec = Codec(64 * 1024 * 1024)
+    got = []
+    while len(got) < count:
+        frames = router.recv_multipart()
+        got.append((frames[0], codec.decode(frames[1:])))
+    for identity, request in reversed(got):
+        if request.partition in answer:
+            reply = ListOffsetsResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                        partition=request.partition, offset=100 + request.partition)
+            router.send_multipart([identity, *codec.encode(reply)])
+
+
+@pytest.fixture
+def peer():
+    context = zmq.Context.instance()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    yield router, f"tcp://127.0.0.1:{port}"
+    router.close(linger=0)
+
+
+def asks(endpoint: str, partitions: list[int]) -> list[tuple[str, ListOffsetsRequest]]:
+    return [(endpoint, ListOffsetsRequest(correlation_id=0, topic="t", partition=p, timestamp_ms=-1))
+            for p in partitions]
+
+
+def test_replies_answered_out_of_order_come_back_in_request_order(peer):
+    router, endpoint = peer
+    server = threading.Thread(target=serve, args=(router, {0, 1, 2}, 3))
+    server.start()
+    client = RpcClient("test")
+    try:
+        replies = client.request_many(asks(endpoint, [0, 1, 2]), timeout_ms=5000)
+    finally:
+        client.close()
+        server.join(5)
+    assert [(reply.partition, reply.offset) for reply in replies] == [(0, 100), (1, 101), (2, 102)]
+
+
+def test_an_unanswered_request_times_out_within_the_budget_and_is_named(peer):
+    router, endpoint = peer
+    server = threading.Thread(target=serve, args=(router, {0}, 2))
+    server.start()
+    client = RpcClient("test")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RequestTimeout, match="ListOffsetsRequest"):
+            client.request_many(asks(endpoint, [0, 1]), timeout_ms=500)
+    finally:
+        client.close()
+        server.join(5)
+    assert time.monotonic() - started < 3
