@@ -19,6 +19,7 @@ Rules (Raft §5.3, §7):
 
 from __future__ import annotations
 
+from actors.actor import MS
 from actors.effects import Trace
 from actors.raft.config import RaftConfig
 from actors.raft.roles import Role
@@ -46,7 +47,7 @@ class FollowerRules:
             self._become_follower(self.term, leader, now_ns)
         config = self.config
         announced = min(heartbeat_ms, config.slowest_heartbeat_ms) if heartbeat_ms else config.heartbeat_interval_ms
-        self._lease_extra_ns = max(0, announced - config.heartbeat_interval_ms) * 1_000_000
+        self._lease_extra_ns = max(0, announced - config.heartbeat_interval_ms) * MS
         self.last_leader_contact_ns = now_ns
         self._reset_election_deadline(now_ns, self._lease_extra_ns)
         return True

@@ -238,9 +238,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self._set_role(Role.FOLLOWER, leader_id=0)
         self.last_leader_contact_ns = NEVER
         self._lease_extra_ns = 0
-        self.election_deadline_ns = now_ns + self.rng.randrange(0, max(1, self.config.election_timeout_ms // 2)) * MS
-        if self._election_timer_ns is None or self._election_timer_ns > self.election_deadline_ns:
-            self._arm_election_timer()
+        self._move_election_deadline(now_ns + self.rng.randrange(0, max(1, self.config.election_timeout_ms // 2)) * MS)
 
     def _on_timer(self, name: str, now_ns: int) -> None:
         if name == ELECTION_TIMER:
@@ -333,12 +331,16 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
 
     def _reset_election_deadline(self, now_ns: int, extra_ns: int = 0) -> None:
         timeout = self.config.election_timeout_ms
-        self.election_deadline_ns = now_ns + extra_ns + self.rng.randrange(timeout, 2 * timeout) * MS
-        # The timer is lazy: set at the deadline of its time, it fires and looks again (fast
-        # heartbeats move the deadline more often than it would be worth setting it). A quiet
-        # leader's heartbeat moves it past the next one, where a lazy timer would wake this
-        # node once per heartbeat for nothing: then it is set again at once.
-        if self._election_timer_ns is None or self._election_timer_ns > self.election_deadline_ns or extra_ns:
+        self._move_election_deadline(now_ns + extra_ns + self.rng.randrange(timeout, 2 * timeout) * MS,
+                                     rearm=bool(extra_ns))
+
+    def _move_election_deadline(self, deadline_ns: int, *, rearm: bool = False) -> None:
+        """The timer is lazy: set at the deadline of its time, it fires and looks again (fast
+        heartbeats move the deadline more often than it would be worth setting it), so it is set
+        only when the deadline comes earlier — or with `rearm`: a quiet leader's heartbeat moves
+        it past the next one, where a lazy timer would wake this node once per heartbeat."""
+        self.election_deadline_ns = deadline_ns
+        if rearm or self._election_timer_ns is None or self._election_timer_ns > deadline_ns:
             self._arm_election_timer()
 
     def _arm_election_timer(self) -> None:
