@@ -38,6 +38,7 @@ from rich.text import Text
 from chaos.checker import ANOMALY_FIELDS, CheckResult, check_file, summary_dict
 from chaos.history import HistoryError, UnreadableHistory
 from chaos.report import explanations_for, render_terminal
+from chaos.netns import unavailable as hosts_unavailable
 from chaos.runner import RECOVERY_WINDOW_S, run_scenario
 from chaos.runner import Progress as RunProgress
 from chaos.scenarios import SCENARIOS, UnknownScenario, get_scenario
@@ -134,6 +135,10 @@ def run_run(args: argparse.Namespace) -> int:
         scenario = get_scenario(args.scenario)
     except UnknownScenario as unknown:
         print(f"error: {unknown}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if scenario.over_hosts and (reason := hosts_unavailable()):
+        print(f"error: {scenario.name} runs its nodes in network namespaces, which cannot be made here: {reason}",
+              file=sys.stderr)
         return EXIT_UNREADABLE
     report_dir = args.report or default_report_dir(scenario.name, args.seed)
     console = Console(stderr=args.json)

@@ -3,8 +3,10 @@
     outcome = run_scenario(get_scenario("leader-kill"), seed=7, duration_s=20, report_dir="out")
 
 The order of a run (Jepsen's, on real processes):
-1. start a `LocalCluster` with short timeouts (`CHAOS_LIMITS`), create the topic, start the
-   workload processes and wait until the first write is acknowledged;
+1. start a `LocalCluster` with short timeouts (`CHAOS_LIMITS`) — or, for a scenario `over_hosts`,
+   one `railmq node` per network namespace with the same timeouts (chaos/netns.py, whose faults
+   chaos/host_nemesis.py performs) — create the topic, start the workload processes and wait
+   until the first write is acknowledged;
 2. the fault phase: a thread performs the scenario's seeded schedule while the workload runs;
 3. heal everything (`heal` line), let producers finish their outstanding sends, then give the
    cluster up to the recovery window to converge (full ISR, group caught up), stop the members;
@@ -34,7 +36,9 @@ import msgspec
 from actors.limits import Limits
 from chaos import observe
 from chaos.checker import CheckResult, check_file
+from chaos.host_nemesis import HostNemesis
 from chaos.nemesis import FaultLog, Nemesis
+from chaos.netns import NamespaceHosts
 from chaos.scenarios import FaultStep, Scenario
 from chaos.workers import WorkerPool, merge_histories
 from chaos.workload import LineRecorder, MemberSpec, ProducerSpec
@@ -125,8 +129,12 @@ class ChaosRun:
         detail = LineRecorder(os.path.join(self.report_dir, "faults.jsonl"), self.origin_ns)
         self._record_config()
         data_dir = tempfile.mkdtemp(prefix="railmq-chaos-")
-        cluster = LocalCluster(self.scenario.shape.nodes, data_dir=data_dir, limits=CHAOS_LIMITS,
-                               restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True, fault_injection=True)
+        cluster: Any
+        if self.scenario.over_hosts:
+            cluster = NamespaceHosts(data_dir, self.scenario.shape.nodes, limits=CHAOS_LIMITS)
+        else:
+            cluster = LocalCluster(self.scenario.shape.nodes, data_dir=data_dir, limits=CHAOS_LIMITS,
+                                   restart_delay_ms=ACTOR_RESTART_DELAY_MS, trace=True, fault_injection=True)
         log = FaultLog(self.recorder, detail, TOPIC)
         workers: WorkerPool | None = None
         try:
@@ -136,6 +144,8 @@ class ChaosRun:
             if workers is not None:
                 workers.stop()
             cluster.stop()
+            if self.scenario.over_hosts:
+                cluster.destroy()
             detail.close()
             if not self.keep_data:
                 shutil.rmtree(data_dir, ignore_errors=True)
@@ -173,7 +183,8 @@ class ChaosRun:
             workers.start()
             self._wait_ready(workers)
             self._mark("workload_ready_s")
-            nemesis = Nemesis(cluster, workers, TOPIC, self.rng, log)
+            nemesis: Any = (HostNemesis(cluster, log) if self.scenario.over_hosts
+                            else Nemesis(cluster, workers, TOPIC, self.rng, log))
             try:
                 self._fault_phase(nemesis, workers, log)
                 nemesis.heal()
@@ -274,8 +285,16 @@ class ChaosRun:
     def _after_stop(self, cluster: LocalCluster, data_dir: str) -> None:
         """Stop the cluster, then read its files and look for anything left behind."""
         cluster.stop()
+        trace = os.path.join(self.report_dir, "trace.jsonl")
+        if self.scenario.over_hosts:
+            cluster.merge_traces(trace)
+            for node in cluster.nodes:
+                states = [state for state in self._replica_states if state.node == node]
+                for line in observe.replica_logs(cluster.data_dir(node), TOPIC, self.info["topic_id"], states):
+                    self.recorder.record(line)
+            return
         if cluster.trace_path and os.path.exists(cluster.trace_path):
-            shutil.copyfile(cluster.trace_path, os.path.join(self.report_dir, "trace.jsonl"))
+            shutil.copyfile(cluster.trace_path, trace)
         for line in observe.replica_logs(data_dir, TOPIC, self.info["topic_id"], self._replica_states):
             self.recorder.record(line)
 

@@ -101,6 +101,9 @@ class Scenario:
     schedule_function: ScheduleFunction
     shape: WorkloadShape = field(default_factory=WorkloadShape)
     expect_loss: bool = False
+    # The nodes run as `railmq node` processes in network namespaces, one per host (chaos/netns.py),
+    # and the faults are a host's (chaos/host_nemesis.py). Needs root; elsewhere the run is refused.
+    over_hosts: bool = False
 
     def schedule(self, rng: random.Random, duration_s: float) -> list[FaultStep]:
         steps = self.schedule_function(rng, self.shape, duration_s)
@@ -286,6 +289,27 @@ def rolling_restart_schedule(rng: random.Random, shape: WorkloadShape, duration_
     return rotation(rng, shape, duration_s, next_restart, gap_s=(2.5, 3.0), quiet_every=len(order))
 
 
+def host_faults_schedule(rng: random.Random, shape: WorkloadShape, duration_s: float) -> list[FaultStep]:
+    """Across hosts, in turn: a host cut off (its link down past the session timeout), every
+    process of a host killed and started again a moment later, delay and loss on a host's link;
+    a random host each time. The order is fixed so even a short run partitions and kills."""
+    position = [0]
+
+    def next_fault(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
+        action = ("isolate", "kill", "slow-link")[position[0] % 3]
+        position[0] += 1
+        node = rng.randrange(1, shape.nodes + 1)
+        if action == "isolate":
+            return [FaultStep(at_s=at_s, action=action, role="node", node=node,
+                              duration_s=_lasting(rng, PAST_SESSION_S))]
+        if action == "kill":  # down this long, then `railmq node` starts again
+            return [FaultStep(at_s=at_s, action=action, role="node", node=node, duration_s=_lasting(rng, (1.0, 2.0)))]
+        return [FaultStep(at_s=at_s, action=action, role="node", node=node, duration_s=_lasting(rng, (2.0, 3.0)),
+                          delay_ms=30, drop_probability=0.05)]
+
+    return rotation(rng, shape, duration_s, next_fault, gap_s=(1.5, 2.0), quiet_every=3)
+
+
 MIXED_EPISODES: tuple[Episode, ...] = (
     kill_leader, kill_follower, kill_coordinator, crash_member, kill_member, kill_producer, pause_leader,
     pause_member, isolate_leader, split_nodes, cut_leader_outbound, slow_leader_links, fill_disk,
@@ -350,6 +374,8 @@ _SAFE = [
     Scenario("node-loss", "kill every process of one node and delete its data directory; it returns empty",
              _single(lose_node, gap_s=(4.0, 5.0))),
     Scenario("mixed", "a random rotation of every nemesis, with quiet periods", mixed_schedule),
+    Scenario("multi-host", "three hosts (network namespaces): a host cut off, a host's processes killed, "
+             "a lossy link", host_faults_schedule, over_hosts=True),
 ]
 _TEACHING = [
     Scenario("acks1-leader-kill", "acks=1: the leader dies with writes its followers never fetched",

@@ -44,6 +44,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     node.add_argument("--identity-from", default="", metavar="DIR",
                       help="a directory with the cluster's cluster.meta and cluster.secret, copied into a new "
                            "data directory (every node but the first)")
+    node.add_argument("--limits", default="", metavar="FILE",
+                      help="a JSON object of timeouts and bounds to change from their defaults (actors/limits.py), "
+                           "the same file on every node")
     node.add_argument("--shared-memory", action="store_true",
                       help="hand fetches over shared-memory rings (only when every node shares this machine's /dev/shm)")
     node.set_defaults(handler=run_node)
@@ -71,7 +74,7 @@ def voters_from_controller(bootstrap: str) -> tuple[dict[int, str], int]:
 
 def run_node(args: argparse.Namespace) -> int:
     from railmq.member_process import StopSignal
-    from railmq.node import ClusterNode, NodeConfigError, parse_voters
+    from railmq.node import ClusterNode, NodeConfigError, load_limits, parse_voters
 
     try:
         if args.join:
@@ -80,7 +83,7 @@ def run_node(args: argparse.Namespace) -> int:
             voters, port = parse_voters(args.voters), args.port
         node = ClusterNode(args.node, voters=voters, data_dir=args.data_dir, port=port, bind_host=args.bind,
                            advertise_host=args.advertise, identity_from=args.identity_from,
-                           shared_memory=args.shared_memory)
+                           shared_memory=args.shared_memory, limits=load_limits(args.limits) if args.limits else None)
     except (NodeConfigError, ValueError) as error:
         print_error("INVALID_CONFIG", str(error))
         return EXIT_FAILED

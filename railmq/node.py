@@ -27,6 +27,8 @@ import shutil
 import signal
 from typing import Any
 
+import msgspec
+
 from actors.limits import Limits
 from storage.directory import CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, DirectoryLock
 from transport.actor_main import ActorSpec
@@ -54,6 +56,27 @@ def parse_voters(text: str) -> dict[int, str]:
     if not voters:
         raise NodeConfigError("--voters names no node")
     return voters
+
+
+def load_limits(path: str) -> Limits:
+    """The defaults with the changes a JSON object in `path` names (`{"replica_session_timeout_ms": 3000}`);
+    an unknown name or a value of the wrong type is refused, naming it."""
+    try:
+        with open(path, "rb") as handle:
+            changes = msgspec.json.decode(handle.read())
+    except OSError as error:
+        raise NodeConfigError(f"--limits {path}: {error.strerror}") from None
+    except msgspec.DecodeError as error:
+        raise NodeConfigError(f"--limits {path} is not JSON: {error}") from None
+    if not isinstance(changes, dict):
+        raise NodeConfigError(f"--limits {path} must hold a JSON object of limit names and values")
+    unknown = sorted(set(changes) - set(Limits.__struct_fields__))
+    if unknown:
+        raise NodeConfigError(f"--limits {path} names no limit called {', '.join(unknown)} (see actors/limits.py)")
+    try:
+        return msgspec.convert(changes, Limits)
+    except msgspec.ValidationError as error:
+        raise NodeConfigError(f"--limits {path}: {error}") from None
 
 
 class ClusterNode:

@@ -25,6 +25,7 @@ import pytest
 
 from actors.errors import ErrorCode, RailmqError
 from chaos import workload
+from chaos.runner import CHAOS_LIMITS
 from chaos.scenarios import (
     SCENARIOS, SCHEDULE_TAIL_S, FaultStep, ScheduleError, UnknownScenario, check_schedule, get_scenario,
     safe_scenarios, teaching_scenarios,
@@ -47,7 +48,8 @@ def test_the_registry_has_every_scenario_the_issue_names():
     assert set(SCENARIOS) == {
         "leader-kill", "follower-kill", "coordinator-kill", "consumer-crash-before-commit",
         "zombie-leader-pause", "isolate-leader", "rolling-restart", "disk-loss", "mixed", "acks1-leader-kill",
-        "unclean-election", "controller-kill", "controller-isolate", "group-coordinator-kill", "node-loss"}
+        "unclean-election", "controller-kill", "controller-isolate", "group-coordinator-kill", "node-loss",
+        "multi-host"}
     assert {scenario.name for scenario in teaching_scenarios()} == {"acks1-leader-kill", "unclean-election"}
     assert all(not scenario.expect_loss for scenario in safe_scenarios())
 
@@ -428,6 +430,26 @@ def test_an_unknown_scenario_is_a_usage_error(capsys):
     assert "no scenario named 'leader-kil'" in capsys.readouterr().err
 
 
+def test_a_multi_host_run_where_namespaces_cannot_be_made_is_refused_with_the_reason(capsys, monkeypatch):
+    import chaos.__main__ as entry
+
+    monkeypatch.setattr(entry, "hosts_unavailable", lambda: "network namespaces need root")
+    args = chaos_parser().parse_args(["chaos", "run", "multi-host", "--duration", "5"])
+    assert args.handler(args) == 2
+    error = capsys.readouterr().err
+    assert "multi-host" in error and "network namespaces need root" in error
+
+
+def test_the_multi_host_schedule_partitions_then_kills_a_host_even_in_a_short_run():
+    for seed in range(1, 6):
+        steps = get_scenario("multi-host").schedule(random.Random(seed), SMOKE_DURATION_S)
+        assert [step.action for step in steps][:2] == ["isolate", "kill"], steps
+        assert all(step.role == "node" and 1 <= step.node <= 3 and step.duration_s > 0 for step in steps)
+        cut = steps[0]
+        session_s = max(CHAOS_LIMITS.node_session_timeout_ms, CHAOS_LIMITS.replica_session_timeout_ms) / 1000
+        assert cut.duration_s > session_s, "the host is cut off for longer than a session"
+
+
 def test_railmq_chaos_check_is_the_history_checker(tmp_path, capsys):
     history = tmp_path / "h.jsonl"
     history.write_text(json.dumps(sent("invoke", 1, "a")) + "\n")
@@ -446,8 +468,11 @@ def test_the_default_report_folder_names_the_scenario_and_seed():
 
 
 def run(name: str, seed: int, duration_s: float, tmp_path: Path):
+    from chaos.netns import unavailable
     from chaos.runner import run_scenario
 
+    if get_scenario(name).over_hosts and (reason := unavailable()):
+        pytest.skip(f"{name} needs network namespaces: {reason}")
     return run_scenario(get_scenario(name), seed=seed, duration_s=duration_s,
                         report_dir=str(tmp_path / f"{name}-{seed}"))
 

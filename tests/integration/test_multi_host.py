@@ -8,148 +8,34 @@ and loss on one host's link, a host cut off entirely (its link down, longer than
 and every process of a host killed and started again. At the end every acknowledged write is
 there, the topic is intact, and its replicas are back in sync.
 
-It needs root (namespaces, veths, a bridge) and skips with the reason where that is not allowed.
-Everything it makes — namespaces, links, processes, directories — is removed even when it fails.
+The hosts are chaos/netns.py's (the `multi-host` chaos scenario runs on them too, judged by the
+chaos checker: tests/chaos/test_scenarios.py). It needs root (namespaces, veths, a bridge) and
+skips with the reason where that is not allowed. Everything it makes — namespaces, links,
+processes, directories — is removed even when it fails.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 
 import pytest
 
 from actors.errors import RailmqError
+from chaos.netns import NamespaceHosts, unavailable
 from railmq.admin import Admin
 from railmq.producer import Producer
-from storage.directory import ClusterIdentity
 from tests.helpers import read_values, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NODES = (1, 2, 3)
-PORT = 7411
-
-
-def sh(*command: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(list(command), capture_output=True, text=True, check=check, timeout=30)
-
-
-class Hosts:
-    """Three namespaces on a bridge: node n at 10.<a>.<b>.n, the root namespace at .254."""
-
-    def __init__(self, base_dir: str) -> None:
-        self.tag = uuid.uuid4().hex[:6]
-        third = int(self.tag[:2], 16) % 200 + 20
-        self.subnet = f"10.231.{third}"
-        self.bridge = f"rmq{self.tag}br"
-        self.base_dir = base_dir
-        self.processes: dict[int, subprocess.Popen] = {}
-        self.made: list[tuple[str, str]] = []
-
-    def namespace(self, node: int) -> str:
-        return f"rmq{self.tag}n{node}"
-
-    def address(self, node: int) -> str:
-        return f"{self.subnet}.{node}"
-
-    def data_dir(self, node: int) -> str:
-        return os.path.join(self.base_dir, f"host-{node}")
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"tcp://{self.address(node)}:{PORT}" for node in NODES)
-
-    def create(self) -> None:
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        self.made.append(("link", self.bridge))
-        sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
-        sh("ip", "link", "set", self.bridge, "up")
-        for node in NODES:
-            namespace, outside = self.namespace(node), f"rmq{self.tag}v{node}"
-            sh("ip", "netns", "add", namespace)
-            self.made.append(("netns", namespace))
-            sh("ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-            self.made.append(("link", outside))
-            sh("ip", "link", "set", outside, "master", self.bridge, "up")
-            self.run_in(node, "ip", "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
-            self.run_in(node, "ip", "link", "set", "eth0", "up")
-            self.run_in(node, "ip", "link", "set", "lo", "up")
-
-    def run_in(self, node: int, *command: str, check: bool = True) -> subprocess.CompletedProcess:
-        return sh("ip", "netns", "exec", self.namespace(node), *command, check=check)
-
-    def degrade_link(self, node: int) -> str:
-        """Delay and loss on the host's link (`tc netem`); on a kernel without netem, a slow link
-        (a 2 mbit/s token bucket) instead. Returns what was applied."""
-        netem = self.run_in(node, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "30ms", "loss", "5%",
-                            check=False)
-        if netem.returncode == 0:
-            return "netem: 30 ms delay, 5% loss"
-        self.run_in(node, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "2mbit", "burst", "32kbit",
-                    "latency", "100ms")
-        return f"tbf: 2 mbit/s (netem is not in this kernel: {netem.stderr.strip()})"
-
-    def start_node(self, node: int) -> None:
-        voters = ",".join(f"{n}={self.address(n)}" for n in NODES)
-        command = ["ip", "netns", "exec", self.namespace(node), sys.executable, "-m", "railmq", "node",
-                   "--node", str(node), "--voters", voters, "--port", str(PORT),
-                   "--data-dir", self.data_dir(node), "--identity-from", self.data_dir(1)]
-        log = open(os.path.join(self.base_dir, f"node-{node}.log"), "ab")
-        self.processes[node] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPOSITORY,
-                                                start_new_session=True)
-        log.close()
-
-    def kill_node(self, node: int) -> None:
-        """Every process of the host at once: the node process and all its actors (one session)."""
-        process = self.processes.pop(node, None)
-        if process is None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _session_alive(process.pid):
-            time.sleep(0.05)
-
-    def destroy(self) -> None:
-        for node in list(self.processes):
-            self.kill_node(node)
-        for kind, name in reversed(self.made):
-            if kind == "netns":
-                sh("ip", "netns", "del", name, check=False)
-            else:
-                sh("ip", "link", "del", name, check=False)
-
-
-def _session_alive(session: int) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == session:
-                    return True
-            except OSError:
-                continue
-    return False
-
 
 @pytest.fixture
 def hosts(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    probe = sh("ip", "netns", "add", f"rmqprobe{os.getpid()}", check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"network namespaces are not allowed here: {probe.stderr.strip()}")
-    sh("ip", "netns", "del", f"rmqprobe{os.getpid()}", check=False)
-    made = Hosts(str(tmp_path))
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    made = NamespaceHosts(str(tmp_path))
     try:
         made.create()
         yield made
@@ -183,9 +69,8 @@ class AckedLoad:
 
 
 def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_faults(hosts, unique_name):
-    os.makedirs(hosts.data_dir(1))
-    ClusterIdentity.load_or_create(hosts.data_dir(1))  # the identity every host is given a copy of
-    for node in NODES:
+    hosts.identity()  # made in the first host's directory: every other host is given a copy
+    for node in hosts.nodes:
         hosts.start_node(node)
     topic = unique_name()
     with Admin(hosts.bootstrap, timeout_ms=5_000) as admin:
@@ -200,13 +85,13 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
         load.thread.start()
         wait_for(lambda: len(load.acked) >= 200, 60, "acknowledged writes before the faults")
 
-        print(f"host 2's link: {hosts.degrade_link(2)}")
+        print(f"host 2's link: {hosts.degrade(2)}")
         time.sleep(3)
-        hosts.run_in(2, "tc", "qdisc", "del", "dev", "eth0", "root")
+        hosts.restore(2)
 
-        hosts.run_in(3, "ip", "link", "set", "eth0", "down")  # host 3 cut off from every other host
+        hosts.cut(3)  # host 3 cut off from every other host
         time.sleep(4)
-        hosts.run_in(3, "ip", "link", "set", "eth0", "up")
+        hosts.reconnect(3)
 
         before_kill = len(load.acked)
         hosts.kill_node(1)  # every process of host 1, at once

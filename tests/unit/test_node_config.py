@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from railmq import cli
-from railmq.node import ClusterNode, NodeConfigError, parse_voters
+from actors.limits import Limits
+from railmq.node import ClusterNode, NodeConfigError, load_limits, parse_voters
 
 
 def test_a_voter_list_names_each_node_and_its_address():
@@ -37,3 +38,32 @@ def test_the_endpoints_follow_the_voters_and_the_port(tmp_path):
 def test_the_command_refuses_a_bad_voter_list_with_a_typed_error(capsys, tmp_path):
     code = cli.main(["node", "--node", "1", "--voters", "1=a,1=b", "--data-dir", str(tmp_path)])
     assert code != 0 and "INVALID_CONFIG" in capsys.readouterr().err
+
+
+def test_a_limits_file_changes_only_what_it_names(tmp_path):
+    path = tmp_path / "limits.json"
+    path.write_text('{"replica_session_timeout_ms": 2500, "node_heartbeat_interval_ms": 250}')
+    limits = load_limits(str(path))
+    assert (limits.replica_session_timeout_ms, limits.node_heartbeat_interval_ms) == (2500, 250)
+    assert limits.controller_election_timeout_ms == Limits().controller_election_timeout_ms
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"replica_session_timeout": 2500}', "no limit called replica_session_timeout"),
+    ('{"replica_session_timeout_ms": "soon"}', "Expected `int`"),
+    ("[1, 2]", "JSON object"),
+    ("{", "not JSON"),
+])
+def test_a_bad_limits_file_is_refused_naming_the_problem(tmp_path, text, problem):
+    path = tmp_path / "limits.json"
+    path.write_text(text)
+    with pytest.raises(NodeConfigError, match=problem):
+        load_limits(str(path))
+
+
+def test_the_command_refuses_a_missing_limits_file_before_it_starts(capsys, tmp_path):
+    code = cli.main(["node", "--node", "1", "--voters", "1=127.0.0.1", "--data-dir", str(tmp_path / "d"),
+                     "--limits", str(tmp_path / "nowhere.json")])
+    error = capsys.readouterr().err
+    assert code != 0 and "INVALID_CONFIG" in error and "nowhere.json" in error
+    assert not (tmp_path / "d").exists(), "nothing was started or made"
