@@ -79,7 +79,10 @@ class RingLinks:
         reader = self._reader_for(to)
         if reader is None:
             return message
-        return msgspec.structs.replace(message, ring=reader.name, host=self.host)
+        # An answer the ring cannot hold would go over ZeroMQ: ask for no more than it holds (the
+        # leader still sends a first batch larger than that whole, over ZeroMQ).
+        max_bytes = min(message.max_bytes, reader.record_bytes_max - CORRELATION.size)
+        return msgspec.structs.replace(message, ring=reader.name, host=self.host, max_bytes=max_bytes)
 
     def _reader_for(self, endpoint: str) -> RingReader | None:
         reader = self.readers.get(endpoint)
@@ -190,6 +193,9 @@ class RingLinks:
             return message
         writer = self.writers.get(ring)
         if writer is None:
+            return message
+        if CORRELATION.size + len(message.records) > writer.record_bytes_max:
+            self.count("ring_oversize")  # one batch larger than the ring: ZeroMQ carries it, the ring stays
             return message
         try:
             written = writer.try_write(CORRELATION.pack(message.correlation_id), message.records)

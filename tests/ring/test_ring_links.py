@@ -1,0 +1,67 @@
+"""RingLinks (transport/ring_link.py) between a fetcher and a leader in one process: what goes
+through the ring, what falls back to ZeroMQ, and that a fallback never costs the ring."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.messages import FetchRequest, FetchResponse
+from transport.ring_link import CORRELATION, RingLinks
+from transport.shm import cluster_prefix, unlink_segments
+
+LEADER = "tcp://127.0.0.1:1"
+FETCHER = b"fetcher-routing-id"
+RING_BYTES = 64 * 1024
+
+
+@pytest.fixture
+def links(segments):
+    fetcher = RingLinks(actor_id="fetcher", cluster_id=segments.cluster_id, capacity_bytes=RING_BYTES,
+                        zero_copy=False, counters={})
+    leader = RingLinks(actor_id="leader", cluster_id=segments.cluster_id, zero_copy=False, counters={})
+    try:
+        yield fetcher, leader
+    finally:
+        leader.close()
+        fetcher.close()
+        unlink_segments(cluster_prefix(segments.cluster_id))
+
+
+def fetch(fetcher: RingLinks, leader: RingLinks, correlation: int, records: bytes, max_bytes: int = 8 << 20):
+    """One fetch round trip through both ends; (what the leader sent, what the fetcher's actor sees)."""
+    request = fetcher.outgoing(LEADER, FetchRequest(correlation_id=correlation, topic="t", partition=0, offset=0,
+                                                    max_bytes=max_bytes, replica=2))
+    leader.incoming(FETCHER, request)
+    sent = leader.divert(FETCHER, FetchResponse(correlation_id=correlation, records=records))
+    return request, sent, fetcher.incoming(LEADER, sent)
+
+
+def test_a_response_that_fits_goes_through_the_ring(links):
+    fetcher, leader = links
+    _, sent, seen = fetch(fetcher, leader, 1, b"x" * 1000)
+    assert sent.records == b"" and sent.ring_bytes == 1000
+    assert bytes(seen.records) == b"x" * 1000 and leader.counters["ring_writes"] == 1
+
+
+def test_a_response_larger_than_the_ring_goes_over_zeromq_and_the_ring_stays(links):
+    fetcher, leader = links
+    fetch(fetcher, leader, 1, b"a" * 100)
+    writer = next(iter(leader.writers.values()))
+    oversize = b"b" * (RING_BYTES + 1)
+    _, sent, seen = fetch(fetcher, leader, 2, oversize)
+    assert sent.ring_bytes == -1 and sent.records == oversize and seen.records == oversize
+    assert leader.counters.get("ring_oversize") == 1
+    assert list(leader.writers.values()) == [writer], "the ring was kept, not dropped and attached again"
+    _, sent, seen = fetch(fetcher, leader, 3, b"c" * 100)
+    assert sent.ring_bytes == 100 and bytes(seen.records) == b"c" * 100
+    assert next(iter(leader.writers.values())) is writer
+
+
+def test_a_fetch_that_offers_a_ring_asks_for_no_more_than_the_ring_holds(links):
+    fetcher, leader = links
+    request, _, _ = fetch(fetcher, leader, 1, b"x", max_bytes=8 << 20)
+    reader = fetcher.readers[LEADER]
+    assert request.ring == reader.name
+    assert request.max_bytes == reader.record_bytes_max - CORRELATION.size
+    small, _, _ = fetch(fetcher, leader, 2, b"x", max_bytes=1000)
+    assert small.max_bytes == 1000, "a smaller wish is kept"
