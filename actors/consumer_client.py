@@ -2,9 +2,14 @@
 
 The user-facing `railmq.Consumer` owns the *consumed* position of each partition (what `poll`
 has returned). This actor owns the *fetch* position (how far it has asked the leader) and the
-buffer in between, which is bounded: it stops fetching when `buffer_bytes_max` bytes are
-waiting for `poll` and resumes when the shell reports them consumed (the broker never pushes;
-a slow consumer only slows itself).
+buffer in between, which is bounded in bytes: the records waiting for `poll` and what the
+fetches in flight may bring (each asks for `max_bytes`) together stay within
+`buffer_bytes_max`, so a consumer of a thousand partitions holds no more than one of four. Each
+partition may claim an equal share of the buffer, up to `fetch_partition_bytes_max` and at
+least `FETCH_SHARE_MIN_BYTES`; a partition without room waits for the next answer to free some,
+and rounds start after the partition last fetched, so none starves. Fetching stops while the
+buffer is full and resumes when the shell reports records consumed (the broker never pushes; a
+slow consumer only slows itself).
 
 Each partition has a `session` number that every seek bumps; fetched data carries it, so data
 fetched before a seek is dropped by the shell instead of being returned. Positions that are not
@@ -45,6 +50,9 @@ EARLIEST, LATEST = -2, -1
 LEADERSHIP_ERRORS = frozenset({ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
                                ErrorCode.UNKNOWN_LEADER_EPOCH})  # answers that mean: ask metadata who leads
 RETRY_BACKOFF_MS = 100
+# A fetch asks for at least this much (its share of the buffer when many partitions share it),
+# unless the whole buffer is smaller: tiny fetches would cost a round trip per few records.
+FETCH_SHARE_MIN_BYTES = 64 * 1024
 
 
 class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +66,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
-                 "retry_at_ns", "reset_correlation", "endpoint", "reported", "held")
+                 "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -74,6 +82,7 @@ class PartitionFetch:
         self.endpoint = ""  # where the fetch or reset in flight went
         self.reported = False  # the shell was told this partition has no position
         self.held = False  # an unreadable batch is at `position`: no fetch until a seek
+        self.asked = 0  # the max_bytes of the fetch in flight (its claim on the buffer)
 
 
 class ConsumerClient:
@@ -86,6 +95,7 @@ class ConsumerClient:
         self.fetches: dict[tuple[str, int], PartitionFetch] = {}
         self.by_correlation: dict[int, tuple[str, Any]] = {}
         self.buffered_bytes = 0
+        self.fetch_turn = 0  # where the next round of fetches starts (rotates, so none starves)
         self.correlation = 0
         self.metadata_correlation = 0
         self.member: Any = None  # the group membership state machine, when the consumer is in a group
@@ -238,9 +248,17 @@ class ConsumerClient:
     def _fetch_all(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
         missing: set[str] = set()
-        for fetch in self.fetches.values():
-            if fetch.paused or fetch.held or fetch.correlation or fetch.reset_correlation or now_ns < fetch.retry_at_ns:
-                continue
+        fetches = list(self.fetches.values())
+        order = [(self.fetch_turn + step) % len(fetches) for step in range(len(fetches))]
+        ready = [(index, fetches[index]) for index in order if not (
+            fetches[index].paused or fetches[index].held or fetches[index].correlation
+            or fetches[index].reset_correlation or now_ns < fetches[index].retry_at_ns)]
+        # Each partition that fetches may claim an equal part of the buffer (up to its own limit).
+        active = sum(1 for fetch in fetches if not (fetch.paused or fetch.held))
+        share = min(self.settings.fetch_partition_bytes_max,
+                    max(FETCH_SHARE_MIN_BYTES, self.settings.buffer_bytes_max // max(1, active)))
+        room = self._fetch_room()
+        for index, fetch in ready:
             endpoint, epoch = self._leader(fetch.topic, fetch.partition, now_ns)
             if not endpoint:
                 missing.add(fetch.topic)
@@ -256,20 +274,30 @@ class ConsumerClient:
                     continue
                 effects.append(self._send_reset(fetch, endpoint, epoch))
                 continue
-            if self.buffered_bytes >= self.settings.buffer_bytes_max:
-                continue
+            asked = min(share, room)
+            if asked <= 0 or (asked < min(share, FETCH_SHARE_MIN_BYTES) and room < self.settings.buffer_bytes_max):
+                continue  # no room for a useful fetch while others are out or buffered: the next answer makes some
+            room -= asked
+            self.fetch_turn = index + 1  # the next round starts after this one: every partition gets its turn
             self.correlation += 1
-            fetch.correlation, fetch.sent_ns, fetch.endpoint = self.correlation, now_ns, endpoint
+            fetch.correlation, fetch.sent_ns, fetch.endpoint, fetch.asked = self.correlation, now_ns, endpoint, asked
             self.by_correlation[self.correlation] = ("fetch", fetch)
             effects.append(Send(endpoint, FetchRequest(
                 correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
                 topic_id=self._topic_id(fetch.topic),
-                offset=fetch.position, max_bytes=self.settings.fetch_partition_bytes_max,
+                offset=fetch.position, max_bytes=asked,
                 max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
                 leader_epoch=epoch)))
         if missing:
             effects += self.request_metadata(sorted(missing))
         return effects
+
+    def _fetch_room(self) -> int:
+        """Bytes the buffer can still take: what `poll` has not consumed and what the fetches in
+        flight may bring both count, so the two together stay within `buffer_bytes_max` (a
+        first batch larger than a fetch's share still comes whole, as Kafka's fetches do)."""
+        in_flight = sum(fetch.asked for fetch in self.fetches.values() if fetch.correlation)
+        return self.settings.buffer_bytes_max - self.buffered_bytes - in_flight
 
     def _send_reset(self, fetch: PartitionFetch, endpoint: str, epoch: int) -> Send:
         fetch.endpoint = endpoint

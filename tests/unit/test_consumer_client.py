@@ -40,12 +40,12 @@ class Stage:
         return self.harness.deliver(CONSUMER, ClientCommand(command=command, arguments=arguments,
                                                             token=self.tokens), b"")
 
-    def metadata(self, endpoint: str = LEADER, leader_epoch: int = 4) -> list:
+    def metadata(self, endpoint: str = LEADER, leader_epoch: int = 4, partitions: int = 1) -> list:
         asked = self.harness.take(BOOTSTRAP, MetadataRequest)
-        partition = PartitionMetadata(partition=0, leader=1, leader_endpoint=endpoint,
-                                      leader_epoch=leader_epoch)
+        led = [PartitionMetadata(partition=index, leader=1, leader_endpoint=endpoint, leader_epoch=leader_epoch)
+               for index in range(partitions)]
         response = MetadataResponse(correlation_id=asked[-1].correlation_id if asked else 0,
-                                    topics=[TopicMetadata(name="orders", topic_id=self.topic_id, partitions=[partition])])
+                                    topics=[TopicMetadata(name="orders", topic_id=self.topic_id, partitions=led)])
         return self.harness.deliver(CONSUMER, response, BOOTSTRAP)
 
     def sent(self, kind, to: str = LEADER) -> list:
@@ -152,6 +152,48 @@ def test_a_full_buffer_stops_fetching_until_the_shell_has_consumed_enough():
 
     assert only(stage.sent(FetchRequest), FetchRequest).offset == 4
     assert stage.consumer.buffered_bytes == 0
+
+
+def assigned_many(stage: Stage, partitions: int) -> list[FetchRequest]:
+    """Assign orders/0..partitions-1, every position resolved to 0: the fetches that went out."""
+    stage.command("assign", partitions=[("orders", index) for index in range(partitions)])
+    stage.metadata(partitions=partitions)
+    for request in stage.sent(ListOffsetsRequest):
+        stage.harness.deliver(CONSUMER, ListOffsetsResponse(correlation_id=request.correlation_id, topic="orders",
+                                                            partition=request.partition, offset=0), LEADER)
+    return stage.sent(FetchRequest)
+
+
+def test_fetches_in_flight_never_ask_for_more_than_the_buffer_holds():
+    """Thirty partitions, each allowed 512 KiB a fetch, with a 1 MiB buffer: every partition is
+    asked for its share, and together they can bring no more than the buffer holds."""
+    stage = Stage(buffer_bytes_max=1 << 20, fetch_partition_bytes_max=512 << 10)
+    fetches = assigned_many(stage, 30)
+    assert sum(request.max_bytes for request in fetches) <= 1 << 20
+    assert len(fetches) == 1024 // 64, "each a 64 KiB share, the smallest a fetch asks for"
+    assert {request.max_bytes for request in fetches} == {64 << 10}
+
+
+def test_a_few_partitions_each_ask_for_the_whole_partition_limit():
+    stage = Stage(buffer_bytes_max=64 << 20, fetch_partition_bytes_max=8 << 20)
+    fetches = assigned_many(stage, 4)
+    assert [request.max_bytes for request in fetches] == [8 << 20] * 4
+
+
+def test_partitions_left_without_room_are_fetched_first_when_room_returns():
+    stage = Stage(buffer_bytes_max=256 << 10, fetch_partition_bytes_max=256 << 10)
+    first = assigned_many(stage, 8)
+    waiting = set(range(8)) - {request.partition for request in first}
+    assert len(first) == 4 and len(waiting) == 4
+    stage.answer_fetch(first[0], b"")  # an empty answer frees its share: it goes to a waiting partition
+    following = only(stage.sent(FetchRequest), FetchRequest)
+    assert following.partition in waiting
+
+
+def test_one_fetch_goes_out_even_when_the_partition_limit_exceeds_the_buffer():
+    stage = Stage(buffer_bytes_max=16 << 10, fetch_partition_bytes_max=1 << 20)
+    fetches = assigned_many(stage, 3)
+    assert len(fetches) == 1 and fetches[0].max_bytes == 16 << 10
 
 
 def test_a_paused_partition_is_not_fetched_until_resumed(stage):
