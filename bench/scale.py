@@ -11,10 +11,15 @@ For each size, one 3-node cluster with one RF 3 topic of that many partitions:
 - `produce_records_per_s_<n>p`, `consume_records_per_s_<n>p`: 1 KB records across all partitions
   (bench.throughput's producer and plain consumer, RF 3, acks=1).
 
-In the same run, the baseline: bench.throughput's 4-partition produce figure on its own cluster
-(`baseline_produce_records_per_s_4p`), and `produce_ratio_to_4p_<n>p`. Targets on the 2-core
-machine: 100 partitions ready in <= 20 s, idle CPU at 30 partitions <= 0.05 cores, unique memory
-<= 8 MB per replica, produce across 30 partitions >= the 4-partition baseline.
+In the same run, the baselines, each on its own cluster: bench.throughput's 4-partition figures
+(RF 1: `baseline_produce_records_per_s_4p`, `baseline_consume_records_per_s_4p`) and the same
+producer into 4 partitions at RF 3 (`baseline_produce_records_per_s_4p_rf3`: what replication
+alone costs, with no more partitions); then `produce_ratio_to_4p_<n>p`,
+`produce_ratio_to_4p_rf3_<n>p` and `consume_ratio_to_4p_<n>p`. Produce figures are medians of
+`--repeat` runs; each consume starts after an `os.sync()`, so it does not time the write-back of
+what was produced. Targets on the 2-core machine: 100 partitions ready in <= 20 s, idle CPU at 30
+partitions <= 0.05 cores, unique memory <= 8 MB per replica, produce across 30 partitions >= the
+4-partition baseline.
 
     python -m bench.scale [--sizes 3,30,100] [--idle-s 30] [--records N] [--json PATH]
 """
@@ -101,22 +106,43 @@ def measure_size(partitions: int, args, records: int, payload: bytes) -> dict[st
         rss, uss = replica_memory_mb(cluster)
         figures[f"rss_mb_per_replica_{suffix}"] = rss
         figures[f"uss_mb_per_replica_{suffix}"] = uss
-        phase(f"{partitions} partitions: produce and consume {records:,} records")
-        figures[f"produce_records_per_s_{suffix}"] = produce(cluster.bootstrap, "scale", records, payload)
-        figures[f"consume_records_per_s_{suffix}"] = consume(cluster.bootstrap, "scale", partitions, records)
+        phase(f"{partitions} partitions: produce ({args.repeat} runs) and consume {records:,} records")
+        figures[f"produce_records_per_s_{suffix}"] = produce_median(cluster.bootstrap, "scale", records, payload,
+                                                                    args.repeat)
+        figures[f"consume_records_per_s_{suffix}"] = consume_after_writeback(cluster.bootstrap, "scale", partitions,
+                                                                             records)
     return figures
 
 
-def baseline_produce_4p(records: int, payload: bytes) -> float:
-    """bench.throughput's 4-partition figure (RF 1, its own cluster), for the ratio."""
+def consume_after_writeback(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """The read path alone: the kernel first writes back what the produce runs left dirty (three
+    copies at RF 3, one at RF 1), which would otherwise be timed as the consumer's."""
+    os.sync()
+    return consume(bootstrap, topic, partitions, records)
+
+
+def produce_median(bootstrap: str, topic: str, records: int, payload: bytes, repeat: int) -> float:
+    return statistics.median(produce(bootstrap, topic, records, payload) for _ in range(max(1, repeat)))
+
+
+def baselines_4p(records: int, payload: bytes, repeat: int) -> dict[str, float]:
+    """bench.throughput's 4-partition figures (RF 1), and the same producer at RF 3, for the ratios."""
     from railmq.admin import Admin
     from railmq.cluster import LocalCluster
 
-    phase("baseline: bench.throughput's 4-partition produce")
-    with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
-        admin.create_topic("baseline", partitions=4, replication_factor=1,
-                           config={"segment_bytes": 256 * 1024 * 1024})
-        return produce(cluster.bootstrap, "baseline", records, payload)
+    figures = {}
+    for replication, suffix in ((1, ""), (3, "_rf3")):
+        phase(f"baseline: 4 partitions at RF {replication}, produce ({repeat} runs)")
+        with LocalCluster(nodes=3, trace=False) as cluster, Admin(cluster.bootstrap) as admin:
+            admin.create_topic("baseline", partitions=4, replication_factor=replication,
+                               config={"segment_bytes": 256 * 1024 * 1024})
+            admin.wait_for_leaders("baseline", timeout_s=60, full_isr=True)
+            figures[f"baseline_produce_records_per_s_4p{suffix}"] = produce_median(
+                cluster.bootstrap, "baseline", records, payload, repeat)
+            if replication == 1:
+                figures["baseline_consume_records_per_s_4p"] = consume_after_writeback(cluster.bootstrap, "baseline", 4,
+                                                                                       records)
+    return figures
 
 
 def main() -> None:
@@ -126,11 +152,13 @@ def main() -> None:
     if args.quick:
         args.idle_s = min(args.idle_s, 10.0)
     payload = os.urandom(RECORD_BYTES)
-    figures: dict[str, float] = {"baseline_produce_records_per_s_4p": baseline_produce_4p(records, payload)}
+    figures: dict[str, float] = baselines_4p(records, payload, args.repeat)
     for partitions in sizes:
         figures.update(measure_size(partitions, args, records, payload))
-        figures[f"produce_ratio_to_4p_{partitions}p"] = (
-            figures[f"produce_records_per_s_{partitions}p"] / figures["baseline_produce_records_per_s_4p"])
+        produced, consumed = figures[f"produce_records_per_s_{partitions}p"], figures[f"consume_records_per_s_{partitions}p"]
+        figures[f"produce_ratio_to_4p_{partitions}p"] = produced / figures["baseline_produce_records_per_s_4p"]
+        figures[f"produce_ratio_to_4p_rf3_{partitions}p"] = produced / figures["baseline_produce_records_per_s_4p_rf3"]
+        figures[f"consume_ratio_to_4p_{partitions}p"] = consumed / figures["baseline_consume_records_per_s_4p"]
     report("bench.scale", figures, args, {"sizes": sizes, "record_bytes": RECORD_BYTES, "records": records,
                                           "idle_s": args.idle_s, "replication_factor": 3, "nodes": 3})
 
