@@ -160,11 +160,16 @@ class NamespaceHosts:
 
     # ------------------------------------------------------------------ processes
 
-    def start_node(self, node: int) -> subprocess.Popen:
-        voters = ",".join(f"{n}={self.address(n)}" for n in self.nodes)
+    def start_node(self, node: int, *, join: int = 0) -> subprocess.Popen:
+        """`railmq node` in the host's namespace, given every voter (`--voters`), or told to ask
+        the running controller of host `join` for them (`--join`, with `--advertise`)."""
         command = ["ip", "netns", "exec", self.namespace(node), sys.executable, "-m", "railmq", "node",
-                   "--node", str(node), "--voters", voters, "--port", str(self.port),
-                   "--data-dir", self.data_dir(node), "--identity-from", self.data_dir(1)]
+                   "--node", str(node)]
+        if join:
+            command += ["--join", f"{self.address(join)}:{self.port}", "--advertise", self.address(node)]
+        else:
+            command += ["--voters", ",".join(f"{n}={self.address(n)}" for n in self.nodes), "--port", str(self.port)]
+        command += ["--data-dir", self.data_dir(node), "--identity-from", self.data_dir(1)]
         if self.limits is not None:
             path = os.path.join(self.base_dir, "limits.json")
             with open(path, "wb") as handle:

@@ -67,3 +67,15 @@ def test_the_command_refuses_a_missing_limits_file_before_it_starts(capsys, tmp_
     error = capsys.readouterr().err
     assert code != 0 and "INVALID_CONFIG" in error and "nowhere.json" in error
     assert not (tmp_path / "d").exists(), "nothing was started or made"
+
+
+def test_joining_a_controller_that_does_not_answer_fails_with_a_typed_error_and_makes_nothing(capsys, tmp_path):
+    import socket
+
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    code = cli.main(["node", "--node", "3", "--join", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d")])
+    error = capsys.readouterr().err
+    assert code != 0 and "REQUEST_TIMED_OUT" in error and f"127.0.0.1:{port}" in error
+    assert not (tmp_path / "d").exists()
