@@ -33,10 +33,12 @@ import zmq
 
 from actors.limits import Limits
 from actors.messages import TopicConfig
+from storage.errors import StorageFull
 
 EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
 EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's, or its state is lost
+EXIT_DISK_FULL = 73  # a write it could not do without (a controller's raft log) found the disk full
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 
 
@@ -458,6 +460,11 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         except OSError:
             pass
         exit_code = EXIT_REFUSED
+    except StorageFull as full:
+        # Not a programmer error: the actor stops rather than go on without its own copy, and its
+        # supervisor starts it again later and later until the disk has room (transport/supervisor.py).
+        logging.getLogger("railmq.actor").error("%s stops: %s", spec.name, full)
+        exit_code = EXIT_DISK_FULL
     except Exception:
         logging.getLogger("railmq.actor").exception("%s failed", spec.name)
         exit_code = 1

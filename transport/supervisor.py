@@ -26,7 +26,7 @@ from typing import Callable
 
 import msgspec
 
-from transport.actor_main import ActorSpec
+from transport.actor_main import EXIT_DISK_FULL, ActorSpec
 
 log = logging.getLogger("railmq.supervisor")
 
@@ -67,7 +67,7 @@ class ManagedActor:
         self.restart_at_ns: int | None = None
         self.exit_code: int | None = None
         self.refusal = ""  # why the last process refused to start, if it did
-        self.refusals = 0  # refusals in a row
+        self.refusals = 0  # refusals (or stops on a full disk) in a row
         self.segments: set[str] = set()
 
     @property
@@ -256,14 +256,18 @@ class Supervisor:
         return exited
 
     def _restart_delay_ns(self, managed: ManagedActor) -> int:
-        """An actor that refused to start (its directory is in use, or not its own) is retried
-        with a doubling delay up to REFUSED_RESTART_DELAY_MAX_MS: the cause may pass (a previous
-        process still exiting), but a loop must not spin."""
+        """An actor that refused to start (its directory is in use, or not its own), or stopped
+        because its disk is full, is retried with a doubling delay up to
+        REFUSED_RESTART_DELAY_MAX_MS: the cause may pass (a previous process still exiting, space
+        freed), but a loop must not spin. Any other exit (a crash, kill -9) is restarted after
+        `restart_delay_ms`, and starts the doubling over."""
         delay_ms = self.restart_delay_ms
-        if managed.refusal:
+        if managed.refusal or managed.exit_code == EXIT_DISK_FULL:
             managed.refusals += 1
             delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(managed.refusals, 10))
-            log.error("%s refused to start (%d times): %s", managed.name, managed.refusals, managed.refusal)
+            why = managed.refusal or "its disk is full"
+            log.error("%s cannot run (%d times in a row): %s; next try in %d ms", managed.name, managed.refusals,
+                      why, delay_ms)
         else:
             managed.refusals = 0
         return delay_ms * 1_000_000

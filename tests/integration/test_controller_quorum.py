@@ -27,6 +27,7 @@ from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.producer import Producer
 from tests.helpers import read_values, wait_for
+from transport.actor_main import EXIT_DISK_FULL
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -101,7 +102,7 @@ def test_an_isolated_active_controller_is_replaced_and_follows_after_the_heal(fr
 def test_an_active_controller_whose_disk_fills_stops_and_the_quorum_carries_on(fresh_cluster, unique_name):
     """A full disk under the active controller: its next proposal cannot be written (the raft
     log's write raises StorageFull and is rolled back), and the voter stops rather than decide
-    without its own copy. The metadata change is accepted all the same (another voter leads);
+    without its own copy — with EXIT_DISK_FULL, which its supervisor retries later and later. The metadata change is accepted all the same (another voter leads);
     every topic and acknowledged write is still there, and the stopped voter, restarted by its
     supervisor, follows with the same commit index."""
     cluster = fresh_cluster(fault_injection=True)
@@ -114,7 +115,9 @@ def test_an_active_controller_whose_disk_fills_stops_and_the_quorum_carries_on(f
         admin.set_faults(cluster.actor(full).endpoint, disk_full=True)
         second = unique_name()
         admin.create_topic(second, partitions=1, replication_factor=3)  # proposed on the full disk first
-        wait_for(lambda: cluster.actor(full).restarts > restarts, 15, f"{full} to stop on its full disk")
+        wait_for(lambda: cluster.actor(full).exit_code == EXIT_DISK_FULL, 15, f"{full} to stop on its full disk",
+                 interval_s=0.02)  # a typed stop (not a crash): its supervisor backs off before starting it again
+        wait_for(lambda: cluster.actor(full).restarts > restarts, 15, f"{full} to be started again")
         assert {topic, second} <= set(admin.list_topics())
         assert read_values(cluster.bootstrap, topic, 1, acknowledged) >= acknowledged
 

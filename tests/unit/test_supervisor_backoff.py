@@ -1,0 +1,34 @@
+"""How soon the supervisor starts an exited actor again (transport/supervisor.py): at once after
+a crash or a kill, later and later while it keeps stopping on a full disk or refusing to start."""
+
+from __future__ import annotations
+
+import signal
+
+from transport.actor_main import EXIT_CRASHED, EXIT_DISK_FULL, ActorSpec
+from transport.supervisor import REFUSED_RESTART_DELAY_MAX_MS, ManagedActor, Supervisor
+
+MS = 1_000_000
+
+
+def delays(supervisor: Supervisor, managed: ManagedActor, exit_codes: list[int]) -> list[int]:
+    found = []
+    for code in exit_codes:
+        managed.exit_code = code
+        found.append(supervisor._restart_delay_ns(managed) // MS)
+    return found
+
+
+def test_an_actor_that_keeps_stopping_on_a_full_disk_is_retried_later_and_later():
+    supervisor = Supervisor(restart_delay_ms=500)
+    managed = ManagedActor(ActorSpec(kind="controller", name="controller/1", cluster_id="c", data_dir="/x"))
+    assert delays(supervisor, managed, [EXIT_DISK_FULL] * 6) == [1000, 2000, 4000, 8000, 10_000, 10_000]
+    assert REFUSED_RESTART_DELAY_MAX_MS == 10_000
+
+
+def test_a_crash_or_a_kill_is_restarted_at_once_and_starts_the_doubling_over():
+    supervisor = Supervisor(restart_delay_ms=200)
+    managed = ManagedActor(ActorSpec(kind="replica", name="replica/t/0/n1", cluster_id="c", data_dir="/x"))
+    assert delays(supervisor, managed, [-signal.SIGKILL, EXIT_CRASHED, 1]) == [200, 200, 200]
+    assert delays(supervisor, managed, [EXIT_DISK_FULL, EXIT_DISK_FULL, -signal.SIGKILL, EXIT_DISK_FULL]) == [
+        400, 800, 200, 400]
