@@ -110,25 +110,34 @@ class Faults:
 
     # ------------------------------------------------------------------ flushes
 
-    def after_flush(self, host: "Host", effect: Any) -> bool:
-        """Apply an `AfterFlush`; False when the process died in the middle of the flush."""
+    def after_flush(self, host: "Host", effect: Any, rest: list) -> str:
+        """Apply an `AfterFlush`, then `rest` (the effects after it in the same step), as the
+        runtime does: the flush first, then each effect in order. "applied": done now, the caller
+        goes on with `rest`; "deferred": a slow disk, or a flush still in progress, holds the
+        process in fsync — the guarded effects and `rest` are applied when it completes, in the
+        order the flushes began; "died": the process died in the middle of the flush."""
         sim = self.sim
         now = sim.now_ns
-        if host.disk_latency_ns == 0 and host.flush_done_ns <= now:
+        if host.disk_latency_ns == 0 and not host.flushes_pending:
             if not sim.flush_now(host, effect.store):
-                return False
+                return "died"
             sim._apply(host, list(effect.effects))
-            return host.alive
+            return "applied" if host.alive else "died"
         done = max(host.flush_done_ns, now) + host.disk_latency_ns
         host.flush_done_ns = done
+        host.flushes_pending += 1
         host.paused_until_ns = max(host.paused_until_ns, done)  # busy: it handles nothing meanwhile
         incarnation = host.incarnation
-        sim.schedule(done, lambda: self._complete_flush(host, incarnation, effect))
-        return True
+        effects = list(effect.effects) + list(rest)
+        sim.schedule(done, lambda: self._complete_flush(host, incarnation, effect.store, effects))
+        return "deferred"
 
-    def _complete_flush(self, host: "Host", incarnation: int, effect: Any) -> None:
-        if host.alive and host.incarnation == incarnation and self.sim.flush_now(host, effect.store):
-            self.sim.apply_later(host, incarnation, list(effect.effects))
+    def _complete_flush(self, host: "Host", incarnation: int, store: Any, effects: list) -> None:
+        if not host.alive or host.incarnation != incarnation:
+            return
+        host.flushes_pending -= 1
+        if self.sim.flush_now(host, store):
+            self.sim.apply_later(host, incarnation, effects)
 
     # ------------------------------------------------------------------ the schedule
 

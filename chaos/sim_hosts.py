@@ -80,6 +80,7 @@ class Host:
         self.clock_offset_ns = 0  # this process's clock minus the simulator's true time
         self.disk_latency_ns = 0  # how long one flush keeps the process busy (a slow disk)
         self.flush_done_ns = 0  # when the last flush this incarnation started completes
+        self.flushes_pending = 0  # flushes begun and not complete: later ones wait behind them
 
     def clock_ns(self, true_ns: int) -> int:
         """What this process's clock reads at the simulator's true time `true_ns`."""
@@ -103,6 +104,7 @@ class Host:
         self.actor = None
         self.timers = {}
         self.flush_done_ns = 0
+        self.flushes_pending = 0
         self.faults.crash_after_fsyncs = -1
         self.fs.crash()
 

@@ -251,7 +251,7 @@ class Simulator:
     # ------------------------------------------------------------------ effects
 
     def _apply(self, host: Host, effects: list) -> None:
-        for effect in effects:
+        for position, effect in enumerate(effects):
             kind = type(effect)
             if kind is Send:
                 self._send(host, effect.to, effect.message)
@@ -262,8 +262,8 @@ class Simulator:
             elif kind is CancelTimer:
                 host.timers.pop(effect.name, None)
             elif kind is AfterFlush:
-                if not self.faults.after_flush(host, effect):
-                    return  # the process died in the middle of the flush
+                if self.faults.after_flush(host, effect, effects[position + 1:]) != "applied":
+                    return  # it died in the middle of the flush, or the rest waits for the flush
             elif kind is Trace:
                 self._on_trace(host, effect.event, effect.details)
             elif kind is Notify:

@@ -56,6 +56,9 @@ class Probe:
             return []
         if message == "timer":
             return [SetTimer("wake", now_ns + 100 * MS)]
+        if message == "write, then say so":  # a guarded effect, then an unguarded one in the same step
+            return [AfterFlush(self.store, (Trace("flushed", {"message": "write"}),)),
+                    Trace("flushed", {"message": "said"})]
         return [AfterFlush(self.store, (Trace("flushed", {"message": message}),))]
 
 
@@ -87,6 +90,33 @@ def test_a_slow_disk_holds_back_what_the_flush_guards_and_keeps_the_process_busy
     assert host.paused_until_ns == start + 100 * MS, "busy until its last flush completes"
     sim.run_until(start + 100 * MS)
     assert [message for _, message in traced] == ["first", "second"] and store.flushes == 2
+
+
+def test_what_a_step_does_after_a_slow_flush_waits_for_it_as_in_the_runtime():
+    """The runtime flushes inline: an effect after an AfterFlush in the same step happens after
+    the flush. On a slow disk it must not overtake what the flush guards."""
+    sim, host, store, traced = probe_sim()
+    host.disk_latency_ns = 50 * MS
+    start = sim.now_ns
+    sim._step(host, "write, then say so", b"")
+    sim.run_until(start + 49 * MS)
+    assert traced == [], "the step's later effect went out while the process sat in fsync"
+    sim.run_until(start + 50 * MS)
+    assert traced == [(start + 50 * MS, "write"), (start + 50 * MS, "said")]
+
+
+def test_a_flush_begun_as_the_previous_one_completes_stays_behind_it():
+    """A slow flush completes at the very instant the disk becomes fast again and a new step
+    flushes: the new step's guarded effects come after the old one's (flushes of one process are
+    sequential), not before because the disk is fast now."""
+    sim, host, store, traced = probe_sim()
+    start = sim.now_ns
+    sim.schedule(start + 50 * MS, lambda: sim._step(host, "second", b""))  # due before the completion below
+    host.disk_latency_ns = 50 * MS
+    sim._step(host, "first", b"")  # its flush completes at start + 50 ms, queued after "second"
+    host.disk_latency_ns = 0
+    sim.run_until(start + 50 * MS)
+    assert [message for _, message in traced] == ["first", "second"]
 
 
 def test_a_crash_before_a_slow_flush_completes_loses_the_flush_and_what_it_guarded():
