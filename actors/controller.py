@@ -14,7 +14,9 @@ placement, elections and the ISR is the same code with or without a quorum (docs
   pushes, admin replies, ISR answers — is held until that command is applied *at the index and
   term it was proposed at*; an entry of another term there means the proposal died with this
   leadership, and the held effects are dropped (the waiting clients time out and ask the new
-  leader). Nothing uncommitted is ever announced.
+  leader). Every other message it sends (metadata answers, pushes of a replica's state, node
+  heartbeat answers) was read from the working map, so it waits behind the last uncommitted
+  proposal, if any (a read index, Raft §8). Nothing uncommitted is ever announced.
 - **Losing leadership** (a higher term, check-quorum) drops the coordinator and everything it
   held; the working map falls back to the committed one.
 - **Everyone else** is answered `NOT_CONTROLLER` with the leader this voter knows of
@@ -184,15 +186,28 @@ class Controller:
     # ------------------------------------------------------------------ deciding
 
     def _decide(self, effects: list[Effect], now_ns: int) -> list[Effect]:
-        """Turn the coordinator's step into a proposal; hold what it guarded until the commit."""
+        """Turn the coordinator's step into a proposal, and hold every message it sends until the
+        commits it may have read are done.
+
+        What the coordinator guarded with `AfterFlush` waits for this step's command. Every other
+        message it sends (a metadata answer, a push of a replica's state, a node heartbeat's
+        answer) was built from the working map, which holds every decision of this leadership,
+        committed or not: it waits behind the last uncommitted proposal, if there is one — if that
+        commits, so did everything the message read; if not, it is dropped with it. With nothing
+        in flight the working map is the committed one, and it goes at once. Both kinds keep the
+        order the coordinator sent them in. (An active controller cut off from the quorum so
+        reveals nothing it decided alone.)"""
         out: list[Effect] = []
+        revealing: list[Effect] = []
         for effect in effects:
             if isinstance(effect, AfterFlush) and effect.store is self.state:
-                out += self._hold(list(effect.effects), now_ns)
+                revealing += effect.effects
+            elif isinstance(effect, Send):
+                revealing.append(effect)
             else:
-                out.append(self._with_quorum(effect))
-        if self.state.pending:
-            out += self._hold([], now_ns)
+                out.append(effect)
+        if revealing or self.state.pending:
+            out += self._hold(revealing, now_ns)
         return out
 
     def _hold(self, effects: list[Effect], now_ns: int) -> list[Effect]:

@@ -83,6 +83,45 @@ def test_a_decision_in_flight_when_the_leader_loses_its_quorum_is_never_announce
         assert controller.state.get("topic/lost") is None, "an uncommitted topic survived on a voter"
 
 
+def test_a_read_after_an_uncommitted_decision_waits_for_its_commit():
+    """Metadata, state pushes, node heartbeat answers read the working map: while a decision in it
+    has not committed (an active controller cut off from the others), none of them may go out —
+    an isolated controller once shrank an ISR in its working map, pushed it to the leader beside it,
+    and the leader counted writes as committed that the quorum's next leader did not have."""
+    net = ControllerNet()
+    old = net.run_until_active()
+    create(net, old, "orders")
+    net.run_for(50)
+    net.answers(CLIENT)
+    net.isolate(old)
+    create(net, old, "lost", correlation_id=2)
+    net.send(CLIENT, old, MetadataRequest(correlation_id=3, topics=None))
+    net.run_for(20)
+    revealed = [answer for answer in net.answers(CLIENT) if isinstance(answer, MetadataResponse)]
+    assert not [topic.name for answer in revealed for topic in answer.topics if topic.name == "lost"], (
+        "a read named a topic the quorum never committed")
+    assert revealed == [], "a read answered from a working map ahead of the commit"
+    net.heal()
+    net.run_for(50)
+    if net.controllers[old].coordinator is not None:  # still leading: "lost" committed, the read follows it
+        answers = net.answers(CLIENT)
+        assert [type(answer) for answer in answers] == [CreateTopicResponse, MetadataResponse]
+        assert "lost" in {topic.name for topic in answers[1].topics}
+
+
+def test_a_read_with_nothing_uncommitted_is_answered_at_once():
+    net = ControllerNet()
+    active = net.run_until_active()
+    create(net, active, "orders")
+    net.run_for(50)
+    net.answers(CLIENT)
+    net.isolate(active)  # nothing in flight: what it answers is committed
+    net.send(CLIENT, active, MetadataRequest(correlation_id=3, topics=None))
+    net.deliver()
+    [answer] = net.answers(CLIENT)
+    assert isinstance(answer, MetadataResponse) and [topic.name for topic in answer.topics] == ["orders"]
+
+
 def test_committed_topics_survive_the_active_controller_crashing():
     net = ControllerNet()
     old = net.run_until_active()
