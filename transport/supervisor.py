@@ -65,7 +65,8 @@ class ManagedActor:
         self.restarts = 0
         self.started_ns = 0
         self.restart_at_ns: int | None = None
-        self.exit_code: int | None = None
+        self.exit_code: int | None = None  # of the process that exited, until the next one starts
+        self.last_exit_code: int | None = None  # of the last process that exited (kept across restarts)
         self.refusal = ""  # why the last process refused to start, if it did
         self.refusals = 0  # refusals (or stops on a full disk) in a row
         self.segments: set[str] = set()
@@ -275,7 +276,7 @@ class Supervisor:
     def _reap(self, managed: ManagedActor) -> None:
         process = managed.process
         process.join(timeout=0)
-        managed.exit_code = process.exitcode
+        managed.exit_code = managed.last_exit_code = process.exitcode
         if managed.lifeline is not None:
             managed.lifeline.close()
         managed.process, managed.lifeline, managed.ready = None, None, False
