@@ -127,7 +127,7 @@ def test_a_member_is_never_handed_back_a_partition_it_is_still_revoking():
 VARIANT_SEARCH = {
     "ack-before-replication": (1000, 7),
     "elect-outside-isr": (1001, 8),
-    "elect-last-reporter": (1015, 25),
+    "elect-last-reporter": (1001, 8),
     "trust-damaged-replicas": (1100, 132),
     "commit-below-min-insync": (1000, 7),
     "retry-answered-at-once": (1005, 13),
