@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 class Controller:
     REFUSAL = ErrorCode.NOT_CONTROLLER  # what a voter that does not lead answers
+    # Messages the decider sends unguarded wait behind the last uncommitted proposal (see _decide).
+    HOLDS_READS = True
     SERVES = "metadata"
 
     def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
@@ -202,8 +204,10 @@ class Controller:
         for effect in effects:
             if isinstance(effect, AfterFlush) and effect.store is self.state:
                 revealing += effect.effects
-            elif isinstance(effect, Send):
+            elif isinstance(effect, Send) and self.HOLDS_READS:
                 revealing.append(effect)
+            elif isinstance(effect, Send):
+                out.append(self._with_quorum(effect))
             else:
                 out.append(effect)
         if revealing or self.state.pending:
