@@ -10,6 +10,8 @@ for their store's flush (one flush per store per wake-up).
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import msgspec.inspect as inspect
 import pytest
@@ -311,10 +313,15 @@ def wired(zmq_context):
         runtime.close()
 
 
-def exchange(runtime: Runtime, peer, frames: list) -> None:
-    """Send frames from the peer and let the runtime take one wake-up (its poll waits for them)."""
+def exchange(runtime: Runtime, peer, frames: list, journal: list) -> None:
+    """Send frames from the peer and let the runtime wake until it has answered or handed them on.
+
+    One wake-up is not enough: the runtime may first wake for the peer's connection (its monitor
+    socket) and only then for the frames."""
     peer.send_multipart(frames)
-    runtime.step()
+    deadline = time.monotonic() + 5.0
+    while not journal and not peer.poll(0) and time.monotonic() < deadline:
+        runtime.step()
 
 
 @pytest.mark.parametrize("frames, code", [
@@ -326,7 +333,7 @@ def exchange(runtime: Runtime, peer, frames: list) -> None:
 def test_the_runtime_answers_a_bad_frame_with_a_typed_error_and_never_bothers_the_actor(wired, frames, code):
     runtime, peer, journal = wired
 
-    exchange(runtime, peer, frames)
+    exchange(runtime, peer, frames, journal)
     reply = Codec().decode(peer.recv_multipart())
 
     assert isinstance(reply, ErrorResponse)
@@ -339,7 +346,7 @@ def test_the_runtime_hands_a_good_frame_to_the_actor_with_the_peers_return_addre
     runtime, peer, journal = wired
     request = FetchRequest(correlation_id=40, topic="orders", partition=0, offset=3)
 
-    exchange(runtime, peer, Codec().encode(request))
+    exchange(runtime, peer, Codec().encode(request), journal)
 
     [(kind, name, _, sender, _)] = journal
     assert (kind, name) == ("handle", "FetchRequest")
