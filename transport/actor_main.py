@@ -40,6 +40,7 @@ EXIT_PARENT_GONE = 71
 EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's, or its state is lost
 EXIT_DISK_FULL = 73  # a write it could not do without (a controller's raft log) found the disk full
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
+PROFILE_CLOCK_ENV = "RAILMQ_PROFILE_CLOCK"  # "cpu" to profile CPU time instead of wall time
 
 
 class ActorSpec(msgspec.Struct, kw_only=True):
@@ -476,10 +477,15 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
 
 
 def _run_profiled(runtime: Any, name: str) -> None:
-    """Run under cProfile and leave `<name>.<pid>.prof` in $RAILMQ_PROFILE_DIR (`python -m pstats`)."""
+    """Run under cProfile and leave `<name>.<pid>.prof` in $RAILMQ_PROFILE_DIR (`python -m pstats`).
+
+    With RAILMQ_PROFILE_CLOCK=cpu the profile counts the process's CPU time (time.process_time)
+    instead of wall time: on a busy box, wall time charges a call for every moment the process
+    waited for a core."""
     import cProfile
 
-    profiler = cProfile.Profile()
+    timer = time.process_time if os.environ.get(PROFILE_CLOCK_ENV) == "cpu" else time.perf_counter
+    profiler = cProfile.Profile(timer)
     try:
         profiler.runcall(runtime.run)
     finally:
