@@ -78,6 +78,9 @@ class Coordinator(TopicAdmin, NodeLiveness):
         self.topics: dict[str, TopicRecord] = {}
         self.partitions: dict[PartitionKey, PartitionRecord] = {}
         self.liveness: dict[tuple[str, int, int], Liveness] = {}
+        # node -> (the node agent running it, when it was last heard): one agent per node
+        # (actors/node_liveness.py); at most one entry per node of the cluster.
+        self.node_owners: dict[int, tuple[str, int]] = {}
         self.services: dict[str, Liveness] = {}
         self.started_ns = 0
         self.leaderless_check_ns = 0  # while a partition has no leader: when liveness is judged next

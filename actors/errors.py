@@ -53,6 +53,7 @@ class ErrorCode(enum.IntEnum):
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     UNKNOWN_TOPIC_ID = 100
+    DUPLICATE_BROKER_REGISTRATION = 101  # a second node agent for a node another agent runs
     INCONSISTENT_CLUSTER_ID = 104
     INVALID_RECORD_STATE = 121
     # railmq-only codes

@@ -345,6 +345,8 @@ class NodeHeartbeat(Message, kw_only=True):
     replicas: list[ReplicaLiveness] = []
     reports: list[ReplicaHeartbeat] = []  # changed since the last heartbeat (all of them when asked)
     assignments_version: str = ""  # of the assignments it runs; "" before it has any
+    agent_id: str = ""  # the agent process, new at every start (Kafka's incarnation id): one agent runs a node
+    leaving: bool = False  # the agent's last word as it stops: its nodes are free at once
 
 
 class NodeHeartbeatResponse(Message, kw_only=True):

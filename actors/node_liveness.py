@@ -26,6 +26,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.effects import Effect, Send
+from actors.errors import ErrorCode
 from actors.messages import NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaHeartbeatResponse
 
 
@@ -34,6 +35,18 @@ class NodeLiveness:
     `_take_report`, `_reconcile`, `_is_live` and `_partition_state`."""
 
     def _on_node_heartbeat(self, beat: NodeHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
+        refusal = self._refuse_heartbeat(beat, now_ns)
+        if refusal is not None:
+            code, text = refusal
+            return [Send(sender, NodeHeartbeatResponse(correlation_id=beat.correlation_id, error=code,
+                                                       error_message=text, cluster_id=self.cluster_id))]
+        owners = self.node_owners
+        if beat.leaving:
+            for node in beat.nodes:
+                owners.pop(node, None)
+            return [Send(sender, NodeHeartbeatResponse(correlation_id=beat.correlation_id, cluster_id=self.cluster_id))]
+        for node in beat.nodes:
+            owners[node] = (beat.agent_id, now_ns)
         decided: list[Effect] = []  # decisions: revealed only once the state file is durable
         replies: list[Effect] = []
         reported = set()
@@ -64,6 +77,32 @@ class NodeLiveness:
                 decided += self._reconcile(topic, partition, now_ns)
         replies.append(Send(sender, self._node_heartbeat_response(beat, full_wanted)))
         return self._after_persist(decided, replies)
+
+    def _refuse_heartbeat(self, beat: NodeHeartbeat, now_ns: int) -> tuple[ErrorCode, str] | None:
+        """Why this heartbeat must not be taken, if it must not: it names a node the cluster lacks,
+        speaks for a replica of a node it does not name (a header is a claim: the payload must
+        agree with it), or comes from a second agent for a node another agent runs and was heard
+        from within the node session (one node started twice: a cloned machine, a second
+        `railmq node --node N`). That agent gets no assignments, so it starts no replicas, and it
+        cannot call the node's replicas dead; it takes the node over once the other falls silent
+        for a session or says it is leaving."""
+        unknown = sorted(set(beat.nodes) - set(self.nodes))
+        if unknown:
+            return ErrorCode.INVALID_REQUEST, f"nodes {unknown} are not nodes of this cluster {self.nodes}"
+        named = set(beat.nodes)
+        strays = sorted(({item.node for item in beat.replicas} | {report.node for report in beat.reports}) - named)
+        if strays:
+            return ErrorCode.INVALID_REQUEST, (f"the heartbeat for nodes {sorted(named)} speaks for replicas of "
+                                               + ", ".join(f"node {node}" for node in strays))
+        session_ns = self.limits.node_session_timeout_ms * MS
+        for node in beat.nodes:
+            owner = self.node_owners.get(node)
+            if owner is not None and owner[0] != beat.agent_id and now_ns - owner[1] < session_ns:
+                return ErrorCode.DUPLICATE_BROKER_REGISTRATION, (
+                    f"node {node} is run by node agent {owner[0]!r}, heard {(now_ns - owner[1]) // MS} ms ago; "
+                    f"a node runs one agent at a time (this one is {beat.agent_id!r}): stop the other, "
+                    f"or this one takes the node over {self.limits.node_session_timeout_ms} ms after it falls silent")
+        return None
 
     def _push_if_stale(self, topic: str, partition: int, node: int, live: Any, now_ns: int) -> list[Effect]:
         if (topic, partition) not in self.partitions or not live.endpoint:

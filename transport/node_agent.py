@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
+import socket
 import threading
 import time
 from typing import Callable
@@ -34,6 +36,7 @@ from typing import Callable
 import zmq
 
 from actors.controller_endpoints import ControllerEndpoints
+from actors.errors import ErrorCode
 from actors.limits import Limits
 from actors.messages import (
     NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaLiveness,
@@ -81,13 +84,15 @@ class ReplicaReportBook:
             del self.latest[key]
             self.unsent.discard(key)
 
-    def heartbeat(self, nodes: list[int], version: str, now_ns: int, *, everything: bool) -> NodeHeartbeat:
+    def heartbeat(self, nodes: list[int], version: str, now_ns: int, *, everything: bool,
+                  agent_id: str = "") -> NodeHeartbeat:
         liveness = [ReplicaLiveness(topic=topic, partition=partition, node=node, incarnation=report.incarnation,
                                     responsive=now_ns - heard_ns <= self.keepalive_timeout_ns)
                     for (topic, partition, node), (report, heard_ns) in sorted(self.latest.items())]
         keys = sorted(self.latest) if everything else sorted(self.unsent)
         return NodeHeartbeat(correlation_id=0, nodes=nodes, replicas=liveness,
-                             reports=[self.latest[key][0] for key in keys], assignments_version=version)
+                             reports=[self.latest[key][0] for key in keys], assignments_version=version,
+                             agent_id=agent_id)
 
     def delivered(self, heartbeat: NodeHeartbeat) -> None:
         for report in heartbeat.reports:
@@ -131,6 +136,10 @@ class NodeAgent:
         self.on_change = on_change
         self.replicas: dict[str, tuple[str, int, int, int]] = {}  # actor name -> (topic, partition, node, topic id)
         self.book = ReplicaReportBook(limits.replica_keepalive_timeout_ms)
+        # New at every start (Kafka's broker incarnation id): the coordinator lets one agent run a
+        # node at a time, and names this one to an operator who started the node twice.
+        self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+        self.refused = ""  # why the coordinator refuses this agent's heartbeats, while it does
         self.assignments_version = ""
         self.full_report_wanted = True
         self.endpoint = ""
@@ -195,8 +204,21 @@ class NodeAgent:
                 if self._receive_reports(codec, 0):
                     next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
                 self._sleep(next_beat_ns)
+            if not self.refused:
+                self._leave(rpc)
         finally:
             rpc.close()
+
+    def _leave(self, rpc: RpcClient) -> None:
+        """The last word as the agent stops: its nodes are free at once for the agent that starts
+        next, not a node session later (actors/node_liveness.py). Bounded: a coordinator that is
+        down already does not hold up the stop."""
+        try:
+            rpc.request_controller(self.controllers, NodeHeartbeat(correlation_id=0, nodes=self.nodes,
+                                                                   agent_id=self.agent_id, leaving=True),
+                                   timeout_ms=RECONCILE_TIMEOUT_MS, authenticated_only=bool(self.secret))
+        except RequestTimeout:
+            pass  # the next agent waits out the node session instead
 
     def _sleep(self, next_beat_ns: int) -> None:
         """Until there is something to do: a process exited or became ready, a process was
@@ -258,11 +280,21 @@ class NodeAgent:
         # Short: while the coordinator is down this thread must keep reaping and restarting
         # processes (the coordinator itself among them), not wait on it.
         beat = self.book.heartbeat(self.nodes, self.assignments_version, time.monotonic_ns(),
-                                   everything=self.full_report_wanted)
+                                   everything=self.full_report_wanted, agent_id=self.agent_id)
         reply = rpc.request_controller(self.controllers, beat, timeout_ms=RECONCILE_TIMEOUT_MS,
                                        authenticated_only=bool(self.secret))
-        if not isinstance(reply, NodeHeartbeatResponse) or reply.error:
+        if not isinstance(reply, NodeHeartbeatResponse):
             return
+        if reply.error == ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+            if not self.refused:
+                log.error("node agent %s is refused: %s", self.agent_id, reply.error_message)
+            self.refused = reply.error_message
+            return
+        if reply.error:
+            return
+        if self.refused:
+            log.warning("node agent %s now runs nodes %s", self.agent_id, self.nodes)
+            self.refused = ""
         if reply.cluster_id and reply.cluster_id != self.cluster_id:
             log.error("the coordinator at %s belongs to cluster %s, not %s: ignoring its assignments",
                       self.controllers.current, reply.cluster_id, self.cluster_id)

@@ -156,6 +156,10 @@ ERROR_WHEN = {
                       "attributes only the broker may set (a control batch). Nothing was written.",
     "UNKNOWN_TOPIC_ID": "Produce, fetch or list offsets naming a `topic_id` other than the replica's: the topic was "
                         "deleted and created again under the same name. Refresh metadata.",
+    "DUPLICATE_BROKER_REGISTRATION": "NodeHeartbeat from a second node agent for a node another agent runs and was "
+                                     "heard from within the node session (the node started twice). The sentence "
+                                     "names the running agent. Nothing was taken and no assignments come back; the "
+                                     "agent takes the node over once the other is silent for a session or leaves.",
     "INCONSISTENT_CLUSTER_ID": "A state or directory of another cluster: never sent on the wire today; processes refuse "
                                "to start on such a directory (docs/operations.md, \"Storage faults\").",
     "INVALID_RECORD_STATE": "Share acknowledgement for records the member does not hold (never acquired, "

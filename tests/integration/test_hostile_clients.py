@@ -350,3 +350,35 @@ def test_a_client_cannot_pose_as_a_voter_of_the_controller_quorum(cluster):
         client.close()
     assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
     assert (status.term, status.leader) == before[target.node], "a forged Raft message moved a voter"
+
+
+# ---------------------------------------------------------------------------- a node started twice
+
+
+def test_a_second_node_agent_for_a_running_node_starts_nothing_and_moves_no_leader(cluster, unique_name, tmp_path):
+    """Node 2 started a second time (a cloned machine, `railmq node --node 2` run twice), with the
+    cluster's own identity: its agent is refused with DUPLICATE_BROKER_REGISTRATION, naming the
+    agent that runs the node, gets no assignments, so it runs no replica, and no leader moves."""
+    from transport.node_agent import NodeAgent
+    from transport.supervisor import Supervisor
+
+    name = unique_name("twice")
+    topic_on(cluster, name)
+    with Admin(cluster.bootstrap) as admin:
+        before = [(p.leader, p.leader_epoch, sorted(p.isr)) for p in admin.describe_topic(name).partitions]
+    supervisor = Supervisor()
+    second = NodeAgent(supervisor=supervisor, coordinator=cluster.bootstrap, nodes=[2], data_dir=str(tmp_path),
+                       cluster_id=cluster.cluster_id, limits=cluster.limits, secret=cluster.secret,
+                       shared_memory=False)
+    second.start()
+    try:
+        refusal = wait_for(lambda: second.refused, timeout_s=10, what="the second agent refused")
+        time.sleep(3 * cluster.limits.node_heartbeat_interval_ms / 1000)  # heartbeats keep being refused
+        assert "node 2" in refusal and cluster.agent.agent_id in refusal
+        assert second.refused and not supervisor.actors, "it started replicas"
+        with Admin(cluster.bootstrap) as admin:
+            after = [(p.leader, p.leader_epoch, sorted(p.isr)) for p in admin.describe_topic(name).partitions]
+        assert after == before
+    finally:
+        second.stop()
+        supervisor.stop_all()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.errors import ErrorCode
 from actors.messages import (
     NodeHeartbeat, NodeHeartbeatResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, ReplicaLiveness, StorageReport,
 )
@@ -31,13 +32,15 @@ def report(cluster: Cluster, node: int, partition: int = 0, **fields) -> Replica
 
 
 def node_beat(cluster: Cluster, *, reports=(), unresponsive=(), version: str = "", nodes=(1, 2, 3),
-              partitions=(0,)) -> NodeHeartbeatResponse:
+              partitions=(0,), agent_id: str = "agent-a", about=None, leaving: bool = False) -> NodeHeartbeatResponse:
+    """One heartbeat from the node agent `agent_id` for `nodes`, with liveness for the replicas of
+    `about` (its own nodes unless told otherwise)."""
     liveness = [ReplicaLiveness(topic="orders", partition=partition, node=node,
                                 incarnation=cluster.incarnations.get(("orders", partition, node), 1000 * node + 1),
                                 responsive=node not in unresponsive)
-                for partition in partitions for node in nodes]
+                for partition in partitions for node in (nodes if about is None else about)]
     beat = NodeHeartbeat(correlation_id=7, nodes=list(nodes), replicas=liveness, reports=list(reports),
-                         assignments_version=version)
+                         assignments_version=version, agent_id=agent_id, leaving=leaving)
     effects = cluster.harness.deliver("coordinator", beat, AGENT)
     return cluster.harness.take(AGENT, NodeHeartbeatResponse)[-1] if effects is not None else None
 
@@ -86,6 +89,60 @@ def test_when_the_node_agent_goes_silent_its_replicas_are_judged_after_the_node_
     cluster.harness.advance(200)
 
     assert cluster.record().leader != leader or cluster.record().offline_reason
+
+
+def test_a_second_node_agent_for_a_running_node_is_refused_and_changes_nothing(world):
+    """Node 2 started twice (a cloned machine, a second `railmq node --node 2` elsewhere): the
+    agent the coordinator hears now keeps the node; the other is refused with a typed error, gets
+    no assignments (so it starts no replicas) and cannot call the node's replicas dead."""
+    cluster = world
+    leader, replicas = started(cluster)
+    epoch = cluster.record().leader_epoch
+
+    refused = node_beat(cluster, nodes=(leader,), unresponsive={leader}, agent_id="agent-b")
+
+    assert refused.error == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    assert "agent-a" in refused.error_message and f"node {leader}" in refused.error_message
+    assert refused.assignments is None
+    assert (cluster.record().leader, cluster.record().leader_epoch) == (leader, epoch)
+    assert node_beat(cluster).error == 0, "the running agent keeps its nodes"
+
+
+def test_a_node_agent_takes_a_node_over_once_the_previous_one_is_silent_for_a_node_session(world):
+    cluster = world
+    leader, replicas = started(cluster)
+
+    cluster.harness.advance(LIMITS.node_session_timeout_ms - 100)
+    assert node_beat(cluster, agent_id="agent-b").error == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    cluster.harness.advance(200)
+    restarted = node_beat(cluster, agent_id="agent-b")
+
+    assert restarted.error == 0 and restarted.assignments is not None
+    assert node_beat(cluster, agent_id="agent-a").error == ErrorCode.DUPLICATE_BROKER_REGISTRATION, (
+        "the old agent, back from a pause, is now the second one")
+
+
+def test_an_agent_that_stops_cleanly_hands_its_nodes_over_at_once(world):
+    cluster = world
+    started(cluster)
+
+    assert node_beat(cluster, leaving=True).error == 0
+    assert node_beat(cluster, agent_id="agent-b").error == 0
+
+
+def test_a_heartbeat_speaking_for_a_node_it_does_not_name_or_the_cluster_lacks_is_refused(world):
+    """A header is a claim: a heartbeat for node 1 that says node 2's replica stopped answering,
+    or one for a node the cluster does not have, takes nothing."""
+    cluster = world
+    leader, replicas = started(cluster)
+    other = next(node for node in (1, 2, 3) if node != leader)
+
+    misnamed = node_beat(cluster, nodes=(other,), about=(leader,), unresponsive={leader})
+    unknown = node_beat(cluster, nodes=(1, 2, 3, 9), agent_id="agent-a")
+
+    assert misnamed.error == ErrorCode.INVALID_REQUEST and f"node {leader}" in misnamed.error_message
+    assert unknown.error == ErrorCode.INVALID_REQUEST and "9" in unknown.error_message
+    assert cluster.record().leader == leader and leader in cluster.record().isr
 
 
 def test_assignments_travel_only_when_they_changed_and_a_restarted_coordinator_asks_for_every_report(world):
