@@ -50,6 +50,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # drop and campaign at once); one that vanishes without closing its connections (a lost
     # host, a cut link) is missed after up to this much more (docs/raft.md, "quiet leaders").
     controller_idle_heartbeat_interval_ms: int = 1000
+    # A voter takes a Raft message naming voter N only from an address N's configured host
+    # resolves to: a second process posing as voter N (a cloned machine) could otherwise have
+    # its vote counted twice (transport/voter_address.py). Off only where hosts reach each other
+    # from other addresses than the configured ones (several interfaces, NAT).
+    voter_address_check: bool = True
     # A new partition's replicas are processes still being started (a few hundred ms each on a
     # loaded 2-core machine): nobody is judged absent before this much time has passed.
     partition_creation_grace_ms: int = 5000

@@ -19,6 +19,7 @@ is removed by `destroy`, which is safe to call after any failure (and twice).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,13 +77,14 @@ class NamespaceHosts:
     """Three (or `nodes`) namespaces on a bridge, and the `railmq node` process of each."""
 
     def __init__(self, base_dir: str, nodes: int = 3, *, port: int = DEFAULT_PORT,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, spare_hosts: int = 0) -> None:
         self.tag = uuid.uuid4().hex[:6]
         third = int(self.tag[:2], 16) % 200 + 20
         self.subnet = f"10.231.{third}"
         self.bridge = f"rmq{self.tag}br"
         self.base_dir = base_dir
         self.nodes = tuple(range(1, nodes + 1))
+        self.hosts = tuple(range(1, nodes + spare_hosts + 1))  # the spares run no node of their own
         self.port = port
         self.limits = limits
         self.processes: dict[int, subprocess.Popen] = {}
@@ -117,7 +119,7 @@ class NamespaceHosts:
         self.made.append(("link", self.bridge))
         sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
-        for node in self.nodes:
+        for node in self.hosts:
             namespace, outside = self.namespace(node), f"rmq{self.tag}v{node}"
             sh("ip", "netns", "add", namespace)
             self.made.append(("netns", namespace))
@@ -175,11 +177,27 @@ class NamespaceHosts:
             with open(path, "wb") as handle:
                 handle.write(msgspec.json.encode(self.limits))
             command += ["--limits", path]
-        log = open(os.path.join(self.base_dir, f"node-{node}.log"), "ab")
+        log = open(self.log_path(node), "ab")
         self.processes[node] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPOSITORY,
                                                 start_new_session=True)
         log.close()
         return self.processes[node]
+
+    def start_clone(self, of: int, on: int) -> subprocess.Popen:
+        """Node `of` started a second time on spare host `on` from a copy of its data directory,
+        as a cloned machine would be: the same node id, identity, voters and logs, another address."""
+        shutil.copytree(self.data_dir(of), self.data_dir(on), dirs_exist_ok=True)
+        command = ["ip", "netns", "exec", self.namespace(on), sys.executable, "-m", "railmq", "node",
+                   "--node", str(of), "--voters", ",".join(f"{n}={self.address(n)}" for n in self.nodes),
+                   "--port", str(self.port), "--advertise", self.address(on), "--data-dir", self.data_dir(on)]
+        log = open(self.log_path(on), "ab")
+        self.processes[on] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPOSITORY,
+                                              start_new_session=True)
+        log.close()
+        return self.processes[on]
+
+    def log_path(self, node: int) -> str:
+        return os.path.join(self.base_dir, f"node-{node}.log")
 
     def kill_node(self, node: int) -> int:
         """Every process of the host at once: the node process and all its actors (one session).

@@ -446,6 +446,10 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     try:
         endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
+        if spec.voters and spec.kind in ("controller", "group-coordinator") and spec.limits.voter_address_check:
+            from transport.voter_address import raft_address_check
+
+            runtime.peer_check = raft_address_check(spec.voters)
         lifeline.send(("ready", endpoint, os.getpid(), incarnation))
         runtime.watch_fd(wake_read, lambda: os.read(wake_read, 4096))
         runtime.watch_fd(lifeline.fileno(), lambda: _on_lifeline(lifeline, runtime))

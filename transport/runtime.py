@@ -95,6 +95,9 @@ class Runtime:
         self.counters: dict[str, int] = {}
         self.trace_file: Any = None  # actor_main's TraceFile, for its dropped-line count
         self.ring_links = ring_links  # transport/ring_link.py: fetch payloads through shared memory
+        # (message, its first frame) -> whether the connection it came on may send it; a quorum's
+        # voters check that Raft messages come from their voter's host (transport/voter_address.py).
+        self.peer_check: Callable[[Any, Any], bool] | None = None
         self.endpoint = ""
         self._router: zmq.Socket | None = None
         self._dealers: dict[str, zmq.Socket] = {}
@@ -248,6 +251,9 @@ class Runtime:
             self.count("rejected_unauthenticated")
             if isinstance(sender, bytes):
                 self.send(sender, refused)
+            return
+        if self.peer_check is not None and isinstance(sender, bytes) and not self.peer_check(message, frames[0]):
+            self.count("rejected_wrong_address")  # no answer: the sender is not who it says
             return
         links = self.ring_links
         if links is None:

@@ -311,7 +311,8 @@ def render_limits() -> str:
     lines = ["| limit | default | why |", "|---|---:|---|"]
     for field in inspect_types.type_info(limits_module.Limits).fields:
         value = getattr(defaults, field.name)
-        lines.append(f"| `{field.name}` | {value:,} | {_cell(notes.get(field.name, ''))} |")
+        shown = str(value).lower() if isinstance(value, bool) else f"{value:,}"
+        lines.append(f"| `{field.name}` | {shown} | {_cell(notes.get(field.name, ''))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,8 @@ CODEC = Codec()
 class RawClient:
     """A DEALER that sends whatever frames it is given (no railmq client logic, no secret)."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, codec: Codec = CODEC) -> None:
+        self.codec = codec
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -49,13 +50,13 @@ class RawClient:
         self.socket.send_multipart(frames)
 
     def ask(self, message, timeout_s: float = 5.0):
-        self.socket.send_multipart(CODEC.encode(message))
+        self.socket.send_multipart(self.codec.encode(message))
         return self.answer(timeout_s)
 
     def answer(self, timeout_s: float = 5.0):
         if not self.socket.poll(int(timeout_s * 1000)):
             raise AssertionError("no answer")
-        return CODEC.decode(self.socket.recv_multipart())
+        return self.codec.decode(self.socket.recv_multipart())
 
     def close(self) -> None:
         self.context.destroy(linger=0)
@@ -350,6 +351,36 @@ def test_a_client_cannot_pose_as_a_voter_of_the_controller_quorum(cluster):
         client.close()
     assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
     assert (status.term, status.leader) == before[target.node], "a forged Raft message moved a voter"
+
+
+def test_a_process_with_the_clusters_secret_cannot_pose_as_a_voter_from_another_address(cluster):
+    """A second process holding the cluster's secret (a cloned machine) speaking as voter N from
+    an address that is not voter N's host (here 127.0.0.2; every voter of this cluster is
+    127.0.0.1): its signed Raft messages are dropped and counted, and no voter's term or leader
+    moves. Taken, the append would have made the follower adopt a term of 10**9 and a leader that
+    is not one."""
+    from actors.messages import ControllerStatusRequest, RuntimeStatsRequest
+    from actors.raft_messages import RaftAppendRequest, RaftVoteRequest
+
+    with Admin(cluster.bootstrap) as admin:
+        before = {entry.node: (entry.term, entry.leader) for entry in admin.quorum_status()}
+        target = next(entry for entry in admin.quorum_status() if entry.role == "follower")
+    posing_as = next(node for node in before if node != target.node)
+    host, _, port = target.endpoint.removeprefix("tcp://").rpartition(":")
+    client = RawClient(f"tcp://127.0.0.2:0;{host}:{port}", codec=Codec(secret=cluster.secret))
+    try:
+        client.send_frames(client.codec.encode(RaftVoteRequest(
+            source=posing_as, destination=target.node, term=10**9, last_log_index=10**9, last_log_term=10**9)))
+        client.send_frames(client.codec.encode(RaftAppendRequest(
+            source=posing_as, destination=target.node, term=10**9, prev_log_index=0, prev_log_term=0,
+            leader_commit=0)))
+        # One connection: the voter handles these after the forged ones.
+        status = client.ask(ControllerStatusRequest(correlation_id=5))
+        stats = client.ask(RuntimeStatsRequest(correlation_id=6))
+    finally:
+        client.close()
+    assert (status.term, status.leader) == before[target.node], "a message from the wrong address moved a voter"
+    assert stats.counters.get("rejected_wrong_address", 0) >= 2
 
 
 # ---------------------------------------------------------------------------- a node started twice

@@ -5,8 +5,11 @@ namespace, where this test and its clients run), so the nodes reach each other o
 their advertised addresses, as on separate machines. The story: a topic at RF 3 (min in-sync 2)
 under a steady acks=all load, while the network between the hosts misbehaves — `tc netem` delay
 and loss on one host's link, a host cut off entirely (its link down, longer than an election),
-and every process of a host killed and started again. At the end every acknowledged write is
-there, the topic is intact, and its replicas are back in sync.
+and every process of a host killed and started again — while a fourth host runs a clone of node 2
+(its directory copied, started as node 2: a cloned machine), whose Raft messages the real voters
+drop (they come from another address than node 2's) and whose node agent is refused. At the end
+every acknowledged write is there, the topic is intact, its replicas are back in sync, and no term
+had two leaders.
 
 The hosts are chaos/netns.py's (the `multi-host` chaos scenario runs on them too, judged by the
 chaos checker: tests/chaos/test_scenarios.py). It needs root (namespaces, veths, a bridge) and
@@ -35,7 +38,7 @@ def hosts(tmp_path):
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    made = NamespaceHosts(str(tmp_path))
+    made = NamespaceHosts(str(tmp_path), spare_hosts=1)  # host 4: where node 2 is started a second time
     try:
         made.create()
         yield made
@@ -87,6 +90,11 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
         load.thread.start()
         wait_for(lambda: len(load.acked) >= 200, 60, "acknowledged writes before the faults")
 
+        # Node 2 started a second time on host 4 from a copy of its directory (a cloned machine),
+        # for the rest of the story: through the election that host 1's loss forces below.
+        hosts.start_clone(of=2, on=4)
+        wait_for(lambda: _wrong_address_refusals(admin) > 0, 60, "the clone's Raft messages refused")
+
         print(f"host 2's link: {hosts.degrade(2)}")
         time.sleep(3)
         hosts.restore(2)
@@ -105,6 +113,11 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
 
         wait_for(lambda: _in_sync(admin, topic), 90, "every replica back in the ISR")
         assert topic in admin.list_topics()
+        clone_log = open(hosts.log_path(4), encoding="utf-8", errors="replace").read()
+        hosts.kill_node(4)
+        assert "DUPLICATE_BROKER_REGISTRATION" in clone_log or "is refused" in clone_log, clone_log[-2000:]
+        leaders = _leaders_by_term(admin)
+        assert all(len(named) == 1 for named in leaders.values()), f"two leaders in one term: {leaders}"
     served = read_values(hosts.bootstrap, topic, 2, load.acked, timeout_s=90)
     missing = load.acked - served
     assert len(load.acked) > 500 and not missing, f"{len(missing)} of {len(load.acked)} acknowledged writes lost"
@@ -129,6 +142,39 @@ def _voter_caught_up(admin: Admin, node: int) -> bool:
         if isinstance(status, ControllerStatusResponse) and status.role == "leader":
             return 0 < status.commit_index <= status.followers.get(node, 0)
     return False
+
+
+def _wrong_address_refusals(admin: Admin) -> int:
+    """Raft messages the real voters (controllers and group voters) dropped for coming from an
+    address other than their sender's host."""
+    from actors.messages import RuntimeStatsRequest, RuntimeStatsResponse
+
+    total = 0
+    for endpoint in admin.bootstrap.split(","):
+        host, _, port = endpoint.rpartition(":")
+        for voter in (endpoint, f"{host}:{int(port) + 1}"):
+            try:
+                stats = admin.rpc.request(voter, RuntimeStatsRequest(correlation_id=0), 2_000)
+            except (RailmqError, TimeoutError):
+                continue
+            if isinstance(stats, RuntimeStatsResponse):
+                total += stats.counters.get("rejected_wrong_address", 0)
+    return total
+
+
+def _leaders_by_term(admin: Admin) -> dict[int, set[int]]:
+    """term -> the leaders the real voters name for it."""
+    from actors.messages import ControllerStatusRequest, ControllerStatusResponse
+
+    named: dict[int, set[int]] = {}
+    for endpoint in admin.bootstrap.split(","):
+        try:
+            status = admin.rpc.request(endpoint, ControllerStatusRequest(correlation_id=0), 2_000)
+        except (RailmqError, TimeoutError):
+            continue
+        if isinstance(status, ControllerStatusResponse) and status.leader > 0:
+            named.setdefault(status.term, set()).add(status.leader)
+    return named
 
 
 def _answers(admin: Admin) -> bool:
