@@ -42,6 +42,7 @@ class ClientEngine:
         self.has_work = has_work
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
+        self._pipe_lock = threading.Lock()  # the engine thread closes the pipe; other threads write to it
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self.runtime.watch_fd(self._wake_read, self._on_wake)
@@ -61,10 +62,16 @@ class ClientEngine:
     def wake(self, force: bool = False) -> None:
         if (self.asleep or force) and not self.signaled:
             self.signaled = True
-            try:
-                os.write(self._wake_write, b"x")
-            except BlockingIOError:
-                pass
+            # Under the lock: the engine thread closes the pipe when it ends, which it may do the
+            # moment `stop` sets `_stopping` — before this write. Writing to the closed descriptor
+            # would fail, or worse, land in whatever file took its number since.
+            with self._pipe_lock:
+                if self._wake_write < 0:
+                    return
+                try:
+                    os.write(self._wake_write, b"x")
+                except BlockingIOError:
+                    pass
 
     def _on_wake(self) -> None:
         try:
@@ -98,8 +105,10 @@ class ClientEngine:
         finally:
             runtime.close()
             self.context.destroy(linger=0)
-            os.close(self._wake_read)
-            os.close(self._wake_write)
+            with self._pipe_lock:
+                os.close(self._wake_read)
+                os.close(self._wake_write)
+                self._wake_read = self._wake_write = -1
 
     def _before_sleep(self) -> bool:
         """Mark asleep, then re-check for work that raced in; False cancels the sleep."""
