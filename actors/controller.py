@@ -13,12 +13,14 @@ placement, elections and the ISR is the same code with or without a quorum (docs
   become one Raft command. What the coordinator guarded with `AfterFlush(state, ...)` — state
   pushes, admin replies, ISR answers — is held until that command is applied *at the index and
   term it was proposed at*; an entry of another term there means the proposal died with this
-  leadership, and the held effects are dropped (the waiting clients time out and ask the new
-  leader). Every other message it sends (metadata answers, pushes of a replica's state, node
+  leadership, and the held effects are dropped — the answers among them replaced by the quorum's
+  refusal (`NOT_CONTROLLER`, naming the leader as far as known), so the asker goes to the new
+  leader at once instead of waiting out its timeout. Every other message it sends (metadata answers, pushes of a replica's state, node
   heartbeat answers) was read from the working map, so it waits behind the last uncommitted
   proposal, if any (a read index, Raft §8). Nothing uncommitted is ever announced.
 - **Losing leadership** (a higher term, check-quorum) drops the coordinator and everything it
-  held; the working map falls back to the committed one.
+  held (answers refused as above: their decisions may still commit under the next leader, as
+  after a timeout); the working map falls back to the committed one.
 - **Everyone else** is answered `NOT_CONTROLLER` with the leader this voter knows of
   (actors/controller_endpoints.py says how senders follow it). `ControllerStatusRequest` is
   answered by every voter (`railmq cluster info`).
@@ -72,6 +74,9 @@ class Controller:
         self.coordinator: Coordinator | None = None
         self.active_term = 0
         self.held: dict[int, tuple[int, list[Effect]]] = {}  # proposal index -> (term, effects)
+        # proposal index -> the requests whose answers wait there, as (sender, correlation id):
+        # answers that will never go out become refusals, so nobody waits out a timeout for them.
+        self.askers: dict[int, set[tuple[Any, int]]] = {}
         self.last_proposed = 0
         self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
         self._activate_wanted = False
@@ -103,6 +108,7 @@ class Controller:
             f"{self.name}: the state applied {self.state.applied_index}, raft {self.raft.applied_index}")
         for index in self.held:
             assert index > self.raft.applied_index, f"{self.name}: effects held for applied index {index}"
+        assert set(self.askers) <= set(self.held), f"{self.name}: askers of proposals no longer held"
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         self._now = now_ns
@@ -118,7 +124,9 @@ class Controller:
             return []
         if self.coordinator is None:
             return self._not_controller(message, sender)
-        return self._decide(self.coordinator.handle(message, sender, now_ns), now_ns)
+        correlation = getattr(message, "correlation_id", None)
+        asker = (sender, correlation) if type(correlation) is int and correlation >= 0 else None
+        return self._decide(self.coordinator.handle(message, sender, now_ns), now_ns, asker)
 
     # ------------------------------------------------------------------ the StateMachine face
 
@@ -130,10 +138,13 @@ class Controller:
         released: list[Effect] = []
         for index in sorted(index for index in self.held if index <= entry.index):
             term, effects = self.held.pop(index)
+            askers = self.askers.pop(index, set())
             if index == entry.index and term == entry.term:
                 released.extend(effects)
             else:
                 released.append(Trace("controller-proposal-lost", {"index": index, "term": term}))
+                released += self._refusals(effects, askers, "the decision it made for this request was lost "
+                                                            "with its leadership (another leader's entry took its place)")
         if (entry.kind == ENTRY_NOOP and entry.term == self.raft.term and self.raft.role is Role.LEADER
                 and self.coordinator is None):
             self._activate_wanted = True  # done after the raft step: activating writes and proposes
@@ -178,16 +189,43 @@ class Controller:
 
     def _deactivate(self, reason: str) -> list[Effect]:
         dropped = len(self.held)
+        refusals: list[Effect] = []
+        for index, (_, effects) in sorted(self.held.items()):
+            refusals += self._refusals(effects, self.askers.get(index, set()),
+                                       f"it stopped deciding before its decision for this request committed "
+                                       f"({reason}); the decision may still commit under the next leader")
         self.coordinator = None
         self.held.clear()
+        self.askers.clear()
         self.last_proposed = 0
         self.state.deactivate()
         return [Trace("controller-inactive", {"node": self.node, "term": self.raft.term, "reason": reason,
-                                              "proposals_dropped": dropped})]
+                                              "proposals_dropped": dropped})] + refusals
+
+    def _refusals(self, effects: list[Effect], askers: set[tuple[Any, int]], why: str) -> list[Effect]:
+        """The answers among dropped effects, each replaced by this quorum's refusal naming the
+        leader as far as known (the asker goes there at once; Kafka's NOT_CONTROLLER after a
+        controller failover). Pushes and notices are just dropped: the next heartbeat or report
+        brings them again."""
+        if not askers:
+            return []
+        leader = self.raft.leader_id if self.raft.leader_id != self.node else 0
+        endpoint = self.raft.config.voters.get(leader, "") if leader else ""
+        refused: list[Effect] = []
+        for effect in effects:
+            if not isinstance(effect, Send):
+                continue
+            key = (effect.to, getattr(effect.message, "correlation_id", None))
+            if key in askers:
+                askers = askers - {key}  # one refusal per request
+                refused.append(Send(effect.to, ErrorResponse(
+                    correlation_id=key[1], error=self.REFUSAL, error_message=f"{self.name}: {why}",
+                    controller_id=leader, controller_endpoint=endpoint)))
+        return refused
 
     # ------------------------------------------------------------------ deciding
 
-    def _decide(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+    def _decide(self, effects: list[Effect], now_ns: int, asker: tuple[Any, int] | None = None) -> list[Effect]:
         """Turn the coordinator's step into a proposal, and hold every message it sends until the
         commits it may have read are done.
 
@@ -211,27 +249,33 @@ class Controller:
             else:
                 out.append(effect)
         if revealing or self.state.pending:
-            out += self._hold(revealing, now_ns)
+            out += self._hold(revealing, now_ns, asker)
         return out
 
-    def _hold(self, effects: list[Effect], now_ns: int) -> list[Effect]:
+    def _hold(self, effects: list[Effect], now_ns: int, asker: tuple[Any, int] | None = None) -> list[Effect]:
         effects = [self._with_quorum(effect) for effect in effects]
         command = self.state.take_command()
         if command is None:
             if self.last_proposed > self.raft.applied_index and self.last_proposed in self.held:
                 self.held[self.last_proposed][1].extend(effects)
+                if asker is not None:
+                    self.askers.setdefault(self.last_proposed, set()).add(asker)
                 return []
             return effects  # everything this step revealed is committed already
         index, term = self.raft.log.last_index + 1, self.raft.term
         self.held[index] = (term, effects)  # before proposing: one voter commits inside propose
+        if asker is not None:
+            self.askers[index] = {asker}
         result = self.raft.propose(command, now_ns)
         if isinstance(result, Proposed):
             self.last_proposed = result.index
             return result.effects
         self.held.pop(index, None)
+        askers = self.askers.pop(index, set())
         reason = result.message if not isinstance(result, NotController) else "not the leader"
         self.rebuilding = True
-        return self._deactivate(f"a proposal was refused: {reason}")
+        return self._deactivate(f"a proposal was refused: {reason}") + self._refusals(
+            effects, askers, f"its decision for this request could not be proposed ({reason})")
 
     def _with_quorum(self, effect: Effect) -> Effect:
         """Metadata answers name the quorum, so a client can find the next leader."""

@@ -33,11 +33,12 @@ from actors.raft_messages import RaftMessage
 class GroupQuorumVoter(Controller):
     REFUSAL = ErrorCode.NOT_COORDINATOR
     SERVES = "group coordination"
-    # Not yet for groups: an answer held behind a proposal that is then lost (a leadership change)
-    # is dropped, and a member's commit waits out its 30 s request timeout instead of being
-    # refused at once. Until dropped answers are refused with NOT_COORDINATOR, the group voter
-    # answers what it does not guard from its working map at once, as before.
-    HOLDS_READS = False
+    # As for metadata: what the group coordinator answers from its working map (heartbeats, offset
+    # fetches, share acquisitions) waits behind its last uncommitted proposal, so no member reads a
+    # commit or a generation the quorum may yet lose. An answer whose proposal dies with this
+    # voter's leadership is refused with NOT_COORDINATOR (Controller._refusals): the member asks
+    # the next leader at once instead of waiting out its request timeout.
+    HOLDS_READS = True
 
     def needs_authentication(self, message: Any) -> bool:
         from actors.group_coordinator import CLUSTER_ANSWERS

@@ -15,6 +15,8 @@ from collections import deque
 
 from actors.controller import Controller
 from actors.coordinator import Coordinator
+from actors.group_coordinator import GroupCoordinator
+from actors.group_quorum import GroupQuorumVoter
 from actors.effects import AfterFlush, CancelTimer, Send, SetTimer, Trace
 from actors.limits import Limits
 from actors.messages import TimerFired
@@ -27,6 +29,7 @@ from transport.codec import Codec
 MS = 1_000_000
 DIRECTORY = "/controller/raft"
 CLUSTER_ID = "cluster-test"
+METADATA_CONTROLLER = "tcp://metadata-controller"  # where a group voter announces itself: a client here
 
 
 def voter_endpoint(node: int) -> str:
@@ -35,12 +38,13 @@ def voter_endpoint(node: int) -> str:
 
 class ControllerNet:
     def __init__(self, size: int = 3, *, seed: int = 1, nodes: list[int] | None = None,
-                 limits: Limits | None = None, **raft_fields) -> None:
+                 limits: Limits | None = None, groups: bool = False, **raft_fields) -> None:
         self.voters = {node: voter_endpoint(node) for node in range(1, size + 1)}
         self.by_endpoint = {address: node for node, address in self.voters.items()}
         self.nodes = nodes or [1, 2, 3]
         self.limits = limits or Limits()
         self.raft_fields = raft_fields
+        self.groups = groups  # the group-coordination quorum (GroupQuorumVoter over a GroupCoordinator) instead
         self.rng = random.Random(seed)
         self.now_ns = 1_000 * MS
         self.codec = Codec()
@@ -63,11 +67,15 @@ class ControllerNet:
         seed = self.rng.getrandbits(32)
 
         def factory(state):
+            if self.groups:
+                return GroupCoordinator(state=state, coordinator=METADATA_CONTROLLER, endpoint=voter_endpoint(node),
+                                        incarnation=seed + 1, limits=self.limits, rng=random.Random(seed))
             return Coordinator(state=state, nodes=self.nodes, rng=random.Random(seed), limits=self.limits,
                                cluster_id=CLUSTER_ID)
 
-        controller = Controller(config=config, log=log, rng=random.Random(seed), coordinator_factory=factory,
-                                pid=1000 + node, bootstrap=self.bootstrap.get(node))
+        kind = GroupQuorumVoter if self.groups else Controller
+        controller = kind(config=config, log=log, rng=random.Random(seed), coordinator_factory=factory,
+                          pid=1000 + node, bootstrap=self.bootstrap.get(node))
         self.controllers[node] = controller
         self.timers[node] = {}
         self._apply(voter_endpoint(node), controller.start(self.now_ns))

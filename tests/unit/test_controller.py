@@ -12,7 +12,8 @@ import pytest
 from actors.errors import ErrorCode
 from actors.messages import (
     ControllerStatusRequest, ControllerStatusResponse, CreateTopicRequest, CreateTopicResponse, ErrorResponse,
-    InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, ReplicaHeartbeat,
+    InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, ReplicaHeartbeat,
 )
 from actors.raft_messages import RaftVoteRequest
 from actors.replicated_state import BadCommand, ReplicatedState, decode_command, encode_command
@@ -63,8 +64,8 @@ def test_a_topic_is_acknowledged_only_once_a_majority_holds_it():
     answers = net.answers(CLIENT)
     if net.controllers[active].coordinator is not None:  # still leading: the entry committed
         assert [type(a) for a in answers] == [CreateTopicResponse] and answers[0].error == ErrorCode.NONE
-    else:  # check-quorum deposed it first: the proposal died and nothing was announced
-        assert answers == []
+    else:  # check-quorum deposed it first: the proposal died, and the asker was told to ask again
+        assert [(type(a), a.error) for a in answers] == [(ErrorResponse, ErrorCode.NOT_CONTROLLER)]
 
 
 def test_a_decision_in_flight_when_the_leader_loses_its_quorum_is_never_announced():
@@ -76,7 +77,10 @@ def test_a_decision_in_flight_when_the_leader_loses_its_quorum_is_never_announce
     assert net.controllers[old].coordinator is None, "an isolated leader kept deciding"
     new = net.active()
     assert new and new != [old]
-    assert net.answers(CLIENT) == [], "a decision that never committed was acknowledged"
+    [refusal] = net.answers(CLIENT)  # not acknowledged, and not left to time out either
+    assert isinstance(refusal, ErrorResponse) and refusal.error == ErrorCode.NOT_CONTROLLER, (
+        "a decision that never committed was acknowledged")
+    assert refusal.correlation_id == 1
     net.heal()
     net.run_for(1_000)
     for controller in net.controllers.values():
@@ -219,3 +223,45 @@ def test_the_working_map_is_the_committed_one_on_a_voter_that_does_not_lead():
     state.apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND, data=command))
     state.deactivate()
     assert state.get("topic/x") == {"a": 1} and len(state) == 3
+
+
+# ---------------------------------------------------------------------------- the group quorum
+
+
+def commit(net: ControllerNet, node: int, offset: int, correlation_id: int) -> None:
+    net.send(CLIENT, node, OffsetCommitRequest(correlation_id=correlation_id, group_id="g", offsets=[
+        OffsetEntry(topic="orders", partition=0, offset=offset)]))
+
+
+def committed_offset(net: ControllerNet, node: int, correlation_id: int) -> int:
+    net.send(CLIENT, node, OffsetFetchRequest(correlation_id=correlation_id, group_id="g", partitions=[("orders", 0)]))
+    net.run_for(20)
+    [answer] = [a for a in net.answers(CLIENT) if a.correlation_id == correlation_id]
+    return answer.offsets[0].offset
+
+
+def test_a_group_voter_answers_no_read_from_a_commit_the_quorum_may_lose_and_refuses_what_it_loses():
+    """An active group voter cut off from the others takes a commit it cannot replicate: an offset
+    fetch after it must not read that commit (a member would resume from an offset the quorum
+    then loses), and once the voter is deposed both askers are refused NOT_COORDINATOR at once
+    rather than left to wait out their request timeouts. The next leader has the offset the
+    quorum committed."""
+    net = ControllerNet(groups=True)
+    old = net.run_until_active()
+    commit(net, old, 10, correlation_id=1)
+    net.run_for(50)
+    assert [type(a) for a in net.answers(CLIENT)] == [OffsetCommitResponse]
+
+    net.isolate(old)
+    commit(net, old, 20, correlation_id=2)
+    net.send(CLIENT, old, OffsetFetchRequest(correlation_id=3, group_id="g", partitions=[("orders", 0)]))
+    net.run_for(20)
+    assert net.answers(CLIENT) == [], "answered from a commit that had not committed"
+    net.run_for(3_000)  # check-quorum deposes it; the other two elect a leader
+
+    answers = net.answers(CLIENT)
+    assert sorted((a.correlation_id, type(a).__name__, a.error) for a in answers) == [
+        (2, "ErrorResponse", ErrorCode.NOT_COORDINATOR), (3, "ErrorResponse", ErrorCode.NOT_COORDINATOR)]
+    net.heal()
+    [new] = net.active()
+    assert new != old and committed_offset(net, new, correlation_id=4) == 10
