@@ -21,6 +21,11 @@ what was produced. Targets on the 2-core machine: 100 partitions ready in <= 20 
 partitions <= 0.05 cores, unique memory <= 8 MB per replica, produce across 30 partitions >= the
 4-partition baseline.
 
+Also measured in the same run, as the floor under the produce figures: `page_cache_new_pages_mb_per_s`
+and `page_cache_cached_pages_mb_per_s`, the CPU-time rate of 1 MiB pwrites into pages the kernel must
+allocate (a log's new bytes) and into pages it has; and `page_cache_cores_at_produce_<n>p`, the
+cores that writing each size's produced bytes three times (RF 3) into new pages takes at that rate.
+
     python -m bench.scale [--sizes 3,30,100] [--idle-s 30] [--records N] [--json PATH]
 """
 
@@ -114,6 +119,28 @@ def measure_size(partitions: int, args, records: int, payload: bytes) -> dict[st
     return figures
 
 
+def page_cache_write_mb_per_s(megabytes: int = 256) -> tuple[float, float]:
+    """The floor under every produce figure: MB/s of one process putting bytes into the page cache
+    of the filesystem the clusters write to, in 1 MiB pwrites as a leader appends — into pages the
+    kernel must first allocate (a log's new bytes: every replica's, so three times the records at
+    RF 3) and into pages it already has (the same file written again). CPU seconds, not wall."""
+    import tempfile
+
+    block = os.urandom(1 << 20)
+    with tempfile.TemporaryDirectory(prefix="railmq-bench-") as directory:
+        fd = os.open(os.path.join(directory, "pages"), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            rates = []
+            for _ in range(2):  # new pages, then the same pages again
+                started = time.process_time()
+                for index in range(megabytes):
+                    os.pwrite(fd, block, index << 20)
+                rates.append(megabytes * 1.048576 / max(1e-9, time.process_time() - started))
+        finally:
+            os.close(fd)
+    return rates[0], rates[1]
+
+
 def consume_after_writeback(bootstrap: str, topic: str, partitions: int, records: int) -> float:
     """The read path alone: the kernel first writes back what the produce runs left dirty (three
     copies at RF 3, one at RF 1), which would otherwise be timed as the consumer's."""
@@ -152,13 +179,19 @@ def main() -> None:
     if args.quick:
         args.idle_s = min(args.idle_s, 10.0)
     payload = os.urandom(RECORD_BYTES)
-    figures: dict[str, float] = baselines_4p(records, payload, args.repeat)
+    phase("baseline: writing into new and into cached page-cache pages")
+    new_pages, cached_pages = page_cache_write_mb_per_s()
+    figures: dict[str, float] = {"page_cache_new_pages_mb_per_s": new_pages,
+                                 "page_cache_cached_pages_mb_per_s": cached_pages}
+    figures.update(baselines_4p(records, payload, args.repeat))
     for partitions in sizes:
         figures.update(measure_size(partitions, args, records, payload))
         produced, consumed = figures[f"produce_records_per_s_{partitions}p"], figures[f"consume_records_per_s_{partitions}p"]
         figures[f"produce_ratio_to_4p_{partitions}p"] = produced / figures["baseline_produce_records_per_s_4p"]
         figures[f"produce_ratio_to_4p_rf3_{partitions}p"] = produced / figures["baseline_produce_records_per_s_4p_rf3"]
         figures[f"consume_ratio_to_4p_{partitions}p"] = consumed / figures["baseline_consume_records_per_s_4p"]
+        # Cores that writing the produced bytes into new page-cache pages alone takes, three copies at RF 3.
+        figures[f"page_cache_cores_at_produce_{partitions}p"] = produced * RECORD_BYTES * 3 / 1e6 / new_pages
     report("bench.scale", figures, args, {"sizes": sizes, "record_bytes": RECORD_BYTES, "records": records,
                                           "idle_s": args.idle_s, "replication_factor": 3, "nodes": 3})
 
