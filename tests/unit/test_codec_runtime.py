@@ -235,15 +235,6 @@ class Store:
         self.journal.append(("flush", self.name))
 
 
-@pytest.fixture
-def zmq_context():
-    context = zmq.Context()
-    try:
-        yield context
-    finally:
-        context.destroy(linger=0)
-
-
 class FakeClock:
     def __init__(self, now_ns: int = 0) -> None:
         self.now_ns = now_ns

@@ -78,21 +78,13 @@ def test_a_host_name_that_moved_is_looked_up_again_at_most_once_a_second():
     assert not addresses.allows(2, "10.0.0.99") and dns.lookups == lookups + 1
 
 
-@pytest.fixture
-def context():
-    context = zmq.Context()
-    try:
-        yield context
-    finally:
-        context.destroy(linger=0)
-
-
 def _append(source: int) -> RaftAppendRequest:
     return RaftAppendRequest(source=source, destination=1, term=5, prev_log_index=0, prev_log_term=0, leader_commit=0)
 
 
 @pytest.mark.timeout(30)
-def test_a_runtime_takes_a_voters_message_from_its_address_and_drops_it_from_another(context):
+def test_a_runtime_takes_a_voters_message_from_its_address_and_drops_it_from_another(zmq_context):
+    context = zmq_context
     """On loopback, with voter 2 configured at 127.0.0.2: the same signed append is handed to the
     actor when it comes from 127.0.0.2 and dropped, unanswered and counted, from 127.0.0.1."""
     journal: list = []
