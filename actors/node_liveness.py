@@ -25,9 +25,12 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
-from actors.effects import Effect, Send
+from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.messages import NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaHeartbeatResponse
+
+
+NODE_AGENT_KEY = "node-agent/"  # + node id -> the agent id that runs it (kept with the metadata)
 
 
 class NodeLiveness:
@@ -40,14 +43,23 @@ class NodeLiveness:
             code, text = refusal
             return [Send(sender, NodeHeartbeatResponse(correlation_id=beat.correlation_id, error=code,
                                                        error_message=text, cluster_id=self.cluster_id))]
-        owners = self.node_owners
+        decided: list[Effect] = []  # decisions: revealed only once the state file is durable
         if beat.leaving:
             for node in beat.nodes:
-                owners.pop(node, None)
-            return [Send(sender, NodeHeartbeatResponse(correlation_id=beat.correlation_id, cluster_id=self.cluster_id))]
+                if self.node_owners.pop(node, None) is not None:
+                    self.state.delete(f"{NODE_AGENT_KEY}{node}")
+                    decided.append(Trace("node-agent-left", {"node": node, "agent": beat.agent_id}))
+            return self._after_persist(decided, [Send(sender, NodeHeartbeatResponse(
+                correlation_id=beat.correlation_id, cluster_id=self.cluster_id))])
         for node in beat.nodes:
-            owners[node] = (beat.agent_id, now_ns)
-        decided: list[Effect] = []  # decisions: revealed only once the state file is durable
+            known = self.node_owners.get(node)
+            if known is None or known[0] != beat.agent_id:
+                # Recorded with the metadata, so the next active controller knows it too: a
+                # second agent racing the first to it after a failover is still the second.
+                self.state.put(f"{NODE_AGENT_KEY}{node}", beat.agent_id)
+                decided.append(Trace("node-agent-registered", {"node": node, "agent": beat.agent_id,
+                                                               "replaces": known[0] if known else ""}))
+            self.node_owners[node] = (beat.agent_id, now_ns)
         replies: list[Effect] = []
         reported = set()
         for report in beat.reports:
@@ -97,6 +109,8 @@ class NodeLiveness:
         session_ns = self.limits.node_session_timeout_ms * MS
         for node in beat.nodes:
             owner = self.node_owners.get(node)
+            if owner is not None and owner[1] < 0:  # recorded, not heard yet: as if heard at the start
+                owner = self.node_owners[node] = (owner[0], self.started_ns)
             if owner is not None and owner[0] != beat.agent_id and now_ns - owner[1] < session_ns:
                 return ErrorCode.DUPLICATE_BROKER_REGISTRATION, (
                     f"node {node} is run by node agent {owner[0]!r}, heard {(now_ns - owner[1]) // MS} ms ago; "

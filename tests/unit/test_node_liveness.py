@@ -122,11 +122,28 @@ def test_a_node_agent_takes_a_node_over_once_the_previous_one_is_silent_for_a_no
         "the old agent, back from a pause, is now the second one")
 
 
+def test_the_agent_that_runs_a_node_is_remembered_by_the_next_coordinator(world):
+    """The agent is recorded with the metadata: after the coordinator restarts (a controller
+    failover), a second agent heard before the first is still the second one — it was the race
+    the multi-host clone once won, starting node 2's replicas on the clone — until the recorded one
+    has been silent for a session from the new coordinator's start."""
+    cluster = world
+    started(cluster)
+    cluster.restart()
+
+    assert node_beat(cluster, agent_id="agent-b").error == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    assert node_beat(cluster).error == 0
+    cluster.restart()
+    cluster.harness.advance(LIMITS.node_session_timeout_ms + 100)  # the recorded agent never came back
+    assert node_beat(cluster, agent_id="agent-b").error == 0
+
+
 def test_an_agent_that_stops_cleanly_hands_its_nodes_over_at_once(world):
     cluster = world
     started(cluster)
 
     assert node_beat(cluster, leaving=True).error == 0
+    cluster.restart()  # and the record of it is gone too
     assert node_beat(cluster, agent_id="agent-b").error == 0
 
 
