@@ -287,7 +287,7 @@ class NodeAgent:
             return
         if reply.error == ErrorCode.DUPLICATE_BROKER_REGISTRATION:
             if not self.refused:
-                log.error("node agent %s is refused: %s", self.agent_id, reply.error_message)
+                log.warning("node agent %s is refused: %s", self.agent_id, reply.error_message)
             self.refused = reply.error_message
             return
         if reply.error:
