@@ -31,7 +31,7 @@ from actors.messages import (
     PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
     ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicMetadata,
 )
-from actors.node_liveness import NODE_AGENT_KEY, NodeLiveness
+from actors.node_liveness import NodeLiveness
 from actors.topic_admin import TopicAdmin, TopicRecord, check_topic_config, place_replicas  # noqa: F401 (re-exported)
 
 
@@ -108,10 +108,7 @@ class Coordinator(TopicAdmin, NodeLiveness):
         for key, value in self.state.items("partition/"):
             _, topic, partition = key.rsplit("/", 2)
             self.partitions[(topic, int(partition))] = msgspec.convert(value, PartitionRecord, strict=False)
-        for key, value in self.state.items(NODE_AGENT_KEY):
-            node = int(key.rsplit("/", 1)[1])
-            if node in self.nodes and isinstance(value, str):
-                self.node_owners[node] = (value, -1)  # heard: taken as the start (actors/node_liveness.py)
+        self._load_node_agents()
 
     def start(self, now_ns: int) -> list[Effect]:
         self.started_ns = now_ns

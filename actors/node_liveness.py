@@ -37,6 +37,14 @@ class NodeLiveness:
     """Mixed into the coordinator (actors/coordinator.py), which owns `liveness`, `topics`,
     `_take_report`, `_reconcile`, `_is_live` and `_partition_state`."""
 
+    def _load_node_agents(self) -> None:
+        """The agent recorded for each node, as if heard at the coordinator's start: after a
+        failover, a second agent that reaches the new coordinator first is still the second."""
+        for key, value in self.state.items(NODE_AGENT_KEY):
+            suffix = key[len(NODE_AGENT_KEY):]
+            if suffix.isdigit() and int(suffix) in self.nodes and isinstance(value, str):
+                self.node_owners[int(suffix)] = (value, -1)  # -1: heard at the start (see _refuse_heartbeat)
+
     def _on_node_heartbeat(self, beat: NodeHeartbeat, sender: Any, now_ns: int) -> list[Effect]:
         refusal = self._refuse_heartbeat(beat, now_ns)
         if refusal is not None:
