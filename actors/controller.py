@@ -15,9 +15,10 @@ placement, elections and the ISR is the same code with or without a quorum (docs
   term it was proposed at*; an entry of another term there means the proposal died with this
   leadership, and the held effects are dropped — the answers among them replaced by the quorum's
   refusal (`NOT_CONTROLLER`, naming the leader as far as known), so the asker goes to the new
-  leader at once instead of waiting out its timeout. Every other message it sends (metadata answers, pushes of a replica's state, node
-  heartbeat answers) was read from the working map, so it waits behind the last uncommitted
-  proposal, if any (a read index, Raft §8). Nothing uncommitted is ever announced.
+  leader at once instead of waiting out its timeout. Every other message it sends (metadata
+  answers, pushes of a replica's state, node heartbeat answers) was read from the working map, so
+  it waits behind the last uncommitted proposal, if any (a read index, Raft §8). Nothing
+  uncommitted is ever announced.
 - **Losing leadership** (a higher term, check-quorum) drops the coordinator and everything it
   held (answers refused as above: their decisions may still commit under the next leader, as
   after a timeout); the working map falls back to the committed one.
@@ -143,8 +144,8 @@ class Controller:
                 released.extend(effects)
             else:
                 released.append(Trace("controller-proposal-lost", {"index": index, "term": term}))
-                released += self._refusals(effects, askers, "the decision it made for this request was lost "
-                                                            "with its leadership (another leader's entry took its place)")
+                released += self._refusals(effects, askers, "the decision it made for this request was "
+                                           "lost with its leadership (another leader's entry took its place)")
         if (entry.kind == ENTRY_NOOP and entry.term == self.raft.term and self.raft.role is Role.LEADER
                 and self.coordinator is None):
             self._activate_wanted = True  # done after the raft step: activating writes and proposes
