@@ -7,9 +7,11 @@ voter N: it votes for itself and asks the others for votes, and two processes co
 vote can elect two leaders in one term. Only one process can listen on voter N's configured
 address, so a voter takes a Raft message naming voter N only from a connection whose remote
 address is one of the addresses voter N's configured host resolves to (ZeroMQ's `Peer-Address`
-property of a received frame). Anything else is dropped and counted (`raft_wrong_address`), and
-logged at most once a second. A host name that resolves differently later is looked up again (at
-most once a second per voter) before a message is refused.
+property of a received frame). Anything else is dropped and counted (`rejected_wrong_address`),
+and logged at most once a second. A host name that resolves differently later is looked up again
+(at most once a second per voter) before a message is refused; an address literal never is. The
+lookup runs in the voter's own loop: with host names in `--voters`, a slow resolver delays that
+voter by up to its timeout, once a second at most, and only while a wrong address is sending.
 
 On one machine every voter is 127.0.0.1 and the check cannot tell processes apart; there a second
 process cannot take voter N's port. Where a host reaches the others from another address than
@@ -19,6 +21,7 @@ check off.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import time
@@ -40,6 +43,14 @@ def normal_address(address: str) -> str:
     """An IPv4 peer seen through a dual-stack socket (`::ffff:10.0.0.2`) as plain IPv4."""
     address = address.strip("[]")
     return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
 
 
 def resolve(host: str) -> frozenset[str]:
@@ -71,7 +82,7 @@ class VoterAddresses:
         address = normal_address(peer_address or "")
         if address in self._addresses(voter, host, fresh=False):
             return True
-        if address and address in self._addresses(voter, host, fresh=True):
+        if address and not _is_literal(host) and address in self._addresses(voter, host, fresh=True):
             return True
         self.refused += 1
         now = self.clock()
@@ -109,5 +120,4 @@ def raft_address_check(voters: dict[int, str]) -> Callable[[Any, Any], bool]:
             return True  # nothing to compare: voters listen on TCP only, which always has it
         return addresses.allows(message.source, peer)
 
-    check.addresses = addresses  # type: ignore[attr-defined]
     return check

@@ -53,6 +53,17 @@ def test_an_ipv4_peer_seen_through_a_dual_stack_socket_is_its_plain_address():
     assert endpoint_host("tcp://[fd00::3]:7411") == "fd00::3"
 
 
+def test_an_address_literal_is_never_looked_up_again_however_many_messages_come_from_elsewhere():
+    dns, clock = FakeDns({}), FakeClock()
+    addresses = VoterAddresses(VOTERS, resolver=dns, clock=clock)
+    assert addresses.allows(1, "10.0.0.1")
+    lookups = dns.lookups
+    for _ in range(3):
+        clock.now += 2.0
+        assert not addresses.allows(1, "10.0.0.9")
+    assert dns.lookups == lookups
+
+
 def test_a_voter_outside_the_quorum_is_left_to_the_actor():
     addresses = VoterAddresses(VOTERS, resolver=FakeDns({}), clock=FakeClock())
 
