@@ -31,13 +31,13 @@ a seek. The shell checks CRCs and records itself and holds a partition the same 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from actors.actor import MS
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer
+from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
@@ -330,17 +330,23 @@ class ConsumerClient:
             effects: list[Effect] = []
             records = response.records
             if len(records):
-                readable, last, reason = readable_batches(records)
-                if last is not None and last.next_offset > fetch.position:
-                    fetch.position = last.next_offset
-                    self.buffered_bytes += readable
+                taken = readable_batches(records, fetch.position, response.high_watermark, fetch.asked)
+                if taken.last is not None:
+                    fetch.position = taken.last.next_offset
+                    self.buffered_bytes += taken.size
                     effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session,
-                                                      records[:readable] if reason else records,
+                                                      records if taken.size == len(records) else records[:taken.size],
                                                       response.high_watermark)))
-                if reason:
+                if taken.unreadable:
                     fetch.held = True
                     effects.append(Notify("unreadable", (fetch.topic, fetch.partition, fetch.session,
-                                                         fetch.position, reason)))
+                                                         fetch.position, taken.unreadable)))
+                if taken.refused:
+                    effects.append(Trace("fetch-answer-refused", {
+                        "topic": fetch.topic, "partition": fetch.partition, "offset": fetch.position,
+                        "reason": taken.refused}))
+                    if taken.last is None:  # nothing in it was usable: a confused leader, not a slow one
+                        return effects + self._on_partition_error(fetch, ErrorCode.NOT_LEADER, taken.refused, now_ns)
             return effects + self._fetch_all(now_ns)
         return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
 
@@ -476,13 +482,43 @@ class ConsumerClient:
             metadata.partitions[partition].leader_endpoint = ""
 
 
-def readable_batches(records: bytes | memoryview) -> tuple[int, BatchHeader | None, str]:
-    """(bytes of the whole batches whose headers parse, the last such header, why the batch
-    after them does not parse: "" when every header did)."""
-    readable, last = 0, None
+class FetchedPrefix(NamedTuple):
+    size: int  # bytes of the leading whole batches the consumer takes
+    last: BatchHeader | None  # the last of them (None: none taken)
+    unreadable: str  # why the batch after them does not parse ("" when it does)
+    refused: str  # why the batch after them is not taken although it parses ("" when none is refused)
+
+
+def readable_batches(records: bytes | memoryview, position: int = 0, high_watermark: int | None = None,
+                     max_bytes: int | None = None) -> FetchedPrefix:
+    """The leading whole batches of a fetch answer that are what was asked for: a header is a
+    claim, so each batch is checked against the request and the answer itself. The first batch
+    must end after `position` (it may start before: it holds the offset), each later one must
+    start at or after the end of the one before (gaps are fine, overlaps are not), none may end
+    past the answer's high watermark, and after the first the whole must fit `max_bytes` (a
+    first batch larger than that comes whole, as Kafka's fetches do). The batches not taken are
+    fetched again from the new position; an unparsable header ends the readable part for good."""
+    size, last, expected = 0, None, position
     try:
-        for position, header in iter_batches(records, verify=False):
-            readable, last = position + header.size, header
+        for start, header in iter_batches(records, verify=False):
+            refused = _refusal(header, start, last, expected, high_watermark, max_bytes)
+            if refused:
+                return FetchedPrefix(size, last, "", refused)
+            size, last, expected = start + header.size, header, header.next_offset
     except StorageError as error:
-        return readable, last, str(error)
-    return readable, last, ""
+        return FetchedPrefix(size, last, str(error), "")
+    return FetchedPrefix(size, last, "", "")
+
+
+def _refusal(header: BatchHeader, start: int, last: BatchHeader | None, expected: int,
+             high_watermark: int | None, max_bytes: int | None) -> str:
+    if header.next_offset <= expected:
+        return f"the batch at offset {header.base_offset} ends at {header.next_offset}, not after {expected}"
+    if last is not None and header.base_offset < expected:
+        return f"the batch at offset {header.base_offset} overlaps the one before, which ends at {expected}"
+    if high_watermark is not None and header.next_offset > high_watermark:
+        return (f"the batch at offset {header.base_offset} ends at {header.next_offset}, "
+                f"past the answer's high watermark {high_watermark}")
+    if max_bytes is not None and last is not None and start + header.size > max_bytes:
+        return f"the answer holds more than the {max_bytes} bytes asked for"
+    return ""

@@ -1,0 +1,113 @@
+"""Clients against a hostile, buggy or stale server: every answer is a claim, checked before use.
+
+The consumer, producer and group member actors run in the harness; the test plays the servers
+and sends what a confused or malicious one might: answers for another batch, batches that
+overlap or run past the high watermark, more bytes than were asked for, negative offsets,
+metadata that does not describe partitions 0..n-1, assignments the member never subscribed to.
+The rule each test guards: no bare exception, nothing delivered twice, out of order or from
+the wrong place, nothing acknowledged that the server did not confirm for that batch, and no
+buffer that grows past its bound.
+"""
+
+from __future__ import annotations
+
+from actors.messages import FetchRequest, FetchResponse
+from railmq.records import decode_fetched_prefix
+from storage.batch import encode_batch
+from tests.unit.actor_harness import only
+from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
+
+
+def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
+    records = [(i, b"k", b"v" * value_bytes, None) for i in range(count)]
+    return bytes(encode_batch(records, 1_000, base_offset=base_offset, leader_epoch=4))
+
+
+def delivered_offsets(stage: ConsumerStage, position: int) -> list[int]:
+    """What the user would see: the shell decodes every "records" notice from `position` on."""
+    offsets: list[int] = []
+    for topic, partition, _, records, _ in stage.notified("records"):
+        decoded, corrupt = decode_fetched_prefix(topic, partition, records, position)
+        assert corrupt is None, corrupt
+        offsets += [record.offset for record in decoded]
+        if decoded:
+            position = decoded[-1].offset + 1
+    return offsets
+
+
+def answer(stage: ConsumerStage, request: FetchRequest, records: bytes, high_watermark: int = 100) -> list:
+    response = FetchResponse(correlation_id=request.correlation_id, topic=request.topic,
+                             partition=request.partition, high_watermark=high_watermark, records=records)
+    return stage.harness.deliver("consumer", response, LEADER)
+
+
+# ---------------------------------------------------------------------------- fetch answers
+
+
+def test_batches_that_overlap_in_one_answer_never_deliver_an_offset_twice():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+
+    answer(stage, request, stamped(10, 5) + stamped(12, 5))  # CRC-valid, but 12..14 again
+
+    offsets = delivered_offsets(stage, 10)
+    assert offsets == sorted(set(offsets)) and offsets[0] == 10
+    follow_up = only(stage.sent(FetchRequest), FetchRequest)
+    assert follow_up.offset == offsets[-1] + 1  # the next fetch starts right after what was delivered
+
+
+def test_a_batch_that_goes_backwards_is_not_delivered_and_the_position_does_not_move_back():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+
+    answer(stage, request, stamped(10, 5) + stamped(3, 2))
+
+    assert delivered_offsets(stage, 10) == [10, 11, 12, 13, 14]
+    assert only(stage.sent(FetchRequest), FetchRequest).offset == 15
+
+
+def test_records_at_or_past_the_answers_high_watermark_are_not_delivered():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+
+    answer(stage, request, stamped(10, 5) + stamped(15, 5), high_watermark=15)
+
+    assert delivered_offsets(stage, 10) == [10, 11, 12, 13, 14]
+    assert only(stage.sent(FetchRequest), FetchRequest).offset == 15
+
+
+def test_an_answer_holding_only_batches_below_the_fetch_offset_moves_nothing_and_backs_off():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+
+    answer(stage, request, stamped(2, 3) + stamped(5, 3))
+
+    assert delivered_offsets(stage, 10) == []
+    assert stage.sent(FetchRequest) == []  # not asked again at once: a confused leader is not hammered
+    stage.harness.advance(200)
+    stage.metadata()  # the leader it trusted is asked about again
+    assert {request.offset for request in stage.sent(FetchRequest)} == {10}
+
+
+def test_an_answer_larger_than_the_fetch_asked_for_is_not_buffered_beyond_it():
+    stage = ConsumerStage(buffer_bytes_max=64 * 1024, fetch_partition_bytes_max=64 * 1024)
+    request = stage.assigned_at(0)
+    one = stamped(0, 1, value_bytes=16 * 1024)
+    batches = b"".join(stamped(offset, 1, value_bytes=16 * 1024) for offset in range(40))  # ~10x what was asked
+
+    answer(stage, request, batches, high_watermark=1_000)
+
+    handed = sum(len(records) for _, _, _, records, _ in stage.notified("records"))
+    assert handed <= request.max_bytes
+    assert stage.consumer.buffered_bytes <= request.max_bytes
+    assert handed >= len(one)  # the whole batches that fit still come
+
+
+def test_a_first_batch_larger_than_the_fetch_still_comes_whole_so_the_consumer_progresses():
+    stage = ConsumerStage(buffer_bytes_max=64 * 1024, fetch_partition_bytes_max=64 * 1024)
+    request = stage.assigned_at(0)
+    big = stamped(0, 1, value_bytes=100 * 1024)
+
+    answer(stage, request, big + stamped(1, 1), high_watermark=1_000)
+
+    assert delivered_offsets(stage, 0) == [0]
