@@ -49,10 +49,12 @@ class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class Pending:
     """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry."""
 
-    __slots__ = ("batch", "encoded", "sequence", "attempts", "correlation_id", "sent_ns", "retry_at_ns", "last_error")
+    __slots__ = ("batch", "record_count", "encoded", "sequence", "attempts", "correlation_id", "sent_ns",
+                 "retry_at_ns", "last_error")
 
     def __init__(self, batch: SendBatch) -> None:
         self.batch = batch
+        self.record_count = len(batch.records)  # what an acknowledgement of this batch must span
         self.encoded: bytearray | None = None
         self.sequence = -1
         self.attempts = 0
@@ -209,16 +211,28 @@ class ProducerClient:
         if pending is None:
             return []  # answer to a request we already gave up on
         code = response.error
-        batch = pending.batch
-        if code == ErrorCode.NONE and (response.topic, response.partition) != (batch.topic, batch.partition):
-            # An answer for another partition (a stale endpoint): what happened to ours is unknown.
-            return self._retry_or_fail(pending, ErrorCode.NOT_LEADER, (
-                f"the answer names {response.topic}/{response.partition}, not {batch.topic}/{batch.partition}"), now_ns)
         if code == ErrorCode.NONE:
+            unconfirmed = self._unconfirmed(response, pending)
+            if unconfirmed:
+                # Not an acknowledgement of this batch (a stale endpoint, a confused leader):
+                # what happened to ours is unknown, as if the answer were lost.
+                return self._retry_or_fail(pending, ErrorCode.NOT_LEADER, unconfirmed, now_ns)
             return self._finish(pending, response.base_offset, None, now_ns)
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.settings.idempotent:
             code = ErrorCode.NOT_LEADER  # an earlier batch is being retried: go again, in order
         return self._retry_or_fail(pending, code, response.error_message, now_ns)
+
+    @staticmethod
+    def _unconfirmed(response: ProduceResponse, pending: Pending) -> str:
+        """Why a success answer does not confirm this batch ("" when it does): it must name the
+        batch's partition and give offsets `base_offset..last_offset` spanning its records."""
+        batch = pending.batch
+        if (response.topic, response.partition) != (batch.topic, batch.partition):
+            return f"the answer names {response.topic}/{response.partition}, not {batch.topic}/{batch.partition}"
+        if response.base_offset < 0 or response.last_offset != response.base_offset + pending.record_count - 1:
+            return (f"the answer's offsets {response.base_offset}..{response.last_offset} are not those of "
+                    f"this batch's {pending.record_count} records")
+        return ""
 
     def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
         if self.controllers.take(response):

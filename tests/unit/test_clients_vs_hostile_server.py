@@ -11,11 +11,16 @@ buffer that grows past its bound.
 
 from __future__ import annotations
 
-from actors.messages import FetchRequest, FetchResponse
+import pytest
+
+from actors.actor import MS
+from actors.errors import RailmqError
+from actors.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from railmq.records import decode_fetched_prefix
 from storage.batch import encode_batch
 from tests.unit.actor_harness import only
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
+from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
 
 
 def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
@@ -111,3 +116,72 @@ def test_a_first_batch_larger_than_the_fetch_still_comes_whole_so_the_consumer_p
     answer(stage, request, big + stamped(1, 1), high_watermark=1_000)
 
     assert delivered_offsets(stage, 0) == [0]
+
+
+# ---------------------------------------------------------------------------- produce answers
+
+
+def producer_stage(**settings) -> ProducerStage:
+    stage = ProducerStage(**settings)
+    stage.send(count=3)
+    stage.metadata({0: 1})
+    return stage
+
+
+def produce_answer(stage: ProducerStage, request: ProduceRequest, **fields) -> list:
+    response = ProduceResponse(correlation_id=request.correlation_id, topic="orders", partition=request.partition,
+                               **fields)
+    return stage.harness.deliver("producer", response, leader(1))
+
+
+@pytest.mark.parametrize("offsets", [
+    {},  # a success that names no offset at all
+    {"base_offset": -1, "last_offset": 1},
+    {"base_offset": 5, "last_offset": 5},  # one record: the answer of another batch
+    {"base_offset": 5, "last_offset": 9},  # five records
+    {"base_offset": 7, "last_offset": 5},  # backwards
+], ids=["no-offsets", "negative-base", "one-record", "five-records", "backwards"])
+def test_a_success_whose_offsets_do_not_span_this_batch_is_not_an_acknowledgement(offsets):
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+
+    produce_answer(stage, request, **offsets)
+
+    assert stage.done() == []  # not acknowledged: retried, as an answer lost would be
+    stage.harness.advance(200)
+    stage.metadata({0: 1})
+    again = only(stage.requests(), ProduceRequest)
+    assert again.batch == request.batch
+    produce_answer(stage, again, base_offset=40, last_offset=42)
+    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [(1, 40, None)]
+
+
+def test_a_success_after_the_delivery_deadline_that_spans_another_batch_fails_the_batch_with_a_typed_error():
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+    stage.harness.now_ns += (DELIVERY_TIMEOUT_MS + 1) * MS
+
+    produce_answer(stage, request, base_offset=5, last_offset=5)
+
+    [(batch_id, _, offset, error)] = stage.done()
+    assert (batch_id, offset) == (1, -1) and isinstance(error, RailmqError)
+
+
+def test_an_error_code_nobody_knows_fails_the_batch_with_a_typed_error():
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+
+    produce_answer(stage, request, error=(1 << 31) - 1, error_message="?")
+
+    [(_, _, offset, error)] = stage.done()
+    assert offset == -1 and isinstance(error, RailmqError) and error.code == (1 << 31) - 1
+
+
+def test_a_second_answer_to_an_acknowledged_request_changes_nothing():
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+    produce_answer(stage, request, base_offset=0, last_offset=2)
+
+    produce_answer(stage, request, base_offset=100, last_offset=102)
+
+    assert [(batch_id, offset) for batch_id, _, offset, _ in stage.done()] == [(1, 0)]

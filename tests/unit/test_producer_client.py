@@ -58,9 +58,11 @@ class Stage:
         return self.harness.take(leader(node), ProduceRequest)
 
     def answer(self, request: ProduceRequest, *, error: int = 0, base_offset: int = 0, node: int = 1) -> list:
+        count = verify_batch(request.batch).record_count
         response = ProduceResponse(correlation_id=request.correlation_id, topic="orders",
                                    partition=request.partition, error=error,
-                                   base_offset=base_offset if not error else -1)
+                                   base_offset=base_offset if not error else -1,
+                                   last_offset=base_offset + count - 1 if not error else -1)
         return self.harness.deliver(PRODUCER, response, leader(node))
 
     def done(self) -> list[tuple]:
