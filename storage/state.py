@@ -6,7 +6,11 @@ The file starts with two 32-byte header slots, then records:
 
 with op PUT (value), DELETE (no value) or PUT_MANY (key unused, value = [[key, value], ...], so a
 group of changes survives a crash all together or not at all). Replaying the records in order
-rebuilds the map.
+rebuilds the map. The file is created whole (header included) by an atomic rename, and each
+later header write touches one slot, so a file shorter than its header or with neither slot
+readable is damage: open raises `CorruptState` rather than start an empty map. A record whose CRC
+checks out but whose content is not a well-formed operation (a key that is not a string, a
+PUT_MANY that is not a list of pairs) is treated like one whose CRC fails.
 
 Recovery follows the partition log's rules. Each flush writes, in the same fdatasync as the new
 records, a header slot (alternating, with a sequence number and CRC) saying how long the journal
@@ -43,7 +47,7 @@ from typing import Any, Iterable
 import msgspec
 from sortedcontainers import SortedDict
 
-from storage.errors import CorruptState, FsyncFailed, LogClosed
+from storage.errors import CorruptState, FsyncFailed, LogClosed, StorageFull
 from storage.fs import FileHandle, FileSystem, OsFileSystem
 from storage.journal_frames import RECORD, RECORD_BYTES_MAX, count_records
 
@@ -84,17 +88,28 @@ def _encode_slot(sequence: int, durable_length: int) -> bytes:
     return (body + _CRC.pack(zlib.crc32(body))).ljust(SLOT_BYTES, b"\0")
 
 
-def _decode_slots(data: bytes) -> tuple[int, int]:
-    """(sequence, durable length) from the newest valid slot, or (0, HEADER_BYTES)."""
-    best = (0, HEADER_BYTES)
+def _decode_slots(data: bytes) -> tuple[int, int] | None:
+    """(sequence, durable length) from the newest valid slot, or None when neither is valid."""
+    best = None
     for slot in range(2):
         raw = data[slot * SLOT_BYTES: slot * SLOT_BYTES + _SLOT.size + _CRC.size]
         if len(raw) < _SLOT.size + _CRC.size or _CRC.unpack_from(raw, _SLOT.size)[0] != zlib.crc32(raw[:_SLOT.size]):
             continue
         magic, sequence, length = _SLOT.unpack_from(raw)
-        if magic == _MAGIC and sequence > best[0]:
+        if magic == _MAGIC and (best is None or sequence > best[0]):
             best = (sequence, length)
     return best
+
+
+def _open_journal(fs: FileSystem, path: str) -> FileHandle:
+    """The journal's handle; a path that cannot be opened as a file (a directory in its place, no
+    permission) is a `CorruptState` naming it, so the owner refuses to start instead of crashing."""
+    try:
+        return fs.open(path)
+    except OSError as error:
+        message = f"{path}: cannot be opened as the state journal ({error.strerror or error})"
+        logger.critical(message)
+        raise CorruptState(message) from None
 
 
 class DurableState:
@@ -109,6 +124,7 @@ class DurableState:
         self._flushed_length = HEADER_BYTES  # journal length covered by the last successful flush
         self._handle: FileHandle | None = None
         self._closed_reason: str | None = None
+        self._compact_retry_records = 0  # after a compaction the disk had no room for: wait until this many
         self.recovery = StateRecoveryReport()
 
     @classmethod
@@ -124,14 +140,22 @@ class DurableState:
         started = time.perf_counter()
         directory = os.path.dirname(self._path) or "."
         self._fs.make_directory(directory)
-        handle = self._fs.open(self._path, create=True)
+        if not self._fs.exists(self._path):  # created whole or not at all: never a file shorter than its header
+            self._fs.write_file_atomic(self._path, _encode_slot(0, HEADER_BYTES) * 2)
+        handle = _open_journal(self._fs, self._path)
         data = handle.read_at(0, handle.size)
-        if len(data) < HEADER_BYTES:  # new, or a creation that crashed before its header was synced
-            handle.truncate(0)
-            handle.append(_encode_slot(0, HEADER_BYTES) * 2)
-            handle.sync()
-            data = handle.read_at(0, handle.size)
-        self._sequence, durable_length = _decode_slots(data)
+        slots = _decode_slots(data) if len(data) >= HEADER_BYTES else None
+        if slots is None:
+            # Every writer leaves a whole header with at least one readable slot (in-place writes
+            # touch one slot at a time), so a file without one is damage, never a new journal:
+            # refuse it rather than read its records as an unconfirmed tail and cut them all, or
+            # append records over a header that is not there.
+            handle.close()
+            message = (f"{self._path}: no whole, readable header slot ({len(data)} bytes); refusing to treat "
+                       "the journal as empty")
+            logger.critical(message)
+            raise CorruptState(message)
+        self._sequence, durable_length = slots
         end = self._replay(data, durable_length)
         if end < len(data):
             self.recovery.truncated_bytes = len(data) - end
@@ -214,8 +238,19 @@ class DurableState:
         self._handle.append(record)  # StorageFull leaves the journal as it was: the fs rolls back
         _, decoded_key, decoded_value = _decoder.decode(memoryview(record)[_RECORD.size:])
         self._apply(op, decoded_key, decoded_value)  # keep what a restart would read back
-        if self._records > max(self._compact_min_records, 4 * len(self._data)):
+        if self._records > max(self._compact_min_records, 4 * len(self._data), self._compact_retry_records):
+            self._compact_after_write()
+
+    def _compact_after_write(self) -> None:
+        """Compact, as part of a write that has already happened: a full disk must not make the
+        caller believe that write failed (it is in the journal and in the map). The journal is
+        left as it was; the next attempt waits until it has grown by as many records again, so a
+        full disk does not cost a rewrite of the whole map on every put."""
+        try:
             self.compact()
+        except StorageFull as error:
+            self._compact_retry_records = 2 * self._records
+            logger.warning("%s: compaction postponed to %d records: %s", self._path, self._compact_retry_records, error)
 
     def flush(self) -> None:
         """fdatasync: every put before this call survives a crash once it returns."""
@@ -248,6 +283,7 @@ class DurableState:
         self._records = len(records)
         self._sequence = 1
         self._flushed_length = length
+        self._compact_retry_records = 0
 
     def close(self) -> None:
         if self._closed_reason == _CLOSED:
@@ -313,8 +349,20 @@ def _parse_record(view: memoryview, position: int) -> tuple[int, tuple[int, str 
         raise ValueError("record CRC mismatch")
     try:
         op, key, value = _decoder.decode(body)
-    except (msgspec.DecodeError, ValueError, TypeError) as error:
-        raise ValueError(f"record does not decode: {error}") from None
-    if op not in (PUT, DELETE, PUT_MANY):
-        raise ValueError(f"unknown record op {op}")
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError) as error:
+        raise ValueError(f"record does not decode: {type(error).__name__}: {error}"[:200]) from None
+    _check_operation(op, key, value)
     return body_start + length, (op, key, value)
+
+
+def _check_operation(op: object, key: object, value: object) -> None:
+    """ValueError unless (op, key, value) is what `_write` could have written."""
+    if type(op) is not int or op not in (PUT, DELETE, PUT_MANY):
+        raise ValueError(f"unknown record op {op!r:.40}")
+    if op != PUT_MANY:
+        if not isinstance(key, str):
+            raise ValueError(f"record key is a {type(key).__name__}, not a str")
+        return
+    if not isinstance(value, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in value):
+        raise ValueError("PUT_MANY record is not a list of [str key, value] pairs")
