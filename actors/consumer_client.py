@@ -238,7 +238,7 @@ class ConsumerClient:
 
     def _leader(self, topic: str, partition: int, now_ns: int = 0) -> tuple[str, int]:
         metadata = self.topics.get(topic)
-        if metadata is None or partition >= len(metadata.partitions):
+        if metadata is None or not 0 <= partition < len(metadata.partitions):
             return "", -1
         entry = metadata.partitions[partition]
         if self.unreachable.get(entry.leader_endpoint, 0) > now_ns:
@@ -387,6 +387,10 @@ class ConsumerClient:
             return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
         if response.error != ErrorCode.NONE:
             return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
+        if response.offset < 0:  # no log has such an offset: ask again, later, whoever leads then
+            return [Trace("list-offsets-refused", {"topic": fetch.topic, "partition": fetch.partition,
+                                                   "offset": response.offset})] + self._on_partition_error(
+                fetch, ErrorCode.NOT_LEADER, f"the answer gives offset {response.offset}", now_ns)
         fetch.position, fetch.reset = response.offset, None
         return [Notify("position", (fetch.topic, fetch.partition, fetch.session, response.offset))] + self._fetch_all(now_ns)
 
@@ -478,7 +482,7 @@ class ConsumerClient:
 
     def _forget_leader(self, topic: str, partition: int) -> None:
         metadata = self.topics.get(topic)
-        if metadata is not None and partition < len(metadata.partitions):
+        if metadata is not None and 0 <= partition < len(metadata.partitions):
             metadata.partitions[partition].leader_endpoint = ""
 
 

@@ -59,6 +59,15 @@ _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 _encoder = msgspec.msgpack.Encoder()
 
 
+def _subscription_of(data: bytes) -> Subscription:
+    """A joined member's subscription; one that does not decode subscribes to nothing (so that
+    member is given nothing, and the others are not held up by it)."""
+    try:
+        return _subscription_codec.decode(data)
+    except msgspec.DecodeError:
+        return Subscription(topics=[])
+
+
 UNREACHABLE_MS = 3000  # a dead coordinator's endpoint is distrusted this long (unless a new process announces it)
 UNREACHABLE_ENDPOINTS_MAX = 64  # dead coordinators remembered (their incarnations): bounded
 
@@ -277,7 +286,7 @@ class ConsumerMember:
 
     def _lead_assignment(self, now_ns: int) -> list[Effect]:
         """As leader: run the assignor once metadata covers every subscribed topic."""
-        subscriptions = {m.member_id: _subscription_codec.decode(m.metadata) for m in self.joined_members}
+        subscriptions = {m.member_id: _subscription_of(m.metadata) for m in self.joined_members}
         topics = sorted({topic for sub in subscriptions.values() for topic in sub.topics})
         counts = {t: len(self.client.topics[t].partitions) for t in topics if t in self.client.topics}
         missing = [t for t in topics if t not in counts]
@@ -311,7 +320,13 @@ class ConsumerMember:
     def _on_sync_response(self, response: SyncGroupResponse, now_ns: int) -> list[Effect]:
         if response.error != ErrorCode.NONE:
             return self._on_group_error(response.error, response.error_message, now_ns)
-        partitions = sorted(tuple(tp) for tp in _assignment_decoder.decode(response.assignment).partitions) if response.assignment else []
+        partitions, refused = self._assignment_of(response.assignment)
+        if refused:
+            # Kafka's consumer does the same with an assignment that does not match its
+            # subscription: take none of it, and ask the group again.
+            self.rejoin_reason = f"the assignment was refused: {refused}"
+            return [Trace("member-assignment-refused", {"generation": self.generation, "reason": refused})] + \
+                self._join(now_ns)
         previous = set(self.owned)
         added = [tp for tp in partitions if tp not in previous]
         revoked = [tp for tp in self.owned if tp not in set(partitions)]
@@ -333,6 +348,20 @@ class ConsumerMember:
         else:
             effects.append(Notify("assigned", (self.generation, self.member_id, list(self.owned), [])))
         return effects
+
+    def _assignment_of(self, data: bytes) -> tuple[list[tuple[str, int]], str]:
+        """The partitions an assignment gives this member, and why it is refused ("" if it is
+        not): it must decode, and name only subscribed topics and partitions that can exist."""
+        try:
+            partitions = sorted({(topic, partition) for topic, partition in _assignment_decoder.decode(data).partitions}) \
+                if data else []
+        except msgspec.DecodeError as error:
+            return [], f"it does not decode ({error})"
+        subscribed = set(self.topics)
+        strays = [tp for tp in partitions if tp[0] not in subscribed or tp[1] < 0]
+        if strays:
+            return [], f"{strays[:10]} are not partitions of the subscribed topics {sorted(subscribed)[:10]}"
+        return partitions, ""
 
     def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:
         generation, kept, added = extra

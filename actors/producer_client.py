@@ -365,7 +365,7 @@ class ProducerClient:
 
     def _leader_endpoint(self, key: tuple[str, int], now_ns: int) -> str:
         topic = self.topics.get(key[0])
-        if topic is None or key[1] >= len(topic.partitions):
+        if topic is None or not 0 <= key[1] < len(topic.partitions):
             return ""
         endpoint = topic.partitions[key[1]].leader_endpoint
         if self.unreachable.get(endpoint, 0) > now_ns:
@@ -374,5 +374,5 @@ class ProducerClient:
 
     def _forget_leader(self, key: tuple[str, int]) -> None:
         topic = self.topics.get(key[0])
-        if topic is not None and key[1] < len(topic.partitions):
+        if topic is not None and 0 <= key[1] < len(topic.partitions):
             topic.partitions[key[1]].leader_endpoint = ""

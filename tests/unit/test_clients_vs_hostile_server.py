@@ -11,15 +11,20 @@ buffer that grows past its bound.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from actors.actor import MS
 from actors.errors import RailmqError
-from actors.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from actors.messages import (
+    ConsumerAssignment, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, SyncGroupRequest, SyncGroupResponse,
+)
 from railmq.records import decode_fetched_prefix
 from storage.batch import encode_batch
 from tests.unit.actor_harness import only
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
+from tests.unit.test_consumer_member import GROUPS, Stage as MemberStage, assignment as consumer_assignment
 from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
 
 
@@ -185,3 +190,90 @@ def test_a_second_answer_to_an_acknowledged_request_changes_nothing():
     produce_answer(stage, request, base_offset=100, last_offset=102)
 
     assert [(batch_id, offset) for batch_id, _, offset, _ in stage.done()] == [(1, 0)]
+
+
+# ---------------------------------------------------------------------------- positions
+
+
+@pytest.mark.parametrize("offset", [-7, -(1 << 63)])
+def test_a_negative_offset_from_list_offsets_is_not_taken_as_a_position(offset):
+    stage = ConsumerStage(auto_offset_reset="earliest")
+    stage.command("assign", partitions=[("orders", 0)])
+    stage.metadata()
+
+    stage.answer_reset(offset)  # the harness checks the consumer's invariants after each step
+
+    assert stage.notified("position") == []
+    assert stage.sent(FetchRequest) == []
+    stage.harness.advance(200)
+    stage.metadata()
+    stage.answer_reset(3)  # asked again; a sane answer is taken
+    assert [payload[3] for payload in stage.notified("position")] == [3]
+
+
+# ---------------------------------------------------------------------------- group assignments
+
+
+def member_synced(assignment_bytes: bytes) -> MemberStage:
+    """A member that joined alone (as leader) and is handed `assignment_bytes` by the coordinator."""
+    stage = MemberStage()
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    join = stage.to_groups(JoinGroupRequest)
+    myself = GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m", members=[myself]))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment_bytes))
+    return stage
+
+
+def test_an_assignment_that_does_not_decode_makes_the_member_join_again():
+    stage = member_synced(b"\xc1 not an assignment")
+
+    assert stage.client.fetches == {}
+    assert stage.to_groups(JoinGroupRequest).member_id == "c1-m"
+
+
+def test_a_member_subscription_that_does_not_decode_gets_that_member_nothing():
+    stage = MemberStage()
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    join = stage.to_groups(JoinGroupRequest)
+    members = [GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata),
+               GroupMember(member_id="garbled", metadata=b"\xc1\xc1")]
+
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m", members=members))
+
+    sync = stage.to_groups(SyncGroupRequest)
+    given = {entry.member_id: msgspec.msgpack.decode(entry.assignment, type=ConsumerAssignment).partitions
+             for entry in sync.assignments}
+    assert sorted(given["c1-m"]) == [("orders", 0), ("orders", 1)] and not given.get("garbled")
+
+
+@pytest.mark.parametrize("stray", [("payments", 0), ("orders", -1)])
+def test_an_assignment_naming_a_topic_not_subscribed_or_an_impossible_partition_is_refused(stray):
+    stage = member_synced(consumer_assignment(("orders", 0), stray))
+
+    assert stage.client.fetches == {} and stage.member.owned == []
+    assert stage.harness.received(GROUPS, OffsetFetchRequest) == []
+    assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
+
+
+def test_a_partition_named_twice_in_an_assignment_is_owned_once():
+    stage = member_synced(consumer_assignment(("orders", 0), ("orders", 0)))
+    fetch = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[]))
+
+    assert stage.member.owned == [("orders", 0)]
+    [(_, _, owned, added)] = stage.notified("assigned")
+    assert owned == added == [("orders", 0)]
+
+
+def test_a_negative_partition_never_borrows_the_leader_of_the_last_partition():
+    stage = ConsumerStage()
+    stage.command("assign", partitions=[("orders", -1)])
+    stage.metadata(partitions=2)
+
+    assert stage.harness.received(LEADER) == []
