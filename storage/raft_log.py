@@ -83,7 +83,7 @@ class RaftLog:
                                      "held are lost, so this node must not vote again as the same voter")
             initial = Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
             self._fs.write_file_atomic(self._log_path, encode_slot(initial) * 2)
-        handle = self._fs.open(self._log_path)
+        handle = self._open_journal()
         data = handle.read_at(0, handle.size)
         slot, confirmed = self._choose_slot(data)
         self._sequence = slot.sequence
@@ -95,12 +95,26 @@ class RaftLog:
         if end < len(data):
             handle.truncate(end)
             handle.sync()
+        elif len(data) < HEADER_BYTES:
+            # Cut inside slot B with slot A whole (and confirming no records): A holds the truth.
+            # Put the header back whole before anything is appended, or the next records would
+            # land where the next flush writes slot B.
+            handle.write_at(0, encode_slot(slot) * 2)
+            handle.sync()
+            self.recovery.header_repaired = True
         self._handle = handle
         self._reconcile_snapshot()
         if self._commit > self.last_index:
             raise CorruptRaftLog(f"{self._log_path}: commit index {self._commit} is past the last entry "
                                  f"{self.last_index}")
         self.written_from = self._base
+
+    def _open_journal(self) -> FileHandle:
+        try:
+            return self._fs.open(self._log_path)
+        except OSError as error:
+            raise CorruptRaftLog(f"{self._log_path}: cannot be opened as the raft journal "
+                                 f"({error.strerror or error})") from None
 
     def _choose_slot(self, data: bytes) -> tuple[Slot, int]:
         """The slot of the last completed flush and the journal length it confirms."""
@@ -151,7 +165,11 @@ class RaftLog:
 
     def _read_snapshot(self, expected_index: int) -> None:
         if self._fs.exists(self._snapshot_path):
-            meta, data = decode_snapshot(self._fs.read_file(self._snapshot_path), self._snapshot_path)
+            try:
+                raw = self._fs.read_file(self._snapshot_path)
+            except OSError as error:
+                raise CorruptRaftSnapshot(f"{self._snapshot_path}: cannot be read ({error.strerror or error})") from None
+            meta, data = decode_snapshot(raw, self._snapshot_path)
         elif expected_index:
             raise CorruptRaftSnapshot(f"{self._snapshot_path}: missing, but the journal starts after "
                                       f"snapshot index {expected_index}")
@@ -170,6 +188,8 @@ class RaftLog:
         if pending is None:
             meta = self.snapshot
             if meta is None:
+                if self._base != 1:
+                    raise CorruptRaftLog(f"{self._log_path}: starts at entry {self._base} with no snapshot before it")
                 return
             if self._base > meta.index + 1:
                 raise CorruptRaftLog(f"{self._log_path}: starts at entry {self._base}, after a gap past the "
@@ -183,7 +203,16 @@ class RaftLog:
         # rewriting the journal. Apply Raft's rule now and rewrite, so disk and memory agree.
         meta, data = pending
         self._pending_snapshot = None
+        held = self.term_at(meta.index)
+        if meta.index <= self._commit and held is not None and held != meta.term:
+            # Committed entries are the same on every voter, so a snapshot that disagrees with one
+            # is not this quorum's: refuse it before the rewrite below would drop the journal.
+            raise CorruptRaftSnapshot(f"{self._snapshot_path}: covers index {meta.index} with term {meta.term}, "
+                                      f"but the journal's committed entry there has term {held}")
         self._adopt_snapshot(meta)
+        if self._commit > self.last_index:
+            raise CorruptRaftLog(f"{self._log_path}: commit index {self._commit} is past the last entry "
+                                 f"{self.last_index} beside the snapshot at {meta.index}")
         self.snapshot, self._snapshot_data = meta, data
         self._rewrite()
         self.recovery.rewritten = True
@@ -337,7 +366,10 @@ class RaftLog:
         records = b"".join(encode_entry_record(entry) for entry in self._entries)
         self._sequence = 1
         slot = encode_slot(self._current_slot(HEADER_BYTES + len(records)))
-        with _FailOnFsync(self):
+        # Whatever stops the rewrite (a full disk too), memory is now ahead of the journal on disk
+        # (its base moved): appending to the old journal would confirm records replay refuses.
+        # The log closes; reopening it finds the snapshot newer than the journal and finishes this.
+        with _FailOnFsync(self, any_error=True):
             self._fs.write_file_atomic(self._log_path, slot + slot + records)
         self._handle.close()
         self._handle = self._fs.open(self._log_path)
@@ -362,8 +394,9 @@ class RaftLog:
 
 
 class _FailOnFsync:
-    def __init__(self, log: RaftLog) -> None:
+    def __init__(self, log: RaftLog, *, any_error: bool = False) -> None:
         self._log = log
+        self._any_error = any_error
 
     def __enter__(self) -> None:
         return None
@@ -371,6 +404,8 @@ class _FailOnFsync:
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: object) -> bool:
         if kind is not None and issubclass(kind, FsyncFailed):
             self._log._closed_reason = "an fsync failed; the raft log must be reopened (crash recovery)"
+        elif kind is not None and self._any_error:
+            self._log._closed_reason = f"rewriting the journal failed ({error}); the raft log must be reopened"
         return False
 
 

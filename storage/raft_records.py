@@ -66,6 +66,7 @@ class RaftLogRecovery(msgspec.Struct):
     truncated_records: int = 0
     replayed_records: int = 0
     rewritten: bool = False  # a newer snapshot than the journal knew was adopted on open
+    header_repaired: bool = False  # the file ended inside slot B; slot A was written whole again
 
 
 class CorruptRaftLog(StorageError):

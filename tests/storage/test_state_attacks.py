@@ -17,12 +17,16 @@ import zlib
 import msgspec
 import pytest
 
-from storage.errors import CorruptState, StorageError, StorageFull
+from storage.errors import CorruptState, LogClosed, StorageError, StorageFull
 from storage.fs import OsFileSystem
+from storage.journal_frames import RECORD
 from storage.memory import MemoryFileSystem
+from storage.raft_log import (
+    HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot, RaftEntry, RaftLog, Slot,
+    SnapshotMeta, encode_slot, encode_snapshot,
+)
 from storage.state import HEADER_BYTES as STATE_HEADER_BYTES
 from storage.state import DurableState
-from storage.journal_frames import RECORD
 
 STATE_PATH = "/coordinator/metadata.state"
 
@@ -249,3 +253,248 @@ def test_a_state_path_that_is_a_directory_is_refused_naming_it(tmp_path):
     path.mkdir(parents=True)
     with pytest.raises(CorruptState, match="metadata.state"):
         DurableState.open(str(path), fs=OsFileSystem(), confirm=True)
+
+
+# ---------------------------------------------------------------------------- the raft log
+
+RAFT_DIRECTORY = "/node-1/controller/raft"
+RAFT_LOG = f"{RAFT_DIRECTORY}/{LOG_NAME}"
+RAFT_SNAPSHOT = f"{RAFT_DIRECTORY}/{SNAPSHOT_NAME}"
+
+
+def open_raft(fs) -> RaftLog:
+    return RaftLog.open(RAFT_DIRECTORY, fs=fs)
+
+
+def raft_entries(first: int, terms: list[int]) -> list[RaftEntry]:
+    return [RaftEntry(index=index, term=term, data=b"cmd%d" % index) for index, term in enumerate(terms, start=first)]
+
+
+def raft_content(log: RaftLog) -> tuple:
+    """What a voter must not forget: its term and vote, its snapshot, and every entry after it."""
+    snapshot = log.snapshot
+    after = snapshot.index + 1 if snapshot is not None else log.first_index
+    entries = [(index, log.term_at(index), log.entry(index).data) for index in range(after, log.last_index + 1)]
+    return tuple(log.hard_state)[:2], (snapshot.index, snapshot.term) if snapshot else None, entries
+
+
+def flushed_raft(fs: MemoryFileSystem) -> tuple:
+    """A voter's log after two flushes (entries, a vote, a commit), closed; returns its content."""
+    log = open_raft(fs)
+    log.set_hard_state(2, 3)
+    log.append(raft_entries(1, [1, 2]))
+    log.flush()
+    log.append(raft_entries(3, [2]))
+    log.set_commit(2)
+    log.flush()
+    log.close()
+    return raft_content(open_raft(fs.clone()))
+
+
+def still_acknowledges(fs: MemoryFileSystem) -> None:
+    """Reopened, the log takes one more entry and keeps it across a crash."""
+    log = open_raft(fs)
+    index = log.last_index + 1
+    log.append([RaftEntry(index=index, term=max(log.last_term, 2), data=b"after")])
+    log.flush()
+    fs.crash()
+    again = open_raft(fs)
+    assert again.last_index == index and again.entry(index).data == b"after"
+
+
+def test_a_raft_log_cut_at_any_byte_keeps_its_vote_and_entries_or_refuses():
+    fs = MemoryFileSystem()
+    acknowledged = flushed_raft(fs)
+    for length, twin in cut_at_every_byte(fs, RAFT_LOG):
+        try:
+            recovered = raft_content(open_raft(twin))
+        except CorruptRaftLog as error:
+            assert RAFT_LOG in str(error)
+            continue
+        assert recovered == acknowledged, f"cut to {length} bytes: opened as {recovered}"
+
+
+def test_a_vote_only_log_cut_inside_its_second_slot_keeps_the_vote_and_what_it_acknowledges_next():
+    fs = MemoryFileSystem()
+    log = open_raft(fs)
+    log.set_hard_state(3, 2)  # a fresh voter's first vote: no entries yet
+    log.flush()
+    log.close()
+    for length in range(SLOT_BYTES, HEADER_BYTES):
+        twin = fs.clone()
+        twin.cut(RAFT_LOG, length)
+        reopened = open_raft(twin)
+        assert tuple(reopened.hard_state)[:2] == (3, 2), f"cut to {length}"
+        assert reopened.recovery.header_repaired
+        reopened.close()
+        still_acknowledges(twin)
+
+
+def test_a_raft_log_with_any_byte_flipped_keeps_its_vote_and_entries_or_refuses():
+    fs = MemoryFileSystem()
+    acknowledged = flushed_raft(fs)
+    for position, twin in flip_every_byte(fs, RAFT_LOG):
+        try:
+            log = open_raft(twin)
+        except CorruptRaftLog:
+            continue
+        assert raft_content(log) == acknowledged, f"byte {position} flipped"
+        log.close()
+        still_acknowledges(twin)
+
+
+def snapshotted_raft(fs: MemoryFileSystem) -> tuple:
+    log = open_raft(fs)
+    log.set_hard_state(2, 1)
+    log.append(raft_entries(1, [1, 1, 2, 2]))
+    log.set_commit(3)
+    log.save_snapshot(SnapshotMeta(index=3, term=2, voters=[1, 2, 3]), b"map@3", keep_from=3)
+    log.close()
+    return raft_content(open_raft(fs.clone()))
+
+
+def test_a_raft_snapshot_cut_or_flipped_at_any_byte_is_refused_by_name():
+    fs = MemoryFileSystem()
+    acknowledged = snapshotted_raft(fs)
+    twins = list(cut_at_every_byte(fs, RAFT_SNAPSHOT)) + list(flip_every_byte(fs, RAFT_SNAPSHOT))
+    for where, twin in twins:
+        try:
+            recovered = raft_content(open_raft(twin))
+        except CorruptRaftSnapshot as error:
+            assert RAFT_SNAPSHOT in str(error)
+            continue
+        assert recovered == acknowledged, f"snapshot damaged at {where}: opened as {recovered}"
+
+
+def test_a_snapshot_that_disagrees_with_a_committed_entry_is_refused_before_the_journal_is_touched():
+    fs = MemoryFileSystem()
+    log = open_raft(fs)
+    log.set_hard_state(3, 1)
+    log.append(raft_entries(1, [3, 3, 3, 3, 3]))
+    log.set_commit(5)
+    log.flush()
+    log.close()
+    journal = fs.read_file(RAFT_LOG)
+    # A snapshot from another quorum (a copied directory): its entry 3 has term 1, ours term 3.
+    fs.set_content(RAFT_SNAPSHOT, encode_snapshot(SnapshotMeta(index=3, term=1), b"someone else's map"))
+    with pytest.raises(CorruptRaftSnapshot, match="committed entry"):
+        open_raft(fs)
+    assert fs.read_file(RAFT_LOG) == journal, "the committed entries are still there for an operator"
+
+
+def test_a_leaders_snapshot_past_the_commit_index_still_replaces_a_divergent_journal():
+    fs = MemoryFileSystem()
+    log = open_raft(fs)
+    log.append(raft_entries(1, [1, 1, 3, 3]))
+    log.set_commit(2)
+    log.flush()
+    log.close()
+    fs.set_content(RAFT_SNAPSHOT, encode_snapshot(SnapshotMeta(index=3, term=2), b"leader's map"))
+    again = open_raft(fs)
+    assert again.recovery.rewritten and (again.first_index, again.last_index, again.last_term) == (4, 3, 2)
+
+
+def test_a_header_that_starts_the_journal_past_entry_one_without_a_snapshot_is_refused():
+    fs = MemoryFileSystem()
+    log = open_raft(fs)
+    log.set_hard_state(2, 2)
+    log.flush()
+    log.close()
+    slot = encode_slot(Slot(sequence=5, length=HEADER_BYTES, base_index=40, term=2, vote=2, commit=0,
+                            snapshot_index=0))
+    fs.set_content(RAFT_LOG, slot + slot)  # CRC-valid, but entries 1..39 are nowhere
+    with pytest.raises(CorruptRaftLog, match="no snapshot"):
+        open_raft(fs)
+
+
+def test_a_raft_record_claiming_gigabytes_is_damage_inside_the_flushed_region_and_a_tail_past_it():
+    fs = MemoryFileSystem()
+    acknowledged = flushed_raft(fs)
+    claim = RECORD.pack(0xFFFF_FFF0, 0) + b"x" * 16
+    past = fs.clone()
+    past.set_content(RAFT_LOG, fs.read_file(RAFT_LOG) + claim)
+    assert raft_content(open_raft(past)) == acknowledged
+    inside = fs.clone()
+    journal = fs.read_file(RAFT_LOG)
+    inside.set_content(RAFT_LOG, journal[:HEADER_BYTES] + claim + journal[HEADER_BYTES + len(claim):])
+    with pytest.raises(CorruptRaftLog, match="absurd record length"):
+        open_raft(inside)
+
+
+def raft_story(fs: MemoryFileSystem, acked: list) -> None:
+    """What a voter writes: votes, entries, a divergent suffix replaced, a snapshot of its own,
+    then a leader's; `acked` gets the content once each durable step has returned."""
+    log = open_raft(fs)
+    acked.append(raft_content(log))
+
+    def step(change) -> None:
+        change()
+        log.flush()
+        acked.append(raft_content(log))
+
+    step(lambda: log.set_hard_state(1, 1))
+    step(lambda: log.append(raft_entries(1, [1, 1, 1])))
+    step(lambda: (log.set_hard_state(2, 2), log.append(raft_entries(3, [2, 2]))))
+    log.set_commit(3)
+    step(lambda: log.save_snapshot(SnapshotMeta(index=3, term=2), b"map@3", keep_from=2))
+    step(lambda: log.append(raft_entries(5, [2])))
+    step(lambda: log.install_snapshot(SnapshotMeta(index=9, term=4), b"leader's map@9"))
+    step(lambda: (log.set_hard_state(4, 3), log.append(raft_entries(10, [4]))))
+
+
+def test_a_crash_at_any_sync_of_the_raft_log_keeps_what_was_acknowledged():
+    whole: list = []
+    syncs = count_syncs(lambda fs: raft_story(fs, whole))
+    empty = raft_content(open_raft(MemoryFileSystem()))
+    for failing in range(syncs):
+        fs, acked = MemoryFileSystem(), []
+        fail_sync_number(fs, failing)
+        with pytest.raises(StorageError):
+            raft_story(fs, acked)
+        fs.crash()
+        del fs.faults.take_fsync_failure
+        last_acked = acked[-1] if acked else empty
+        in_flight = whole[len(acked)] if len(acked) < len(whole) else last_acked
+        recovered = raft_content(open_raft(fs))
+        # A flush cut between its two slot writes keeps the older term and vote (never revealed)
+        # beside the newer records (they check out): each half is one of the two.
+        assert recovered[0] in (last_acked[0], in_flight[0]), f"sync {failing}: {recovered}"
+        assert recovered[1:] in (last_acked[1:], in_flight[1:]), f"sync {failing}: {recovered}"
+
+
+def test_a_full_disk_during_a_snapshots_journal_rewrite_closes_the_log_and_loses_nothing():
+    fs = MemoryFileSystem()
+    log = open_raft(fs)
+    log.set_hard_state(1, 1)
+    log.append(raft_entries(1, [1, 1, 1, 1, 1]))
+    log.set_commit(4)
+    log.flush()
+    acknowledged = raft_content(log)
+    snapshot_bytes = len(encode_snapshot(SnapshotMeta(index=4, term=1), b"map@4"))
+    fs.faults.set_write_quota(snapshot_bytes)  # the snapshot fits; the journal rewrite does not
+    with pytest.raises(StorageFull):
+        log.save_snapshot(SnapshotMeta(index=4, term=1), b"map@4", keep_from=3)
+    fs.faults.set_write_quota(None)
+    with pytest.raises(LogClosed):  # appending to the old journal would confirm a base it lacks
+        log.append(raft_entries(6, [1]))
+    fs.crash()
+    again = open_raft(fs)
+    assert again.recovery.rewritten and again.snapshot.index == 4
+    assert raft_content(again)[0] == acknowledged[0] and again.last_index == 5
+    still_acknowledges(fs)
+
+
+def test_raft_files_replaced_by_directories_are_refused_by_name(tmp_path):
+    directory = tmp_path / "controller" / "raft"
+    log = RaftLog.open(str(directory), fs=OsFileSystem())
+    log.set_hard_state(1, 1)
+    log.flush()
+    log.close()
+    (directory / SNAPSHOT_NAME).mkdir()
+    with pytest.raises(CorruptRaftSnapshot, match=SNAPSHOT_NAME):
+        RaftLog.open(str(directory), fs=OsFileSystem())
+    (directory / SNAPSHOT_NAME).rmdir()
+    (directory / LOG_NAME).unlink()
+    (directory / LOG_NAME).mkdir()
+    with pytest.raises(CorruptRaftLog, match=LOG_NAME):
+        RaftLog.open(str(directory), fs=OsFileSystem())
