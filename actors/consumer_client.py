@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
+from actors.client_metadata import checked_topic, remember_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -472,12 +473,15 @@ class ConsumerClient:
         self.controllers.learn(response.controller_endpoints)
         if response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
-        for topic in response.topics:
+        checked = [checked_topic(topic) for topic in response.topics]
+        in_use = {topic for topic, _ in self.fetches} | set(self.metadata_topics) | set(
+            self.member.topics if self.member is not None else ())
+        for topic in checked:
             if topic.error == ErrorCode.NONE:
-                self.topics[topic.name] = topic
-        effects: list[Effect] = [Notify("metadata", response.topics)]
+                remember_topic(self.topics, topic, in_use)
+        effects: list[Effect] = [Notify("metadata", checked)]
         if self.member is not None:
-            effects += self.member.on_metadata(response, now_ns)
+            effects += self.member.on_metadata(msgspec.structs.replace(response, topics=checked), now_ns)
         return effects + self._fetch_all(now_ns)
 
     def _forget_leader(self, topic: str, partition: int) -> None:

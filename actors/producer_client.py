@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.client_metadata import checked_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
@@ -345,11 +346,17 @@ class ProducerClient:
             self.metadata_correlation = 0
             self.metadata_answered_ns = now_ns
         effects: list[Effect] = []
+        told: list[TopicMetadata] = []
+        in_use = self.metadata_wanted | {topic for topic, _ in self.waiting}
         for topic in response.topics:
+            if topic.name not in in_use and topic.name not in self.topics:
+                continue  # nobody asked about it: not kept (the map holds only topics in use)
+            topic = checked_topic(topic)
             self.topics[topic.name] = topic
+            told.append(topic)
             if topic.error == ErrorCode.NONE:
                 self.metadata_wanted.discard(topic.name)
-        effects.append(Notify("metadata", response.topics))
+        effects.append(Notify("metadata", told))
         for key in list(self.waiting):
             effects += self._dispatch(key, now_ns)
         return effects

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import ClientCommand, TopicMetadata
+from actors.messages import ClientCommand
 from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix
 from transport.client_engine import ClientEngine
@@ -70,7 +70,6 @@ class Consumer(ClientShell):
         self._paused: set[TopicPartition] = set()
         self._corrupt: dict[TopicPartition, CorruptBatchError] = {}  # held at an unreadable batch
         self._seek_epoch = 0
-        self._partition_counts: dict[str, int] = {}
         settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
                                     fetch_min_bytes=fetch_min_bytes, fetch_partition_bytes_max=fetch_partition_bytes_max,
                                     buffer_bytes_max=buffer_bytes_max, request_timeout_ms=request_timeout_ms)
@@ -384,14 +383,9 @@ class Consumer(ClientShell):
         elif kind == "partition-error":
             self._errors.append(payload[2])
         elif kind == "metadata":
-            self._metadata(payload)
+            pass  # the I/O thread keeps the metadata it needs; nothing here depends on it
         elif self._group is not None:
             self._group.on_notify(kind, payload)
-
-    def _metadata(self, topics: list[TopicMetadata]) -> None:
-        for topic in topics:
-            if topic.error == ErrorCode.NONE:
-                self._partition_counts[topic.name] = len(topic.partitions)
 
     def close(self) -> None:
         if self._closed:

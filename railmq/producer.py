@@ -466,7 +466,7 @@ class Producer:
     def _metadata(self, topics: list[TopicMetadata]) -> None:
         with self._metadata_arrived:
             for topic in topics:
-                if topic.error == ErrorCode.NONE:
+                if topic.error == ErrorCode.NONE and topic.partitions:  # a count of 0 partitions nothing
                     self._partition_counts[topic.name] = len(topic.partitions)
                 elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     self._topic_errors[topic.name] = RailmqError(topic.error, topic.error_message)

@@ -16,10 +16,13 @@ import pytest
 
 from actors.actor import MS
 from actors.errors import RailmqError
+from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
     ConsumerAssignment, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
-    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, SyncGroupRequest, SyncGroupResponse,
+    MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest,
+    ProduceResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
+from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from storage.batch import encode_batch
 from tests.unit.actor_harness import only
@@ -277,3 +280,83 @@ def test_a_negative_partition_never_borrows_the_leader_of_the_last_partition():
     stage.metadata(partitions=2)
 
     assert stage.harness.received(LEADER) == []
+
+
+# ---------------------------------------------------------------------------- metadata
+
+
+def partition(index: int, node: int) -> PartitionMetadata:
+    return PartitionMetadata(partition=index, leader=node, leader_endpoint=leader(node), leader_epoch=1)
+
+
+def producer_metadata(stage: ProducerStage, *topics: TopicMetadata) -> list:
+    asked = stage.harness.take("bootstrap", MetadataRequest)
+    response = MetadataResponse(correlation_id=asked[-1].correlation_id if asked else 0, topics=list(topics))
+    return stage.harness.deliver("producer", response, "bootstrap")
+
+
+def test_partitions_listed_out_of_order_still_send_each_batch_to_its_own_leader():
+    stage = ProducerStage()
+    stage.send(partition=0)
+
+    producer_metadata(stage, TopicMetadata(name="orders", partitions=[partition(1, 2), partition(0, 1)]))
+
+    assert [request.partition for request in stage.requests(node=1)] == [0]
+    assert stage.requests(node=2) == []
+
+
+@pytest.mark.parametrize("partitions", [
+    [],  # a topic with no partitions: a key's hash modulo zero
+    [partition(0, 1), partition(2, 2)],  # a gap: which one is partition 1?
+    [partition(0, 1), partition(0, 2)],  # partition 0 twice
+    [partition(index, 1) for index in range(DEFAULT_LIMITS.partitions_per_topic_max + 1)],  # more than can exist
+], ids=["none", "gap", "twice", "too-many"])
+def test_metadata_that_does_not_describe_partitions_0_to_n_is_not_used(partitions):
+    stage = ProducerStage()
+    stage.send(partition=0)
+
+    producer_metadata(stage, TopicMetadata(name="orders", partitions=partitions))
+
+    assert stage.requests(node=1) == [] and stage.requests(node=2) == []
+    told = [topic for payload in stage.harness.notified if payload[1].kind == "metadata" for topic in payload[1].payload]
+    assert all(topic.error != 0 for topic in told)  # the shell never counts its partitions
+    stage.harness.advance(200)
+    producer_metadata(stage, TopicMetadata(name="orders", partitions=[partition(0, 1)]))  # asked again
+    assert [request.partition for request in stage.requests(node=1)] == [0]
+
+
+def test_topics_nobody_asked_about_are_not_kept():
+    stage = ProducerStage()
+    stage.send(partition=0)
+
+    producer_metadata(stage, TopicMetadata(name="orders", partitions=[partition(0, 1)]),
+                      *[TopicMetadata(name=f"invented-{n}", partitions=[partition(0, 1)]) for n in range(500)])
+
+    assert sorted(stage.producer.topics) == ["orders"]
+
+
+def test_the_consumer_keeps_no_more_topics_than_a_cluster_can_hold():
+    stage = ConsumerStage()
+    stage.command("assign", partitions=[("orders", 0)])
+    names = [f"invented-{n}" for n in range(DEFAULT_LIMITS.topics_max + 100)]
+
+    for start in range(0, len(names), 2_500):  # answer after answer, each naming new topics
+        stage.harness.deliver("consumer", MetadataResponse(correlation_id=0, topics=[
+            TopicMetadata(name=name, partitions=[PartitionMetadata(partition=0)]) for name in names[start:start + 2_500]]),
+            "bootstrap")
+    stage.metadata()
+
+    assert len(stage.consumer.topics) <= DEFAULT_LIMITS.topics_max
+    assert "orders" in stage.consumer.topics  # what it fetches is always kept
+
+
+def test_a_producer_told_of_a_topic_without_partitions_raises_a_typed_error_not_a_division_by_zero():
+    producer = Producer("tcp://127.0.0.1:9", max_block_ms=50, request_timeout_ms=100)
+    try:
+        producer._on_notify("metadata", [TopicMetadata(name="orders", partitions=[])])
+        with pytest.raises(RailmqError):
+            producer.send("orders", b"value", key=b"key")
+    finally:
+        producer._closed = True
+        producer._engine.stop()
+

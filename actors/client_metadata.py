@@ -1,0 +1,54 @@
+"""What a client takes from a metadata answer: topics whose partitions are exactly 0..n-1.
+
+Clients look a partition's leader up by number (`topic.partitions[p]` leads partition `p`) and
+the producer hashes keys modulo the partition count, so metadata that lists partitions out of
+order, twice, with gaps, not at all or more than a cluster can hold would send records to the
+wrong leader or divide by zero. A metadata answer is a claim: partitions listed out of order are
+put in order, and a topic whose partitions are not 0..n-1 (1 <= n <= `partitions_per_topic_max`)
+is taken as not available yet (LEADER_NOT_AVAILABLE, so it is asked about again), never used.
+
+A client keeps at most `topics_max` topics, the most a cluster holds, so answers naming ever
+new topics cannot grow its map without bound; the topics it uses are always kept.
+"""
+
+from __future__ import annotations
+
+from typing import Container
+
+import msgspec
+
+from actors.errors import ErrorCode
+from actors.limits import DEFAULT_LIMITS, Limits
+from actors.messages import TopicMetadata
+
+
+def checked_topic(topic: TopicMetadata, limits: Limits = DEFAULT_LIMITS) -> TopicMetadata:
+    """The topic with its partitions in order, or, when they are not 0..n-1, the topic as an
+    error that says why (its partitions dropped)."""
+    if topic.error != ErrorCode.NONE:
+        return topic
+    numbers = [entry.partition for entry in topic.partitions]
+    if numbers == list(range(len(numbers))) and 1 <= len(numbers) <= limits.partitions_per_topic_max:
+        return topic
+    ordered = sorted(topic.partitions, key=lambda entry: entry.partition)
+    count = len(ordered)
+    if [entry.partition for entry in ordered] == list(range(count)) and 1 <= count <= limits.partitions_per_topic_max:
+        return msgspec.structs.replace(topic, partitions=ordered)
+    shown = sorted(set(numbers))[:8]
+    return msgspec.structs.replace(topic, error=ErrorCode.LEADER_NOT_AVAILABLE, partitions=[], error_message=(
+        f"the metadata of {topic.name!r} lists {count} partitions ({shown}...), not partitions 0..n-1 "
+        f"with 1 <= n <= {limits.partitions_per_topic_max}"))
+
+
+def remember_topic(topics: dict[str, TopicMetadata], topic: TopicMetadata, in_use: Container[str],
+                   limits: Limits = DEFAULT_LIMITS) -> bool:
+    """Store a checked, error-free topic unless the map is full of others; a topic in use always
+    goes in (in place of the oldest one not in use). Returns whether it was stored."""
+    if topic.name not in topics and len(topics) >= limits.topics_max:
+        if topic.name not in in_use:
+            return False
+        unused = next((name for name in topics if name not in in_use), None)
+        if unused is not None:
+            del topics[unused]
+    topics[topic.name] = topic
+    return True
