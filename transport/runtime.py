@@ -357,6 +357,9 @@ class Runtime:
             frames = [to, *frames]
         else:
             socket = self._dealer(to)
+            if socket is None:
+                self.count("dropped_out_bad_endpoint")
+                return
         tracker = None
         if isinstance(to, bytes) and len(frames) > 2:
             largest = max(range(2, len(frames)), key=lambda index: len(frames[index]))
@@ -374,7 +377,9 @@ class Runtime:
             self.count("dropped_out_queue_full")
         self._watch.touched(socket)
 
-    def _dealer(self, endpoint: str) -> zmq.Socket:
+    def _dealer(self, endpoint: str) -> zmq.Socket | None:
+        """The socket to a peer, connected on first use; None for an endpoint that is no address
+        (metadata names endpoints, and metadata is a claim: a bad one is dropped, not fatal)."""
         socket = self._dealers.get(endpoint)
         if socket is not None:
             return socket
@@ -391,7 +396,13 @@ class Runtime:
         # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
         socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
         monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
-        socket.connect(endpoint)
+        try:
+            socket.connect(endpoint)
+        except zmq.ZMQError:
+            socket.disable_monitor()
+            monitor.close(linger=0)
+            socket.close(linger=0)
+            return None
         self._dealers[endpoint] = socket
         self._socket_peer[socket] = endpoint
         self._monitors[endpoint] = monitor

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+import zmq
 
 from actors.actor import MS
+from actors.effects import Send
 from actors.errors import RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
@@ -25,7 +27,9 @@ from actors.messages import (
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from storage.batch import encode_batch
+from transport.runtime import Runtime
 from tests.unit.actor_harness import only
+from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
 from tests.unit.test_consumer_member import GROUPS, Stage as MemberStage, assignment as consumer_assignment
 from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
@@ -360,3 +364,19 @@ def test_a_producer_told_of_a_topic_without_partitions_raises_a_typed_error_not_
         producer._closed = True
         producer._engine.stop()
 
+
+# ---------------------------------------------------------------------------- endpoints
+
+
+@pytest.mark.parametrize("endpoint", ["garbage", "tcp://a host:1", ""])
+def test_a_leader_endpoint_that_is_no_address_is_dropped_and_counted_not_fatal(endpoint):
+    context = zmq.Context()
+    runtime = Runtime(Idle(), identity="client", context=context)
+    try:
+        runtime.apply([Send(endpoint, MetadataRequest(correlation_id=1))])
+
+        assert runtime.counters.get("dropped_out_bad_endpoint") == 1
+        assert endpoint not in runtime._dealers
+    finally:
+        runtime.close()
+        context.destroy(linger=0)
