@@ -82,6 +82,12 @@ class MetaMismatch(RuntimeError):
     """The directory belongs to another cluster, topic incarnation, partition or node."""
 
 
+class ReplicaFileUnusable(MetaMismatch):
+    """A file of the directory cannot be opened or read (a directory in its place, no permission,
+    an I/O error). Like a mismatch, it means: refuse to serve or change the directory, rather
+    than guess what the file held."""
+
+
 _meta_decoder = msgspec.msgpack.Decoder(ReplicaMeta)
 _health_decoder = msgspec.msgpack.Decoder(ReplicaHealth)
 
@@ -102,7 +108,12 @@ def read_meta(fs: FileSystem, directory: str) -> ReplicaMeta | None:
     path = f"{directory}/{META_NAME}"
     if not fs.exists(path):
         return None
-    payload = _unseal(fs.read_file(path))
+    try:
+        raw = fs.read_file(path)
+    except OSError as error:
+        raise ReplicaFileUnusable(f"{path} cannot be read ({error.strerror or error}); refusing to guess whose "
+                                  "directory this is") from None
+    payload = _unseal(raw)
     if payload is None:
         raise MetaMismatch(f"{path} is damaged (bad magic or CRC); refusing to guess whose directory this is")
     try:
@@ -168,15 +179,25 @@ class OpenedReplica(NamedTuple):
 def open_replica_directory(fs: FileSystem, directory: str, expected: ReplicaMeta, config: LogConfig,
                            now_ms: int) -> OpenedReplica:
     """Open a replica directory: check whose it is, recover its log, and work out what it has
-    lost since it was last healthy (added to the damage it already knew of).
+    lost since it was last healthy (added to the damage it already knew of). A file that cannot
+    be opened or read at all raises `ReplicaFileUnusable` naming it.
 
     - no meta and no data: a new directory (`new_directory`);
     - no meta but data: the meta went missing, so nothing in the directory can be trusted to be
       complete (damage of unknown extent);
-    - meta but no recovery-point checkpoint: the checkpoint went missing, so recovery could not
-      tell flushed from unflushed bytes and may have cut flushed data (damage of unknown extent);
+    - meta but no recovery-point checkpoint, or one whose slots both fail their checks (zeroed,
+      cut, garbage): recovery could not tell flushed from unflushed bytes and may have cut flushed
+      data (damage of unknown extent);
     - ranges recovery refused or found missing below the recovery point: damage with their offsets.
     """
+    try:
+        return _open(fs, directory, expected, config, now_ms)
+    except OSError as error:
+        raise ReplicaFileUnusable(f"{error.filename or directory} cannot be used ({error.strerror or error}); "
+                                  "refusing to open the replica directory") from None
+
+
+def _open(fs: FileSystem, directory: str, expected: ReplicaMeta, config: LogConfig, now_ms: int) -> OpenedReplica:
     fs.make_directory(directory)
     meta = read_meta(fs, directory)
     if meta is not None:
@@ -196,6 +217,8 @@ def open_replica_directory(fs: FileSystem, directory: str, expected: ReplicaMeta
         damage.append(Damage(log.log_start_offset, UNKNOWN_END, f"{META_NAME} was missing"))
     elif not had_checkpoint:
         damage.append(Damage(log.log_start_offset, UNKNOWN_END, "the recovery-point checkpoint was missing"))
+    elif not log.checkpoint_found:  # there, but neither slot reads: as good as missing
+        damage.append(Damage(log.log_start_offset, UNKNOWN_END, "the recovery-point checkpoint was unreadable"))
     for first, last in log.recovery.corrupt_ranges:
         reason = "flushed but missing" if first >= log.log_end_offset else "refused as corrupt"
         damage.append(Damage(first, last, reason))

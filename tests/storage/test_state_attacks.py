@@ -17,6 +17,10 @@ import zlib
 import msgspec
 import pytest
 
+from storage.batch import encode_batch
+from storage.checkpoint import RECOVERY_POINT_NAME
+from storage.config import LogConfig
+from storage.epochs import EPOCH_CHECKPOINT_NAME, LeaderEpochCache
 from storage.errors import CorruptState, LogClosed, StorageError, StorageFull
 from storage.fs import OsFileSystem
 from storage.journal_frames import RECORD
@@ -24,6 +28,10 @@ from storage.memory import MemoryFileSystem
 from storage.raft_log import (
     HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot, RaftEntry, RaftLog, Slot,
     SnapshotMeta, encode_slot, encode_snapshot,
+)
+from storage.replica_meta import (
+    HEALTH_NAME, META_NAME, UNKNOWN_END, MetaMismatch, ReplicaFileUnusable, ReplicaHealth, ReplicaMeta,
+    open_replica_directory,
 )
 from storage.state import HEADER_BYTES as STATE_HEADER_BYTES
 from storage.state import DurableState
@@ -498,3 +506,92 @@ def test_raft_files_replaced_by_directories_are_refused_by_name(tmp_path):
     (directory / LOG_NAME).mkdir()
     with pytest.raises(CorruptRaftLog, match=LOG_NAME):
         RaftLog.open(str(directory), fs=OsFileSystem())
+
+
+# ---------------------------------------------------------------------------- a replica directory's small files
+
+REPLICA_DIRECTORY = "/data/node-1/orders-0-abc"
+REPLICA_META = ReplicaMeta(cluster_id="c1", topic="orders", topic_id=0xABC, partition=0, node=1, replicas=[1, 2, 3])
+REPLICA_CONFIG = LogConfig(segment_bytes=4096)
+
+
+def open_replica(fs):
+    return open_replica_directory(fs, REPLICA_DIRECTORY, REPLICA_META, REPLICA_CONFIG, now_ms=0)
+
+
+def healthy_replica(fs: MemoryFileSystem) -> int:
+    """A replica directory holding 12 flushed batches, repaired (healthy), closed; its log end."""
+    opened = open_replica(fs)
+    for index in range(12):
+        records = [(0, f"k{index}-{n}".encode(), b"v" * 100, None) for n in range(2)]
+        opened.log.append_producer_batch(bytes(encode_batch(records, 1_000)), 1, 0)
+    opened.log.flush()
+    opened.health.replace(ReplicaHealth())
+    end = opened.log.log_end_offset
+    opened.log.close()
+    return end
+
+
+def unknown_loss(health: ReplicaHealth) -> bool:
+    return any(damage.last_offset == UNKNOWN_END for damage in health.damage)
+
+
+@pytest.mark.parametrize("content", [b"", bytes(128), b"\xa5" * 128, b"RPC2" + bytes(60)],
+                         ids=["empty", "zeroed", "garbage", "magic-then-zeros"])
+def test_a_recovery_point_checkpoint_that_is_there_but_unreadable_is_damage_like_a_missing_one(content):
+    fs = MemoryFileSystem()
+    healthy_replica(fs)
+    fs.set_content(f"{REPLICA_DIRECTORY}/{RECOVERY_POINT_NAME}", content)
+    opened = open_replica(fs)
+    assert unknown_loss(opened.health.current), opened.health.current
+    assert "checkpoint was unreadable" in opened.health.current.describe()
+
+
+def test_a_recovery_point_checkpoint_cut_or_flipped_anywhere_is_read_or_counted_as_damage():
+    fs = MemoryFileSystem()
+    end = healthy_replica(fs)
+    path = f"{REPLICA_DIRECTORY}/{RECOVERY_POINT_NAME}"
+    for where, twin in list(cut_at_every_byte(fs, path)) + list(flip_every_byte(fs, path)):
+        opened = open_replica(twin)
+        if opened.log.checkpoint_found:
+            assert opened.health.current.healthy and opened.log.log_end_offset == end, f"checkpoint damaged at {where}"
+        else:
+            assert unknown_loss(opened.health.current), f"checkpoint damaged at {where}: {opened.health.current}"
+
+
+def test_a_leader_epoch_checkpoint_cut_or_flipped_anywhere_is_rebuilt_from_the_batches():
+    fs = MemoryFileSystem()
+    end = healthy_replica(fs)
+    path = f"{REPLICA_DIRECTORY}/{EPOCH_CHECKPOINT_NAME}"
+    entries = LeaderEpochCache.load(fs, path).entries
+    for where, twin in list(cut_at_every_byte(fs, path)) + list(flip_every_byte(fs, path)):
+        opened = open_replica(twin)
+        assert opened.log.log_end_offset == end, f"epochs damaged at {where}"
+        assert LeaderEpochCache.load(twin, path).entries == entries, f"epochs damaged at {where}"
+
+
+@pytest.mark.parametrize("name", [META_NAME, HEALTH_NAME])
+def test_a_meta_or_health_file_cut_or_flipped_anywhere_is_refused_or_counted_as_damage(name):
+    fs = MemoryFileSystem()
+    healthy_replica(fs)
+    path = f"{REPLICA_DIRECTORY}/{name}"
+    for where, twin in list(cut_at_every_byte(fs, path)) + list(flip_every_byte(fs, path)):
+        try:
+            opened = open_replica(twin)
+        except MetaMismatch as error:
+            assert name == META_NAME and META_NAME in str(error), f"{name} damaged at {where}"
+            continue
+        assert name == HEALTH_NAME and unknown_loss(opened.health.current), f"{name} damaged at {where}"
+
+
+@pytest.mark.parametrize("name", [META_NAME, HEALTH_NAME, RECOVERY_POINT_NAME, EPOCH_CHECKPOINT_NAME])
+def test_a_replica_file_replaced_by_a_directory_is_refused_by_name(tmp_path, name):
+    directory = str(tmp_path / "node-1" / "orders-0-abc")
+    opened = open_replica_directory(OsFileSystem(), directory, REPLICA_META, REPLICA_CONFIG, now_ms=0)
+    opened.log.close()
+    path = tmp_path / "node-1" / "orders-0-abc" / name
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    with pytest.raises(ReplicaFileUnusable, match=name):
+        open_replica_directory(OsFileSystem(), directory, REPLICA_META, REPLICA_CONFIG, now_ms=0)
