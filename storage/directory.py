@@ -124,7 +124,7 @@ class ClusterIdentity:
             stored = _read_meta(meta_path)
             if cluster_id is not None and cluster_id != stored["cluster_id"]:
                 raise ClusterMismatch(f"{data_dir} holds cluster {stored['cluster_id']!r}, not {cluster_id!r}")
-            return cls(stored["cluster_id"], _read_secret(secret_path), int(stored.get("created_ms", 0)), False)
+            return cls(stored["cluster_id"], _read_secret(secret_path), stored.get("created_ms", 0), False)
         if _holds_cluster_data(data_dir):
             raise ClusterMismatch(
                 f"{data_dir} holds cluster data (node or coordinator directories) but no {CLUSTER_META_NAME}; "
@@ -149,10 +149,14 @@ def _read_meta(path: str) -> dict:
     try:
         with open(path, "rb") as handle:
             meta = json.loads(handle.read())
-    except (OSError, ValueError) as error:
-        raise ClusterMismatch(f"{path} is unreadable ({error}); refusing to guess which cluster this is") from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise ClusterMismatch(f"{path} is unreadable ({str(error)[:120]}); refusing to guess which cluster "
+                              "this is") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("cluster_id"), str) or not meta["cluster_id"]:
         raise ClusterMismatch(f"{path} names no cluster id; refusing to guess which cluster this is")
+    created_ms = meta.get("created_ms", 0)
+    if type(created_ms) is not int:  # json gives floats, strings, NaN as they were written
+        raise ClusterMismatch(f"{path}: created_ms is {created_ms!r:.40}, not an integer; the file is damaged")
     return meta
 
 

@@ -1,0 +1,83 @@
+"""A data directory's identity and lock (storage/directory.py) against a damaged file or a second
+owner: a damaged `cluster.meta` is a `ClusterMismatch` naming it (never a bare ValueError, a
+RecursionError or a new cluster's id), and a second lock on a held directory is `DirectoryInUse`
+naming the holder, while a released one can be taken again at once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage.directory import (
+    CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, ClusterMismatch, DirectoryInUse, DirectoryLock,
+)
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> str:
+    directory = str(tmp_path / "cluster")
+    ClusterIdentity.load_or_create(directory, "orders-cluster")
+    return directory
+
+
+@pytest.mark.parametrize("content", [
+    b'{"cluster_id": "orders-cluster", "created_ms": "yesterday"}',
+    b'{"cluster_id": "orders-cluster", "created_ms": [1]}',
+    b'{"cluster_id": "orders-cluster", "created_ms": 1e400}',
+    b'{"cluster_id": "orders-cluster", "created_ms": NaN}',
+    b"[" * 100_000,  # nesting deeper than the decoder's recursion
+    b"\xff\xfe\x00",
+    b"",
+    b'{"cluster_id": ""}',
+    b'["orders-cluster"]',
+], ids=["string-time", "list-time", "infinite-time", "nan-time", "deep", "not-utf8", "empty", "no-id", "a-list"])
+def test_a_damaged_cluster_meta_is_a_cluster_mismatch_naming_it(data_dir, content):
+    path = os.path.join(data_dir, CLUSTER_META_NAME)
+    with open(path, "wb") as handle:
+        handle.write(content)
+    with pytest.raises(ClusterMismatch, match=CLUSTER_META_NAME):
+        ClusterIdentity.load_or_create(data_dir)
+    with open(path, "rb") as handle:
+        assert handle.read() == content, "a refused identity is left as it was"
+
+
+def test_an_intact_identity_reads_back_the_same_id_and_secret(data_dir):
+    first = ClusterIdentity.load_or_create(data_dir)
+    again = ClusterIdentity.load_or_create(data_dir, "orders-cluster")
+    assert (again.cluster_id, again.secret, again.created_now) == ("orders-cluster", first.secret, False)
+    assert type(again.created_ms) is int and again.created_ms > 0
+
+
+@pytest.mark.parametrize("damage", ["missing", "short", "directory"])
+def test_a_lost_or_damaged_secret_beside_a_meta_is_refused_not_regenerated(data_dir, damage):
+    path = os.path.join(data_dir, CLUSTER_SECRET_NAME)
+    os.remove(path)
+    if damage == "short":
+        with open(path, "wb") as handle:
+            handle.write(b"short")
+    elif damage == "directory":
+        os.mkdir(path)
+    with pytest.raises(ClusterMismatch, match=CLUSTER_SECRET_NAME):
+        ClusterIdentity.load_or_create(data_dir)
+
+
+def test_a_lost_meta_beside_node_directories_is_refused_not_a_new_cluster(data_dir):
+    os.makedirs(os.path.join(data_dir, "node-1", "orders-0-abc"))
+    os.remove(os.path.join(data_dir, CLUSTER_META_NAME))
+    with pytest.raises(ClusterMismatch, match="refusing to start a new cluster"):
+        ClusterIdentity.load_or_create(data_dir)
+
+
+def test_a_second_owner_of_a_held_directory_is_refused_naming_the_holder(tmp_path):
+    directory = str(tmp_path / "node-1" / "controller")
+    first = DirectoryLock(directory).acquire()
+    try:
+        with pytest.raises(DirectoryInUse) as refused:
+            DirectoryLock(directory).acquire()  # another open file description: flock says no
+        assert refused.value.holder_pid == os.getpid() and str(os.getpid()) in str(refused.value)
+    finally:
+        first.release()
+    second = DirectoryLock(directory).acquire()  # released: free at once, no stale lock
+    assert second.held
+    second.release()
