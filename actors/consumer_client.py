@@ -118,9 +118,9 @@ class ConsumerClient:
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
             case FetchResponse():
-                return self._on_fetch_response(message, now_ns)
+                return self._on_fetch_response(message, sender, now_ns)
             case ListOffsetsResponse():
-                return self._on_list_offsets(message, now_ns)
+                return self._on_list_offsets(message, sender, now_ns)
             case MetadataResponse():
                 return self._on_metadata(message, now_ns)
             case ClientCommand():
@@ -130,7 +130,7 @@ class ConsumerClient:
             case TimerFired(name="tick"):
                 return self._on_tick(now_ns)
             case ErrorResponse():
-                return self._on_error_response(message, now_ns)
+                return self._on_error_response(message, sender, now_ns)
             case PeerDisconnected():
                 return self._on_disconnect(message, now_ns)
             case Stop():
@@ -319,8 +319,19 @@ class ConsumerClient:
         something else): nothing in it is about ours."""
         return response.error == ErrorCode.NONE and (response.topic, response.partition) != (fetch.topic, fetch.partition)
 
-    def _on_fetch_response(self, response: FetchResponse, now_ns: int) -> list[Effect]:
-        entry = self.by_correlation.pop(response.correlation_id, None)
+    def _take_answer(self, correlation_id: int, sender: Any) -> tuple[str, Any] | None:
+        """The request an answer is for, if the answer came from where that request went; an
+        answer from elsewhere (a server reusing or guessing a correlation id) is not about it."""
+        entry = self.by_correlation.get(correlation_id)
+        if entry is None:
+            return None
+        kind, target = entry
+        if sender != (target[3] if kind == "user" else target.endpoint):
+            return None
+        return self.by_correlation.pop(correlation_id)
+
+    def _on_fetch_response(self, response: FetchResponse, sender: Any, now_ns: int) -> list[Effect]:
+        entry = self._take_answer(response.correlation_id, sender)
         if entry is None:
             return []
         fetch: PartitionFetch = entry[1]
@@ -365,13 +376,13 @@ class ConsumerClient:
         self._forget_leader(fetch.topic, fetch.partition)
         return self.request_metadata([fetch.topic])
 
-    def _on_list_offsets(self, response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
-        entry = self.by_correlation.pop(response.correlation_id, None)
+    def _on_list_offsets(self, response: ListOffsetsResponse, sender: Any, now_ns: int) -> list[Effect]:
+        entry = self._take_answer(response.correlation_id, sender)
         if entry is None:
             return []
         kind, target = entry
         if kind == "user":
-            token, topic, partition = target
+            token, topic, partition, _ = target
             if response.error == ErrorCode.NONE and (response.topic, response.partition) != (topic, partition):
                 response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
                                                    error_message="the answer names another partition")
@@ -403,7 +414,8 @@ class ConsumerClient:
             return effects + [Notify("result", (command.token, None, RailmqError(
                 ErrorCode.LEADER_NOT_AVAILABLE, f"no known leader for {arguments['topic']}/{arguments['partition']}")))]
         self.correlation += 1
-        self.by_correlation[self.correlation] = ("user", (command.token, arguments["topic"], arguments["partition"]))
+        self.by_correlation[self.correlation] = ("user", (command.token, arguments["topic"], arguments["partition"],
+                                                          endpoint))
         return [Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=arguments["topic"],
                                                   partition=arguments["partition"],
                                                   topic_id=self._topic_id(arguments["topic"]),
@@ -414,12 +426,15 @@ class ConsumerClient:
         """Where metadata is asked for: the active controller, as far as known."""
         return self.controllers.current
 
-    def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+    def _on_error_response(self, response: ErrorResponse, sender: Any, now_ns: int) -> list[Effect]:
         if response.correlation_id == self.metadata_correlation and self.controllers.take(response):
             self.metadata_correlation = 0  # a voter that does not lead: ask the one it named
             return self.request_metadata(self.metadata_topics)
-        entry = self.by_correlation.pop(response.correlation_id, None)
-        if entry is None:
+        if response.correlation_id in self.by_correlation:
+            entry = self._take_answer(response.correlation_id, sender)
+            if entry is None:
+                return []  # about a request that went elsewhere
+        else:
             return self.member.handle(response, b"", now_ns) if self.member is not None else []
         kind, target = entry
         if kind == "user":

@@ -108,7 +108,7 @@ class ProducerClient:
         assert sum(self.in_flight_count.values()) == len(self.in_flight)
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
-        effects = self._handle(message, now_ns)
+        effects = self._handle(message, sender, now_ns)
         if not self.ticking and self._busy():
             self.ticking = True
             effects.append(SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS))
@@ -119,12 +119,12 @@ class ProducerClient:
         return bool(self.in_flight or any(self.waiting.values()) or self.metadata_wanted
                     or (self.settings.idempotent and self.producer_id < 0))
 
-    def _handle(self, message: Any, now_ns: int) -> list[Effect]:
+    def _handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
             case SendBatch():
                 return self._on_send_batch(message, now_ns)
             case ProduceResponse():
-                return self._on_produce_response(message, now_ns)
+                return self._on_produce_response(message, sender, now_ns)
             case MetadataResponse():
                 return self._on_metadata(message, now_ns)
             case InitProducerIdResponse():
@@ -134,7 +134,7 @@ class ProducerClient:
             case TimerFired():
                 return self._on_tick(now_ns)
             case ErrorResponse():
-                return self._on_error_response(message, now_ns)
+                return self._on_error_response(message, sender, now_ns)
             case PeerDisconnected():
                 return self._on_disconnect(message.endpoint, now_ns)
             case Stop():
@@ -207,10 +207,17 @@ class ProducerClient:
 
     # ------------------------------------------------------------------ answers
 
-    def _on_produce_response(self, response: ProduceResponse, now_ns: int) -> list[Effect]:
-        pending = self.in_flight.get(response.correlation_id)
+    def _in_flight_to(self, correlation_id: int, sender: Any) -> Pending | None:
+        """The batch an answer is about, if the answer came from where the batch went (not from
+        a server reusing or guessing a correlation id)."""
+        if self.sent_to.get(correlation_id) != sender:
+            return None
+        return self.in_flight.get(correlation_id)
+
+    def _on_produce_response(self, response: ProduceResponse, sender: Any, now_ns: int) -> list[Effect]:
+        pending = self._in_flight_to(response.correlation_id, sender)
         if pending is None:
-            return []  # answer to a request we already gave up on
+            return []  # answer to a request we already gave up on, or not from where it went
         code = response.error
         if code == ErrorCode.NONE:
             unconfirmed = self._unconfirmed(response, pending)
@@ -235,10 +242,10 @@ class ProducerClient:
                     f"this batch's {pending.record_count} records")
         return ""
 
-    def _on_error_response(self, response: ErrorResponse, now_ns: int) -> list[Effect]:
+    def _on_error_response(self, response: ErrorResponse, sender: Any, now_ns: int) -> list[Effect]:
         if self.controllers.take(response):
             return self._ask_controller_again(response.correlation_id)
-        pending = self.in_flight.get(response.correlation_id)
+        pending = self._in_flight_to(response.correlation_id, sender)
         if pending is None:
             return []
         return self._retry_or_fail(pending, response.error, response.error_message, now_ns)

@@ -17,11 +17,11 @@ import zmq
 
 from actors.actor import MS
 from actors.effects import Send
-from actors.errors import RailmqError
+from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
-    ConsumerAssignment, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
-    MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest,
+    ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest,
     ProduceResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from railmq.producer import Producer
@@ -380,3 +380,53 @@ def test_a_leader_endpoint_that_is_no_address_is_dropped_and_counted_not_fatal(e
     finally:
         runtime.close()
         context.destroy(linger=0)
+
+
+# ---------------------------------------------------------------------------- who answers
+
+
+OTHER_SERVER = "tcp://127.0.0.1:9/someone-else"
+
+
+def test_a_fetch_answer_from_a_server_the_fetch_did_not_go_to_is_ignored():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+    forged = FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                           high_watermark=100, records=stamped(10, 5))
+
+    stage.harness.deliver("consumer", forged, OTHER_SERVER)
+
+    assert stage.notified("records") == []
+    answer(stage, request, stamped(10, 2))  # the real leader's answer is still taken
+    assert delivered_offsets(stage, 10) == [10, 11]
+
+
+def test_a_list_offsets_answer_or_error_from_elsewhere_is_ignored():
+    stage = ConsumerStage()
+    stage.command("assign", partitions=[("orders", 0)])
+    stage.metadata()
+    request = stage.pending_reset()
+
+    stage.harness.deliver("consumer", ListOffsetsResponse(correlation_id=request.correlation_id, topic="orders",
+                                                          partition=0, offset=99), OTHER_SERVER)
+    stage.harness.deliver("consumer", ErrorResponse(correlation_id=request.correlation_id,
+                                                    error=ErrorCode.NOT_LEADER), OTHER_SERVER)
+
+    assert stage.notified("position") == []
+    stage.answer_reset(7)
+    assert [payload[3] for payload in stage.notified("position")] == [7]
+
+
+def test_a_produce_answer_from_a_server_the_batch_did_not_go_to_acknowledges_nothing():
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+    forged = ProduceResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                             base_offset=0, last_offset=2)
+
+    stage.harness.deliver("producer", forged, OTHER_SERVER)
+    stage.harness.deliver("producer", ErrorResponse(correlation_id=request.correlation_id,
+                                                    error=ErrorCode.INVALID_REQUEST), OTHER_SERVER)
+
+    assert stage.done() == []
+    produce_answer(stage, request, base_offset=50, last_offset=52)
+    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [(1, 50, None)]
