@@ -108,7 +108,9 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
     """(actor, storage fault hook) for a spec. Raises RefusedToStart when the directory is not
     this actor's to use."""
     from storage.directory import DirectoryInUse, DirectoryLock
+    from storage.errors import CorruptState
     from storage.fs import OsFileSystem
+    from storage.raft_records import CorruptRaftLog, CorruptRaftSnapshot
 
     fs = OsFileSystem()
     directory = actor_directory(spec)
@@ -116,6 +118,16 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         _LOCKS.append(DirectoryLock(directory).acquire())  # held until the process exits
     except DirectoryInUse as error:
         raise RefusedToStart(str(error)) from None
+    try:
+        return _build_kind(spec, fs, directory, endpoint, incarnation)
+    except (CorruptState, CorruptRaftLog, CorruptRaftSnapshot) as error:
+        # Damage found on open is not a crash to retry at once: the file is left as it is, and the
+        # actor stays down (retried ever more slowly) until an operator restores or removes it.
+        raise RefusedToStart(f"{spec.name}: its durable state is damaged ({error}); the file is left as it is "
+                             "(docs/operations.md, \"Storage faults\")") from None
+
+
+def _build_kind(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> tuple[Any, Any]:
     if spec.kind == "coordinator":
         return _build_coordinator(spec, fs, directory, incarnation), StorageFaults(fs)
     if spec.kind == "controller":

@@ -81,3 +81,54 @@ def test_a_second_owner_of_a_held_directory_is_refused_naming_the_holder(tmp_pat
     second = DirectoryLock(directory).acquire()  # released: free at once, no stale lock
     assert second.held
     second.release()
+
+
+# ---------------------------------------------------------------------------- what an actor does with it
+
+
+@pytest.fixture
+def actor_locks():
+    """build_actor keeps each directory lock for the life of the process; a test gives them back."""
+    from transport import actor_main
+
+    held = len(actor_main._LOCKS)
+    yield
+    while len(actor_main._LOCKS) > held:
+        actor_main._LOCKS.pop().release()
+
+
+def zero_file(path: str) -> None:
+    size = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        handle.write(bytes(size))
+
+
+def test_a_group_coordinator_whose_state_is_zeroed_refuses_to_start_naming_the_file(tmp_path, actor_locks):
+    from storage.state import DurableState
+    from transport.actor_main import ActorSpec, RefusedToStart, build_actor
+
+    spec = ActorSpec(kind="group-coordinator", name="group-coordinator", cluster_id="c1", data_dir=str(tmp_path))
+    path = str(tmp_path / "group-coordinator" / "groups.state")
+    state = DurableState.open(path)
+    state.put("offset/payments/orders/0", 41)
+    state.close()
+    zero_file(path)  # a block of zeros where the journal was: it must not come back as no offsets
+    with pytest.raises(RefusedToStart, match="groups.state"):
+        build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+
+
+def test_a_controller_whose_raft_log_is_damaged_refuses_to_start_naming_the_file(tmp_path, actor_locks):
+    from storage.raft_log import RaftEntry, RaftLog
+    from transport.actor_main import ActorSpec, RefusedToStart, build_actor, controller_directory
+
+    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1], voters={1: "tcp://127.0.0.1:1"})
+    raft = os.path.join(controller_directory(str(tmp_path), 1), "raft")
+    log = RaftLog.open(raft)
+    log.set_hard_state(3, 1)
+    log.append([RaftEntry(index=1, term=3, data=b"topic")])
+    log.flush()
+    log.close()
+    zero_file(os.path.join(raft, "raft.log"))
+    with pytest.raises(RefusedToStart, match="raft.log"):
+        build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
