@@ -107,6 +107,7 @@ class StorageFaults:
 def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, Any]:
     """(actor, storage fault hook) for a spec. Raises RefusedToStart when the directory is not
     this actor's to use."""
+    from actors.replicated_state import BadCommand
     from storage.directory import DirectoryInUse, DirectoryLock
     from storage.errors import CorruptState
     from storage.fs import OsFileSystem
@@ -120,7 +121,7 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         raise RefusedToStart(str(error)) from None
     try:
         return _build_kind(spec, fs, directory, endpoint, incarnation)
-    except (CorruptState, CorruptRaftLog, CorruptRaftSnapshot) as error:
+    except (CorruptState, CorruptRaftLog, CorruptRaftSnapshot, BadCommand) as error:
         # Damage found on open is not a crash to retry at once: the file is left as it is, and the
         # actor stays down (retried ever more slowly) until an operator restores or removes it.
         raise RefusedToStart(f"{spec.name}: its durable state is damaged ({error}); the file is left as it is "

@@ -132,3 +132,18 @@ def test_a_controller_whose_raft_log_is_damaged_refuses_to_start_naming_the_file
     zero_file(os.path.join(raft, "raft.log"))
     with pytest.raises(RefusedToStart, match="raft.log"):
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+
+
+def test_a_controller_whose_snapshot_holds_no_map_refuses_to_start(tmp_path, actor_locks):
+    from storage.raft_log import RaftEntry, RaftLog, SnapshotMeta
+    from transport.actor_main import ActorSpec, RefusedToStart, build_actor, controller_directory
+
+    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1], voters={1: "tcp://127.0.0.1:1"})
+    log = RaftLog.open(os.path.join(controller_directory(str(tmp_path), 1), "raft"))
+    log.append([RaftEntry(index=1, term=1)])
+    log.set_commit(1)
+    log.save_snapshot(SnapshotMeta(index=1, term=1, voters=[1]), b"\x93\x01\x02\x03", keep_from=2)  # a list
+    log.close()
+    with pytest.raises(RefusedToStart, match="snapshot is a map"):
+        build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
