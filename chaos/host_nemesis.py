@@ -1,12 +1,15 @@
 """The nemesis of a cluster across hosts (chaos/netns.py): a machine's faults, not a process's.
 
-Steps name a host (`role` "node", `node` n) and one of three actions, each undone by `perform`
+Steps name a host (`role` "node", `node` n) and one of four actions, each undone by `perform`
 itself after the step's duration (or early when `abort` is set):
 
 - `isolate`: the host's link goes down — a partition between it and every other host and
   every client; its processes keep running, cut off, and must not acknowledge what the others
   do not hold;
-- `slow-link`: delay and loss on the host's link (`tc netem`, or a slow token bucket on a kernel
+- `split`: what passes between the host and the hosts of `side` is dropped (one way, from the
+  host to them, when `one_way`), while each still reaches every other host and the clients — a
+  partial partition, which a quorum and an ISR must ride out without a second leader;
+- `slow-link`: delay and loss on the host's link (`tc netem`, or a slow link on a kernel
   without netem: the fault line says which);
 - `kill`: every process of the host killed at once (the node process, its voters, its
   replicas), then `railmq node` started again on the same data directory — a machine that
@@ -25,7 +28,7 @@ from chaos.nemesis import FaultLog, StepSkipped, Victim
 from chaos.netns import NamespaceHosts
 from chaos.scenarios import FaultStep
 
-HOST_ACTIONS = ("isolate", "slow-link", "kill")
+HOST_ACTIONS = ("isolate", "split", "slow-link", "kill")
 
 
 class HostNemesis:
@@ -54,6 +57,18 @@ class HostNemesis:
         self.hosts.reconnect(victim.node)
         self.log.fault("isolate", victim, "stop", index)
 
+    def _do_split(self, step: FaultStep, index: int, victim: Victim) -> None:
+        others = [node for node in step.side if node in self.hosts.hosts and node != victim.node]
+        if not others:
+            raise StepSkipped(f"a split of host {victim.node} names no other host: {step.side}")
+        for other in others:
+            self.hosts.cut_between(victim.node, other, one_way=step.one_way)
+        self.log.fault("split", victim, "start", index, side=others, one_way=step.one_way)
+        self.abort.wait(step.duration_s)
+        for other in others:
+            self.hosts.mend_between(victim.node, other)
+        self.log.fault("split", victim, "stop", index)
+
     def _do_slow_link(self, step: FaultStep, index: int, victim: Victim) -> None:
         applied = self.hosts.degrade(victim.node, step.delay_ms or 30, round(step.drop_probability * 100, 1))
         self.log.fault("slow-link", victim, "start", index, applied=applied)
@@ -76,6 +91,8 @@ class HostNemesis:
         problems: list[str] = []
         for node in sorted(self.hosts.cut_off):
             self.hosts.reconnect(node)
+        for first, second in sorted(self.hosts.cut_pairs):
+            self.hosts.mend_between(first, second)
         for node in sorted(self.hosts.degraded):
             self.hosts.restore(node)
         for node in self.hosts.nodes:

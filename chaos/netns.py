@@ -6,10 +6,18 @@ TCP at their advertised addresses, as separate machines do. Node n is 10.231.<x>
 namespace .254; names carry a random tag so runs never meet each other's links.
 
 The faults are a network's and a machine's: `cut` takes a host's link down (no packet in or
-out: a partition between it and everyone else), `degrade` delays and drops its packets (`tc
-netem`; a kernel without netem gets a slow token bucket instead, and the sentence says so),
-`kill_node` kills every process of the host at once (the node process and its actors share one
-session) and `start_node` brings it back on its own data directory.
+out: a partition between it and everyone else), `cut_between` drops what passes between two
+hosts only, both ways or one way (a partial partition: each still reaches the others and the
+clients), `degrade` delays and drops its packets (`tc netem`; a kernel without netem gets a
+slow link instead, and the sentence says so), `kill_node` kills every process of the host at
+once (the node process and its actors share one session) and `start_node` brings it back on its
+own data directory.
+
+The drops between two hosts need neither nftables nor iptables, nor the `tc` actions that a
+small kernel leaves out: each host's link gets an HTB qdisc whose default class passes
+everything, plus a class whose only queue holds nothing (`pfifo limit 0`: every packet put in it
+is dropped); one `u32` filter per cut destination address sends that host's packets there. The
+delay and loss of `degrade` sit under the default class, so both faults can hold at once.
 
 It needs root and a kernel that allows namespaces: `unavailable()` says why not, and
 `HostsUnavailable` carries that sentence. Everything it makes — namespaces, links, processes —
@@ -36,6 +44,7 @@ DEFAULT_PORT = 7411
 COMMAND_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 20
 QUORUM_TIMEOUT_S = 60
+PASS_RATE = "10gbit"  # the link's default class: no limit a test could reach
 
 
 class HostsUnavailable(RuntimeError):
@@ -89,8 +98,10 @@ class NamespaceHosts:
         self.limits = limits
         self.processes: dict[int, subprocess.Popen] = {}
         self.made: list[tuple[str, str]] = []
-        self.degraded: set[int] = set()
+        self.degraded: dict[int, str] = {}  # host -> "netem" or "rate": what restore undoes
         self.cut_off: set[int] = set()
+        self.cut_pairs: set[tuple[int, int]] = set()  # (from, to): packets from one host to the other dropped
+        self.shaped: set[int] = set()  # hosts whose link has the HTB root below
         self.cluster_id = ""
 
     def namespace(self, node: int) -> str:
@@ -144,21 +155,68 @@ class NamespaceHosts:
         self.run_in(node, "ip", "link", "set", "eth0", "up")
         self.cut_off.discard(node)
 
+    def cut_between(self, first: int, second: int, *, one_way: bool = False) -> None:
+        """Drop every packet from host `first` to host `second` (and back, unless `one_way`);
+        both keep reaching every other host and the clients."""
+        for source, destination in ((first, second),) if one_way else ((first, second), (second, first)):
+            if (source, destination) in self.cut_pairs:
+                continue
+            self._shape(source)
+            self.run_in(source, "tc", "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
+                        "prio", str(destination), "u32", "match", "ip", "dst", f"{self.address(destination)}/32",
+                        "flowid", "1:2")
+            self.cut_pairs.add((source, destination))
+
+    def mend_between(self, first: int, second: int) -> None:
+        """Undo `cut_between` of the two hosts, in both directions."""
+        for source, destination in ((first, second), (second, first)):
+            if (source, destination) in self.cut_pairs:
+                self.run_in(source, "tc", "filter", "del", "dev", "eth0", "parent", "1:", "prio", str(destination))
+                self.cut_pairs.discard((source, destination))
+                self._unshape_if_unused(source)
+
     def degrade(self, node: int, delay_ms: int = 30, loss_percent: float = 5.0) -> str:
         """Delay and loss on the host's link (`tc netem`); on a kernel without netem, a slow link
-        (a 2 mbit/s token bucket) instead. Returns what was applied."""
-        netem = self.run_in(node, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", f"{delay_ms}ms",
-                            "loss", f"{loss_percent}%", check=False)
-        self.degraded.add(node)
+        (the default class held to 2 mbit/s) instead. Returns what was applied."""
+        self._shape(node)
+        netem = self.run_in(node, "tc", "qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "netem",
+                            "delay", f"{delay_ms}ms", "loss", f"{loss_percent}%", check=False)
         if netem.returncode == 0:
+            self.degraded[node] = "netem"
             return f"netem: {delay_ms} ms delay, {loss_percent}% loss"
-        self.run_in(node, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "2mbit", "burst", "32kbit",
-                    "latency", "100ms")
-        return f"tbf: 2 mbit/s (netem is not in this kernel: {netem.stderr.strip()})"
+        self._pass_rate(node, "2mbit")
+        self.degraded[node] = "rate"
+        return f"2 mbit/s (netem is not in this kernel: {netem.stderr.strip()})"
 
     def restore(self, node: int) -> None:
-        self.run_in(node, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
-        self.degraded.discard(node)
+        how = self.degraded.pop(node, "")
+        if how == "netem":
+            self.run_in(node, "tc", "qdisc", "del", "dev", "eth0", "parent", "1:1", "handle", "10:", check=False)
+        elif how == "rate":
+            self._pass_rate(node, PASS_RATE)
+        self._unshape_if_unused(node)
+
+    def _shape(self, node: int) -> None:
+        """The host's link through an HTB root: class 1:1 passes (the default), class 1:2 drops."""
+        if node in self.shaped:
+            return
+        tc = ("tc", "qdisc", "add", "dev", "eth0")
+        self.run_in(node, *tc, "root", "handle", "1:", "htb", "default", "1")
+        self.shaped.add(node)
+        self._pass_rate(node, PASS_RATE, command="add")
+        self.run_in(node, "tc", "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb",
+                    "rate", "8bit", "quantum", "1514")
+        self.run_in(node, *tc, "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
+
+    def _pass_rate(self, node: int, rate: str, command: str = "change") -> None:
+        self.run_in(node, "tc", "class", command, "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
+                    "rate", rate, "quantum", "60000")
+
+    def _unshape_if_unused(self, node: int) -> None:
+        if node in self.shaped and node not in self.degraded and not any(
+                source == node for source, _ in self.cut_pairs):
+            self.run_in(node, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+            self.shaped.discard(node)
 
     # ------------------------------------------------------------------ processes
 

@@ -61,6 +61,7 @@ class FaultStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     delay_ms: int = 0  # slow-link
     drop_probability: float = 0.0  # slow-link
     side: list[int] = []  # split: the nodes on one side (the coordinators stay with the other)
+    one_way: bool = False  # a host split: only what goes from `node` to `side` is dropped
 
     @property
     def end_s(self) -> float:
@@ -291,17 +292,23 @@ def rolling_restart_schedule(rng: random.Random, shape: WorkloadShape, duration_
 
 def host_faults_schedule(rng: random.Random, shape: WorkloadShape, duration_s: float) -> list[FaultStep]:
     """Across hosts, in turn: a host cut off (its link down past the session timeout), every
-    process of a host killed and started again a moment later, delay and loss on a host's link;
-    a random host each time. The order is fixed so even a short run partitions and kills."""
+    process of a host killed and started again a moment later, a host cut off from one other
+    host only (both ways, or one way, past the session timeout: a partial partition), delay and
+    loss on a host's link; random hosts each time. The order is fixed so even a short run
+    partitions and kills."""
     position = [0]
 
     def next_fault(rng: random.Random, shape: WorkloadShape, at_s: float) -> list[FaultStep]:
-        action = ("isolate", "kill", "slow-link")[position[0] % 3]
+        action = ("isolate", "kill", "split", "slow-link")[position[0] % 4]
         position[0] += 1
         node = rng.randrange(1, shape.nodes + 1)
         if action == "isolate":
             return [FaultStep(at_s=at_s, action=action, role="node", node=node,
                               duration_s=_lasting(rng, PAST_SESSION_S))]
+        if action == "split":
+            other = rng.choice([peer for peer in range(1, shape.nodes + 1) if peer != node])
+            return [FaultStep(at_s=at_s, action=action, role="node", node=node, side=[other],
+                              one_way=rng.random() < 0.5, duration_s=_lasting(rng, PAST_SESSION_S))]
         if action == "kill":  # down this long, then `railmq node` starts again
             return [FaultStep(at_s=at_s, action=action, role="node", node=node, duration_s=_lasting(rng, (1.0, 2.0)))]
         return [FaultStep(at_s=at_s, action=action, role="node", node=node, duration_s=_lasting(rng, (2.0, 3.0)),
@@ -375,7 +382,7 @@ _SAFE = [
              _single(lose_node, gap_s=(4.0, 5.0))),
     Scenario("mixed", "a random rotation of every nemesis, with quiet periods", mixed_schedule),
     Scenario("multi-host", "three hosts (network namespaces): a host cut off, a host's processes killed, "
-             "a lossy link", host_faults_schedule, over_hosts=True),
+             "two hosts cut from each other, a lossy link", host_faults_schedule, over_hosts=True),
 ]
 _TEACHING = [
     Scenario("acks1-leader-kill", "acks=1: the leader dies with writes its followers never fetched",

@@ -18,9 +18,10 @@ class Machines:
     """What NamespaceHosts offers the nemesis, recording every call."""
 
     def __init__(self) -> None:
-        self.nodes = (1, 2, 3)
+        self.nodes = self.hosts = (1, 2, 3)
         self.calls: list[tuple] = []
         self.cut_off: set[int] = set()
+        self.cut_pairs: set[tuple[int, int]] = set()
         self.degraded: set[int] = set()
         self.processes = {node: object() for node in self.nodes}
 
@@ -34,6 +35,14 @@ class Machines:
     def reconnect(self, node: int) -> None:
         self.calls.append(("reconnect", node))
         self.cut_off.discard(node)
+
+    def cut_between(self, first: int, second: int, *, one_way: bool = False) -> None:
+        self.calls.append(("cut_between", first, second, one_way))
+        self.cut_pairs |= {(first, second)} if one_way else {(first, second), (second, first)}
+
+    def mend_between(self, first: int, second: int) -> None:
+        self.calls.append(("mend_between", first, second))
+        self.cut_pairs -= {(first, second), (second, first)}
 
     def degrade(self, node: int, delay_ms: int, loss_percent: float) -> str:
         self.calls.append(("degrade", node, delay_ms, loss_percent))
@@ -85,6 +94,26 @@ def test_a_killed_host_is_started_again_and_a_lossy_link_restored(tmp_path):
     assert recorded[2]["applied"] == "netem: 30 ms delay, 5.0% loss"
 
 
+def test_a_split_cuts_the_host_from_its_side_only_and_mends_it_after_its_duration(tmp_path):
+    made, machines, lines = nemesis(tmp_path)
+    made.perform(FaultStep(at_s=0, action="split", role="node", node=1, side=[3], one_way=True, duration_s=0.01), 0)
+    made.perform(FaultStep(at_s=1, action="split", role="node", node=2, side=[1, 3], duration_s=0.01), 1)
+    assert machines.calls == [("cut_between", 1, 3, True), ("mend_between", 1, 3),
+                              ("cut_between", 2, 1, False), ("cut_between", 2, 3, False),
+                              ("mend_between", 2, 1), ("mend_between", 2, 3)]
+    assert not machines.cut_pairs
+    recorded = lines()
+    assert [(line["nemesis"], line["phase"], line.get("side"), line.get("one_way")) for line in recorded] == [
+        ("split", "start", [3], True), ("split", "stop", None, None),
+        ("split", "start", [1, 3], False), ("split", "stop", None, None)]
+
+
+def test_a_split_naming_no_other_host_is_skipped(tmp_path):
+    made, machines, lines = nemesis(tmp_path)
+    made.perform(FaultStep(at_s=0, action="split", role="node", node=2, side=[2, 9], duration_s=1), 0)
+    assert machines.calls == [] and [line["type"] for line in lines()] == ["note"]
+
+
 def test_a_step_that_is_not_a_host_fault_is_skipped_with_a_note(tmp_path):
     made, machines, lines = nemesis(tmp_path)
     made.perform(FaultStep(at_s=0, action="kill", role="leader", partition=0), 0)
@@ -98,9 +127,11 @@ def test_heal_undoes_what_an_aborted_run_left_and_restarts_a_host_still_down(tmp
     machines.cut(1)
     machines.degrade(2, 30, 5.0)
     machines.kill_node(3)
+    machines.cut_between(2, 3, one_way=True)
     machines.calls.clear()
     made.heal()
-    assert sorted(machines.calls) == [("reconnect", 1), ("restore", 2), ("start", 3)]
+    assert sorted(machines.calls) == [("mend_between", 2, 3), ("reconnect", 1), ("restore", 2), ("start", 3)]
+    assert not machines.cut_pairs
     healed = lines()[-1]
     assert healed["type"] == "heal" and "host 3 was still down" in healed["problems"][0]
 

@@ -440,14 +440,19 @@ def test_a_multi_host_run_where_namespaces_cannot_be_made_is_refused_with_the_re
     assert "multi-host" in error and "network namespaces need root" in error
 
 
-def test_the_multi_host_schedule_partitions_then_kills_a_host_even_in_a_short_run():
-    for seed in range(1, 6):
+def test_the_multi_host_schedule_partitions_kills_and_splits_two_hosts_even_in_a_short_run():
+    one_way = set()
+    for seed in range(1, 9):
         steps = get_scenario("multi-host").schedule(random.Random(seed), SMOKE_DURATION_S)
-        assert [step.action for step in steps][:2] == ["isolate", "kill"], steps
+        assert [step.action for step in steps][:3] == ["isolate", "kill", "split"], steps
         assert all(step.role == "node" and 1 <= step.node <= 3 and step.duration_s > 0 for step in steps)
-        cut = steps[0]
+        cut, split = steps[0], steps[2]
         session_s = max(CHAOS_LIMITS.node_session_timeout_ms, CHAOS_LIMITS.replica_session_timeout_ms) / 1000
         assert cut.duration_s > session_s, "the host is cut off for longer than a session"
+        assert split.duration_s > session_s and len(split.side) == 1 and split.side[0] != split.node
+        assert 1 <= split.side[0] <= 3
+        one_way.add(split.one_way)
+    assert one_way == {True, False}, "both kinds of split are drawn"
 
 
 def test_railmq_chaos_check_is_the_history_checker(tmp_path, capsys):

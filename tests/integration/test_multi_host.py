@@ -5,7 +5,8 @@ namespace, where this test and its clients run), so the nodes reach each other o
 their advertised addresses, as on separate machines. The story: a topic at RF 3 (min in-sync 2)
 under a steady acks=all load, while the network between the hosts misbehaves — `tc netem` delay
 and loss on one host's link, a host cut off entirely (its link down, longer than an election),
-and every process of a host killed and started again — while a fourth host runs a clone of node 2
+two hosts cut off from each other only (both still reach the third and the clients), one host's
+packets to another dropped one way, and every process of a host killed and started again — while a fourth host runs a clone of node 2
 (its directory copied, started as node 2: a cloned machine), whose Raft messages the real voters
 drop (they come from another address than node 2's) and whose node agent is refused. At the end
 every acknowledged write is there, the topic is intact, its replicas are back in sync, and no term
@@ -102,6 +103,17 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
         hosts.cut(3)  # host 3 cut off from every other host
         time.sleep(4)
         hosts.reconnect(3)
+
+        # A partial partition: hosts 1 and 2 cannot reach each other, each still reaches host 3
+        # and the clients. Whoever leads must go on with host 3, and nobody may lead twice.
+        hosts.cut_between(1, 2)
+        before_split = len(load.acked)
+        wait_for(lambda: len(load.acked) > before_split + 100, 60, "writes acknowledged while hosts 1 and 2 are split")
+        time.sleep(2)
+        hosts.mend_between(1, 2)
+        hosts.cut_between(3, 1, one_way=True)  # host 3's packets to host 1 lost, host 1's arrive
+        time.sleep(3)
+        hosts.mend_between(3, 1)
 
         before_kill = len(load.acked)
         hosts.kill_node(1)  # every process of host 1, at once
