@@ -312,8 +312,9 @@ class RaftLog:
         self._check_open()
         if not self._dirty and self._commit == self._flushed_commit:
             return
-        self._sequence += 1
-        slot = encode_slot(self._current_slot(self._handle.size))
+        # The sequence moves only once both slots hold it: a flush refused half way (a full disk)
+        # and tried again must leave A at most one ahead of B, the only disagreement open accepts.
+        slot = encode_slot(self._current_slot(self._handle.size)._replace(sequence=self._sequence + 1))
         try:
             self._handle.write_at(0, slot)
             self._handle.sync()
@@ -322,6 +323,7 @@ class RaftLog:
         except FsyncFailed:
             self._closed_reason = "an fsync failed; the raft log must be reopened (crash recovery)"
             raise
+        self._sequence += 1
         self._dirty = False
         self._flushed_commit = self._commit
 

@@ -492,6 +492,29 @@ def test_a_full_disk_during_a_snapshots_journal_rewrite_closes_the_log_and_loses
     still_acknowledges(fs)
 
 
+@pytest.mark.parametrize("room_bytes", [0, SLOT_BYTES], ids=["slot-a-refused", "slot-b-refused"])
+def test_a_flush_refused_by_a_full_disk_then_retried_and_cut_at_any_sync_reopens(room_bytes):
+    for failing in range(3):
+        fs = MemoryFileSystem()
+        log = open_raft(fs)
+        log.set_hard_state(1, 1)
+        log.append(raft_entries(1, [1]))
+        log.flush()
+        log.set_hard_state(2, 2)
+        fs.faults.set_write_quota(room_bytes)
+        with pytest.raises(StorageFull):
+            log.flush()
+        fs.faults.set_write_quota(None)
+        fail_sync_number(fs, failing)  # the retry is cut at its first, second or no sync
+        try:
+            log.flush()
+        except StorageError:
+            pass
+        fs.crash()
+        del fs.faults.take_fsync_failure
+        assert tuple(open_raft(fs).hard_state)[:2] in ((1, 1), (2, 2)), f"room {room_bytes}, sync {failing}"
+
+
 def test_raft_files_replaced_by_directories_are_refused_by_name(tmp_path):
     directory = tmp_path / "controller" / "raft"
     log = RaftLog.open(str(directory), fs=OsFileSystem())
