@@ -201,7 +201,7 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
     from actors.coordinator import Coordinator
 
     raft_directory = os.path.join(directory, "raft")
-    empty = not os.path.isdir(raft_directory) or not os.listdir(raft_directory)
+    empty = voter_log_missing(raft_directory)
     bootstrap: list[tuple[str, Any]] = []
     if empty and not quorum_formed(spec, directory):  # checked before anything is written
         bootstrap = _first_metadata(spec, fs)
@@ -216,6 +216,15 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
     return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
                       pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
                       on_rejoined=rejoined)
+
+
+def voter_log_missing(raft_directory: str) -> bool:
+    """Whether a voter has no raft journal (new, or its disk was lost). Decided by the journal's
+    name, not by an empty directory: a leftover temporary file beside a lost journal must not
+    make a wiped voter look like one that still holds its vote."""
+    from storage.raft_records import LOG_NAME
+
+    return not os.path.exists(os.path.join(raft_directory, LOG_NAME))
 
 
 def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> tuple[Any, bool, Any]:
@@ -282,7 +291,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     from storage.state import DurableState
 
     raft_directory = os.path.join(directory, "raft")
-    empty = not os.path.isdir(raft_directory) or not os.listdir(raft_directory)
+    empty = voter_log_missing(raft_directory)
     bootstrap: list[tuple[str, Any]] = []
     legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
     if empty and not quorum_formed(spec, directory) and os.path.exists(legacy):

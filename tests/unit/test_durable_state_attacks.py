@@ -147,3 +147,20 @@ def test_a_controller_whose_snapshot_holds_no_map_refuses_to_start(tmp_path, act
     log.close()
     with pytest.raises(RefusedToStart, match="snapshot is a map"):
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+
+
+@pytest.mark.parametrize("leftover", ["raft.log.tmp", "raft.snapshot.tmp", "notes.txt"])
+def test_a_voter_whose_journal_is_lost_beside_a_leftover_file_still_waits_to_be_caught_up(
+        tmp_path, actor_locks, leftover):
+    from transport.actor_main import REJOINING_MARK, ActorSpec, build_actor, controller_directory
+
+    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1, 2, 3], voters={1: "tcp://127.0.0.1:1", 2: "tcp://127.0.0.1:2", 3: "tcp://127.0.0.1:3"},
+                     quorum_formed=True)
+    directory = controller_directory(str(tmp_path), 1)
+    os.makedirs(os.path.join(directory, "raft"))
+    with open(os.path.join(directory, "raft", leftover), "wb") as handle:
+        handle.write(b"half of a rewrite the crash interrupted")
+    actor, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+    assert actor.raft.rejoining, "a voter that lost its vote must not vote until a leader caught it up"
+    assert os.path.exists(os.path.join(directory, REJOINING_MARK))
