@@ -9,7 +9,8 @@ Invariants: epochs strictly increase along the list; start offsets never decreas
 in the log at or past an entry's start (and before the next entry's) carries that entry's epoch,
 which is what lets recovery detect a flipped epoch field (the field is outside the batch CRC).
 The file is replaced atomically (write temporary, fsync, rename, fsync directory) on change;
-it carries its own CRC, and a file that fails it is reported and rebuilt from the batches.
+it carries its own CRC, and a file that fails it, or whose entries break these invariants, is
+reported and rebuilt from the batches.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ class LeaderEpochCache:
             entries = _decoder.decode(data[_CRC.size:])
         except msgspec.DecodeError as error:
             raise EpochCheckpointCorrupt(f"{path}: {error}") from None
-        return cls(fs, path, [(int(epoch), int(start)) for epoch, start in entries])
+        entries = [(int(epoch), int(start)) for epoch, start in entries]
+        problem = _broken_invariant(entries)
+        if problem is not None:  # a CRC is no proof the writer was right: judge the content too
+            raise EpochCheckpointCorrupt(f"{path}: {problem}")
+        return cls(fs, path, entries)
 
     def persist(self) -> None:
         payload = msgspec.msgpack.encode(self.entries)
@@ -130,3 +135,15 @@ class LeaderEpochCache:
 
     def clear(self) -> bool:
         return self._set([])
+
+
+def _broken_invariant(entries: list[tuple[int, int]]) -> str | None:
+    """Why `entries` cannot have been written by this cache (see the module's invariants), or None.
+    Trusting such a file would refuse good batches as carrying the "wrong" epoch."""
+    for slot, (epoch, start) in enumerate(entries):
+        if epoch < 0 or start < 0:
+            return f"entry {slot} is ({epoch}, {start}): epochs and offsets are never negative"
+        if slot and not (epoch > entries[slot - 1][0] and start >= entries[slot - 1][1]):
+            return (f"entry {slot} ({epoch}, {start}) does not follow {entries[slot - 1]}: epochs strictly "
+                    "increase and start offsets never decrease")
+    return None

@@ -593,6 +593,21 @@ def test_a_leader_epoch_checkpoint_cut_or_flipped_anywhere_is_rebuilt_from_the_b
         assert LeaderEpochCache.load(twin, path).entries == entries, f"epochs damaged at {where}"
 
 
+@pytest.mark.parametrize("forged", [[(5, 0), (3, 10)], [(1, 10), (2, 5)], [(1, 0), (1, 3)], [(-4, 0)], [(1, -7)]],
+                         ids=["epoch-goes-back", "start-goes-back", "epoch-repeats", "negative-epoch", "negative-start"])
+def test_a_leader_epoch_checkpoint_whose_crc_checks_out_but_whose_entries_are_impossible_is_rebuilt(forged):
+    fs = MemoryFileSystem()
+    end = healthy_replica(fs)
+    path = f"{REPLICA_DIRECTORY}/{EPOCH_CHECKPOINT_NAME}"
+    entries = LeaderEpochCache.load(fs, path).entries
+    payload = msgspec.msgpack.encode(forged)
+    fs.set_content(path, zlib.crc32(payload).to_bytes(4, "little") + payload)
+    opened = open_replica(fs)
+    assert not opened.log.corrupt_ranges, "good batches refused on the word of an impossible checkpoint"
+    assert opened.log.log_end_offset == end and LeaderEpochCache.load(fs, path).entries == entries
+    assert any("leader-epoch checkpoint rebuilt" in problem for problem in opened.log.recovery.problems)
+
+
 @pytest.mark.parametrize("name", [META_NAME, HEALTH_NAME])
 def test_a_meta_or_health_file_cut_or_flipped_anywhere_is_refused_or_counted_as_damage(name):
     fs = MemoryFileSystem()
