@@ -40,6 +40,7 @@ from actors.messages import (
     OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
     ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
 )
+from storage.errors import CorruptState
 
 TICK_INTERVAL_MS = 50
 CLUSTER_ANSWERS = (MetadataResponse, ListOffsetsResponse, FetchResponse, ProduceResponse, InitProducerIdResponse,
@@ -70,14 +71,15 @@ class GroupCoordinator:
         self._load()
 
     def _load(self) -> None:
+        """Groups and committed offsets from the state. A record this coordinator cannot have
+        written (a bug, or a file from elsewhere) refuses the start with `CorruptState` naming its
+        key: skipping it would forget a commit, and the group would re-read or skip records."""
+        delay_ms = self.limits.group_initial_rebalance_delay_ms
         for key, value in self.state.items("group/"):
             group_id = key[len("group/"):]
-            self.groups[group_id] = ClassicGroup.from_record(group_id, value, self.limits.group_initial_rebalance_delay_ms)
+            self.groups[group_id] = _from_record(key, lambda: ClassicGroup.from_record(group_id, value, delay_ms))
         for key, value in self.state.items("offset/"):
-            group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
-            offset, metadata, timestamp = value
-            self.offsets.load(group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset,
-                                                    metadata=metadata, commit_timestamp_ms=timestamp))
+            self.offsets.load(*_from_record(key, lambda: _offset_from_record(key, value)))
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
@@ -362,3 +364,22 @@ class GroupCoordinator:
             self.state.delete(f"offset/{request.group_id}/{topic}/{partition}")
         self.state.delete(f"group/{request.group_id}")
         return [AfterFlush(self.state, (Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id)),))]
+
+
+def _from_record(key: str, build: Any) -> Any:
+    try:
+        return build()
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+        raise CorruptState(f"the group state's record {key[:200]!r} is malformed "
+                           f"({type(error).__name__}: {str(error)[:120]})") from None
+
+
+def _offset_from_record(key: str, value: Any) -> tuple[str, OffsetEntry]:
+    """(group id, entry) of an `offset/<group>/<topic>/<partition>` record `[offset, metadata, ms]`."""
+    group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
+    offset, metadata, timestamp = value
+    if not (partition.isdigit() and type(offset) is int and offset >= 0 and isinstance(metadata, str)
+            and type(timestamp) is int):
+        raise ValueError(f"not [offset >= 0, metadata, timestamp] for a numbered partition: {value!r:.80}")
+    return group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset, metadata=metadata,
+                                 commit_timestamp_ms=timestamp)

@@ -164,3 +164,48 @@ def test_a_voter_whose_journal_is_lost_beside_a_leftover_file_still_waits_to_be_
     actor, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
     assert actor.raft.rejoining, "a voter that lost its vote must not vote until a leader caught it up"
     assert os.path.exists(os.path.join(directory, REJOINING_MARK))
+
+
+# ---------------------------------------------------------------------------- what the group coordinator reads back
+
+
+def group_coordinator_on(state):
+    from actors.group_coordinator import GroupCoordinator
+
+    return GroupCoordinator(state=state, coordinator="coordinator", endpoint="tcp://127.0.0.1:1", incarnation=1)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("offset/payments/orders/0", 41),  # not [offset, metadata, timestamp]
+    ("offset/payments/orders/0", [41, "meta"]),
+    ("offset/payments/orders/0", ["41", "meta", 0]),
+    ("offset/payments/orders/0", [-3, "meta", 0]),
+    ("offset/payments/orders/0", [41, 7, 0]),
+    ("offset/payments/orders/zero", [41, "meta", 0]),
+    ("offset/payments-orders-0", [41, "meta", 0]),  # too few parts in the key
+    ("group/payments", {"members": []}),  # no generation
+    ("group/payments", [1, 2, 3]),
+    ("group/payments", {"generation": 2, "leader": "m1", "protocol": "range", "members": [["m1", None]]}),
+], ids=["number", "two-fields", "string-offset", "negative-offset", "number-metadata", "named-partition",
+        "short-key", "no-generation", "a-list", "short-member"])
+def test_a_group_state_record_the_coordinator_cannot_have_written_refuses_naming_its_key(key, value):
+    from storage.errors import CorruptState
+    from storage.memory import MemoryFileSystem
+    from storage.state import DurableState
+
+    state = DurableState.open("/group-coordinator/groups.state", fs=MemoryFileSystem())
+    state.put("offset/payments/orders/1", [7, "", 0])  # a good neighbour
+    state.put(key, value)
+    with pytest.raises(CorruptState, match=key.split("/")[0]):
+        group_coordinator_on(state)
+
+
+def test_well_formed_group_records_load_back(tmp_path):
+    from storage.state import DurableState
+
+    state = DurableState.open(str(tmp_path / "groups.state"))
+    state.put("offset/payments/orders/1", [7, "checkpoint", 1_000])
+    state.put("offset/payments/orders.v2/12", [0, "", 0])
+    coordinator = group_coordinator_on(state)
+    assert coordinator.offsets.get("payments")[("orders", 1)].offset == 7
+    assert coordinator.offsets.get("payments")[("orders.v2", 12)].metadata == ""
