@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
+from actors.client_metadata import checked_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -41,6 +42,7 @@ from actors.messages import (
     TimerFired, TopicMetadata,
 )
 from storage.batch import iter_batches
+from storage.errors import StorageError
 
 TICK_MS = 50
 RETRY_BACKOFF_MS = 100
@@ -150,9 +152,10 @@ class ShareMember:
                 return self._leave(now_ns) if self.state not in ("closed", "failed") else []
             case MetadataResponse() | ShareGroupHeartbeatResponse() | ShareAcquireResponse() | FetchResponse() | \
                     ShareAcknowledgeResponse() | ErrorResponse():
-                pending = self.pending.pop(message.correlation_id, None)
-                if pending is None:
-                    return []
+                pending = self.pending.get(message.correlation_id)
+                if pending is None or pending.endpoint != sender:
+                    return []  # not an answer to anything asked there (a server reusing a correlation id)
+                del self.pending[message.correlation_id]
                 effects = self._on_response(pending, message, now_ns)
             case _:
                 return [Trace("share-member-unexpected", {"message": type(message).__name__})]
@@ -221,9 +224,9 @@ class ShareMember:
                 self.controllers.rotate()
             return []
         self.controllers.learn(response.controller_endpoints)
-        for topic in response.topics:
-            if topic.error == ErrorCode.NONE:
-                self.topics[topic.name] = topic
+        for topic in map(checked_topic, response.topics):
+            if topic.error == ErrorCode.NONE and topic.name in self.subscription:
+                self.topics[topic.name] = topic  # only the subscribed ones: the map stays bounded
         endpoint = response.group_coordinator_endpoint
         if endpoint and self._reachable(endpoint, now_ns):
             self.coordinator = endpoint
@@ -285,6 +288,8 @@ class ShareMember:
         reader.to_fetch = []
 
     def _assign(self, partitions: list[tuple[str, int]]) -> None:
+        subscribed = set(self.subscription)
+        partitions = [(topic, partition) for topic, partition in partitions if topic in subscribed and partition >= 0]
         for key in [key for key in self.readers if key not in set(partitions)]:
             self._forget_reader_work(self.readers.pop(key))
             self.held.pop(key, None)
@@ -354,7 +359,13 @@ class ShareMember:
         reader = self.readers.get(key)
         if reader is None:
             return []
+        asked = reader.reserved
         reader.acquiring = reader.reserved = 0
+        refused = _acquired_refusal(response, key, asked) if response.error == ErrorCode.NONE else ""
+        if refused:
+            # Not what was asked: none of it is taken (the locks it names lapse at the coordinator).
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "reason": refused})]
         if response.error != ErrorCode.NONE:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             if response.error in MEMBERSHIP_TROUBLE:
@@ -374,7 +385,7 @@ class ShareMember:
             self._drop_unfetched(reader, reader.to_fetch)  # the locks expired before the bytes came
             return []
         metadata = self.topics.get(reader.topic)
-        if metadata is None or reader.partition >= len(metadata.partitions) or \
+        if metadata is None or not 0 <= reader.partition < len(metadata.partitions) or \
                 not self._reachable(metadata.partitions[reader.partition].leader_endpoint, now_ns) or \
                 not metadata.partitions[reader.partition].leader_endpoint:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
@@ -402,8 +413,12 @@ class ShareMember:
         if response.error != ErrorCode.NONE or misdirected:  # an answer for another partition: a stale endpoint
             return self._leader_trouble(reader, now_ns)
         end = reader.to_fetch[0].first_offset
-        for _, header in iter_batches(response.records, verify=False):
-            end = max(end, header.next_offset)
+        try:
+            for _, header in iter_batches(response.records, verify=False):
+                end = max(end, header.next_offset)
+        except StorageError as error:  # a batch header that does not parse: ask again, later, whoever leads
+            return [Trace("share-fetch-unreadable", {"topic": key[0], "partition": key[1], "reason": str(error)})] + \
+                self._leader_trouble(reader, now_ns)
         covered, rest = _split(reader.to_fetch, end)
         if not covered:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS  # a new leader's high watermark lags behind
@@ -423,7 +438,7 @@ class ShareMember:
     def _leader_trouble(self, reader: Reader, now_ns: int) -> list[Effect]:
         reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
         metadata = self.topics.get(reader.topic)
-        if metadata is not None and reader.partition < len(metadata.partitions):
+        if metadata is not None and 0 <= reader.partition < len(metadata.partitions):
             metadata.partitions[reader.partition].leader_endpoint = ""
         return self._request_metadata(now_ns, force=True)
 
@@ -534,6 +549,23 @@ class ShareMember:
                 correlation_id=correlation, error=ErrorCode.NOT_COORDINATOR if endpoint == self.coordinator
                 else ErrorCode.NOT_LEADER, error_message=f"{endpoint} disconnected"), now_ns)
         return effects
+
+
+def _acquired_refusal(response: ShareAcquireResponse, key: tuple[str, int], asked: int) -> str:
+    """Why an acquire answer is not what was asked ("" when it is): it must name the partition
+    asked about, and ranges in order, not overlapping, at offsets >= 0, holding at most the
+    `asked` records (the held map is bounded by what this member asks for)."""
+    if (response.topic, response.partition) != key:
+        return f"the answer names {response.topic}/{response.partition}, not {key[0]}/{key[1]}"
+    total, end = 0, 0
+    for acquired in response.acquired:
+        first, last = acquired.first_offset, acquired.last_offset
+        if first < end or last < first:
+            return f"the range {first}..{last} is backwards, below 0 or overlaps the one before"
+        total, end = total + last - first + 1, last + 1
+        if total > asked:
+            return f"the answer holds more than the {asked} records asked for"
+    return ""
 
 
 def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecords], list[AcquiredRecords]]:

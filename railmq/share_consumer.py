@@ -41,6 +41,7 @@ from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord
 from storage.batch import HEADER_SIZE, iter_batches
+from storage.errors import StorageError
 from transport.client_engine import ClientEngine
 
 ACKNOWLEDGE_KINDS = ("accept", "release", "reject")
@@ -70,19 +71,39 @@ def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[lis
     lowest, highest = min(counts), max(counts)
     view = memoryview(batches)
     out: list[ShareRecord] = []
-    for start, header in iter_batches(view, verify=check_crcs):
-        if header.is_control or header.last_offset < lowest or header.base_offset > highest:
-            continue
-        records = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
-        for index, record in enumerate(records):
-            count = counts.get(header.base_offset + index)
-            if count is None:
+    try:
+        for start, header in iter_batches(view, verify=check_crcs):
+            if header.is_control or header.last_offset < lowest or header.base_offset > highest:
                 continue
-            record.timestamp_ms += header.first_timestamp_ms
-            record.topic, record.partition, record.offset = topic, partition, header.base_offset + index
-            record.delivery_count, record.lock_deadline_ms = count, lock_deadline_ms
-            out.append(record)
+            records = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
+            if len(records) != header.record_count:
+                break  # its records cannot be placed at offsets: none of them, nor what follows
+            _place(out, records, header, counts, topic, partition, lock_deadline_ms)
+    except (StorageError, msgspec.DecodeError):
+        pass  # a batch that does not check out: what it and the batches after it hold is not delivered
+    # Records not delivered stay locked to this member until their locks lapse; then the group
+    # delivers them again (their delivery count grows, and a record that never reads right ends
+    # in the dead-letter topic).
+    out.sort(key=_offset_of)  # linear when already in order, as batches from an honest leader are
     return out
+
+
+def _offset_of(record: ShareRecord) -> int:
+    return record.offset
+
+
+def _place(out: list[ShareRecord], records: list, header: Any, counts: dict[int, int], topic: str, partition: int,
+           lock_deadline_ms: int) -> None:
+    """Give a batch's records their offsets and keep the acquired ones, each offset once (a
+    batch that overlaps an earlier one does not deliver its records twice)."""
+    for index, record in enumerate(records):
+        count = counts.pop(header.base_offset + index, None)
+        if count is None:
+            continue
+        record.timestamp_ms += header.first_timestamp_ms
+        record.topic, record.partition, record.offset = topic, partition, header.base_offset + index
+        record.delivery_count, record.lock_deadline_ms = count, lock_deadline_ms
+        out.append(record)
 
 
 class ShareConsumer(ClientShell):

@@ -20,15 +20,18 @@ from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
-    ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
+    AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
     ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest,
-    ProduceResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    ProduceResponse, ShareAcquireRequest, ShareAcquireResponse, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
+from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
-from storage.batch import encode_batch
+from railmq.share_consumer import decode_acquired
+from storage.batch import compute_crc, encode_batch, parse_header
 from transport.runtime import Runtime
-from tests.unit.actor_harness import only
+from tests.unit.actor_harness import Harness, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
 from tests.unit.test_consumer_member import GROUPS, Stage as MemberStage, assignment as consumer_assignment
@@ -430,3 +433,117 @@ def test_a_produce_answer_from_a_server_the_batch_did_not_go_to_acknowledges_not
     assert stage.done() == []
     produce_answer(stage, request, base_offset=50, last_offset=52)
     assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [(1, 50, None)]
+
+
+# ---------------------------------------------------------------------------- share groups
+
+
+SHARE_GROUPS, SHARE_LEADER = "tcp://127.0.0.1:5/groups", "tcp://127.0.0.1:6/orders/0"
+
+
+class ShareStage:
+    """One share member; the test is its cluster coordinator, group coordinator and leader."""
+
+    def __init__(self, partitions: list[tuple[str, int]] | None = None) -> None:
+        self.harness = Harness()
+        self.member = ShareMember(bootstrap="bootstrap", settings=ShareMemberSettings(
+            group_id="g", prefetch_records_max=100))
+        self.harness.add("member", self.member)
+        self.harness.deliver("member", ClientCommand(command="subscribe", arguments={"topics": ["orders"]}, token=1))
+        asked = self.harness.take("bootstrap", MetadataRequest)[-1]
+        self.harness.deliver("member", MetadataResponse(
+            correlation_id=asked.correlation_id, group_coordinator_endpoint=SHARE_GROUPS, topics=[TopicMetadata(
+                name="orders", partitions=[PartitionMetadata(partition=0, leader=1, leader_endpoint=SHARE_LEADER)])]),
+            "bootstrap")
+        beat = self.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)[-1]
+        self.harness.deliver("member", ShareGroupHeartbeatResponse(
+            correlation_id=beat.correlation_id, member_id="m1",
+            partitions=partitions if partitions is not None else [("orders", 0)]), SHARE_GROUPS)
+
+    def acquire_answer(self, *ranges: tuple[int, int], topic: str = "orders", partition: int = 0) -> list:
+        request = only(self.harness.take(SHARE_GROUPS, ShareAcquireRequest), ShareAcquireRequest)
+        return self.harness.deliver("member", ShareAcquireResponse(
+            correlation_id=request.correlation_id, topic=topic, partition=partition, lock_deadline_ms=10**12,
+            acquired=[AcquiredRecords(first_offset=first, last_offset=last, delivery_count=1)
+                      for first, last in ranges]), SHARE_GROUPS)
+
+    def fetch_answer(self, records: bytes, sender: str = SHARE_LEADER) -> list:
+        request = self.harness.received(SHARE_LEADER, FetchRequest)[-1]
+        return self.harness.deliver("member", FetchResponse(
+            correlation_id=request.correlation_id, topic="orders", partition=0, high_watermark=1_000,
+            records=records), sender)
+
+    def handed(self) -> list:
+        return [notice.payload for _, notice in self.harness.notified if notice.kind == "share-records"]
+
+    def held(self) -> int:
+        return sum(len(held) for held in self.member.held.values())
+
+
+@pytest.mark.parametrize("ranges", [
+    [(0, 1_000)],  # a thousand records for an acquire of at most 100
+    [(5, 2)],  # backwards
+    [(-3, 1)],  # below any log
+    [(0, 4), (3, 6)],  # overlapping
+], ids=["too-many", "backwards", "negative", "overlapping"])
+def test_an_acquire_answer_claiming_records_not_asked_for_is_refused(ranges):
+    stage = ShareStage()
+
+    stage.acquire_answer(*ranges)
+
+    assert stage.held() == 0
+    assert stage.harness.received(SHARE_LEADER, FetchRequest) == []
+
+
+def test_an_acquire_answer_for_another_partition_is_refused():
+    stage = ShareStage()
+
+    stage.acquire_answer((0, 4), partition=1)
+
+    assert stage.held() == 0 and stage.harness.received(SHARE_LEADER, FetchRequest) == []
+
+
+def test_a_share_fetch_answer_with_an_unreadable_header_is_retried_not_fatal():
+    stage = ShareStage()
+    stage.acquire_answer((0, 4))
+
+    stage.fetch_answer(b"\x00" * 10)  # fewer bytes than a header
+
+    assert stage.handed() == []
+    stage.harness.advance(200)
+    assert stage.harness.received(SHARE_LEADER, FetchRequest)[-1].offset == 0  # asked again
+
+
+def test_a_share_fetch_answer_from_a_server_the_fetch_did_not_go_to_is_ignored():
+    stage = ShareStage()
+    stage.acquire_answer((0, 4))
+
+    stage.fetch_answer(stamped(0, 5), sender=OTHER_SERVER)
+    assert stage.handed() == []
+    stage.fetch_answer(stamped(0, 5))
+    assert len(stage.handed()) == 1
+
+
+def test_a_share_assignment_naming_topics_not_subscribed_or_impossible_partitions_is_not_read():
+    stage = ShareStage(partitions=[("orders", 0), ("payments", 0), ("orders", -1)])
+
+    assert sorted(stage.member.readers) == [("orders", 0)]
+
+
+def test_overlapping_batches_deliver_each_acquired_offset_once():
+    records = decode_acquired("orders", 0, stamped(10, 5) + stamped(12, 5), [[10, 16, 1]], 10**12)
+
+    assert [record.offset for record in records] == [10, 11, 12, 13, 14, 15, 16]
+
+
+def test_a_batch_holding_more_records_than_its_header_claims_lends_none_of_them_other_offsets():
+    forged = bytearray(stamped(10, 5))
+    header = parse_header(forged)
+    # Claim two records (a CRC computed over the forged header, as a lying server would).
+    forged[36:40] = (2).to_bytes(4, "little")  # record_count (storage/batch.py's layout)
+    forged[12:16] = compute_crc(forged, 0, parse_header(forged)).to_bytes(4, "little")
+    assert header.record_count == 5
+
+    records = decode_acquired("orders", 0, bytes(forged), [[10, 14, 1]], 10**12)
+
+    assert records == []  # its records cannot be placed: not delivered (the locks lapse, and they come again)
