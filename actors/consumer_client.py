@@ -99,6 +99,7 @@ class ConsumerClient:
         self.fetch_turn = 0  # where the next round of fetches starts (rotates, so none starves)
         self.correlation = 0
         self.metadata_correlation = 0
+        self.metadata_answered_ns = -(1 << 62)  # when the last metadata request was answered
         self.member: Any = None  # the group membership state machine, when the consumer is in a group
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
 
@@ -289,7 +290,9 @@ class ConsumerClient:
                 offset=fetch.position, max_bytes=asked,
                 max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
                 leader_epoch=epoch)))
-        if missing:
+        if missing and now_ns - self.metadata_answered_ns >= RETRY_BACKOFF_MS * MS:
+            # Not at once after an answer that named no usable leader (the controller may not
+            # know of the death yet): the tick asks again, as Kafka's retry.backoff.ms waits.
             effects += self.request_metadata(sorted(missing))
         return effects
 
@@ -486,8 +489,9 @@ class ConsumerClient:
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.controllers.learn(response.controller_endpoints)
-        if response.correlation_id == self.metadata_correlation:
+        if self.metadata_correlation and response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
+            self.metadata_answered_ns = now_ns
         checked = [checked_topic(topic) for topic in response.topics]
         in_use = {topic for topic, _ in self.fetches} | set(self.metadata_topics) | set(
             self.member.topics if self.member is not None else ())
