@@ -133,6 +133,11 @@ def parse_record(view: memoryview, position: int) -> tuple[int, RaftEntry]:
         entry = _entry_decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise ValueError(f"record does not decode: {error}") from None
+    if entry.kind not in (ENTRY_COMMAND, ENTRY_NOOP) or entry.index < 1 or entry.term < 0:
+        # What the wire refuses (actors/raft/inbound.py) the disk must not slip in: an unknown
+        # kind would be applied as a no-op, its command silently skipped.
+        raise ValueError(f"record holds an impossible entry (index {entry.index}, term {entry.term}, "
+                         f"kind {entry.kind})")
     return start + length, entry
 
 

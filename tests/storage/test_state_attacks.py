@@ -27,7 +27,7 @@ from storage.journal_frames import RECORD
 from storage.memory import MemoryFileSystem
 from storage.raft_log import (
     HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot, RaftEntry, RaftLog, Slot,
-    SnapshotMeta, encode_slot, encode_snapshot,
+    SnapshotMeta, encode_entry_record, encode_slot, encode_snapshot,
 )
 from storage.replica_meta import (
     HEALTH_NAME, META_NAME, UNKNOWN_END, MetaMismatch, ReplicaFileUnusable, ReplicaHealth, ReplicaMeta,
@@ -426,6 +426,23 @@ def test_a_raft_record_claiming_gigabytes_is_damage_inside_the_flushed_region_an
     journal = fs.read_file(RAFT_LOG)
     inside.set_content(RAFT_LOG, journal[:HEADER_BYTES] + claim + journal[HEADER_BYTES + len(claim):])
     with pytest.raises(CorruptRaftLog, match="absurd record length"):
+        open_raft(inside)
+
+
+@pytest.mark.parametrize("entry", [RaftEntry(index=3, term=2, kind=7, data=b"cmd3"), RaftEntry(index=3, term=-1),
+                                   RaftEntry(index=-5, term=2)], ids=["unknown-kind", "negative-term", "negative-index"])
+def test_a_raft_record_whose_crc_checks_out_but_whose_entry_is_impossible_is_damage_or_a_tail(entry):
+    fs = MemoryFileSystem()
+    acknowledged = flushed_raft(fs)
+    journal = fs.read_file(RAFT_LOG)
+    record = encode_entry_record(entry)
+    past = fs.clone()  # after the flushed region: a tail to cut
+    past.set_content(RAFT_LOG, journal + record)
+    assert raft_content(open_raft(past)) == acknowledged
+    inside = fs.clone()  # in place of the flushed entry 3 (the last record): damage
+    last = len(journal) - len(encode_entry_record(RaftEntry(index=3, term=2, data=b"cmd3")))
+    inside.set_content(RAFT_LOG, journal[:last] + record)
+    with pytest.raises(CorruptRaftLog):
         open_raft(inside)
 
 
