@@ -438,7 +438,7 @@ class ConsumerClient:
             if entry is None:
                 return []  # about a request that went elsewhere
         else:
-            return self.member.handle(response, b"", now_ns) if self.member is not None else []
+            return self.member.handle(response, sender, now_ns) if self.member is not None else []
         kind, target = entry
         if kind == "user":
             return [Notify("result", (target[0], None, RailmqError(response.error, response.error_message)))]

@@ -97,7 +97,7 @@ class ConsumerMember:
         self.protocol = ""
         self.owned: list[tuple[str, int]] = []
         self.coordinator = ""
-        self.pending: dict[int, tuple[str, Any, int]] = {}  # correlation -> (kind, token/extra, deadline)
+        self.pending: dict[int, tuple[str, Any, int, str]] = {}  # correlation -> (kind, token/extra, deadline, to)
         self.last_heartbeat_ns = 0
         self.last_poll_ns = 0
         self.last_metadata_ns = 0
@@ -127,7 +127,7 @@ class ConsumerMember:
         client.correlation += 1
         message = msgspec.structs.replace(message, correlation_id=client.correlation)
         deadline = now_ns + (timeout_ms or self.settings.request_timeout_ms) * MS
-        self.pending[client.correlation] = (kind, token, deadline)
+        self.pending[client.correlation] = (kind, token, deadline, self.coordinator)
         return [Send(self.coordinator, message)]
 
     # ------------------------------------------------------------------ commands from the shell
@@ -259,9 +259,9 @@ class ConsumerMember:
             self.state = "unjoined"
             return []
         self.state = "joining"
-        if any(kind == "join" for kind, _, _ in self.pending.values()):
+        if any(kind == "join" for kind, *_ in self.pending.values()):
             return []  # one join in flight (each answer is an identity): its answer, or its timeout, comes
-        for correlation in [c for c, (kind, _, _) in self.pending.items() if kind == "sync"]:
+        for correlation in [c for c, (kind, *_) in self.pending.items() if kind == "sync"]:
             del self.pending[correlation]  # rejoining: an earlier sync's answer is no longer wanted
         subscription = Subscription(topics=list(self.topics), owned=[tuple(tp) for tp in self.owned])
         request = JoinGroupRequest(
@@ -376,7 +376,7 @@ class ConsumerMember:
 
     def tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
-        for correlation, (kind, token, deadline) in list(self.pending.items()):
+        for correlation, (kind, token, deadline, _) in list(self.pending.items()):
             if now_ns > deadline:
                 del self.pending[correlation]
                 effects += self._on_timeout(kind, token, now_ns)
@@ -412,7 +412,7 @@ class ConsumerMember:
     def _abandon_pending(self, now_ns: int) -> list[Effect]:
         self.coordinator = ""  # nothing is re-sent to the coordinator whose answers are lost
         effects: list[Effect] = []
-        for correlation, (kind, token, _) in list(self.pending.items()):
+        for correlation, (kind, token, *_) in list(self.pending.items()):
             del self.pending[correlation]
             effects += self._on_timeout(kind, token, now_ns)
         return effects
@@ -474,13 +474,16 @@ class ConsumerMember:
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         if isinstance(message, HeartbeatResponse) and message.correlation_id == 0:
             # The coordinator's unsolicited "rebalancing" notice (actors/classic_group.py).
-            if message.error == ErrorCode.REBALANCE_IN_PROGRESS and self.state == "stable":
+            if message.error == ErrorCode.REBALANCE_IN_PROGRESS and self.state == "stable" and \
+                    sender == self.coordinator:
                 return self._begin_rebalance("the coordinator announced a rebalance", now_ns)
             return []
-        entry = self.pending.pop(getattr(message, "correlation_id", -1), None)
-        if entry is None:
-            return []
-        kind, token, _ = entry
+        correlation_id = getattr(message, "correlation_id", -1)
+        entry = self.pending.get(correlation_id)
+        if entry is None or entry[3] != sender:
+            return []  # not an answer to anything asked there (a server reusing a correlation id)
+        del self.pending[correlation_id]
+        kind, token, _, _ = entry
         if isinstance(message, ErrorResponse):
             if kind in ("commit", "user-fetch"):
                 return [Notify("result", (token, None, RailmqError(message.error, message.error_message)))]

@@ -20,10 +20,11 @@ from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
-    AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember, JoinGroupRequest, JoinGroupResponse,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest,
-    ProduceResponse, ShareAcquireRequest, ShareAcquireResponse, ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest, ProduceResponse,
+    ShareAcquireRequest, ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.producer import Producer
@@ -34,7 +35,9 @@ from transport.runtime import Runtime
 from tests.unit.actor_harness import Harness, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
-from tests.unit.test_consumer_member import GROUPS, Stage as MemberStage, assignment as consumer_assignment
+from tests.unit.test_consumer_member import (
+    GROUPS, HEARTBEAT_MS, Stage as MemberStage, assignment as consumer_assignment,
+)
 from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
 
 
@@ -547,3 +550,18 @@ def test_a_batch_holding_more_records_than_its_header_claims_lends_none_of_them_
     records = decode_acquired("orders", 0, bytes(forged), [[10, 14, 1]], 10**12)
 
     assert records == []  # its records cannot be placed: not delivered (the locks lapse, and they come again)
+
+
+def test_group_answers_and_rebalance_notices_count_only_from_the_group_coordinator():
+    stage = MemberStage()
+    stage.joined_alone()
+    stage.harness.advance(HEARTBEAT_MS)
+    beat = stage.to_groups(HeartbeatRequest)
+
+    for forged in (HeartbeatResponse(correlation_id=beat.correlation_id, error=ErrorCode.ILLEGAL_GENERATION),
+                   ErrorResponse(correlation_id=beat.correlation_id, error=ErrorCode.UNKNOWN_MEMBER_ID),
+                   HeartbeatResponse(correlation_id=0, error=ErrorCode.REBALANCE_IN_PROGRESS)):
+        stage.harness.deliver("c1", forged, OTHER_SERVER)
+
+    assert stage.member.state == "stable" and stage.member.generation == 1
+    assert sorted(stage.client.fetches) == [("orders", 0), ("orders", 1)]
