@@ -67,12 +67,15 @@ class RecoveryPointFile:
         """Write `point` into the older slot and fdatasync; raises FsyncFailed like any sync."""
         if point == self.point:
             return
-        self._sequence += 1
+        # The sequence moves only once the slot is written: a store refused by a full disk and
+        # retried must write the older slot again, never the one holding the newest point.
+        sequence = self._sequence + 1
         *fields, clean = point
-        body = _SLOT.pack(_MAGIC, self._sequence, *fields, _CLEAN if clean else 0)
+        body = _SLOT.pack(_MAGIC, sequence, *fields, _CLEAN if clean else 0)
         slot = body + _CRC.pack(zlib.crc32(body))
-        self._handle.write_at((self._sequence % 2) * SLOT_BYTES, slot.ljust(SLOT_BYTES, b"\0"))
+        self._handle.write_at((sequence % 2) * SLOT_BYTES, slot.ljust(SLOT_BYTES, b"\0"))
         self._handle.sync()
+        self._sequence = sequence
         self.point = point
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from storage.batch import encode_batch
-from storage.checkpoint import RECOVERY_POINT_NAME
+from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import LogConfig
 from storage.epochs import EPOCH_CHECKPOINT_NAME, LeaderEpochCache
 from storage.errors import CorruptState, LogClosed, StorageError, StorageFull
@@ -650,3 +650,29 @@ def test_a_replica_file_replaced_by_a_directory_is_refused_by_name(tmp_path, nam
     path.mkdir()
     with pytest.raises(ReplicaFileUnusable, match=name):
         open_replica_directory(OsFileSystem(), directory, REPLICA_META, REPLICA_CONFIG, now_ms=0)
+
+
+def test_a_checkpoint_store_refused_by_a_full_disk_then_retried_never_overwrites_the_newest_point():
+    fs = MemoryFileSystem()
+    fs.make_directory("/replica")
+    path = "/replica/" + RECOVERY_POINT_NAME
+    points = [RecoveryPoint(recovery_offset=offset, segment_base_offset=0, position=offset * 10, log_start_offset=0)
+              for offset in (10, 20, 30, 40)]
+    checkpoint = RecoveryPointFile(fs, path)
+    checkpoint.store(points[0])
+    checkpoint.store(points[1])
+    fs.faults.set_write_quota(0)
+    with pytest.raises(StorageFull):
+        checkpoint.store(points[2])
+    fs.faults.set_write_quota(None)
+    checkpoint.store(points[3])
+    assert RecoveryPointFile(fs.clone(), path).point == points[3]
+    newest_slot = next(slot for slot in (0, 1) if _slot_holds(fs, path, slot, points[3]))
+    fs.corrupt(path, newest_slot * 64 + 12)  # what a write torn by a power cut leaves of it
+    assert RecoveryPointFile(fs, path).point == points[1], "falls back one store, not two"
+
+
+def _slot_holds(fs: MemoryFileSystem, path: str, slot: int, point) -> bool:
+    twin = fs.clone()
+    twin.corrupt(path, (1 - slot) * 64 + 12)  # with the other slot unreadable, this one is the point
+    return RecoveryPointFile(twin, path).point == point
