@@ -209,3 +209,12 @@ def test_well_formed_group_records_load_back(tmp_path):
     coordinator = group_coordinator_on(state)
     assert coordinator.offsets.get("payments")[("orders", 1)].offset == 7
     assert coordinator.offsets.get("payments")[("orders.v2", 12)].metadata == ""
+
+
+def test_a_second_process_for_the_same_state_directory_refuses_to_start_naming_the_holder(tmp_path, actor_locks):
+    from transport.actor_main import ActorSpec, RefusedToStart, build_actor
+
+    spec = ActorSpec(kind="group-coordinator", name="group-coordinator", cluster_id="c1", data_dir=str(tmp_path))
+    build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+    with pytest.raises(RefusedToStart, match=f"in use by process {os.getpid()}"):
+        build_actor(spec, "tcp://127.0.0.1:2", incarnation=2)
