@@ -66,8 +66,9 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = OffsetStore(limits)
         from actors.share_group import ShareGroups  # share groups (KIP-932), loaded from the same state
-        self.share: Any = ShareGroups(state=state, coordinator=coordinator, limits=limits, rng=self.rng,
-                                      is_classic_group=lambda group_id: group_id in self.groups or group_id in self.offsets)
+        self.share: Any = _from_record("share-group/ and share-partition/", lambda: ShareGroups(
+            state=state, coordinator=coordinator, limits=limits, rng=self.rng,
+            is_classic_group=lambda group_id: group_id in self.groups or group_id in self.offsets))
         self._load()
 
     def _load(self) -> None:
@@ -367,10 +368,11 @@ class GroupCoordinator:
 
 
 def _from_record(key: str, build: Any) -> Any:
+    """`build()`, reading the record(s) under `key`; what malformed input raises becomes CorruptState."""
     try:
         return build()
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
-        raise CorruptState(f"the group state's record {key[:200]!r} is malformed "
+        raise CorruptState(f"the group state's records {key[:200]!r} are malformed "
                            f"({type(error).__name__}: {str(error)[:120]})") from None
 
 
