@@ -25,7 +25,7 @@ import msgspec
 from actors.actor import MS
 from actors.client_metadata import checked_topic
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer
+from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
@@ -369,8 +369,13 @@ class ProducerClient:
         return effects
 
     def _on_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:
-        if response.error != ErrorCode.NONE:
-            return [Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation))]
+        if response.correlation_id != self.producer_id_correlation or self.producer_id >= 0:
+            # A producer is numbered once: a late or duplicated answer would restart its
+            # sequences under another id while batches numbered under the first are in flight.
+            return []
+        if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
+            return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id}),
+                    Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation))]
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         effects: list[Effect] = []
         for key in list(self.waiting):

@@ -21,7 +21,7 @@ from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsResponse, MetadataRequest,
+    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsResponse, MetadataRequest,
     MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest, ProduceResponse,
     ShareAcquireRequest, ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
     SyncGroupRequest, SyncGroupResponse, TopicMetadata,
@@ -30,7 +30,7 @@ from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
-from storage.batch import compute_crc, encode_batch, parse_header
+from storage.batch import compute_crc, encode_batch, parse_header, verify_batch
 from transport.runtime import Runtime
 from tests.unit.actor_harness import Harness, only
 from tests.unit.test_client_engine import Idle
@@ -565,3 +565,46 @@ def test_group_answers_and_rebalance_notices_count_only_from_the_group_coordinat
 
     assert stage.member.state == "stable" and stage.member.generation == 1
     assert sorted(stage.client.fetches) == [("orders", 0), ("orders", 1)]
+
+
+# ---------------------------------------------------------------------------- producer ids
+
+
+def idempotent_producer() -> tuple[ProducerStage, InitProducerIdRequest]:
+    stage = ProducerStage(idempotent=True)
+    init = only(stage.harness.take("bootstrap", InitProducerIdRequest), InitProducerIdRequest)
+    return stage, init
+
+
+def test_a_second_producer_id_answer_does_not_renumber_a_producer_mid_stream():
+    stage, init = idempotent_producer()
+    stage.harness.deliver("producer", InitProducerIdResponse(correlation_id=init.correlation_id, producer_id=900,
+                                                             producer_epoch=3), "bootstrap")
+    stage.send(count=2)
+    stage.metadata({0: 1})
+    first = only(stage.requests(), ProduceRequest)
+
+    for stale in (InitProducerIdResponse(correlation_id=init.correlation_id, producer_id=77),
+                  InitProducerIdResponse(correlation_id=init.correlation_id + 1000, producer_id=78)):
+        stage.harness.deliver("producer", stale, "bootstrap")
+    produce_answer(stage, first, base_offset=0, last_offset=1)
+    stage.send(count=1)
+
+    header = verify_batch(only(stage.requests(), ProduceRequest).batch)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (900, 3, 2)
+
+
+@pytest.mark.parametrize("answer", [
+    {"producer_id": -1},
+    {"producer_id": 5, "producer_epoch": -1},
+], ids=["no-id", "no-epoch"])
+def test_a_success_that_gives_no_producer_id_is_not_taken_and_is_asked_again(answer):
+    stage, init = idempotent_producer()
+    stage.send()
+    stage.metadata({0: 1})
+
+    effects = stage.harness.deliver("producer", InitProducerIdResponse(correlation_id=init.correlation_id, **answer),
+                                    "bootstrap")
+
+    assert stage.producer.producer_id < 0 and stage.requests() == []
+    assert only(effects, InitProducerIdRequest)
