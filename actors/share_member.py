@@ -257,7 +257,9 @@ class ShareMember:
         if response.member_id != self.member_id:
             effects += self._new_membership(response.member_id, response.settings)
         self.state = "stable"
-        advice = response.heartbeat_interval_ms or self.settings.heartbeat_interval_ms
+        advice = response.heartbeat_interval_ms
+        if advice <= 0:  # no advice (or none that makes sense: it would heartbeat in a loop)
+            advice = self.settings.heartbeat_interval_ms
         self.heartbeat_interval_ms = min(self.settings.heartbeat_interval_ms, advice)
         self._assign([tuple(tp) for tp in response.partitions])
         return effects
@@ -479,6 +481,13 @@ class ShareMember:
                              for a in acknowledgements]
             if response.error in MEMBERSHIP_TROUBLE:
                 effects += self._on_member_error(response.error, response.error_message, now_ns)
+        elif not _results_match(response.results, acknowledgements):
+            # One result per acknowledgement, for its range: anything else says nothing we can
+            # trust about ours (and a range far wider than ours must not be walked).
+            call.results += [[topic, partition, a.first_offset, a.last_offset, ErrorCode.UNKNOWN_SERVER_ERROR, 0]
+                             for a in acknowledgements]
+            effects.append(Trace("share-acknowledge-mismatch", {"topic": topic, "partition": partition,
+                                                                "results": len(response.results)}))
         else:
             held = self.held.get((topic, partition), {})
             for result in response.results:
@@ -549,6 +558,12 @@ class ShareMember:
                 correlation_id=correlation, error=ErrorCode.NOT_COORDINATOR if endpoint == self.coordinator
                 else ErrorCode.NOT_LEADER, error_message=f"{endpoint} disconnected"), now_ns)
         return effects
+
+
+def _results_match(results: list[Any], acknowledgements: list[ShareAcknowledgement]) -> bool:
+    return len(results) == len(acknowledgements) and all(
+        (result.first_offset, result.last_offset) == (acknowledgement.first_offset, acknowledgement.last_offset)
+        for result, acknowledgement in zip(results, acknowledgements))
 
 
 def _acquired_refusal(response: ShareAcquireResponse, key: tuple[str, int], asked: int) -> str:

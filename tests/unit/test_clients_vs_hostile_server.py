@@ -23,7 +23,8 @@ from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsResponse, MetadataRequest,
     MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest, ProduceResponse,
-    ShareAcquireRequest, ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    ShareAcknowledgementResult, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
+    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
     SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from actors.share_member import ShareMember, ShareMemberSettings
@@ -608,3 +609,35 @@ def test_a_success_that_gives_no_producer_id_is_not_taken_and_is_asked_again(ans
 
     assert stage.producer.producer_id < 0 and stage.requests() == []
     assert only(effects, InitProducerIdRequest)
+
+
+def test_acknowledgement_results_that_do_not_match_what_was_acknowledged_are_not_taken():
+    stage = ShareStage()
+    stage.acquire_answer((0, 4))
+    stage.fetch_answer(stamped(0, 5))
+    stage.harness.deliver("member", ClientCommand(command="acknowledge", token=7, arguments={
+        "acknowledgements": [["orders", 0, 0, 4, "renew", 0, "", 1]]}))
+    request = only(stage.harness.take(SHARE_GROUPS, ShareAcknowledgeRequest), ShareAcknowledgeRequest)
+
+    stage.harness.deliver("member", ShareAcknowledgeResponse(correlation_id=request.correlation_id, results=[
+        ShareAcknowledgementResult(first_offset=0, last_offset=1_000, lock_deadline_ms=5)]), SHARE_GROUPS)
+
+    [(token, results, _)] = [notice.payload for _, notice in stage.harness.notified if notice.kind == "result"]
+    assert token == 7 and [result[:4] for result in results] == [["orders", 0, 0, 4]]
+    assert results[0][4] != 0  # its outcome is unknown: reported as an error
+    assert set(stage.member.held[("orders", 0)].values()) == {10**12}  # no lock deadline taken from it
+
+
+def test_a_heartbeat_interval_advice_below_one_millisecond_is_not_followed():
+    stage = ShareStage()
+    beat = stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)
+    assert beat == []
+    stage.harness.advance(1_000)
+    beat = only(stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest), ShareGroupHeartbeatRequest)
+
+    stage.harness.deliver("member", ShareGroupHeartbeatResponse(correlation_id=beat.correlation_id, member_id="m1",
+                                                                partitions=[("orders", 0)], heartbeat_interval_ms=-5),
+                          SHARE_GROUPS)
+
+    assert stage.member.heartbeat_interval_ms > 0
+    assert stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest) == []  # not again at once
