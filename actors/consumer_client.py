@@ -67,7 +67,8 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
-                 "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked")
+                 "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked", "reset_ns",
+                 "resetting_out_of_range")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -84,6 +85,10 @@ class PartitionFetch:
         self.reported = False  # the shell was told this partition has no position
         self.held = False  # an unreadable batch is at `position`: no fetch until a seek
         self.asked = 0  # the max_bytes of the fetch in flight (its claim on the buffer)
+        # When a reset after OFFSET_OUT_OF_RANGE gave the position (None: the position came
+        # otherwise), and whether the reset in progress is one.
+        self.reset_ns: int | None = None
+        self.resetting_out_of_range = False
 
 
 class ConsumerClient:
@@ -229,6 +234,8 @@ class ConsumerClient:
         """A seek from the shell starts session (epoch, 0); a reset decided here bumps the second part."""
         fetch.session = (epoch, 0) if epoch is not None else (fetch.session[0], fetch.session[1] + 1)
         fetch.held = False
+        if epoch is not None:  # the shell moved the partition: where it goes is the user's choice
+            fetch.reset_ns, fetch.resetting_out_of_range = None, False
         if fetch.correlation:
             self.by_correlation.pop(fetch.correlation, None)
             fetch.correlation = 0
@@ -372,8 +379,15 @@ class ConsumerClient:
                 fetch.retry_at_ns = now_ns + 10 * RETRY_BACKOFF_MS * MS
                 return [Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(
                     code, f"{text}; auto_offset_reset=none, so seek somewhere valid")))]
+            recent = fetch.reset_ns is not None and now_ns - fetch.reset_ns < RETRY_BACKOFF_MS * MS
             self._new_session(fetch)
-            fetch.position, fetch.reset = -1, reset
+            fetch.position, fetch.reset, fetch.resetting_out_of_range = -1, reset, True
+            if recent:
+                # The offset the last reset gave is out of range at once, again: the leader
+                # contradicts itself, and asking at once would only loop.
+                fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+                self._forget_leader(fetch.topic, fetch.partition)
+                return self.request_metadata([fetch.topic])
             return self._fetch_all(now_ns)
         fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
         self._forget_leader(fetch.topic, fetch.partition)
@@ -407,6 +421,8 @@ class ConsumerClient:
                                                    "offset": response.offset})] + self._on_partition_error(
                 fetch, ErrorCode.NOT_LEADER, f"the answer gives offset {response.offset}", now_ns)
         fetch.position, fetch.reset = response.offset, None
+        fetch.reset_ns = now_ns if fetch.resetting_out_of_range else None
+        fetch.resetting_out_of_range = False
         return [Notify("position", (fetch.topic, fetch.partition, fetch.session, response.offset))] + self._fetch_all(now_ns)
 
     def _list_offsets_for_user(self, command: ClientCommand, now_ns: int) -> list[Effect]:

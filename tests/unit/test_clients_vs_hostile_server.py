@@ -21,7 +21,7 @@ from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
-    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsResponse, MetadataRequest,
+    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
     MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest, ProduceResponse,
     ShareAcknowledgementResult, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
     ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
@@ -641,3 +641,31 @@ def test_a_heartbeat_interval_advice_below_one_millisecond_is_not_followed():
 
     assert stage.member.heartbeat_interval_ms > 0
     assert stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest) == []  # not again at once
+
+
+def test_a_leader_whose_list_offsets_and_fetch_disagree_is_not_asked_in_a_loop():
+    stage = ConsumerStage(auto_offset_reset="earliest")
+    request = stage.assigned_at(500)
+    stage.harness.deliver("consumer", FetchResponse(correlation_id=request.correlation_id, topic="orders",
+                                                    partition=0, error=ErrorCode.OFFSET_OUT_OF_RANGE), LEADER)
+    stage.answer_reset(10**15)  # reset at once, to an offset the same leader then calls out of range
+    request = only(stage.sent(FetchRequest), FetchRequest)
+
+    stage.harness.deliver("consumer", FetchResponse(correlation_id=request.correlation_id, topic="orders",
+                                                    partition=0, error=ErrorCode.OFFSET_OUT_OF_RANGE), LEADER)
+
+    assert stage.sent(ListOffsetsRequest) == []  # not at once again: it would answer the same
+    stage.harness.advance(200)
+    stage.metadata()
+    assert stage.sent(ListOffsetsRequest)
+
+
+def test_an_offset_that_went_out_of_range_after_a_while_is_reset_at_once():
+    stage = ConsumerStage(auto_offset_reset="earliest")
+    request = stage.assigned_at(10)
+    stage.harness.advance(1_000)  # retention moved on meanwhile
+
+    stage.harness.deliver("consumer", FetchResponse(correlation_id=request.correlation_id, topic="orders",
+                                                    partition=0, error=ErrorCode.OFFSET_OUT_OF_RANGE), LEADER)
+
+    assert stage.sent(ListOffsetsRequest)
