@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic
+from actors.client_metadata import checked_topic, distrust
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
@@ -80,6 +80,7 @@ class ProducerClient:
         self.correlation = 0
         self.metadata_correlation = 0
         self.metadata_wanted: set[str] = set()
+        self.metadata_asked: set[str] = set()  # the topics the request in flight asks for
         self.metadata_answered_ns = -(1 << 62)
         self.producer_id = -1
         self.producer_epoch = 0
@@ -286,9 +287,7 @@ class ProducerClient:
     def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """The leader's process is gone: its in-flight requests will never be answered, and
         metadata still naming it (the coordinator may not know yet) is not trusted for a while."""
-        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
-        if len(self.unreachable) > 1000:
-            self.unreachable = {e: t for e, t in self.unreachable.items() if t > now_ns}
+        distrust(self.unreachable, endpoint, now_ns + UNREACHABLE_MS * MS, now_ns)
         effects: list[Effect] = []
         for correlation_id in [c for c, sent in self.sent_to.items() if sent == endpoint]:
             pending = self.in_flight.get(correlation_id)
@@ -337,21 +336,22 @@ class ProducerClient:
     def _request_metadata(self, topics: list[str], now_ns: int | None = None) -> list[Effect]:
         """Ask for metadata: one request at a time, and after an answer that did not help (no
         leader yet) not again before `retry_backoff_ms` (the tick re-asks)."""
-        new = set(topics) - self.metadata_wanted
         self.metadata_wanted |= set(topics)
-        if self.metadata_correlation and not new:
-            return []
+        if self.metadata_correlation and set(topics) <= self.metadata_asked:
+            return []  # the request in flight asks for them already (not one more per answer)
         if now_ns is not None and now_ns - self.metadata_answered_ns < self.settings.retry_backoff_ms * MS:
             return []  # the tick asks for everything still wanted once the backoff has passed
         self.correlation += 1
         self.metadata_correlation = self.correlation
+        self.metadata_asked = set(self.metadata_wanted)
         return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=sorted(self.metadata_wanted)))]
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.controllers.learn(response.controller_endpoints)
+        if 0 < response.correlation_id <= self.correlation:
+            self.metadata_answered_ns = now_ns  # an earlier request's answer too: the backoff runs from it
         if response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
-            self.metadata_answered_ns = now_ns
         effects: list[Effect] = []
         told: list[TopicMetadata] = []
         in_use = self.metadata_wanted | {topic for topic, _ in self.waiting}
