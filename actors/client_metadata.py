@@ -52,3 +52,21 @@ def remember_topic(topics: dict[str, TopicMetadata], topic: TopicMetadata, in_us
             del topics[unused]
     topics[topic.name] = topic
     return True
+
+
+# Endpoints a client remembers seeing gone: as many as it may keep sockets to. Each entry is
+# distrusted for a few seconds only, so past this bound the expired ones go, then the oldest.
+UNREACHABLE_ENDPOINTS_MAX = DEFAULT_LIMITS.peer_sockets_max
+
+
+def distrust(unreachable: dict[str, int], endpoint: str, until_ns: int, now_ns: int) -> None:
+    """Remember that metadata naming `endpoint` is not trusted before `until_ns`, in a bounded map
+    (metadata naming ever new endpoints that are all gone cannot grow it)."""
+    unreachable.pop(endpoint, None)  # re-inserted: the map stays in order of when each was seen gone
+    unreachable[endpoint] = until_ns
+    if len(unreachable) <= UNREACHABLE_ENDPOINTS_MAX:
+        return
+    for expired in [name for name, until in unreachable.items() if until <= now_ns]:
+        del unreachable[expired]
+    while len(unreachable) > UNREACHABLE_ENDPOINTS_MAX:
+        del unreachable[next(iter(unreachable))]

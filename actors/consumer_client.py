@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic, remember_topic
+from actors.client_metadata import checked_topic, distrust, remember_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -463,7 +463,7 @@ class ConsumerClient:
 
     def _on_disconnect(self, message: PeerDisconnected, now_ns: int) -> list[Effect]:
         """A leader's process is gone: refetch from whoever leads now."""
-        self.unreachable[message.endpoint] = now_ns + 3000 * MS
+        distrust(self.unreachable, message.endpoint, now_ns + 3000 * MS, now_ns)
         effects: list[Effect] = []
         for fetch in self.fetches.values():
             if fetch.endpoint == message.endpoint and (fetch.correlation or fetch.reset_correlation):

@@ -42,6 +42,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.assignors import COOPERATIVE_ASSIGNORS, Subscription, assign, cooperative_adjust
+from actors.client_metadata import distrust
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
@@ -398,7 +399,7 @@ class ConsumerMember:
     def on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """The group coordinator's process is gone: its answers will never come, and metadata
         that still names it (the cluster coordinator may not know yet) is not trusted for a while."""
-        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
+        distrust(self.unreachable, endpoint, now_ns + UNREACHABLE_MS * MS, now_ns)
         if endpoint == self.coordinator:
             self.dead_incarnation[endpoint] = self.coordinator_incarnation
             if len(self.dead_incarnation) > UNREACHABLE_ENDPOINTS_MAX:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic
+from actors.client_metadata import checked_topic, distrust
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -551,7 +551,7 @@ class ShareMember:
 
     def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """A peer's process is gone: answers to what we sent it will never come."""
-        self.unreachable[endpoint] = now_ns + UNREACHABLE_MS * MS
+        distrust(self.unreachable, endpoint, now_ns + UNREACHABLE_MS * MS, now_ns)
         effects: list[Effect] = []
         for correlation in [c for c, pending in self.pending.items() if pending.endpoint == endpoint]:
             effects += self._on_response(self.pending.pop(correlation), ErrorResponse(

@@ -18,14 +18,15 @@ import zmq
 from actors.actor import MS
 from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
+from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
-    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata, ProduceRequest, ProduceResponse,
-    ShareAcknowledgementResult, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
-    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
+    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest,
+    OffsetFetchResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.producer import Producer
@@ -669,3 +670,44 @@ def test_an_offset_that_went_out_of_range_after_a_while_is_reset_at_once():
                                                     partition=0, error=ErrorCode.OFFSET_OUT_OF_RANGE), LEADER)
 
     assert stage.sent(ListOffsetsRequest)
+
+
+# ---------------------------------------------------------------------------- endpoints seen gone
+
+
+def disconnects(harness: Harness, address: str, count: int) -> None:
+    """Endpoint after endpoint is named and found gone (as metadata naming ever new ones would cause)."""
+    for number in range(count):
+        harness.deliver(address, PeerDisconnected(endpoint=f"tcp://127.0.0.1:{number}/gone"), b"")
+        harness.now_ns += 10 * MS
+
+
+def test_the_consumer_remembers_a_bounded_number_of_endpoints_it_saw_gone():
+    stage = MemberStage()
+
+    disconnects(stage.harness, "c1", 3 * UNREACHABLE_ENDPOINTS_MAX_CLIENT)
+
+    assert len(stage.client.unreachable) <= UNREACHABLE_ENDPOINTS_MAX_CLIENT
+    assert len(stage.member.unreachable) <= UNREACHABLE_ENDPOINTS_MAX_CLIENT
+    assert "tcp://127.0.0.1:0/gone" not in stage.client.unreachable  # the oldest go first
+
+
+def test_the_producer_and_the_share_member_remember_a_bounded_number_of_endpoints_they_saw_gone():
+    producer, share = ProducerStage(), ShareStage()
+
+    disconnects(producer.harness, "producer", 3 * UNREACHABLE_ENDPOINTS_MAX_CLIENT)
+    disconnects(share.harness, "member", 3 * UNREACHABLE_ENDPOINTS_MAX_CLIENT)
+
+    assert len(producer.producer.unreachable) <= UNREACHABLE_ENDPOINTS_MAX_CLIENT
+    assert len(share.member.unreachable) <= UNREACHABLE_ENDPOINTS_MAX_CLIENT
+
+
+def test_an_endpoint_seen_gone_a_moment_ago_is_still_distrusted_whatever_came_before():
+    stage = ConsumerStage()
+    disconnects(stage.harness, "consumer", 3 * UNREACHABLE_ENDPOINTS_MAX_CLIENT)
+    stage.command("assign", partitions=[("orders", 0)])
+    stage.harness.deliver("consumer", PeerDisconnected(endpoint=LEADER), b"")
+
+    stage.metadata()  # still names the leader that just went
+
+    assert stage.sent(ListOffsetsRequest) == []
