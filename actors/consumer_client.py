@@ -448,7 +448,7 @@ class ConsumerClient:
     def _on_error_response(self, response: ErrorResponse, sender: Any, now_ns: int) -> list[Effect]:
         if response.correlation_id == self.metadata_correlation and self.controllers.take(response):
             self.metadata_correlation = 0  # a voter that does not lead: ask the one it named
-            return self.request_metadata(self.metadata_topics)
+            return self.request_metadata(self.metadata_topics) if self.controllers.follow_at_once() else []
         if response.correlation_id in self.by_correlation:
             entry = self._take_answer(response.correlation_id, sender)
             if entry is None:

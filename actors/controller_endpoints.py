@@ -9,7 +9,10 @@ commas (KRaft's `controller.quorum.voters`). It keeps one `ControllerEndpoints` 
   go there (`redirect`); without a hint an election is under way: try the next voter;
 - a request that went unanswered, or a connection that dropped, moves to the next voter (`rotate`);
 - a metadata answer lists every voter (`learn`), so a client bootstrapped with one address can
-  still find the quorum when that voter dies.
+  still find the quorum when that voter dies;
+- hints are followed at once only as many times in a row as there are voters (`follow_at_once`):
+  voters naming each other (a stale or hostile pair) would otherwise keep a client asking at
+  network speed; past that, the caller asks again on its next tick, until a metadata answer.
 
 A single coordinator (no quorum) is the one-endpoint case: it never answers `NOT_CONTROLLER`, and
 rotating among one endpoint changes nothing. The list is bounded (`ENDPOINTS_MAX`): an answer
@@ -35,6 +38,7 @@ class ControllerEndpoints:
         self.endpoints = split_bootstrap(bootstrap)
         self.index = 0
         self.redirects = 0
+        self.redirects_in_a_row = 0  # since the last metadata answer
 
     @property
     def current(self) -> str:
@@ -53,6 +57,7 @@ class ControllerEndpoints:
     def redirect(self, hint: str) -> str:
         """Follow a NOT_CONTROLLER hint (or, with none, try the next voter)."""
         self.redirects += 1
+        self.redirects_in_a_row += 1
         if not hint or not isinstance(hint, str):
             return self.rotate()
         if hint not in self.endpoints:
@@ -64,12 +69,17 @@ class ControllerEndpoints:
 
     def learn(self, endpoints: list[str]) -> None:
         """Adopt the voter list a controller announced, keeping the current target when it is one."""
+        self.redirects_in_a_row = 0  # a controller answered: the hints led somewhere
         wanted = [endpoint for endpoint in endpoints if isinstance(endpoint, str) and endpoint][:ENDPOINTS_MAX]
         if not wanted or wanted == self.endpoints:
             return
         current = self.current
         self.endpoints = list(dict.fromkeys(wanted))
         self.index = self.endpoints.index(current) if current in self.endpoints else 0
+
+    def follow_at_once(self) -> bool:
+        """Whether to send again at once after a redirect, or wait for the next tick."""
+        return self.redirects_in_a_row <= len(self.endpoints)
 
     def take(self, message: Any) -> bool:
         """True when `message` is a NOT_CONTROLLER answer (and the target moved): the caller

@@ -277,6 +277,10 @@ class ProducerClient:
     def _ask_controller_again(self, correlation_id: int) -> list[Effect]:
         """A voter that does not lead answered: ask the one it named (or the next one)."""
         effects: list[Effect] = []
+        if not self.controllers.follow_at_once():  # voters naming each other: the tick asks again
+            if correlation_id == self.metadata_correlation:
+                self.metadata_correlation = 0
+            return effects
         if correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
             effects += self._request_metadata([])

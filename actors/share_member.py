@@ -219,7 +219,8 @@ class ShareMember:
         self.metadata_correlation = 0
         if not isinstance(response, MetadataResponse):
             if self.controllers.take(response):
-                return self._request_metadata(now_ns, force=True)  # ask the voter it named
+                # Ask the voter it named, at once unless voters keep naming each other.
+                return self._request_metadata(now_ns, force=self.controllers.follow_at_once())
             if getattr(response, "error", 0) == ErrorCode.REQUEST_TIMED_OUT:
                 self.controllers.rotate()
             return []

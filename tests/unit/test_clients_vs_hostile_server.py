@@ -20,14 +20,16 @@ from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.limits import DEFAULT_LIMITS
+from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
     JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest,
     OffsetFetchResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgeRequest,
     ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SendBatch, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
+from actors.producer_client import ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
@@ -711,3 +713,57 @@ def test_an_endpoint_seen_gone_a_moment_ago_is_still_distrusted_whatever_came_be
     stage.metadata()  # still names the leader that just went
 
     assert stage.sent(ListOffsetsRequest) == []
+
+
+# ---------------------------------------------------------------------------- controllers
+
+
+VOTER_A, VOTER_B = "tcp://127.0.0.1:7411", "tcp://127.0.0.1:7412"
+
+
+def ping_pong(harness: Harness, address: str, rounds: int = 50) -> int:
+    """Each voter answers every metadata request NOT_CONTROLLER, naming the other; how many
+    requests went out before the client stopped asking at once."""
+    sent = 0
+    for _ in range(rounds):
+        asked = [(voter, request) for voter in (VOTER_A, VOTER_B) for request in harness.take(voter, MetadataRequest)]
+        if not asked:
+            break
+        sent += len(asked)
+        for voter, request in asked:
+            other = VOTER_B if voter == VOTER_A else VOTER_A
+            harness.deliver(address, ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.NOT_CONTROLLER,
+                                                   controller_id=2, controller_endpoint=other), voter)
+    return sent
+
+
+def test_voters_that_name_each_other_as_the_controller_do_not_keep_the_consumer_asking_at_once():
+    harness = Harness()
+    consumer = harness.add("consumer", ConsumerClient(bootstrap=f"{VOTER_A},{VOTER_B}", settings=ConsumerSettings()))
+    harness.deliver("consumer", ClientCommand(command="assign", arguments={"partitions": [("orders", 0)]}, token=1))
+
+    assert ping_pong(harness, "consumer") <= 4
+    harness.advance(1_000)
+    assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)  # it asks again later
+    assert consumer.topics == {}
+
+
+def test_voters_that_name_each_other_as_the_controller_do_not_keep_the_producer_asking_at_once():
+    harness = Harness()
+    harness.add("producer", ProducerClient(bootstrap=f"{VOTER_A},{VOTER_B}", settings=ProducerSettings()))
+    harness.deliver("producer", SendBatch(batch_id=1, topic="orders", partition=0, records=[(0, b"k", b"v", None)],
+                                          first_timestamp_ms=1, max_timestamp_ms=1, deadline_ns=10**12))
+
+    assert ping_pong(harness, "producer") <= 4
+    harness.advance(1_000)
+    assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)
+
+
+def test_voters_that_name_each_other_as_the_controller_do_not_keep_the_share_member_asking_at_once():
+    harness = Harness()
+    harness.add("member", ShareMember(bootstrap=f"{VOTER_A},{VOTER_B}", settings=ShareMemberSettings(group_id="g")))
+    harness.deliver("member", ClientCommand(command="subscribe", arguments={"topics": ["orders"]}, token=1))
+
+    assert ping_pong(harness, "member") <= 4
+    harness.advance(1_000)
+    assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)
