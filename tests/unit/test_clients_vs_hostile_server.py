@@ -767,3 +767,43 @@ def test_voters_that_name_each_other_as_the_controller_do_not_keep_the_share_mem
     assert ping_pong(harness, "member") <= 4
     harness.advance(1_000)
     assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)
+
+
+# ---------------------------------------------------------------------------- late and repeated answers
+
+
+def test_a_duplicated_fetch_answer_delivers_its_records_once():
+    stage = ConsumerStage()
+    request = stage.assigned_at(10)
+
+    answer(stage, request, stamped(10, 3))
+    answer(stage, request, stamped(10, 3))
+
+    assert delivered_offsets(stage, 10) == [10, 11, 12]
+
+
+def test_an_answer_to_a_produce_attempt_that_timed_out_does_not_complete_the_batch_twice():
+    stage = producer_stage(request_timeout_ms=1_000)
+    first = only(stage.requests(), ProduceRequest)
+    stage.harness.advance(1_200)  # no answer in time: retried
+    stage.metadata({0: 1})
+    stage.harness.advance(200)
+    retry = stage.requests()[-1]
+    assert retry.correlation_id != first.correlation_id
+
+    produce_answer(stage, first, base_offset=0, last_offset=2)  # the first attempt's, late
+    produce_answer(stage, retry, base_offset=3, last_offset=5)
+
+    assert [(batch_id, offset) for batch_id, _, offset, _ in stage.done()] == [(1, 3)]
+
+
+def test_a_committed_offset_beyond_the_log_end_resets_by_the_policy_instead_of_stalling():
+    stage = MemberStage()
+    stage.joined_alone(partitions=(("orders", 0),))  # committed 10; the log is shorter
+    fetch = only(stage.harness.take("tcp://127.0.0.1:6/orders/0", FetchRequest), FetchRequest)
+
+    stage.harness.deliver("c1", FetchResponse(correlation_id=fetch.correlation_id, topic="orders", partition=0,
+                                              error=ErrorCode.OFFSET_OUT_OF_RANGE), "tcp://127.0.0.1:6/orders/0")
+
+    reset = only(stage.harness.take("tcp://127.0.0.1:6/orders/0", ListOffsetsRequest), ListOffsetsRequest)
+    assert reset.timestamp_ms == -2  # the member's consumer resets to the earliest offset
