@@ -60,6 +60,18 @@ _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 _encoder = msgspec.msgpack.Encoder()
 
 
+def _caller(kind: str, token: Any) -> Any:
+    """The shell's token of a pending request (a commit's also holds the offsets it asked)."""
+    return token[0] if kind == "commit" else token
+
+
+def _unconfirmed(asked: list[OffsetEntry], results: list[OffsetEntry]) -> list[tuple[str, int, int]]:
+    """The committed (topic, partition, offset)s an answer has no result for: a commit's answer
+    holds one result per offset (with its own error code)."""
+    answered = {(entry.topic, entry.partition, entry.offset) for entry in results}
+    return [key for key in ((entry.topic, entry.partition, entry.offset) for entry in asked) if key not in answered]
+
+
 def _subscription_of(data: bytes) -> Subscription:
     """A joined member's subscription; one that does not decode subscribes to nothing (so that
     member is given nothing, and the others are not held up by it)."""
@@ -177,7 +189,7 @@ class ConsumerMember:
         request = OffsetCommitRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
                                       member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
                                       offsets=offsets)
-        return self._with_coordinator(command, lambda: self._send("commit", request, now_ns, command.token))
+        return self._with_coordinator(command, lambda: self._send("commit", request, now_ns, (command.token, offsets)))
 
     # ------------------------------------------------------------------ metadata
 
@@ -424,8 +436,8 @@ class ConsumerMember:
         self.coordinator = ""  # rediscover it: it may have restarted elsewhere
         effects = self.client.request_metadata(list(self.topics))
         if kind in ("commit", "user-fetch"):
-            effects.append(Notify("result", (token, None, RailmqError(ErrorCode.REQUEST_TIMED_OUT,
-                                                                        "the group coordinator did not answer"))))
+            effects.append(Notify("result", (_caller(kind, token), None, RailmqError(
+                ErrorCode.REQUEST_TIMED_OUT, "the group coordinator did not answer"))))
         if kind in ("join", "sync", "positions"):
             self.state = "unjoined"
         return effects
@@ -487,7 +499,7 @@ class ConsumerMember:
         kind, token, _, _ = entry
         if isinstance(message, ErrorResponse):
             if kind in ("commit", "user-fetch"):
-                return [Notify("result", (token, None, RailmqError(message.error, message.error_message)))]
+                return [Notify("result", (_caller(kind, token), None, RailmqError(message.error, message.error_message)))]
             return self._on_group_error(message.error, message.error_message, now_ns)
         match kind, message:
             case "join", JoinGroupResponse():
@@ -501,8 +513,14 @@ class ConsumerMember:
             case "positions", OffsetFetchResponse():
                 return self._on_positions(message, token, now_ns)
             case "commit", OffsetCommitResponse():
+                caller, asked = token
                 error = RailmqError(message.error, message.error_message) if message.error else None
-                effects: list[Effect] = [Notify("result", (token, message.offsets, error))]
+                unconfirmed = _unconfirmed(asked, message.offsets) if error is None else []
+                if unconfirmed:
+                    error = RailmqError(ErrorCode.UNKNOWN_SERVER_ERROR, (
+                        f"the coordinator's answer does not confirm the commit of {unconfirmed[:5]}: "
+                        "whether they are committed is unknown"))
+                effects: list[Effect] = [Notify("result", (caller, message.offsets, error))]
                 if message.error in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                     effects += self._on_group_error(message.error, message.error_message, now_ns)
                 return effects

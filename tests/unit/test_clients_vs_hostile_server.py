@@ -24,7 +24,7 @@ from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
-    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest,
+    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
     OffsetFetchResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgeRequest,
     ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SendBatch, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
@@ -36,7 +36,7 @@ from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
 from storage.batch import compute_crc, encode_batch, parse_header, verify_batch
 from transport.runtime import Runtime
-from tests.unit.actor_harness import Harness, only
+from tests.unit.actor_harness import Harness, notices, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
 from tests.unit.test_consumer_member import (
@@ -807,3 +807,20 @@ def test_a_committed_offset_beyond_the_log_end_resets_by_the_policy_instead_of_s
 
     reset = only(stage.harness.take("tcp://127.0.0.1:6/orders/0", ListOffsetsRequest), ListOffsetsRequest)
     assert reset.timestamp_ms == -2  # the member's consumer resets to the earliest offset
+
+
+@pytest.mark.parametrize("results", [
+    [],  # "done", confirming nothing
+    [OffsetEntry(topic="orders", partition=0, offset=99)],  # another offset
+    [OffsetEntry(topic="orders", partition=1, offset=15)],  # another partition
+], ids=["nothing", "other-offset", "other-partition"])
+def test_a_commit_success_that_does_not_confirm_each_offset_committed_is_an_error(results):
+    stage = MemberStage()
+    stage.joined_alone()
+    stage.command("commit", offsets=[("orders", 0, 15, "")])
+    commit = stage.to_groups(OffsetCommitRequest)
+
+    effects = stage.answer(OffsetCommitResponse(correlation_id=commit.correlation_id, offsets=results))
+
+    [(token, _, error)] = notices(effects, "result")
+    assert token == 9 and isinstance(error, RailmqError)
