@@ -403,6 +403,9 @@ class ConsumerClient:
             if response.error == ErrorCode.NONE and (response.topic, response.partition) != (topic, partition):
                 response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
                                                    error_message="the answer names another partition")
+            elif response.error == ErrorCode.NONE and response.offset < 0:  # no log has such an offset
+                response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
+                                                   error_message=f"the answer gives offset {response.offset}")
             if response.error != ErrorCode.NONE:
                 effects: list[Effect] = [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
                 if response.error in LEADERSHIP_ERRORS:  # the caller retries: let it find the current leader

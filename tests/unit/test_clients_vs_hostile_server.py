@@ -824,3 +824,18 @@ def test_a_commit_success_that_does_not_confirm_each_offset_committed_is_an_erro
 
     [(token, _, error)] = notices(effects, "result")
     assert token == 9 and isinstance(error, RailmqError)
+
+
+def test_a_negative_offset_answered_to_the_users_list_offsets_is_an_error_not_a_result():
+    stage = ConsumerStage()
+    stage.command("assign", partitions=[("orders", 0)])
+    stage.metadata()
+    stage.sent(ListOffsetsRequest)  # the assignment's own reset: left unanswered
+    stage.command("list-offsets", topic="orders", partition=0, timestamp=-1)
+    request = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
+
+    stage.harness.deliver("consumer", ListOffsetsResponse(correlation_id=request.correlation_id, topic="orders",
+                                                          partition=0, offset=-7), LEADER)
+
+    [(_, value, error)] = stage.notified("result")
+    assert value is None and isinstance(error, RailmqError) and error.retriable
