@@ -254,6 +254,11 @@ class ShareMember:
             return []
         if response.error != ErrorCode.NONE:
             return self._on_member_error(response.error, response.error_message, now_ns)
+        if not response.member_id:  # a success that names no member: nothing to be a member as
+            if self.member_id:
+                return self._on_member_error(ErrorCode.UNKNOWN_MEMBER_ID, "the answer names no member id", now_ns)
+            self.state = "joining"  # joined again when the next heartbeat is due, not in a loop
+            return [Trace("share-heartbeat-refused", {"reason": "the answer names no member id"})]
         effects: list[Effect] = []
         if response.member_id != self.member_id:
             effects += self._new_membership(response.member_id, response.settings)

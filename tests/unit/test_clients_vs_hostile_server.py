@@ -839,3 +839,19 @@ def test_a_negative_offset_answered_to_the_users_list_offsets_is_an_error_not_a_
 
     [(_, value, error)] = stage.notified("result")
     assert value is None and isinstance(error, RailmqError) and error.retriable
+
+
+def test_a_share_heartbeat_success_without_a_member_id_does_not_make_the_member_stable():
+    harness = Harness()
+    member = harness.add("member", ShareMember(bootstrap="bootstrap", settings=ShareMemberSettings(group_id="g")))
+    harness.deliver("member", ClientCommand(command="subscribe", arguments={"topics": ["orders"]}, token=1))
+    asked = harness.take("bootstrap", MetadataRequest)[-1]
+    harness.deliver("member", MetadataResponse(correlation_id=asked.correlation_id,
+                                               group_coordinator_endpoint=SHARE_GROUPS), "bootstrap")
+    beat = only(harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest), ShareGroupHeartbeatRequest)
+
+    # The harness checks the member's invariants (never stable without a member id) after this step.
+    harness.deliver("member", ShareGroupHeartbeatResponse(correlation_id=beat.correlation_id, member_id="",
+                                                          partitions=[("orders", 0)]), SHARE_GROUPS)
+
+    assert member.state != "stable" and harness.received(SHARE_GROUPS, ShareAcquireRequest) == []
