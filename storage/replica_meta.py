@@ -188,6 +188,8 @@ def open_replica_directory(fs: FileSystem, directory: str, expected: ReplicaMeta
     - meta but no recovery-point checkpoint, or one whose slots both fail their checks (zeroed,
       cut, garbage): recovery could not tell flushed from unflushed bytes and may have cut flushed
       data (damage of unknown extent);
+    - meta but no health file: what it recorded (damage, or a new directory) is lost (damage of
+      unknown extent);
     - ranges recovery refused or found missing below the recovery point: damage with their offsets.
     """
     try:
@@ -205,6 +207,7 @@ def _open(fs: FileSystem, directory: str, expected: ReplicaMeta, config: LogConf
     names = fs.list_directory(directory)
     had_segments = any(parse_segment_file_name(name) is not None for name in names)
     had_checkpoint = RECOVERY_POINT_NAME in names
+    had_health = HEALTH_NAME in names
     health = read_health(fs, directory)
     log = PartitionLog.open(directory, config, fs=fs, now_ms=now_ms)
     findings: list[str] = []
@@ -219,16 +222,20 @@ def _open(fs: FileSystem, directory: str, expected: ReplicaMeta, config: LogConf
         damage.append(Damage(log.log_start_offset, UNKNOWN_END, "the recovery-point checkpoint was missing"))
     elif not log.checkpoint_found:  # there, but neither slot reads: as good as missing
         damage.append(Damage(log.log_start_offset, UNKNOWN_END, "the recovery-point checkpoint was unreadable"))
+    if meta is not None and not had_health:
+        # Every open that finishes leaves a health file (a new directory's says so), so a meta
+        # without one lost what it recorded: damage not yet repaired, or that it was new.
+        damage.append(Damage(log.log_start_offset, UNKNOWN_END, f"{HEALTH_NAME} was missing"))
     for first, last in log.recovery.corrupt_ranges:
         reason = "flushed but missing" if first >= log.log_end_offset else "refused as corrupt"
         damage.append(Damage(first, last, reason))
     damage = _merge(damage)
     findings += [f"offsets {d.first_offset}..{'?' if d.last_offset == UNKNOWN_END else d.last_offset}: {d.reason}"
                  for d in damage if d not in health.damage]
-    if meta is None:
-        write_meta(fs, directory, expected)
     file = HealthFile(fs, directory, health)
     file.replace(ReplicaHealth(damage=damage, new_directory=new_directory))
+    if meta is None:  # after the health file: a crash between the two leaves a meta-less directory
+        write_meta(fs, directory, expected)
     return OpenedReplica(log, file, findings)
 
 

@@ -639,6 +639,28 @@ def test_a_meta_or_health_file_cut_or_flipped_anywhere_is_refused_or_counted_as_
         assert name == HEALTH_NAME and unknown_loss(opened.health.current), f"{name} damaged at {where}"
 
 
+def test_a_new_directory_that_crashed_before_its_health_file_was_written_is_not_taken_for_healthy():
+    fs = MemoryFileSystem()
+    opened = open_replica(fs)  # new: meta, checkpoint, an empty segment and health = new directory
+    opened.log.close()
+    fs.destroy(f"{REPLICA_DIRECTORY}/{HEALTH_NAME}")  # what a crash before the health write leaves
+    again = open_replica(fs).health.current
+    assert not again.healthy, "an empty replica must not look like one that holds the partition's past"
+
+
+def test_a_lost_health_file_does_not_forget_the_damage_it_recorded():
+    fs = MemoryFileSystem()
+    healthy_replica(fs)
+    for name in [name for name in fs.list_directory(REPLICA_DIRECTORY) if name.endswith(".log")][-1:]:
+        fs.destroy(f"{REPLICA_DIRECTORY}/{name}")  # the tail segment is lost...
+    first = open_replica(fs)
+    assert not first.health.current.healthy  # ...found once (the checkpoint moves down to the new end)
+    first.log.close()
+    fs.destroy(f"{REPLICA_DIRECTORY}/{HEALTH_NAME}")  # ...then the record of it is lost too
+    again = open_replica(fs).health.current
+    assert unknown_loss(again) and HEALTH_NAME in again.describe()
+
+
 @pytest.mark.parametrize("name", [META_NAME, HEALTH_NAME, RECOVERY_POINT_NAME, EPOCH_CHECKPOINT_NAME])
 def test_a_replica_file_replaced_by_a_directory_is_refused_by_name(tmp_path, name):
     directory = str(tmp_path / "node-1" / "orders-0-abc")
