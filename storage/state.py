@@ -257,17 +257,20 @@ class DurableState:
         self._check_open()
         if self._handle.size == self._flushed_length:
             return
-        self._sequence += 1
-        slot = self._sequence % 2
         length = self._handle.size
         with _FailOnFsync(self):
-            self._handle.write_at(slot * SLOT_BYTES, _encode_slot(self._sequence, self._flushed_length))
-            self._handle.sync()
+            # Each slot's sequence is taken only once it is written: a write refused by a full disk
+            # and retried goes to the same (older) slot, never over the one naming the newest length.
+            self._write_slot(self._flushed_length)
             if self._confirm:  # the records are durable: say so, in the other slot
-                self._sequence += 1
-                self._handle.write_at((self._sequence % 2) * SLOT_BYTES, _encode_slot(self._sequence, length))
-                self._handle.sync()
+                self._write_slot(length)
         self._flushed_length = length
+
+    def _write_slot(self, durable_length: int) -> None:
+        sequence = self._sequence + 1
+        self._handle.write_at((sequence % 2) * SLOT_BYTES, _encode_slot(sequence, durable_length))
+        self._handle.sync()
+        self._sequence = sequence
 
     def compact(self) -> None:
         """Rewrite the journal as one put per live key (temporary file, fsync, rename, fsync dir)."""

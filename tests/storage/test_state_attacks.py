@@ -256,6 +256,30 @@ def test_a_put_the_disk_has_no_room_for_raises_and_is_not_kept():
     assert DurableState.open(STATE_PATH, fs=fs).items() == [("a", 1)]
 
 
+def test_a_flush_refused_by_a_full_disk_then_retried_keeps_the_newest_slot_as_the_backup():
+    fs = MemoryFileSystem()
+    state = DurableState.open(STATE_PATH, fs=fs)  # without confirm: one slot write per flush
+    state.put("a", 1)
+    state.flush()
+    record_a_end = len(fs.read_file(STATE_PATH))
+    state.put("b", 2)
+    state.flush()  # its slot says record "a" is certainly durable
+    state.put("c", 3)
+    fs.faults.set_write_quota(0)
+    with pytest.raises(StorageFull):
+        state.flush()
+    fs.faults.set_write_quota(None)
+    state.flush()
+    state.close()
+    # The slot the retry wrote rots, and so does record "a": the other slot must still be the one
+    # saying "a" was flushed, so this is refused, not cut back to an empty state in silence.
+    sequences = [int.from_bytes(fs.read_file(STATE_PATH)[slot * 32 + 4: slot * 32 + 12], "little") for slot in (0, 1)]
+    fs.corrupt(STATE_PATH, sequences.index(max(sequences)) * 32 + 4)
+    fs.corrupt(STATE_PATH, record_a_end - 2)
+    with pytest.raises(CorruptState):
+        DurableState.open(STATE_PATH, fs=fs)
+
+
 def test_a_state_path_that_is_a_directory_is_refused_naming_it(tmp_path):
     path = tmp_path / "coordinator" / "metadata.state"
     path.mkdir(parents=True)
