@@ -6,7 +6,8 @@ The consumer pulls. A background I/O thread (transport/client_engine.py) runs th
 offset order per partition, and advances the consumed position.
 
 Positions: `position(tp)` is the offset of the next record `poll` will return for `tp`. After
-`seek`, data fetched before the seek is discarded (each seek opens a new fetch session).
+`seek`, data fetched before the seek is discarded (each seek opens a new fetch session). A
+paused partition keeps what was fetched for it: `poll` returns it, in order, once it is resumed.
 
 `poll(timeout_ms)` waits up to `timeout_ms` for the first record, whatever happens meanwhile: a
 group member joining, being assigned partitions or giving some up runs its callbacks inside the
@@ -69,6 +70,9 @@ class Consumer(ClientShell):
         self._assignment: list[TopicPartition] = []
         self._paused: set[TopicPartition] = set()
         self._corrupt: dict[TopicPartition, CorruptBatchError] = {}  # held at an unreadable batch
+        # Records of a partition paused after they were fetched: the fetch position is past them,
+        # so they wait here (and its later chunks in `_chunks`) until it is resumed.
+        self._set_aside: dict[TopicPartition, tuple[Session, list[ConsumerRecord], int]] = {}
         self._seek_epoch = 0
         settings = ConsumerSettings(auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=fetch_max_wait_ms,
                                     fetch_min_bytes=fetch_min_bytes, fetch_partition_bytes_max=fetch_partition_bytes_max,
@@ -119,6 +123,8 @@ class Consumer(ClientShell):
             self._paused &= set(partitions)
             for tp in [tp for tp in self._corrupt if tp not in partitions]:
                 del self._corrupt[tp]
+            for tp in [tp for tp in self._set_aside if tp not in partitions or tp in added]:
+                del self._set_aside[tp]
         self._command("assign", partitions=[list(tp) for tp in partitions], epoch=epoch)
 
     def assignment(self) -> list[TopicPartition]:
@@ -210,6 +216,7 @@ class Consumer(ClientShell):
     def _next_seek_epoch(self, tp: TopicPartition) -> int:
         with self._ready:
             self._corrupt.pop(tp, None)  # a new session refetches from wherever the seek goes
+            self._set_aside.pop(tp, None)
             self._seek_epoch += 1
             self._sessions[tp] = (self._seek_epoch, 0)
             return self._seek_epoch
@@ -309,8 +316,11 @@ class Consumer(ClientShell):
                 continue
             if not out:
                 self._raise_corrupt()
-            if self._chunks:
-                consumed += self._open_chunk(self._chunks.popleft())
+            if self._take_set_aside():
+                continue
+            chunk = self._next_chunk()
+            if chunk is not None:
+                consumed += self._open_chunk(chunk)
                 continue
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:
@@ -331,7 +341,11 @@ class Consumer(ClientShell):
         if self._current_key is None:
             return False
         tp, session = self._current_key
-        if self._sessions.get(tp, (0, 0)) > session or tp not in self._positions or tp in self._paused:
+        if self._sessions.get(tp, (0, 0)) > session or tp not in self._positions:
+            self._current, self._current_key = [], None
+            return True
+        if tp in self._paused:  # kept for when it is resumed: the fetch position is past these records
+            self._set_aside[tp] = (session, self._current, self._current_index)
             self._current, self._current_key = [], None
             return True
         start = self._current_index
@@ -343,6 +357,27 @@ class Consumer(ClientShell):
         if self._current_index >= len(self._current):
             self._current, self._current_key = [], None
         return bool(take) or self._current_key is None
+
+    def _take_set_aside(self) -> bool:
+        """Make the set-aside records of a resumed partition the current ones, if they still
+        continue its position (a seek or a new assignment since voids them)."""
+        for tp in [tp for tp in self._set_aside if tp not in self._paused]:
+            session, records, index = self._set_aside.pop(tp)
+            if session == self._sessions.get(tp) and tp in self._assignment and \
+                    self._positions.get(tp) == records[index].offset:
+                self._current, self._current_index, self._current_key = records, index, (tp, session)
+                return True
+        return False
+
+    def _next_chunk(self) -> tuple | None:
+        """The first fetched chunk of a partition that is neither paused nor has records set aside
+        (those stay, in order, until it is resumed)."""
+        for index, chunk in enumerate(self._chunks):
+            tp = TopicPartition(chunk[0], chunk[1])
+            if tp not in self._paused and tp not in self._set_aside:
+                del self._chunks[index]
+                return chunk
+        return None
 
     def _open_chunk(self, chunk: tuple) -> int:
         """Make a fetched chunk the current records; its last slot is the high watermark, or the

@@ -66,6 +66,9 @@ class GroupShell:
             for tp in list(consumer._corrupt):
                 if tp not in owned_tps or tp in fresh:
                     del consumer._corrupt[tp]
+            for tp in list(consumer._set_aside):
+                if tp not in owned_tps or tp in fresh:
+                    del consumer._set_aside[tp]
             for tp in added_tps:
                 consumer._sessions[tp] = (0, 0)
             if consumer._current_key is not None and consumer._current_key[0] not in owned_tps:

@@ -31,6 +31,7 @@ from actors.messages import (
 )
 from actors.producer_client import ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.consumer import Consumer
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
@@ -855,3 +856,44 @@ def test_a_share_heartbeat_success_without_a_member_id_does_not_make_the_member_
                                                           partitions=[("orders", 0)]), SHARE_GROUPS)
 
     assert member.state != "stable" and harness.received(SHARE_GROUPS, ShareAcquireRequest) == []
+
+
+# ---------------------------------------------------------------------------- the consumer's shell
+
+
+@pytest.fixture
+def shell_consumer():
+    """A real Consumer whose I/O-thread notices the test delivers itself."""
+    consumer = Consumer("tcp://127.0.0.1:9", request_timeout_ms=500, fetch_max_wait_ms=50)
+    try:
+        consumer.assign([("orders", 0)])
+        consumer._on_notify("position", ("orders", 0, consumer._sessions[("orders", 0)], 10))
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def test_records_fetched_for_a_partition_paused_meanwhile_are_returned_after_resume(shell_consumer):
+    consumer = shell_consumer
+    session = consumer._sessions[("orders", 0)]
+    consumer._on_notify("records", ("orders", 0, session, stamped(10, 3), 100))  # in flight when paused
+    consumer.pause([("orders", 0)])
+
+    assert consumer.poll(50) == []
+    consumer.resume([("orders", 0)])
+    consumer._on_notify("records", ("orders", 0, session, stamped(13, 2), 100))  # the fetch goes on from 13
+
+    assert [record.offset for record in consumer.poll(200)] == [10, 11, 12, 13, 14]
+
+
+def test_records_opened_before_a_pause_are_kept_for_after_it(shell_consumer):
+    consumer = shell_consumer
+    session = consumer._sessions[("orders", 0)]
+    consumer._on_notify("records", ("orders", 0, session, stamped(10, 4), 100))
+
+    assert [record.offset for record in consumer.poll(200, max_records=1)] == [10]
+    consumer.pause([("orders", 0)])
+    assert consumer.poll(50) == []
+    consumer.resume([("orders", 0)])
+
+    assert [record.offset for record in consumer.poll(200)] == [11, 12, 13]
