@@ -102,10 +102,12 @@ def check_state_present(data_dir: str, path: str) -> None:
 
 def rebuild_state(data_dir: str, path: str, cluster_id: str, fs: FileSystem) -> int:
     """Write a fresh coordinator state rebuilt from the replica directories; returns the number of
-    topics rebuilt. The old file, if any, is kept beside it as `<path>.lost`."""
+    topics rebuilt. The old file, if any, is kept beside it as `<path>.lost` (`.lost.1`, `.lost.2`...
+    when an earlier rebuild already kept one: a second rebuild must not destroy the original)."""
     metas = [(directory, meta) for directory, meta in replica_metas(data_dir, fs) if meta.cluster_id == cluster_id]
     if os.path.exists(path):
-        os.replace(path, f"{path}.lost")
+        os.rename(path, _unused_name(f"{path}.lost"))
+        fs.sync_directory(os.path.dirname(path) or ".")
     state = DurableState.open(path, fs=fs, confirm=True)
     topics: dict[str, TopicRecord] = {}
     epochs: dict[tuple[str, int], int] = {}
@@ -137,6 +139,14 @@ def rebuild_state(data_dir: str, path: str, cluster_id: str, fs: FileSystem) -> 
     state.flush()
     state.close()
     return len(topics)
+
+
+def _unused_name(path: str) -> str:
+    candidate, number = path, 0
+    while os.path.lexists(candidate):
+        number += 1
+        candidate = f"{path}.{number}"
+    return candidate
 
 
 def _place(nodes: list[int], partition: int, factor: int) -> list[int]:

@@ -219,3 +219,17 @@ def test_a_second_process_for_the_same_state_directory_refuses_to_start_naming_t
     build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
     with pytest.raises(RefusedToStart, match=f"in use by process {os.getpid()}"):
         build_actor(spec, "tcp://127.0.0.1:2", incarnation=2)
+
+
+def test_a_second_rebuild_of_the_coordinator_state_keeps_the_original_damaged_file(tmp_path):
+    from storage.fs import OsFileSystem
+    from transport.metadata_rebuild import rebuild_state
+
+    path = tmp_path / "coordinator" / "metadata.state"
+    path.parent.mkdir()
+    path.write_bytes(b"the damaged original an operator may still want")
+    rebuild_state(str(tmp_path), str(path), "c1", OsFileSystem())
+    rebuild_state(str(tmp_path), str(path), "c1", OsFileSystem())  # run again (a start that failed later)
+    kept = {file.name: file.read_bytes() for file in path.parent.iterdir() if ".lost" in file.name}
+    assert b"the damaged original an operator may still want" in kept.values(), sorted(kept)
+    assert len(kept) == 2
