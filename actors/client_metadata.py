@@ -70,3 +70,14 @@ def distrust(unreachable: dict[str, int], endpoint: str, until_ns: int, now_ns: 
         del unreachable[expired]
     while len(unreachable) > UNREACHABLE_ENDPOINTS_MAX:
         del unreachable[next(iter(unreachable))]
+
+
+# A server's sentence (an error message) is kept, and handed to the user, to this many
+# characters: an answer may carry megabytes of it, and a client keeps some for a while.
+SERVER_TEXT_CHARS_MAX = 1024
+
+
+def clipped(text: str) -> str:
+    if len(text) <= SERVER_TEXT_CHARS_MAX:
+        return text
+    return f"{text[:SERVER_TEXT_CHARS_MAX]}... ({len(text) - SERVER_TEXT_CHARS_MAX} more characters)"

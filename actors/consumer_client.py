@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic, distrust, remember_topic
+from actors.client_metadata import checked_topic, clipped, distrust, remember_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -373,6 +373,7 @@ class ConsumerClient:
         return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
 
     def _on_partition_error(self, fetch: PartitionFetch, code: int, text: str, now_ns: int) -> list[Effect]:
+        text = clipped(text)  # a leader's sentence, handed to the user
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             reset = self._default_reset()
             if reset is None:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic, distrust
+from actors.client_metadata import checked_topic, clipped, distrust
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
@@ -253,6 +253,7 @@ class ProducerClient:
 
     def _retry_or_fail(self, pending: Pending, code: int, text: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
+        text = clipped(text)  # kept with the batch until it is delivered or fails
         pending.last_error = f"{RailmqError(code, text)}"
         if code not in RETRIABLE or now_ns >= batch.deadline_ns:
             if code in RETRIABLE:

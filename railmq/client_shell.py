@@ -28,6 +28,8 @@ from actors.errors import ErrorCode, RailmqError
 from actors.messages import ClientCommand
 from transport.client_engine import ClientEngine
 
+ERRORS_KEPT_MAX = 1000  # reported errors waiting for the caller's next call
+
 # A waiter wakes at least this often to look at its deadline and at errors reported meanwhile.
 WAIT_SLICE_S = 0.1
 
@@ -43,7 +45,9 @@ class ClientShell(ABC):
     def __init__(self, request_timeout_ms: int) -> None:
         self.request_timeout_s = request_timeout_ms / 1000
         self._ready = threading.Condition()
-        self._errors: deque = deque()  # raised, oldest first, by the caller's next wait
+        # Raised, oldest first, by the caller's next wait; a caller that does not call for a while
+        # keeps the latest ERRORS_KEPT_MAX (they are mostly the same report, repeated).
+        self._errors: deque = deque(maxlen=ERRORS_KEPT_MAX)
         self._results: dict[int, list] = {}  # token -> slot; a slot gets one (value, error)
         self._tokens = itertools.count(1)
         self._closed = False

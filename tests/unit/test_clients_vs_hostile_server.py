@@ -18,6 +18,7 @@ import zmq
 from actors.actor import MS
 from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
+from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.limits import DEFAULT_LIMITS
 from actors.consumer_client import ConsumerClient, ConsumerSettings
@@ -31,6 +32,7 @@ from actors.messages import (
 )
 from actors.producer_client import ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.client_shell import ERRORS_KEPT_MAX as CLIENT_ERRORS_KEPT_MAX
 from railmq.consumer import Consumer
 from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
@@ -897,3 +899,50 @@ def test_records_opened_before_a_pause_are_kept_for_after_it(shell_consumer):
     consumer.resume([("orders", 0)])
 
     assert [record.offset for record in consumer.poll(200)] == [11, 12, 13]
+
+
+# ---------------------------------------------------------------------------- what a server says
+
+
+HUGE_TEXT = "x" * 1_000_000
+
+
+def test_a_leaders_huge_error_text_is_not_kept_whole_with_each_waiting_batch():
+    stage = producer_stage()
+    request = only(stage.requests(), ProduceRequest)
+
+    produce_answer(stage, request, error=ErrorCode.NOT_LEADER, error_message=HUGE_TEXT)
+
+    [pending] = [p for queue in stage.producer.waiting.values() for p in queue]
+    assert len(pending.last_error) <= 2 * SERVER_TEXT_CHARS_MAX
+    stage.harness.now_ns += (DELIVERY_TIMEOUT_MS + 1) * MS
+    stage.harness.advance(100)
+    [(_, _, _, error)] = stage.done()
+    assert len(str(error)) <= 4 * SERVER_TEXT_CHARS_MAX
+
+
+def test_a_leaders_huge_error_text_reaches_the_consumers_user_clipped():
+    stage = ConsumerStage(auto_offset_reset="none")
+    stage.command("assign", partitions=[("orders", 0)])
+    stage.metadata()
+    stage.command("seek", topic="orders", partition=0, offset=500, epoch=1)
+    request = only(stage.sent(FetchRequest), FetchRequest)
+
+    stage.harness.deliver(
+        "consumer", FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                                  error=ErrorCode.OFFSET_OUT_OF_RANGE, error_message=HUGE_TEXT), LEADER)
+
+    errors = [error for _, _, error in stage.notified("partition-error")]
+    assert any(error.code == ErrorCode.OFFSET_OUT_OF_RANGE for error in errors)
+    assert all(len(str(error)) <= 2 * SERVER_TEXT_CHARS_MAX for error in errors)
+
+
+def test_errors_waiting_for_the_users_next_call_are_bounded(shell_consumer):
+    for number in range(5 * CLIENT_ERRORS_KEPT_MAX):
+        shell_consumer._on_notify("partition-error", ("orders", 0, RailmqError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                                                                f"report {number}")))
+
+    assert len(shell_consumer._errors) <= CLIENT_ERRORS_KEPT_MAX
+    with pytest.raises(RailmqError) as raised:
+        shell_consumer.poll(10)
+    assert raised.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
