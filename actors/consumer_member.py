@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.actor import MS
-from actors.assignors import COOPERATIVE_ASSIGNORS, Subscription, assign, cooperative_adjust
+from actors.assignors import COOPERATIVE_ASSIGNORS, AssignorError, Subscription, assign, cooperative_adjust
 from actors.client_metadata import distrust
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -306,10 +306,17 @@ class ConsumerMember:
         if missing and now_ns - self.last_metadata_ns > 50 * MS:
             self.state = "awaiting-metadata"
             return self.client.request_metadata(missing)
-        target = assign(self.protocol, subscriptions, counts)
-        if self.protocol in COOPERATIVE_ASSIGNORS:
-            owned = {member: list(sub.owned) for member, sub in subscriptions.items()}
-            target = cooperative_adjust(target, owned).assignment
+        try:
+            target = assign(self.protocol, subscriptions, counts)
+            if self.protocol in COOPERATIVE_ASSIGNORS:
+                owned = {member: list(sub.owned) for member, sub in subscriptions.items()}
+                target = cooperative_adjust(target, owned).assignment
+        except AssignorError as error:
+            # The coordinator chose a protocol nobody proposed, or the members' subscriptions
+            # cannot be assigned: ask the group again rather than sync a guess.
+            self.rejoin_reason = f"the join answer cannot be assigned: {error}"
+            return [Trace("member-assignment-failed", {"generation": self.generation, "error": str(error)})] + \
+                self._join(now_ns)
         assignments = [MemberAssignment(member_id=member, assignment=_encoder.encode(
             ConsumerAssignment(partitions=[tuple(tp) for tp in partitions]))) for member, partitions in sorted(target.items())]
         self.assigned_counts = {topic: counts.get(topic, 0) for topic in topics}  # 0: not created yet

@@ -18,6 +18,7 @@ import zmq
 from actors.actor import MS
 from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
+from actors.assignors import Subscription
 from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.limits import DEFAULT_LIMITS
@@ -946,3 +947,26 @@ def test_errors_waiting_for_the_users_next_call_are_bounded(shell_consumer):
     with pytest.raises(RailmqError) as raised:
         shell_consumer.poll(10)
     assert raised.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("protocol, owned", [
+    ("no-such-assignor", []),  # a protocol this member never proposed
+    ("range", [("orders", 7), ("orders", -3)]),  # a member claiming partitions that cannot exist
+    ("cooperative-sticky", [("orders", 7), ("orders", -3), ("orders", 0)]),
+], ids=["protocol", "owned", "owned-cooperative"])
+def test_a_join_answer_the_leaders_assignor_cannot_use_makes_it_join_again_not_crash(protocol, owned):
+    stage = MemberStage(assignor=protocol if protocol in ("range", "cooperative-sticky") else "range")
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    join = stage.to_groups(JoinGroupRequest)
+    other = msgspec.msgpack.encode(Subscription(topics=["orders"], owned=owned))
+    members = [GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata),
+               GroupMember(member_id="c2-m", metadata=other)]
+
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name=protocol,
+                                   leader="c1-m", member_id="c1-m", members=members))
+
+    syncs = stage.harness.take(GROUPS, SyncGroupRequest)
+    assert syncs == [] or all(sorted(p for a in sync.assignments for p in msgspec.msgpack.decode(
+        a.assignment, type=ConsumerAssignment).partitions) == [("orders", 0), ("orders", 1)] for sync in syncs)
+    assert syncs or stage.harness.take(GROUPS, JoinGroupRequest)
