@@ -74,6 +74,8 @@ class NodeLiveness:
             reported.add((report.topic, report.partition, report.node))
             changes, reply = self._take_report(report, now_ns, via_node=True)
             decided += changes
+            if reply is None:
+                continue  # a process already heard to exit (its last report, read late): the dead stay dead
             if report.endpoint and (reply.state is not None or reply.deleted or reply.error):
                 replies.append(Send(report.endpoint, reply))
         full_wanted = False
