@@ -135,6 +135,19 @@ class DurableState:
         state._recover()
         return state
 
+    @classmethod
+    def read(cls, path: str, *, fs: FileSystem | None = None, confirm: bool = False) -> list[tuple[str, Any]]:
+        """The items the journal at `path` holds, as `open` would recover them, writing nothing
+        (no tail cut, no header created): for reading a file another process owns, such as the
+        single coordinator's state a new quorum starts from. Damage is `CorruptState` as in open."""
+        state = cls(fs if fs is not None else OsFileSystem(), path, compact_min_records=0, confirm=confirm)
+        try:
+            data = state._fs.read_file(path)
+        except OSError as error:
+            raise CorruptState(f"{path}: cannot be read as a state journal ({error.strerror or error})") from None
+        state._replay(data, state._header(data)[1])
+        return items_with_prefix(state._data, "")
+
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self) -> None:
         started = time.perf_counter()
@@ -144,18 +157,11 @@ class DurableState:
             self._fs.write_file_atomic(self._path, _encode_slot(0, HEADER_BYTES) * 2)
         handle = _open_journal(self._fs, self._path)
         data = handle.read_at(0, handle.size)
-        slots = _decode_slots(data) if len(data) >= HEADER_BYTES else None
-        if slots is None:
-            # Every writer leaves a whole header with at least one readable slot (in-place writes
-            # touch one slot at a time), so a file without one is damage, never a new journal:
-            # refuse it rather than read its records as an unconfirmed tail and cut them all, or
-            # append records over a header that is not there.
+        try:
+            self._sequence, durable_length = self._header(data)
+        except CorruptState:
             handle.close()
-            message = (f"{self._path}: no whole, readable header slot ({len(data)} bytes); refusing to treat "
-                       "the journal as empty")
-            logger.critical(message)
-            raise CorruptState(message)
-        self._sequence, durable_length = slots
+            raise
         end = self._replay(data, durable_length)
         if end < len(data):
             self.recovery.truncated_bytes = len(data) - end
@@ -167,6 +173,20 @@ class DurableState:
         self._handle = handle
         self._flushed_length = end
         self.recovery.seconds = time.perf_counter() - started
+
+    def _header(self, data: bytes) -> tuple[int, int]:
+        """(sequence, durable length) of the journal `data`, or CorruptState."""
+        slots = _decode_slots(data) if len(data) >= HEADER_BYTES else None
+        if slots is None:
+            # Every writer leaves a whole header with at least one readable slot (in-place writes
+            # touch one slot at a time), so a file without one is damage, never a new journal:
+            # refuse it rather than read its records as an unconfirmed tail and cut them all, or
+            # append records over a header that is not there.
+            message = (f"{self._path}: no whole, readable header slot ({len(data)} bytes); refusing to treat "
+                       "the journal as empty")
+            logger.critical(message)
+            raise CorruptState(message)
+        return slots
 
     def _replay(self, data: bytes, durable_length: int) -> int:
         """Apply records in order; return where the valid journal ends."""

@@ -295,9 +295,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     bootstrap: list[tuple[str, Any]] = []
     legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
     if empty and not quorum_formed(spec, directory) and os.path.exists(legacy):
-        state = DurableState.open(legacy, fs=fs)
-        bootstrap = state.items()
-        state.close()
+        bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
     log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
     rng = random.Random(incarnation)
 
@@ -331,13 +329,10 @@ def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:
                 "cluster would abandon their data. " + HOW_TO_RECOVER.format(path="the controllers' logs"))
         return []
     try:
-        state = DurableState.open(legacy, fs=fs, confirm=True)
+        return DurableState.read(legacy, fs=fs, confirm=True)  # the other voters read it too: never written
     except CorruptState as error:
         raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
                              "for --rebuild-metadata") from None
-    items = state.items()
-    state.close()
-    return items
 
 
 def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:

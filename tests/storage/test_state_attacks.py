@@ -280,6 +280,21 @@ def test_a_flush_refused_by_a_full_disk_then_retried_keeps_the_newest_slot_as_th
         DurableState.open(STATE_PATH, fs=fs)
 
 
+def test_reading_a_journal_another_process_owns_gives_what_open_would_and_writes_nothing():
+    fs = MemoryFileSystem()
+    acknowledged = confirmed_state(fs)
+    writer = open_state(fs)  # the owner, still writing: one record whole, the next one torn
+    writer.put("topic/late", 1)
+    torn = fs.read_file(STATE_PATH) + forged_record([0, "topic/torn", 2])[:-3]
+    fs.set_content(STATE_PATH, torn)
+    assert DurableState.read(STATE_PATH, fs=fs, confirm=True) == sorted(acknowledged + [("topic/late", 1)])
+    assert fs.read_file(STATE_PATH) == torn, "a reader must not cut the owner's tail"
+    for content in (b"", bytes(4096)):
+        fs.set_content(STATE_PATH, content)
+        with pytest.raises(CorruptState):
+            DurableState.read(STATE_PATH, fs=fs)
+
+
 def test_a_state_path_that_is_a_directory_is_refused_naming_it(tmp_path):
     path = tmp_path / "coordinator" / "metadata.state"
     path.mkdir(parents=True)

@@ -233,3 +233,21 @@ def test_a_second_rebuild_of_the_coordinator_state_keeps_the_original_damaged_fi
     kept = {file.name: file.read_bytes() for file in path.parent.iterdir() if ".lost" in file.name}
     assert b"the damaged original an operator may still want" in kept.values(), sorted(kept)
     assert len(kept) == 2
+
+
+def test_a_new_quorum_reads_the_single_coordinators_state_without_writing_to_it(tmp_path, actor_locks):
+    from storage.state import DurableState
+    from transport.actor_main import ActorSpec, build_actor
+
+    legacy = tmp_path / "coordinator" / "metadata.state"
+    state = DurableState.open(str(legacy), confirm=True)
+    state.put("topic/orders", {"partitions": 3})
+    state.flush()
+    state.close()
+    content = legacy.read_bytes() + b"\x10\x00\x00\x00"  # a record the coordinator was writing, torn
+    legacy.write_bytes(content)
+    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1], voters={1: "tcp://127.0.0.1:1"})
+    actor, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+    assert actor.bootstrap == [("topic/orders", {"partitions": 3})]
+    assert legacy.read_bytes() == content, "the coordinator's file is read, never cut or rewritten"
