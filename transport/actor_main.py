@@ -18,6 +18,7 @@ directory another live process holds — each makes the process *refuse to start
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import signal
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 import zmq
@@ -313,13 +314,39 @@ def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:
     """What the first leader of a new quorum starts from: the single coordinator's state when
     this cluster had one (rebuilt from the replica directories with `--rebuild-metadata`), or
     nothing for a new cluster. Refuses when replica directories exist but no metadata does."""
-    from storage.errors import CorruptState
-    from storage.state import HEADER_BYTES, DurableState
-    from transport.metadata_rebuild import HOW_TO_RECOVER, has_replica_data, rebuild_state
+    from transport.metadata_rebuild import rebuild_state
 
     legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
-    if spec.rebuild_metadata:
-        rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
+    with _metadata_bootstrap_lock(spec.data_dir):
+        if spec.rebuild_metadata:
+            rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
+        return _read_first_metadata(spec, fs, legacy)
+
+
+@contextlib.contextmanager
+def _metadata_bootstrap_lock(data_dir: str) -> Iterator[None]:
+    """Every voter of a new quorum on this machine rebuilds and reads the same legacy file at its
+    first start: one at a time (an exclusive flock on `<data dir>/.metadata-bootstrap`, waited
+    for; the kernel drops it if its holder dies), or one could read another's half-written
+    rebuild, or find the file renamed away mid-read."""
+    import fcntl
+
+    fd = os.open(os.path.join(data_dir, METADATA_BOOTSTRAP_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for one rebuild and one read: milliseconds
+        yield
+    finally:
+        os.close(fd)
+
+
+METADATA_BOOTSTRAP_LOCK = ".metadata-bootstrap"
+
+
+def _read_first_metadata(spec: ActorSpec, fs: Any, legacy: str) -> list[tuple[str, Any]]:
+    from storage.errors import CorruptState
+    from storage.state import HEADER_BYTES, DurableState
+    from transport.metadata_rebuild import HOW_TO_RECOVER, has_replica_data
+
     size = os.path.getsize(legacy) if os.path.exists(legacy) else -1
     if size <= HEADER_BYTES:
         if has_replica_data(spec.data_dir):

@@ -251,3 +251,34 @@ def test_a_new_quorum_reads_the_single_coordinators_state_without_writing_to_it(
     actor, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
     assert actor.bootstrap == [("topic/orders", {"partitions": 3})]
     assert legacy.read_bytes() == content, "the coordinator's file is read, never cut or rewritten"
+
+
+def test_the_voters_of_a_new_quorum_rebuild_and_read_the_legacy_state_one_at_a_time(tmp_path, actor_locks,
+                                                                                     monkeypatch):
+    import fcntl
+
+    from storage.state import DurableState
+    from transport import metadata_rebuild
+    from transport.actor_main import METADATA_BOOTSTRAP_LOCK, ActorSpec, build_actor
+
+    def held_by_someone() -> bool:
+        fd = os.open(str(tmp_path / METADATA_BOOTSTRAP_LOCK), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    seen: list[tuple[str, bool]] = []
+    rebuild, read = metadata_rebuild.rebuild_state, DurableState.read
+    monkeypatch.setattr(metadata_rebuild, "rebuild_state",
+                        lambda *args: (seen.append(("rebuild", held_by_someone())), rebuild(*args))[1])
+    monkeypatch.setattr(DurableState, "read", classmethod(
+        lambda cls, *args, **options: (seen.append(("read", held_by_someone())), read(*args, **options))[1]))
+    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1], voters={1: "tcp://127.0.0.1:1"}, rebuild_metadata=True)
+    build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+    assert seen == [("rebuild", True), ("read", True)], "another voter could interleave with either"
+    assert not held_by_someone(), "released once the voter has its starting point"
