@@ -120,6 +120,7 @@ class ConsumerMember:
         self.revocations_unanswered = 0  # ("revoke", ...) notifications the shell has not answered
         self.left_for_poll_timeout = False
         self.joined_members: list = []
+        self.computed_own: list[tuple[str, int]] | None = None  # as leader: what it assigned itself
         self.unreachable: dict[str, int] = {}
         self.coordinator_incarnation = 0  # of the process at `coordinator`, as metadata said
         self.dead_incarnation: dict[str, int] = {}  # endpoint -> the incarnation seen gone there
@@ -291,6 +292,7 @@ class ConsumerMember:
             self.member_id, self.generation = response.member_id, response.generation
             self.leader, self.protocol = response.leader, response.protocol_name
             self.joined_members = response.members
+            self.computed_own = None
             if self.member_id == self.leader and response.members:
                 self.state = "awaiting-metadata"
                 return self._lead_assignment(now_ns)
@@ -320,6 +322,7 @@ class ConsumerMember:
         assignments = [MemberAssignment(member_id=member, assignment=_encoder.encode(
             ConsumerAssignment(partitions=[tuple(tp) for tp in partitions]))) for member, partitions in sorted(target.items())]
         self.assigned_counts = {topic: counts.get(topic, 0) for topic in topics}  # 0: not created yet
+        self.computed_own = sorted({tuple(tp) for tp in target.get(self.member_id, [])})
         return [Trace("assignment-computed", {"generation": self.generation, "assignor": self.protocol,
                                               "assignment": {m: list(p) for m, p in target.items()}})] + self._sync(now_ns, assignments)
 
@@ -381,6 +384,9 @@ class ConsumerMember:
         strays = [tp for tp in partitions if tp[0] not in subscribed or tp[1] < 0]
         if strays:
             return [], f"{strays[:10]} are not partitions of the subscribed topics {sorted(subscribed)[:10]}"
+        if self.computed_own is not None and partitions != self.computed_own:
+            # The coordinator hands each member what the leader sent: this leader knows its own.
+            return [], f"the leader assigned itself {self.computed_own[:10]}, not {partitions[:10]}"
         return partitions, ""
 
     def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:

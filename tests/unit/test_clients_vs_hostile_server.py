@@ -236,14 +236,13 @@ def test_a_negative_offset_from_list_offsets_is_not_taken_as_a_position(offset):
 
 
 def member_synced(assignment_bytes: bytes) -> MemberStage:
-    """A member that joined alone (as leader) and is handed `assignment_bytes` by the coordinator."""
+    """A member that joined as a follower and is handed `assignment_bytes` by the coordinator."""
     stage = MemberStage()
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
     join = stage.to_groups(JoinGroupRequest)
-    myself = GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)
     stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
-                                   leader="c1-m", member_id="c1-m", members=[myself]))
+                                   leader="c0-m", member_id="c1-m"))
     sync = stage.to_groups(SyncGroupRequest)
     stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment_bytes))
     return stage
@@ -802,8 +801,10 @@ def test_an_answer_to_a_produce_attempt_that_timed_out_does_not_complete_the_bat
 
 
 def test_a_committed_offset_beyond_the_log_end_resets_by_the_policy_instead_of_stalling():
-    stage = MemberStage()
-    stage.joined_alone(partitions=(("orders", 0),))  # committed 10; the log is shorter
+    stage = member_synced(consumer_assignment(("orders", 0)))
+    positions = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=positions.correlation_id, offsets=[
+        OffsetEntry(topic="orders", partition=0, offset=10)]))  # committed 10; the log is shorter
     fetch = only(stage.harness.take("tcp://127.0.0.1:6/orders/0", FetchRequest), FetchRequest)
 
     stage.harness.deliver("c1", FetchResponse(correlation_id=fetch.correlation_id, topic="orders", partition=0,
@@ -970,3 +971,24 @@ def test_a_join_answer_the_leaders_assignor_cannot_use_makes_it_join_again_not_c
     assert syncs == [] or all(sorted(p for a in sync.assignments for p in msgspec.msgpack.decode(
         a.assignment, type=ConsumerAssignment).partitions) == [("orders", 0), ("orders", 1)] for sync in syncs)
     assert syncs or stage.harness.take(GROUPS, JoinGroupRequest)
+
+
+def test_a_leader_handed_back_another_assignment_than_the_one_it_computed_for_itself_joins_again():
+    stage = MemberStage()
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    join = stage.to_groups(JoinGroupRequest)
+    members = [GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata),
+               GroupMember(member_id="c2-m", metadata=join.protocols[0].metadata)]
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m", members=members))
+    sync = stage.to_groups(SyncGroupRequest)
+    computed = {a.member_id: msgspec.msgpack.decode(a.assignment, type=ConsumerAssignment).partitions
+                for a in sync.assignments}
+    assert computed["c1-m"] == [("orders", 0)] and computed["c2-m"] == [("orders", 1)]
+
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id,  # c2-m's partition as well
+                                   assignment=consumer_assignment(("orders", 0), ("orders", 1))))
+
+    assert stage.member.owned == [] and stage.harness.received(GROUPS, OffsetFetchRequest) == []
+    assert stage.to_groups(JoinGroupRequest)
