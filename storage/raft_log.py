@@ -383,12 +383,13 @@ class RaftLog:
         return Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index)
 
     def close(self) -> None:
-        if self._closed_reason is None:
-            try:
+        """Flush and close; a log already closed by a failure only gives its file back."""
+        try:
+            if self._closed_reason is None:
                 self.flush()
-            finally:
-                self._closed_reason = "the raft log is closed"
-                self._handle.close()
+        finally:
+            self._closed_reason = self._closed_reason or "the raft log is closed"
+            self._handle.close()
 
     def _check_open(self) -> None:
         if self._closed_reason is not None:

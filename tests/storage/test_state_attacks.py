@@ -12,6 +12,7 @@ struct.error or RecursionError.
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import msgspec
@@ -21,7 +22,7 @@ from storage.batch import encode_batch
 from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import LogConfig
 from storage.epochs import EPOCH_CHECKPOINT_NAME, LeaderEpochCache
-from storage.errors import CorruptState, LogClosed, StorageError, StorageFull
+from storage.errors import CorruptState, FsyncFailed, LogClosed, StorageError, StorageFull
 from storage.fs import OsFileSystem
 from storage.journal_frames import RECORD
 from storage.memory import MemoryFileSystem
@@ -737,3 +738,20 @@ def _slot_holds(fs: MemoryFileSystem, path: str, slot: int, point) -> bool:
     twin = fs.clone()
     twin.corrupt(path, (1 - slot) * 64 + 12)  # with the other slot unreadable, this one is the point
     return RecoveryPointFile(twin, path).point == point
+
+
+def test_a_raft_log_closed_by_a_failed_fsync_still_gives_its_file_back(tmp_path):
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    fs = OsFileSystem()
+    before = open_files()
+    log = RaftLog.open(str(tmp_path / "raft"), fs=fs)
+    log.set_hard_state(1, 1)
+    fs.faults.fail_next_fsync()
+    with pytest.raises(FsyncFailed):
+        log.flush()
+    log.close()  # what a stopping runtime does after the failure
+    assert open_files() == before
+    with pytest.raises(LogClosed, match="fsync failed"):
+        log.append(raft_entries(1, [1]))
