@@ -755,3 +755,46 @@ def test_a_raft_log_closed_by_a_failed_fsync_still_gives_its_file_back(tmp_path)
     assert open_files() == before
     with pytest.raises(LogClosed, match="fsync failed"):
         log.append(raft_entries(1, [1]))
+
+
+def bytes_written(story) -> int:
+    fs = MemoryFileSystem()
+    fs.faults.set_write_quota(1 << 40)
+    story(fs)
+    return (1 << 40) - fs.faults.write_quota_bytes
+
+
+def test_a_disk_that_fills_at_any_byte_of_the_raft_log_story_keeps_what_was_acknowledged():
+    whole: list = []
+    total = bytes_written(lambda fs: raft_story(fs, whole))
+    empty = raft_content(open_raft(MemoryFileSystem()))
+    for room in range(total):
+        fs, acked = MemoryFileSystem(), []
+        fs.faults.set_write_quota(room)
+        with pytest.raises(StorageError):
+            raft_story(fs, acked)  # an actor stops at the first refusal (EXIT_DISK_FULL)
+        fs.crash()
+        fs.faults.set_write_quota(None)
+        last_acked = acked[-1] if acked else empty
+        in_flight = whole[len(acked)] if len(acked) < len(whole) else last_acked
+        recovered = raft_content(open_raft(fs))
+        assert recovered[0] in (last_acked[0], in_flight[0]), f"room {room}: {recovered}"
+        assert recovered[1:] in (last_acked[1:], in_flight[1:]), f"room {room}: {recovered}"
+
+
+@pytest.mark.parametrize("confirm", [False, True])
+def test_a_disk_that_fills_at_any_byte_of_the_state_story_keeps_what_was_acknowledged(confirm):
+    total = bytes_written(lambda fs: state_story(fs, confirm, []))
+    for room in range(total):
+        fs, seen = MemoryFileSystem(), []
+        fs.faults.set_write_quota(room)
+        try:
+            state_story(fs, confirm, seen)
+        except StorageFull:
+            pass  # an actor stops at the first refusal (EXIT_DISK_FULL)
+        fs.crash()
+        fs.faults.set_write_quota(None)
+        last_acked = ([[]] + [items for kind, items in seen if kind == "acked"])[-1]
+        in_flight = seen[-1][1] if seen and seen[-1][0] == "attempted" else last_acked
+        recovered = DurableState.open(STATE_PATH, fs=fs, confirm=confirm).items()
+        assert recovered in (last_acked, in_flight), f"room {room}: {recovered}, acked {last_acked}"
