@@ -83,8 +83,7 @@ class RaftLog:
                                      "held are lost, so this node must not vote again as the same voter")
             initial = Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
             self._fs.write_file_atomic(self._log_path, encode_slot(initial) * 2)
-        handle = self._open_journal()
-        data = handle.read_at(0, handle.size)
+        handle, data = self._open_journal()
         slot, confirmed = self._choose_slot(data)
         self._sequence = slot.sequence
         self._base = slot.base_index
@@ -109,12 +108,19 @@ class RaftLog:
                                  f"{self.last_index}")
         self.written_from = self._base
 
-    def _open_journal(self) -> FileHandle:
+    def _open_journal(self) -> tuple[FileHandle, bytes]:
+        """The journal's handle and content; a file that cannot be opened or read (a directory in
+        its place, EIO) is `CorruptRaftLog` naming it."""
         try:
-            return self._fs.open(self._log_path)
+            handle = self._fs.open(self._log_path)
         except OSError as error:
             raise CorruptRaftLog(f"{self._log_path}: cannot be opened as the raft journal "
                                  f"({error.strerror or error})") from None
+        try:
+            return handle, handle.read_at(0, handle.size)
+        except OSError as error:
+            handle.close()
+            raise CorruptRaftLog(f"{self._log_path}: cannot be read ({error.strerror or error})") from None
 
     def _choose_slot(self, data: bytes) -> tuple[Slot, int]:
         """The slot of the last completed flush and the journal length it confirms."""

@@ -101,13 +101,21 @@ def _decode_slots(data: bytes) -> tuple[int, int] | None:
     return best
 
 
-def _open_journal(fs: FileSystem, path: str) -> FileHandle:
-    """The journal's handle; a path that cannot be opened as a file (a directory in its place, no
-    permission) is a `CorruptState` naming it, so the owner refuses to start instead of crashing."""
+def _open_journal(fs: FileSystem, path: str) -> tuple[FileHandle, bytes]:
+    """The journal's handle and content; a path that cannot be opened or read as a file (a
+    directory in its place, no permission, EIO) is a `CorruptState` naming it, so the owner
+    refuses to start instead of crashing."""
     try:
-        return fs.open(path)
+        handle = fs.open(path)
     except OSError as error:
         message = f"{path}: cannot be opened as the state journal ({error.strerror or error})"
+        logger.critical(message)
+        raise CorruptState(message) from None
+    try:
+        return handle, handle.read_at(0, handle.size)
+    except OSError as error:
+        handle.close()
+        message = f"{path}: cannot be read ({error.strerror or error})"
         logger.critical(message)
         raise CorruptState(message) from None
 
@@ -155,8 +163,7 @@ class DurableState:
         self._fs.make_directory(directory)
         if not self._fs.exists(self._path):  # created whole or not at all: never a file shorter than its header
             self._fs.write_file_atomic(self._path, _encode_slot(0, HEADER_BYTES) * 2)
-        handle = _open_journal(self._fs, self._path)
-        data = handle.read_at(0, handle.size)
+        handle, data = _open_journal(self._fs, self._path)
         try:
             self._sequence, durable_length = self._header(data)
         except CorruptState:

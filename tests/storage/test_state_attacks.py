@@ -12,6 +12,7 @@ struct.error or RecursionError.
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 
@@ -798,3 +799,39 @@ def test_a_disk_that_fills_at_any_byte_of_the_state_story_keeps_what_was_acknowl
         in_flight = seen[-1][1] if seen and seen[-1][0] == "attempted" else last_acked
         recovered = DurableState.open(STATE_PATH, fs=fs, confirm=confirm).items()
         assert recovered in (last_acked, in_flight), f"room {room}: {recovered}, acked {last_acked}"
+
+
+class UnreadableDisk(MemoryFileSystem):
+    """A disk whose sectors under `path` fail to read (EIO), as a dying disk's do."""
+
+    def __init__(self, source: MemoryFileSystem, path: str) -> None:
+        super().__init__()
+        self.__dict__.update(source.clone().__dict__)
+        self.unreadable = path
+
+    def open(self, path: str, *, create: bool = False):
+        handle = super().open(path, create=create)
+        if path == self.unreadable:
+            def read_at(position: int, length: int) -> bytes:
+                raise OSError(errno.EIO, "Input/output error", path)
+            handle = _Handle(handle, read_at)
+        return handle
+
+
+class _Handle:
+    def __init__(self, handle, read_at) -> None:
+        self._handle, self.read_at = handle, read_at
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+
+def test_an_io_error_reading_the_state_or_the_raft_log_is_a_typed_error_naming_the_file():
+    fs = MemoryFileSystem()
+    confirmed_state(fs)
+    with pytest.raises(CorruptState, match=f"{STATE_PATH}: cannot be read"):
+        open_state(UnreadableDisk(fs, STATE_PATH))
+    raft = MemoryFileSystem()
+    flushed_raft(raft)
+    with pytest.raises(CorruptRaftLog, match=f"{RAFT_LOG}: cannot be read"):
+        open_raft(UnreadableDisk(raft, RAFT_LOG))
