@@ -8,7 +8,9 @@ put in order, and a topic whose partitions are not 0..n-1 (1 <= n <= `partitions
 is taken as not available yet (LEADER_NOT_AVAILABLE, so it is asked about again), never used.
 
 A client keeps at most `topics_max` topics, the most a cluster holds, so answers naming ever
-new topics cannot grow its map without bound; the topics it uses are always kept.
+new topics cannot grow its map without bound; the topics it uses are always kept. The same goes
+for what else a client keeps from answers: endpoints it saw gone (`distrust`, bounded) and a
+server's error sentences (`clipped`).
 """
 
 from __future__ import annotations
