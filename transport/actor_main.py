@@ -120,6 +120,9 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         _LOCKS.append(DirectoryLock(directory).acquire())  # held until the process exits
     except DirectoryInUse as error:
         raise RefusedToStart(str(error)) from None
+    except OSError as error:  # the lock file cannot be made (a directory in its place, no permission)
+        raise RefusedToStart(f"{error.filename or directory}: cannot take the directory's lock "
+                             f"({error.strerror or error})") from None
     try:
         return _build_kind(spec, fs, directory, endpoint, incarnation)
     except (CorruptState, CorruptRaftLog, CorruptRaftSnapshot, BadCommand) as error:

@@ -282,3 +282,13 @@ def test_the_voters_of_a_new_quorum_rebuild_and_read_the_legacy_state_one_at_a_t
     build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
     assert seen == [("rebuild", True), ("read", True)], "another voter could interleave with either"
     assert not held_by_someone(), "released once the voter has its starting point"
+
+
+def test_a_lock_file_replaced_by_a_directory_refuses_the_start_naming_it(tmp_path, actor_locks):
+    from storage.directory import LOCK_NAME
+    from transport.actor_main import ActorSpec, RefusedToStart, build_actor
+
+    (tmp_path / "group-coordinator" / LOCK_NAME).mkdir(parents=True)
+    spec = ActorSpec(kind="group-coordinator", name="group-coordinator", cluster_id="c1", data_dir=str(tmp_path))
+    with pytest.raises(RefusedToStart, match=LOCK_NAME):
+        build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
