@@ -1,12 +1,13 @@
 """Clients against a hostile, buggy or stale server: every answer is a claim, checked before use.
 
-The consumer, producer and group member actors run in the harness; the test plays the servers
-and sends what a confused or malicious one might: answers for another batch, batches that
-overlap or run past the high watermark, more bytes than were asked for, negative offsets,
-metadata that does not describe partitions 0..n-1, assignments the member never subscribed to.
-The rule each test guards: no bare exception, nothing delivered twice, out of order or from
-the wrong place, nothing acknowledged that the server did not confirm for that batch, and no
-buffer that grows past its bound.
+The consumer, producer, group member and share member actors run in the harness (the shells
+get their notices by hand); the test plays the servers and sends what a confused or malicious
+one might: answers for another batch or from another endpoint, batches that overlap or run past
+the high watermark, more bytes or records than were asked for, negative offsets, metadata that
+does not describe partitions 0..n-1, assignments the member never subscribed to, voters naming
+each other. The rule each test guards: no bare exception, nothing delivered twice, out of order,
+from the wrong place or not at all, nothing acknowledged or committed that the server did not
+confirm, no request loop at network speed, and no buffer or map that grows past its bound.
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ import pytest
 import zmq
 
 from actors.actor import MS
-from actors.effects import Send
-from actors.errors import ErrorCode, RailmqError
 from actors.assignors import Subscription
 from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
-from actors.limits import DEFAULT_LIMITS
 from actors.consumer_client import ConsumerClient, ConsumerSettings
+from actors.effects import Send
+from actors.errors import ErrorCode, RailmqError
+from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
-    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
-    OffsetFetchResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, ShareAcknowledgeRequest,
+    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
+    PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, SendBatch, ShareAcknowledgeRequest,
     ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SendBatch, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from actors.producer_client import ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
@@ -39,7 +41,6 @@ from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
 from storage.batch import compute_crc, encode_batch, parse_header, verify_batch
-from transport.runtime import Runtime
 from tests.unit.actor_harness import Harness, notices, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
@@ -47,7 +48,7 @@ from tests.unit.test_consumer_member import (
     GROUPS, HEARTBEAT_MS, Stage as MemberStage, assignment as consumer_assignment,
 )
 from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
-
+from transport.runtime import Runtime
 
 def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
     records = [(i, b"k", b"v" * value_bytes, None) for i in range(count)]
@@ -335,7 +336,7 @@ def test_metadata_that_does_not_describe_partitions_0_to_n_is_not_used(partition
     producer_metadata(stage, TopicMetadata(name="orders", partitions=partitions))
 
     assert stage.requests(node=1) == [] and stage.requests(node=2) == []
-    told = [topic for payload in stage.harness.notified if payload[1].kind == "metadata" for topic in payload[1].payload]
+    told = [topic for _, notice in stage.harness.notified if notice.kind == "metadata" for topic in notice.payload]
     assert all(topic.error != 0 for topic in told)  # the shell never counts its partitions
     stage.harness.advance(200)
     producer_metadata(stage, TopicMetadata(name="orders", partitions=[partition(0, 1)]))  # asked again
@@ -359,7 +360,8 @@ def test_the_consumer_keeps_no_more_topics_than_a_cluster_can_hold():
 
     for start in range(0, len(names), 2_500):  # answer after answer, each naming new topics
         stage.harness.deliver("consumer", MetadataResponse(correlation_id=0, topics=[
-            TopicMetadata(name=name, partitions=[PartitionMetadata(partition=0)]) for name in names[start:start + 2_500]]),
+            TopicMetadata(name=name, partitions=[PartitionMetadata(partition=0)])
+            for name in names[start:start + 2_500]]),
             "bootstrap")
     stage.metadata()
 
@@ -735,8 +737,9 @@ def ping_pong(harness: Harness, address: str, rounds: int = 50) -> int:
         sent += len(asked)
         for voter, request in asked:
             other = VOTER_B if voter == VOTER_A else VOTER_A
-            harness.deliver(address, ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.NOT_CONTROLLER,
-                                                   controller_id=2, controller_endpoint=other), voter)
+            harness.deliver(address, ErrorResponse(correlation_id=request.correlation_id,
+                                                   error=ErrorCode.NOT_CONTROLLER, controller_id=2,
+                                                   controller_endpoint=other), voter)
     return sent
 
 
@@ -747,7 +750,8 @@ def test_voters_that_name_each_other_as_the_controller_do_not_keep_the_consumer_
 
     assert ping_pong(harness, "consumer") <= 4
     harness.advance(1_000)
-    assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)  # it asks again later
+    # It asks again later.
+    assert harness.received(VOTER_A, MetadataRequest) + harness.received(VOTER_B, MetadataRequest)
     assert consumer.topics == {}
 
 
