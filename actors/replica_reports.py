@@ -12,7 +12,7 @@ storage health. Where it goes decides how often it is sent:
   hears from each node, not from each replica. Keepalives fall on shared instants (multiples of
   the interval on the host's clock, never less than half an interval after the last report), so
   the node agent reads a whole round of them in one wake-up instead of one wake-up each.
-- straight to the coordinator (no node agent: the simulator, tests of one actor): every
+- straight to the coordinator (no node agent: tests of one actor, `SimConfig(node_agents=False)`): every
   `replica_heartbeat_interval_ms`, as the coordinator's session timeout expects.
 
 Each report also records the committed offset in the log's checkpoint (it survives a restart

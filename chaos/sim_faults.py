@@ -86,10 +86,24 @@ class Faults:
         if restart:
             sim.schedule(sim.now_ns + sim.config.restart_delay_ms * MS, lambda: sim.restart(name))
 
+    def _reaped(self, host: "Host", incarnation: int) -> None:
+        """The node agent notices the exit (its supervisor's wait) and drops the replica's report,
+        whether or not its notice reaches the controller."""
+        agent = self.sim.node_agent(host.node)
+        if agent is None:
+            return
+        topic, partition = host.state["topic_partition"]
+
+        def forget() -> None:
+            if agent.alive:
+                agent.actor.forget(topic, partition, incarnation)
+        self.sim.schedule(self.sim.now_ns + EXIT_NOTICE_DELAY_MS * MS, forget)
+
     def _exit_notice(self, host: "Host", incarnation: int) -> None:
         sim = self.sim
         config = sim.config
         roll = self.rng.random()
+        self._reaped(host, incarnation)
         if roll < config.exit_notice_lost_probability:
             sim.note(f"the exit notice of {host.name}#{incarnation} is lost")
             return
@@ -98,7 +112,16 @@ class Faults:
             delay_ms = config.restart_delay_ms + self.rng.randint(*LATE_NOTICE_MS)
         topic, partition = host.state["topic_partition"]
         notice = ReplicaExited(topic=topic, partition=partition, node=host.node, incarnation=incarnation)
-        sim.schedule(sim.now_ns + delay_ms * MS, lambda: sim.send_as("agent", sim.agent_controller(), notice))
+        agent = sim.node_agent(host.node)
+        if agent is None:
+            sim.schedule(sim.now_ns + delay_ms * MS,
+                         lambda: sim.send_as("agent", sim.agent_controller(), notice))
+            return
+
+        def tell() -> None:  # from the node's agent, which reaped the process and forgot it
+            if agent.alive:
+                sim.send_as(agent.name, agent.actor.controllers.current, notice)
+        sim.schedule(sim.now_ns + delay_ms * MS, tell)
 
     def may_lose_data(self, name: str) -> bool:
         """Whether `name` may lose unflushed or flushed data now (see the module docstring)."""

@@ -11,8 +11,9 @@ a clock (`clock_offset_ns` from the simulator's true time, within the allowed sk
 may be slow (`disk_latency_ns`: each flush keeps the process busy that long) and a disk that may
 see the process killed in the middle of a flush (`SimFaultInjector`).
 
-`TinyAgent` plays the node agent and the admin: it creates the topics and reports the replica
-assignments, for which the simulator starts a host each.
+`TinyAgent` plays the admin and the process half of the node agents: it creates the topics and
+reports the replica assignments, for which the simulator starts a host each. The liveness half —
+the reports and node heartbeats — is chaos/sim_agents.py's, one agent per node.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ REPLICA_DIRECTORY = "/replica"
 
 
 def replica_factory(topic: str, topic_id: int, partition: int, node: int, coordinator: str, config: TopicConfig,
-                    limits: Limits, clock: Callable[[], int], replicas: list[int] = ()) -> ActorFactory:
+                    limits: Limits, clock: Callable[[], int], replicas: list[int] = (),
+                    report_to: str = "") -> ActorFactory:
     def build(host: Host, incarnation: int) -> Any:
         import msgspec
 
@@ -181,7 +183,7 @@ def replica_factory(topic: str, topic_id: int, partition: int, node: int, coordi
         return PartitionReplica(topic=topic, topic_id=topic_id, partition=partition, node=node,
                                 endpoint=host.endpoint, coordinator=coordinator, log=opened.log, config=config,
                                 incarnation=incarnation, pid=0, limits=limits, health=opened.health,
-                                findings=opened.findings)
+                                findings=opened.findings, report_to=report_to)
     return build
 
 

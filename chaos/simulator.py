@@ -38,6 +38,7 @@ from typing import Any, Callable
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.limits import Limits
 from actors.messages import PeerDisconnected, Stop, TimerFired
+from chaos.sim_agents import SimNodeAgent, node_agent_endpoint, node_agent_name
 from chaos.sim_hosts import TinyAgent as TinyAgent  # chaos/labs builds its agent from here too
 from chaos.sim_hosts import Host, controller_factory, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network, NetworkFaults
@@ -59,6 +60,8 @@ START_NS = 1_800_000_000 * 1_000_000_000  # a plausible wall clock for record ti
 # unanswered). A follower fetches at most 4 KB at a time rather than 8 MB, so one that comes back
 # far behind catches up in several rounds, as it does in production with real volumes.
 SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=1500,
+                    replica_keepalive_interval_ms=300, replica_keepalive_timeout_ms=1000,
+                    node_heartbeat_interval_ms=200, node_session_timeout_ms=1000,
                     coordinator_election_grace_ms=500, group_initial_rebalance_delay_ms=50,
                     share_high_watermark_refresh_ms=100, share_request_timeout_ms=1000, scrub_interval_ms=1000,
                     replica_fetch_idle_wait_max_ms=1000, replica_fetch_bytes_max=4096)
@@ -102,6 +105,7 @@ class SimConfig:
     clock_skew_max_ms: int = 50  # a process's clock is at most this far from the true time
     network: NetworkFaults = field(default_factory=lambda: NetworkFaults())
     limits: Limits = SIM_LIMITS
+    node_agents: bool = True  # replicas report through their node's agent (False: to the coordinator)
     trace_events_max: int = 60
     steps_max: int = 0  # end the faulty phase after this many steps (0: by duration only)
 
@@ -198,11 +202,25 @@ class Simulator:
                                  flush_policy=self.plan.flush_policy)
         self._add(Host("agent", "agent", 0, lambda host, _: TinyAgent(
             self.coordinator_endpoint, agent_config, extra, self.plan.flush_interval_ms), server=False))
+        if self.config.node_agents:
+            for node in nodes:
+                self._add(Host(node_agent_name(node), "node-agent", node, self._node_agent_factory(node),
+                               fixed_endpoint=True))
         for host, shell in build_clients(self):
             self.shells[host.name] = shell
             self._add(host)
         for host in list(self.hosts.values()):
             self._boot(host)
+
+    def _node_agent_factory(self, node: int) -> Any:
+        def build(host: Host, _: int) -> SimNodeAgent:
+            agent_id = f"sim-n{node}-{host.incarnation}"  # new at every start, as the real agent's
+            return SimNodeAgent(node, self.coordinator_endpoint, self.config.limits, agent_id)
+        return build
+
+    def node_agent(self, node: int) -> Host | None:
+        """The node's agent host, when the run has node agents."""
+        return self.hosts.get(node_agent_name(node))
 
     def _add(self, host: Host) -> None:
         self.hosts[host.name] = host
@@ -224,9 +242,10 @@ class Simulator:
             name = f"replica/{assignment.topic}/{assignment.partition}/n{assignment.node}"
             if name in self.hosts:
                 continue
+            report_to = node_agent_endpoint(assignment.node) if self.config.node_agents else ""
             factory = replica_factory(assignment.topic, assignment.topic_id, assignment.partition, assignment.node,
                                       self.coordinator_endpoint, assignment.config, self.config.limits,
-                                      lambda: self.now_ns, assignment.replicas)
+                                      lambda: self.now_ns, assignment.replicas, report_to)
             host = Host(name, "replica", assignment.node, factory)
             host.state["topic_partition"] = (assignment.topic, assignment.partition)
             self._add(host)

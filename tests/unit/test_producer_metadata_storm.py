@@ -11,7 +11,9 @@ enough; an answer to an earlier request starts the retry backoff like the latest
 
 from __future__ import annotations
 
-from actors.messages import MetadataRequest, MetadataResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, TopicMetadata
+from actors.messages import (
+    MetadataRequest, MetadataResponse, PartitionMetadata, PeerDisconnected, ProduceRequest, TopicMetadata,
+)
 from actors.producer_client import TICK_INTERVAL_MS
 from tests.unit.actor_harness import only
 from tests.unit.test_producer_client import BOOTSTRAP, PRODUCER, Stage, leader
