@@ -20,6 +20,7 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import ErrorResponse, Message
 from transport.codec import Codec, DecodeFailure
+from transport.socket_watch import connect_monitored
 
 
 # A voter that does not answer within this (or an eighth of the caller's timeout, when longer) is
@@ -66,16 +67,7 @@ class RpcClient:
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 50)
             socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_ids)}".encode())
-            # Before connecting, so a refusal of the very first connection attempt is seen too.
-            monitor = socket.get_monitor_socket(PEER_DOWN_EVENTS)
-            try:
-                socket.connect(endpoint)
-            except zmq.ZMQError:
-                socket.disable_monitor()
-                monitor.close(linger=0)
-                socket.close(linger=0)
-                raise
-            self._monitors[endpoint] = monitor
+            self._monitors[endpoint] = connect_monitored(socket, endpoint, PEER_DOWN_EVENTS)
             self._sockets[endpoint] = socket
         return socket
 

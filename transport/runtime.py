@@ -39,7 +39,7 @@ from transport.codec import Codec, DecodeFailure
 from transport.outbound import TRACK_BYTES_MIN, OutboundBudget
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
-from transport.socket_watch import SocketWatch
+from transport.socket_watch import SocketWatch, connect_monitored
 from transport.timers import Timers
 
 log = logging.getLogger("railmq.runtime")
@@ -395,13 +395,10 @@ class Runtime:
         # Unique per socket in this process (two clients may share an identity, and a socket to a
         # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
         socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
-        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
         try:
-            socket.connect(endpoint)
+            monitor = connect_monitored(socket, endpoint,
+                                        zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
         except zmq.ZMQError:
-            socket.disable_monitor()
-            monitor.close(linger=0)
-            socket.close(linger=0)
             return None
         self._dealers[endpoint] = socket
         self._socket_peer[socket] = endpoint

@@ -87,3 +87,18 @@ class SocketWatch:
         self._by_fd.clear()
         self._fd_of.clear()
         self.suspects.clear()
+
+
+def connect_monitored(socket: zmq.Socket, endpoint: str, events: int) -> zmq.Socket:
+    """Connect `socket` to `endpoint` with a monitor socket for `events`, attached before the
+    connect so a refusal of the very first attempt is seen too. An endpoint ZeroMQ refuses closes
+    both and raises its ZMQError."""
+    monitor = socket.get_monitor_socket(events)
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError:
+        socket.disable_monitor()
+        monitor.close(linger=0)
+        socket.close(linger=0)
+        raise
+    return monitor
