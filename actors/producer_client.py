@@ -379,8 +379,9 @@ class ProducerClient:
             # sequences under another id while batches numbered under the first are in flight.
             return []
         if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
-            return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id}),
-                    Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation))]
+            # Asked again by the next tick, not at once: a controller that keeps refusing (busy,
+            # not ready) is asked once a tick, not once a round trip.
+            return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id})]
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         effects: list[Effect] = []
         for key in list(self.waiting):

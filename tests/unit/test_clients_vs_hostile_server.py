@@ -33,7 +33,7 @@ from actors.messages import (
     ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
-from actors.producer_client import ProducerClient, ProducerSettings
+from actors.producer_client import TICK_INTERVAL_MS, ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ERRORS_KEPT_MAX as CLIENT_ERRORS_KEPT_MAX
 from railmq.consumer import Consumer
@@ -41,7 +41,7 @@ from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
 from storage.batch import compute_crc, encode_batch, parse_header, verify_batch
-from tests.unit.actor_harness import Harness, notices, only
+from tests.unit.actor_harness import Harness, messages, notices, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
 from tests.unit.test_consumer_member import (
@@ -616,7 +616,10 @@ def test_a_success_that_gives_no_producer_id_is_not_taken_and_is_asked_again(ans
                                     "bootstrap")
 
     assert stage.producer.producer_id < 0 and stage.requests() == []
-    assert only(effects, InitProducerIdRequest)
+    assert not messages(effects, InitProducerIdRequest), "asked again at the next tick, not at once"
+    stage.harness.take("bootstrap", InitProducerIdRequest)
+    stage.harness.advance(2 * TICK_INTERVAL_MS)  # the next tick, at most two intervals away
+    assert stage.harness.take("bootstrap", InitProducerIdRequest)
 
 
 def test_acknowledgement_results_that_do_not_match_what_was_acknowledged_are_not_taken():

@@ -14,7 +14,7 @@ from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
     PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, SendBatch, Stop, TopicMetadata,
 )
-from actors.producer_client import ProducerClient, ProducerSettings
+from actors.producer_client import TICK_INTERVAL_MS, ProducerClient, ProducerSettings
 from storage.batch import decode_records, verify_batch
 from tests.unit.actor_harness import MS, Harness, messages, notices, only
 
@@ -340,14 +340,17 @@ def test_idempotent_retries_go_out_again_in_sequence_order_with_the_same_numbers
     assert [(batch_id, offset) for batch_id, _, offset, _ in stage.done()] == [(1, 10), (2, 12), (3, 14)]
 
 
-def test_a_failed_producer_id_request_is_asked_again():
+def test_a_failed_producer_id_request_is_asked_again_at_the_next_tick_not_at_once():
     stage = Stage(idempotent=True)
-    init = stage.harness.take(BOOTSTRAP, InitProducerIdRequest)[0]
-
-    effects = stage.harness.deliver(PRODUCER, InitProducerIdResponse(
-        correlation_id=init.correlation_id, error=ErrorCode.COORDINATOR_NOT_AVAILABLE), BOOTSTRAP)
-
-    assert only(effects, InitProducerIdRequest)
+    refusals = 0
+    for _ in range(20):  # a controller that refuses every time, for a second
+        for init in stage.harness.take(BOOTSTRAP, InitProducerIdRequest):
+            refusals += 1
+            effects = stage.harness.deliver(PRODUCER, InitProducerIdResponse(
+                correlation_id=init.correlation_id, error=ErrorCode.COORDINATOR_NOT_AVAILABLE), BOOTSTRAP)
+            assert not messages(effects, InitProducerIdRequest), "asked again the moment it was refused"
+        stage.harness.advance(TICK_INTERVAL_MS)
+    assert 5 <= refusals <= 21, f"{refusals} producer-id requests in a second"
     assert stage.producer.producer_id == -1
 
 
