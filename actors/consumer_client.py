@@ -39,7 +39,7 @@ from actors.actor import MS
 from actors.client_metadata import checked_topic, clipped, distrust, remember_topic
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
-from actors.errors import ErrorCode, RailmqError
+from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, PeerDisconnected, RefreshMetadata, Stop, TimerFired, TopicMetadata,
@@ -68,7 +68,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
                  "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked", "reset_ns",
-                 "resetting_out_of_range")
+                 "resetting_out_of_range", "failing")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -89,6 +89,7 @@ class PartitionFetch:
         # otherwise), and whether the reset in progress is one.
         self.reset_ns: int | None = None
         self.resetting_out_of_range = False
+        self.failing = 0  # the error no retry cures that the leader answers with, told once (0: none)
 
 
 class ConsumerClient:
@@ -349,6 +350,7 @@ class ConsumerClient:
         if self._misdirected(response, fetch):
             return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
         if response.error == ErrorCode.NONE:
+            fetch.failing = 0
             effects: list[Effect] = []
             records = response.records
             if len(records):
@@ -390,9 +392,18 @@ class ConsumerClient:
                 self._forget_leader(fetch.topic, fetch.partition)
                 return self.request_metadata([fetch.topic])
             return self._fetch_all(now_ns)
-        fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+        effects: list[Effect] = []
+        if code in RETRIABLE or code == ErrorCode.STORAGE_ERROR:
+            fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+        else:
+            # No retry cures it (a request the leader calls invalid, a code this version does not
+            # know): the user hears of it once per streak, and the partition is asked again slowly.
+            fetch.retry_at_ns = now_ns + 10 * RETRY_BACKOFF_MS * MS
+            if fetch.failing != code:
+                fetch.failing = code
+                effects.append(Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(code, text))))
         self._forget_leader(fetch.topic, fetch.partition)
-        return self.request_metadata([fetch.topic])
+        return effects + self.request_metadata([fetch.topic])
 
     def _on_list_offsets(self, response: ListOffsetsResponse, sender: Any, now_ns: int) -> list[Effect]:
         entry = self._take_answer(response.correlation_id, sender)
