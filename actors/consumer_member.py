@@ -135,8 +135,13 @@ class ConsumerMember:
         return self._leave("the consumer closed", now_ns)
 
     def _send(self, kind: str, message: Any, now_ns: int, token: Any = None, timeout_ms: int | None = None) -> list[Effect]:
-        if not self.coordinator:
-            return self.client.request_metadata(list(self.topics))  # find the coordinator first
+        if not self.coordinator:  # find it first
+            if kind in ("join", "sync", "positions"):
+                # Nothing is pending to time out or be answered: the member must not wait in
+                # "syncing" for good (the simulator's seed 20326). Unjoined, the metadata asked
+                # for rejoins it once the coordinator is known.
+                self.state = "unjoined"
+            return self.client.request_metadata(list(self.topics))
         client = self.client
         client.correlation += 1
         message = msgspec.structs.replace(message, correlation_id=client.correlation)

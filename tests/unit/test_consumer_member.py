@@ -632,3 +632,45 @@ def test_a_burst_of_fencing_answers_sends_one_join_and_follows_one_identity():
                                      offsets=[OffsetEntry(topic="orders", partition=1, offset=7)]))
     assert stage.member.member_id == "c1-new" and stage.member.owned == [("orders", 1)]
 
+
+
+# ---------------------------------------------------------------------------- an answer that outlives the coordinator it came from
+
+
+def test_a_join_answered_after_the_coordinator_was_lost_still_ends_in_a_sync(stage):
+    """The simulator's seed-20326 finding. A heartbeat answered NOT_COORDINATOR while the member's
+    join was in flight made it forget its coordinator; the join's answer then arrived, the member
+    went to "syncing", and its SyncGroup had nowhere to go: it was dropped, no request was pending
+    to time out, and once the coordinator was found again the member stayed "syncing" for good
+    (heartbeats accepted, nothing assigned, nothing consumed)."""
+    stage.joined_alone()
+    stage.harness.advance(HEARTBEAT_MS)
+    beat = stage.to_groups(HeartbeatRequest)  # in flight
+    stage.answer(HeartbeatResponse(correlation_id=0, error=ErrorCode.REBALANCE_IN_PROGRESS))  # the notice
+    stage.command("revoked")
+    join = stage.to_groups(JoinGroupRequest)
+    stage.answer(ErrorResponse(correlation_id=beat.correlation_id, error=ErrorCode.NOT_COORDINATOR,
+                               error_message="group-coordinator/1 does not lead"))
+    assert stage.member.coordinator == ""
+    myself = GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=2, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m", members=[myself]))
+    stage.harness.take(GROUPS)
+    stage.metadata()  # the coordinator is found again, at the same address
+
+    stage.harness.advance(HEARTBEAT_MS * 3)
+    asked = stage.harness.received(GROUPS, JoinGroupRequest) + stage.harness.received(GROUPS, SyncGroupRequest)
+    assert asked, f"the member stays {stage.member.state!r} and never asks its group again"
+
+
+def test_a_request_with_no_coordinator_to_go_to_fails_as_the_caller_expects(stage):
+    """Every request the member sends finds its coordinator or is accounted for: a join, a sync or
+    a positions request puts the member back to "unjoined" (the metadata it asks for rejoins it),
+    never in a state that waits for an answer that was never asked for."""
+    stage.joined_alone()
+    stage.member.coordinator = ""
+    stage.harness.take(BOOTSTRAP, MetadataRequest)
+    effects = stage.member._sync(stage.harness.now_ns, [])
+    assert not [e for e in effects if isinstance(e, Send) and e.to == GROUPS]
+    assert stage.member.state == "unjoined" and not stage.member.pending
+    assert [e for e in effects if isinstance(e, Send) and isinstance(e.message, MetadataRequest)]
