@@ -264,6 +264,13 @@ class PartitionReplica(FetchServing):
         epochs = [epoch for epoch, start in self.log.epoch_entries() if start < end]
         return max(epochs) if epochs else -1
 
+    def batch_epoch_below(self, offset: int) -> int:
+        """The epoch of the last batch below `offset` (at the log end: `last_batch_epoch`)."""
+        if offset >= self.log.log_end_offset:
+            return self.last_batch_epoch()
+        epochs = [epoch for epoch, start in self.log.epoch_entries() if start < offset]
+        return max(epochs) if epochs else -1
+
     def advance_high_watermark(self, value: int, epoch: int) -> None:
         self.high_watermark = value
         if value > self.committed_offset:

@@ -41,6 +41,11 @@ class FollowerRole:
         self.fetch_correlation = 0
         self.fetch_sent_ns = 0
         self.at_leader_end = False  # the last answer brought nothing: this follower holds everything
+        # Damage found while following: the next fetch asks from below it, and the log is cut
+        # there only when that fetch is answered. The leader may have counted this replica's last
+        # position for an acks=all write; once it has the lower one, it counts that instead.
+        self.cut_at: int | None = None
+        self.fetch_cuts_at: int | None = None  # the cut the fetch in flight asked from
 
     def begin(self, now_ns: int) -> list[Effect]:
         return self.send_fetch(now_ns)
@@ -56,14 +61,23 @@ class FollowerRole:
         limits = replica.limits
         idle = self.at_leader_end and replica.node in replica.state.isr and replica.storage.healthy
         wait_ms = limits.replica_fetch_idle_wait_max_ms if idle else limits.replica_fetch_wait_max_ms
+        # A cut asked for and not answered yet (a timeout, a retry) is asked for again.
+        self.fetch_cuts_at = self.cut_at if self.cut_at is not None else self.fetch_cuts_at
+        self.cut_at = None
+        offset = replica.log.log_end_offset if self.fetch_cuts_at is None else self.fetch_cuts_at
         request = FetchRequest(
             correlation_id=self.fetch_correlation, topic=replica.topic, partition=replica.partition,
-            topic_id=replica.topic_id, offset=replica.log.log_end_offset, max_bytes=limits.replica_fetch_bytes_max,
+            topic_id=replica.topic_id, offset=offset, max_bytes=limits.replica_fetch_bytes_max,
             max_wait_ms=wait_ms, leader_epoch=self.epoch, replica=replica.node,
-            last_fetched_epoch=replica.last_batch_epoch(), incarnation=replica.incarnation,
+            last_fetched_epoch=replica.batch_epoch_below(offset), incarnation=replica.incarnation,
             repairing=not replica.storage.healthy, high_watermark=replica.high_watermark)
         deadline = now_ns + (limits.replica_fetch_timeout_ms + wait_ms) * MS
         return [Send(self.leader_endpoint, request), SetTimer("follower-fetch-timeout", deadline)]
+
+    def fetch_from_cut(self, now_ns: int) -> list[Effect]:
+        """Damage was found inside the log: ask again at once, from below it."""
+        self.cut_at = self.replica.storage.cut_offset()
+        return self.retry_later(now_ns, 0)
 
     def retry_later(self, now_ns: int, backoff_ms: int = RETRY_BACKOFF_MS) -> list[Effect]:
         self.fetch_correlation = 0
@@ -74,6 +88,19 @@ class FollowerRole:
             return []  # an answer to a fetch we gave up on
         self.fetch_correlation = 0
         effects: list[Effect] = [CancelTimer("follower-fetch-timeout")]
+        if self.fetch_cuts_at is not None:
+            # The leader has this replica's position from below the damage now: the log may lose
+            # what follows it. The answer was read from there, so it fits the cut log.
+            cut, self.fetch_cuts_at = self.fetch_cuts_at, None
+            target = self.replica.storage.cut_offset()
+            if target is not None and target < cut:
+                self.cut_at = target  # damage further down, found meanwhile: ask from there first
+                return effects + self.send_fetch(now_ns)
+            if target is not None:
+                effects += self.replica.storage.cut_to(cut)
+                self.replica.producers.truncate(self.replica.log.log_end_offset)
+            elif cut < self.replica.log.log_end_offset:
+                return effects + self.send_fetch(now_ns)  # nothing to cut any more: the answer does not fit
         code = response.error
         if code == ErrorCode.NONE and response.diverging_epoch is not None:
             truncated = self._truncate_to_leader(response, now_ns)

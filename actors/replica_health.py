@@ -120,21 +120,28 @@ class ReplicaStorage:
         """Before fetching: cut the log below the first refused range inside it, so the fetch loop
         re-fetches it (and everything after it) from the leader. Only once there is a leader to
         fetch from: without one, what follows the damage may be the best copy there is."""
-        state = self.replica.state
-        if state is None or state.leader < 0:
-            return []
+        target = self.cut_offset()
+        return [] if target is None else self.cut_to(target)
+
+    def cut_to(self, target: int) -> list[Effect]:
         log = self.replica.log
-        inside = [item.first_offset for item in self.health.damage
-                  if item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END
-                  and item.last_offset >= log.log_start_offset]
-        if not inside:
-            return []
-        target = max(min(inside), log.log_start_offset)
         before = log.log_end_offset
         log.truncate_to(target)
         self.replica.lost_own_data(log.log_end_offset)
         return [Trace("repair-truncated", {"topic": self.replica.topic, "partition": self.replica.partition,
                                            "node": self.replica.node, "from": before, "to": log.log_end_offset})]
+
+    def cut_offset(self) -> int | None:
+        """Where `prepare_to_follow` would cut the log: below the first damaged range inside it,
+        once there is a leader to fetch the rest from; None when it would not cut."""
+        state = self.replica.state
+        if state is None or state.leader < 0:
+            return None
+        log = self.replica.log
+        inside = [item.first_offset for item in self.health.damage
+                  if item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END
+                  and item.last_offset >= log.log_start_offset]
+        return max(min(inside), log.log_start_offset) if inside else None
 
     def after_fetch(self, leader_log_end: int) -> list[Effect]:
         """A fetch from the leader appended: drop the damage the log has got back."""
@@ -192,10 +199,10 @@ class ReplicaStorage:
             effects[0] = SetTimer("scrub", next_pass_ns)
         if log.refused_count != self.refusals_seen:
             effects += self.record_refusals()
-        if self.damaged and replica.follower is not None and any(
-                item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END for item in self.health.damage):
-            # Found while following: cut below it now and fetch it again.
-            effects += self.prepare_to_follow() + replica.follower.retry_later(now_ns, 0)
+        if self.damaged and replica.follower is not None and self.cut_offset() is not None:
+            # Found while following: fetch it again from below the damage. The cut itself waits
+            # for that fetch's answer (replica_follower.py).
+            effects += replica.follower.fetch_from_cut(now_ns)
         return effects
 
 

@@ -326,3 +326,61 @@ def test_a_partition_state_with_new_retention_reaches_the_log():
 
     assert (stage.log._config.retention_ms, stage.log._config.retention_bytes) == (5_000, 1_000_000)
     assert stage.replica.config.retention_ms == 5_000
+
+
+# ---------------------------------------------------------------------------- a repair never takes back what the leader counted
+# The simulator's seeds 20559 and 20606: a follower's scrubber found damage, and the follower cut
+# its log below it at once, while the fetch it had just sent (saying it held everything) was on
+# its way. The leader counted that position for acks=all writes the follower no longer held. Now
+# the follower asks from below the damage first and cuts when that fetch is answered: by then the
+# leader holds the lower position.
+
+
+def test_damage_found_while_following_is_cut_only_once_a_fetch_from_below_it_is_answered():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 240)  # inside the third batch's payload
+
+    follower.harness.advance(LIMITS.scrub_interval_ms * 3)
+
+    assert follower.replica.storage.damaged
+    assert not follower.harness.trace_events("repair-truncated"), "cut before the leader heard of it"
+    assert follower.log.log_end_offset == 6
+    announcing = follower.fetch()
+    assert announcing.repairing and announcing.offset == 2, "the fetch asks from below the damage"
+    assert announcing.last_fetched_epoch == 3
+
+    follower.answer(announcing, leader_batches(4, epoch=3, start=2), high_watermark=6, log_end_offset=6)
+
+    assert follower.harness.trace_events("repair-truncated")
+    assert follower.replica.storage.healthy and follower.log.log_end_offset == 6
+    assert not follower.log.corrupt_ranges
+    assert not follower.fetch().repairing
+
+
+def test_a_cut_fetch_that_times_out_is_asked_again_from_below_the_damage():
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 240)
+    follower.harness.advance(LIMITS.scrub_interval_ms * 3)
+    assert follower.fetch().offset == 2
+
+    follower.harness.advance(LIMITS.replica_fetch_timeout_ms + LIMITS.replica_fetch_wait_max_ms + 10)
+
+    again = follower.fetch()
+    assert again.offset == 2 and follower.log.log_end_offset == 6, "the unanswered cut was forgotten"
+
+
+def test_a_leader_takes_a_lower_position_from_an_in_sync_follower_at_its_word():
+    stage = Stage()
+    stage.catch_up()
+    stage.produce(acks=-1)
+    end = stage.log.log_end_offset
+    stage.follower_fetch(2)
+    stage.follower_fetch(2, end - 1)  # it found damage: it asks from below it
+    stage.follower_fetch(3)
+
+    assert stage.replica.high_watermark == end - 1
+    assert not stage.replies(ProduceResponse), "acknowledged counting what a follower gave back"
