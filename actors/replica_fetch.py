@@ -64,7 +64,7 @@ class FetchServing:
             if diverging is not None:
                 return [Send(sender, self._fetch_response(request, diverging=diverging))]
             self.leader.on_follower_fetch(request, now_ns)
-            effects = self.leader.after_log_growth(now_ns)
+            effects = self.leader.after_log_growth(now_ns) + self.leader.expand_isr_if_caught_up(request.replica, now_ns)
         if self._has_data(request) or request.max_wait_ms <= 0:
             return effects + [Send(sender, self._read(request))]
         if len(self.parked) >= self.limits.purgatory_fetch_max:

@@ -288,6 +288,17 @@ class LeaderRole:
         ordered = [node for node in replica.state.replicas if node in isr]
         return self._request_isr(ordered, now_ns)
 
+    def expand_isr_if_caught_up(self, node: int, now_ns: int) -> list[Effect]:
+        """Kafka's maybeExpandIsr: a follower whose fetch shows it caught up is proposed into the
+        ISR on that fetch, not at the next periodic check — every moment it waits for its seat is
+        a moment in which one more lost disk takes the partition offline."""
+        replica = self.replica
+        if self.pending_isr is not None or node in replica.state.isr:
+            return []
+        if not self._caught_up(node, now_ns, replica.limits.replica_lag_time_max_ms * MS):
+            return []
+        return self.check_isr(now_ns)
+
     def _lagging(self, node: int, now_ns: int, lag_ns: int) -> bool:
         progress = self.progress.get(node)
         last = progress.last_caught_up_ns if progress is not None else self.became_leader_ns

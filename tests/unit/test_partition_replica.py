@@ -607,6 +607,30 @@ def test_a_follower_that_caught_up_is_proposed_back_into_the_isr_with_its_incarn
     assert request.isr_incarnations == [101, 202, 333]
 
 
+def test_a_follower_whose_fetch_shows_it_caught_up_is_proposed_into_the_isr_at_once():
+    """Kafka's maybeExpandIsr runs on the fetch that catches up, not on a periodic check: the
+    simulator's seed 20904 had a repaired follower wait up to a check interval for its seat, and
+    the disk of the ISR's only member failed in that window, taking the partition offline though
+    the repaired follower held every committed record."""
+    stage = Stage(isr=[1, 2])
+    stage.produce(count=3)
+    stage.follower_fetch(2, 3)
+    stage.follower_fetch(3, 3, incarnation=333)
+
+    request = only_alter(stage)
+    assert request.isr == [1, 2, 3]
+    assert request.isr_incarnations == [101, 202, 333]
+
+
+def test_a_follower_still_behind_waits_for_its_seat():
+    stage = Stage(isr=[1, 2])
+    stage.produce(count=3)
+    stage.follower_fetch(2, 3)
+    stage.follower_fetch(3, 2, incarnation=333)
+
+    assert stage.harness.take(COORDINATOR, AlterIsrRequest) == []
+
+
 def test_a_joining_follower_already_counts_for_the_high_watermark_while_its_join_is_pending():
     stage = Stage(isr=[1, 2], min_insync_replicas=1)
     stage.produce(count=2)
