@@ -95,7 +95,7 @@ def _whole_batches(segment: Segment, chunk: bytes, chunk_position: int, next_off
         if max_offset is not None and header.last_offset >= max_offset:
             return used, next_offset, True
         if compute_crc(chunk, used, header) != header.crc:
-            refused = _refuse_batch(segment, chunk_position + used, header)
+            refused = _refuse_batch(segment, chunk_position + used, header, next_offset)
             if first_read and used == 0:
                 raise refused
             return used, next_offset, True
@@ -108,8 +108,24 @@ def _refused_at_end(segment: Segment) -> bool:
     return any(refused.start_position >= segment.size_bytes for refused in segment.refused)
 
 
-def _refuse_batch(segment: Segment, position: int, header: BatchHeader) -> CorruptLog:
-    refused = RefusedRange(header.base_offset, header.last_offset, position, position + header.size)
+def _refuse_batch(segment: Segment, position: int, header: BatchHeader, expected_offset: int) -> CorruptLog:
+    """Refuse a batch whose CRC fails. Its header is a claim, and a damaged one: the record count
+    or length it gives may be the flipped bits. The offsets refused are the ones the log knows:
+    from where this batch had to start to before the next batch that parses (or the segment's end
+    as written) — never past it, or the log end would jump over offsets that never existed."""
+    first = expected_offset
+    last = segment.next_offset - 1
+    following = position + header.size
+    if following + HEADER_SIZE <= segment.size_bytes:
+        try:
+            after = parse_header(segment.handle.read_at(following, HEADER_SIZE), 0,
+                                 batch_bytes_max=segment.batch_bytes_max, available=segment.size_bytes - following)
+        except (CorruptBatch, BatchTooLarge):
+            after = None
+        if after is not None and first < after.base_offset <= last:
+            last = after.base_offset - 1
+    last = max(first, min(last, header.last_offset if header.base_offset == first else last))
+    refused = RefusedRange(first, last, position, position + header.size)
     segment.refuse(refused)
     return _report(segment, refused, "CRC mismatch found by a read")
 

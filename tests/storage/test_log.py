@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage.batch import HEADER_SIZE, encode_batch, iter_batches, stamp
-from storage.errors import (BatchTooLarge, CorruptBatch, FsyncFailed, LogClosed, OffsetOutOfRange,
+from storage.errors import (BatchTooLarge, CorruptBatch, CorruptLog, FsyncFailed, LogClosed, OffsetOutOfRange,
                             OutOfOrderBatch, StaleLeaderEpoch, StorageFull)
 from storage.fs import OsFileSystem
 from storage.log import FlushPolicy, LogConfig, PartitionLog
@@ -413,3 +413,38 @@ def test_open_memory_log_convenience():
     log.flush()
     fs.crash()
     assert open_memory_log(LogConfig(), fs=fs).log_end_offset == 1
+
+
+# ------------------------------------------------------------------ a corrupt header is a claim
+
+RECORD_COUNT_AT = 36  # byte offset of record_count in a batch header (CRC-covered)
+
+
+@pytest.mark.parametrize("read", ["read", "scrub"])
+def test_a_refused_batch_never_moves_the_log_end_past_what_was_written(read):
+    """Bit rot in a batch's record count (a field the CRC covers) made the header claim offsets
+    2..255 in a log of 6: the read refused "2..255" and the log end jumped to 256, so a leader
+    would hand out offsets past a gap and a follower would ask for records that never existed.
+    The refused range is bounded by what the log knows it wrote."""
+    fs = MemoryFileSystem()
+    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
+    for index in range(6):
+        log.append_producer_batch(make_batch(1, tag=index), 0, 1_000)
+    log.flush()
+    path = "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+    third = next(position for position, header in _positions(fs.read_file(path)) if header.base_offset == 2)
+    fs.corrupt(path, third + RECORD_COUNT_AT, 0xFE)  # 1 record -> 255
+
+    with pytest.raises(CorruptLog):
+        log.read(2, 1 << 20) if read == "read" else log.scrub(2, 1 << 20)
+
+    assert log.log_end_offset == 6
+    assert all(first <= last <= 5 for first, last in log.corrupt_ranges), log.corrupt_ranges
+    assert offsets_of(log.read(3, 1 << 20))[0] == (3, 3), "the batches after the damage stay readable"
+
+
+def _positions(data):
+    position = 0
+    for header in (h for _, h in iter_batches(data, verify=False)):
+        yield position, header
+        position += header.size
