@@ -313,6 +313,11 @@ class PartitionReplica(FetchServing):
         if state.leader == self.node:
             if self.role != "leader" or new_epoch:
                 return self._become_leader(now_ns)
+            if state.partition_epoch == current.partition_epoch:
+                # The state it has, said again (a heartbeat answer): not the answer to a pending
+                # ISR change, which would come with the next partition epoch. Taking it for one
+                # would forget the proposal and count the ISR without the member it adds.
+                return self.leader.after_log_growth(now_ns)
             return self._leader_isr_updated(now_ns)
         if self.role != "follower" or new_epoch:
             return self._become_follower(now_ns)

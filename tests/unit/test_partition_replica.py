@@ -622,6 +622,25 @@ def test_a_follower_whose_fetch_shows_it_caught_up_is_proposed_into_the_isr_at_o
     assert request.isr_incarnations == [101, 202, 333]
 
 
+def test_a_repeated_announcement_of_the_current_isr_does_not_cancel_a_pending_join():
+    """The simulator's seed 30482: the coordinator's heartbeat answer repeated the ISR [1, 2] it
+    had (same epochs) while the leader's proposal [1, 2, 3] was on its way. The leader took it as
+    the answer, forgot its proposal, and moved the high watermark without node 3 — which the
+    coordinator then put in the ISR, holding less than what was committed."""
+    stage = Stage(isr=[1, 2])
+    stage.produce(count=3)
+    stage.follower_fetch(2, 3)
+    stage.follower_fetch(3, 3, incarnation=333)
+    assert only_alter(stage).isr == [1, 2, 3]
+
+    stage.set_state(leader=1, isr=[1, 2])  # the same state again, not an answer
+    stage.produce(count=2)
+    stage.follower_fetch(2, 5)
+
+    assert stage.replica.high_watermark == 3, "the high watermark passed a member whose join is pending"
+    assert stage.replica.leader.pending_isr == [1, 2, 3]
+
+
 def test_a_follower_still_behind_waits_for_its_seat():
     stage = Stage(isr=[1, 2])
     stage.produce(count=3)
