@@ -123,8 +123,19 @@ def reconcile(
         leader, leader_incarnation = -1, 0
         offline_reason = f"waiting for ISR members {waiting} to report after a restart"
     else:
-        restarted = [node for node in record.isr if members[node] == UNCLEAN] + eligible
-        if restarted:
+        unclean_members = [node for node in record.isr if members[node] == UNCLEAN]
+        # An ISR member that restarted uncleanly may have lost its unflushed tail, as an ELR member
+        # that did (below): an eligible ELR member holds every acknowledged write and leads
+        # instead, and while an ELR member has not been heard from the partition waits for it
+        # (the simulator's seed 30951 elected the last ISR member, back without 10 committed
+        # offsets, while the ELR member that held them was paused).
+        standing = [node for node in elr if node not in eligible]
+        restarted = eligible or ([] if standing else unclean_members)
+        if unclean_members and not restarted:
+            leader, leader_incarnation = -1, 0
+            offline_reason = (f"ISR members {unclean_members} restarted uncleanly and may lack acknowledged "
+                              f"writes: waiting for eligible leader replicas {standing} to report")
+        elif restarted:
             leader = _best(restarted, views, replicas, known_high_watermark)
             leader_incarnation = views[leader].incarnation
             keep = [node for node in record.isr if node == leader or members[node] == ABSENT]

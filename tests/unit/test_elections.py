@@ -362,3 +362,32 @@ def test_a_joiner_that_restarted_since_the_leader_saw_it_cannot_join():
 
     assert code == ErrorCode.INVALID_REQUEST
     assert "restarted" in text
+
+
+def test_the_last_isr_member_back_uncleanly_waits_for_an_elr_member_not_heard_from():
+    """The simulator's seed 30951: the ISR had shrunk to its leader (node 3 there), whose follower
+    left for the ELR holding every committed offset; the leader crashed, came back without its
+    unflushed tail (307 of 317 committed offsets) and was elected again while the ELR member was
+    paused. An unclean restart may have lost what was acknowledged, as for an ELR member: the
+    partition waits for the ELR member, and it leads once it reports."""
+    record = healthy_record(isr=[1], isr_incarnations={1: 11}, elr={2: 22})
+
+    waiting = reconcile(record, REPLICAS, views(dead=[2, 3], restarted=[1], ends={1: 307}),
+                        unclean_allowed=False, min_insync=2)
+
+    assert waiting.record.leader == -1, "the uncleanly restarted member was elected over the ELR"
+    assert "eligible leader replicas [2]" in waiting.record.offline_reason
+    assert waiting.record.elr == {2: 22}
+
+    back = reconcile(waiting.record, REPLICAS, views(dead=[3], restarted=[1], ends={1: 307, 2: 317}),
+                     unclean_allowed=False, min_insync=2)
+
+    assert back.record.leader == 2 and back.record.leader_incarnation == 22
+
+
+def test_the_last_isr_member_back_uncleanly_leads_when_no_elr_member_is_left():
+    record = healthy_record(isr=[1], isr_incarnations={1: 11})
+
+    decision = reconcile(record, REPLICAS, views(dead=[2, 3], restarted=[1]), unclean_allowed=False, min_insync=2)
+
+    assert decision.record.leader == 1 and decision.record.leader_incarnation == 11 + 1000
