@@ -13,14 +13,14 @@ import pytest
 from actors.effects import AfterFlush, SetTimer, Trace
 from actors.messages import (
     AcquiredRecords, ShareAcknowledgement, ShareAcknowledgementResult, ShareAcknowledgeRequest,
-    ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse, TimerFired,
+    ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse, Stop, TimerFired,
 )
 from chaos.sim_checks import _check_send_order
 from chaos.sim_hosts import Host, SimFaultInjector
 from chaos.sim_invariants import Invariants
 from chaos.sim_network import MS
 from chaos.sim_share import ShareLedger, is_poison
-from chaos.simulator import SimConfig, Simulator
+from chaos.simulator import STOP_WAIT_MAX_MS, SimConfig, Simulator
 from storage.errors import FsyncFailed
 from storage.memory import MemoryFileSystem
 
@@ -128,6 +128,35 @@ def test_a_crash_before_a_slow_flush_completes_loses_the_flush_and_what_it_guard
     sim.crash("probe", restart=False)
     sim.run_until(start + 200 * MS)
     assert traced == [] and store.flushes == 0
+
+
+def test_a_stop_waits_for_a_process_busy_in_fsync_and_for_the_flushes_its_stop_begins():
+    """As `railmq down` does: the simulator's seed 30364 stopped a replica while its slow disk
+    held it in fsync, dropped the Stop and killed it, so it came back "uncleanly" and the only
+    replica the partition could elect was refused; the partition stayed offline."""
+    sim, host, store, traced = probe_sim()
+    host.disk_latency_ns = 50 * MS
+    start = sim.now_ns
+    sim._step(host, "write", b"")  # busy in fsync until start + 50 ms
+
+    sim.stop("probe")
+
+    assert host.alive, "killed while its fsync ran"
+    sim.run_until(start + STOP_WAIT_MAX_MS * MS)
+    assert [message for _, message in traced][:1] == ["write"]
+    assert any(isinstance(message, Stop) for _, message in traced), "the Stop was never handled"
+    assert not host.alive and store.flushes == 2, "it exited before the flush its Stop began"
+
+
+def test_a_stop_kills_a_process_that_stays_busy_past_the_wait():
+    sim, host, store, traced = probe_sim()
+    start = sim.now_ns
+    host.paused_until_ns = start + 10 * STOP_WAIT_MAX_MS * MS  # stopped with SIGSTOP, say
+
+    sim.stop("probe")
+    sim.run_until(start + STOP_WAIT_MAX_MS * MS)
+
+    assert not host.alive and traced == []
 
 
 def test_a_kill_in_the_middle_of_a_flush_leaves_the_files_synced_before_it_durable():
