@@ -384,3 +384,23 @@ def test_a_leader_takes_a_lower_position_from_an_in_sync_follower_at_its_word():
 
     assert stage.replica.high_watermark == end - 1
     assert not stage.replies(ProduceResponse), "acknowledged counting what a follower gave back"
+
+
+def test_a_cut_follower_is_repaired_only_once_it_holds_again_what_the_cut_dropped():
+    """The simulator's seed 32101: the damage was offsets 22..33 and the cut dropped 22..330; the
+    first answer brought 22..146, passing the damage, and the follower reported itself healthy —
+    in the ISR, without 184 committed offsets it had held."""
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 240)  # offset 2 only
+    follower.harness.advance(LIMITS.scrub_interval_ms * 3)
+    cut_fetch = follower.fetch()
+
+    follower.answer(cut_fetch, leader_batches(2, epoch=3, start=2), high_watermark=6, log_end_offset=6)
+
+    assert follower.log.log_end_offset == 4
+    assert not follower.replica.storage.healthy, "healthy without offsets 4 and 5, which it held"
+    rest = follower.fetch()
+    follower.answer(rest, leader_batches(2, epoch=3, start=4), high_watermark=6, log_end_offset=6)
+    assert follower.replica.storage.healthy
