@@ -22,7 +22,9 @@ process exit). The rules:
    eligible, and the partition goes offline saying why.
 3. The leader must be a live ISR member whose incarnation is the one that was elected. If it is
    not, the first ISR member in replica order that is live at its known incarnation leads
-   (Kafka's preferred-replica order); with none, the best of the cleanly restarted members.
+   (Kafka's preferred-replica order); with none, the best of the cleanly restarted members,
+   then of the eligible leader replicas (KIP-966). A member that restarted uncleanly may have
+   lost its unflushed tail: it leads only when no ELR member is left to wait for.
 4. With nobody eligible the partition goes offline (leader -1) rather than lose data — unless
    `unclean_leader_election` is on: then the best live replica (lossless first, then by the key of
    rule 2) leads and becomes the whole ISR. That choice can lose acknowledged writes: the result
