@@ -260,14 +260,10 @@ class PartitionReplica(FetchServing):
         """The epoch of the last batch this replica holds (Kafka's lastFetchedEpoch): an epoch in
         which this replica led but wrote nothing has an entry starting at the log end, and it
         is not the epoch of any batch."""
-        end = self.log.log_end_offset
-        epochs = [epoch for epoch, start in self.log.epoch_entries() if start < end]
-        return max(epochs) if epochs else -1
+        return self.batch_epoch_below(self.log.log_end_offset)
 
     def batch_epoch_below(self, offset: int) -> int:
-        """The epoch of the last batch below `offset` (at the log end: `last_batch_epoch`)."""
-        if offset >= self.log.log_end_offset:
-            return self.last_batch_epoch()
+        """The epoch of the last batch below `offset` (a fetch from below damage asks with it)."""
         epochs = [epoch for epoch, start in self.log.epoch_entries() if start < offset]
         return max(epochs) if epochs else -1
 

@@ -12,6 +12,11 @@ that lacks committed records was not elected cleanly, so unless the coordinator 
 unclean election since, the follower refuses, says so, and keeps its log. A fetch that the follower
 makes next tells the leader what the follower holds, so with `flush_policy=every_batch` the next
 fetch waits for the flush: the leader never counts bytes a follower could still lose.
+
+For the same reason a follower whose scrubber finds damage inside its log does not cut the log at
+once: its last fetch, on the way, says it holds everything. Its next fetch asks from below the
+damage (with the epoch of the batch before it), and the log is cut there when that fetch is
+answered — by then the leader holds the lower position.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from actors.messages import ReplicaExited
+from actors.messages import ReplicaExited, Stop
 from chaos.sim_network import MS
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ TARGET_ROLES = ("replica", "replica", "replica", "coordinator", "controller", "g
                 "share")
 SLOW_DISK_LATENCY_MS = (5, 200)
 EXIT_NOTICE_DELAY_MS = 60
+# How long a stop (`railmq down`) waits for a busy process before it kills it: less than the
+# restart delay, so the process is gone before the cluster comes back.
+STOP_WAIT_MAX_MS = 250
 LATE_NOTICE_MS = (50, 800)  # after the restart
 
 
@@ -85,6 +88,31 @@ class Faults:
                 self._exit_notice(host, incarnation)
         if restart:
             sim.schedule(sim.now_ns + sim.config.restart_delay_ms * MS, lambda: sim.restart(name))
+
+    def stop(self, name: str) -> None:
+        """Stop a host as `railmq down` does: the actor gets its Stop (a replica flushes its log),
+        then the process is gone, without an exit notice (its node agent stops too)."""
+        host = self.sim.hosts[name]
+        self._stop_when_able(host, host.incarnation, self.sim.now_ns + STOP_WAIT_MAX_MS * MS, stopped=False)
+
+    def _stop_when_able(self, host: "Host", incarnation: int, deadline_ns: int, *, stopped: bool) -> None:
+        """`railmq down` asks a process to stop and waits for it to exit, up to a deadline, then
+        kills it: a process busy in fsync (a slow disk) handles its Stop once the fsync returns,
+        and exits once the flushes the Stop began (the log, the clean-shutdown mark) are done."""
+        sim = self.sim
+        if not host.alive or host.incarnation != incarnation:
+            return
+        busy = host.paused_until_ns > sim.now_ns or host.flushes_pending
+        if busy and sim.now_ns < deadline_ns:
+            at = min(max(host.paused_until_ns, host.flush_done_ns, sim.now_ns + MS), deadline_ns)
+            sim.schedule(at, lambda: self._stop_when_able(host, incarnation, deadline_ns, stopped=stopped))
+            return
+        if not busy and not stopped:
+            sim._internal(host, [Stop(reason="the cluster is stopping")])
+            if host.alive and host.flushes_pending:
+                self._stop_when_able(host, incarnation, deadline_ns, stopped=True)
+                return
+        self.crash(host.name, restart=False, notify=False)
 
     def _reaped(self, host: "Host", incarnation: int) -> None:
         """The node agent notices the exit (its supervisor's wait) and drops the replica's report,

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.limits import Limits
-from actors.messages import PeerDisconnected, Stop, TimerFired
+from actors.messages import PeerDisconnected, TimerFired
 from chaos.sim_agents import SimNodeAgent, node_agent_endpoint, node_agent_name
 from chaos.sim_hosts import TinyAgent as TinyAgent  # chaos/labs builds its agent from here too
 from chaos.sim_hosts import Host, controller_factory, coordinator_factory, group_coordinator_factory, replica_factory
@@ -59,9 +59,6 @@ START_NS = 1_800_000_000 * 1_000_000_000  # a plausible wall clock for record ti
 # (a fetch the network lost just before the heal would otherwise end the recovery window still
 # unanswered). A follower fetches at most 4 KB at a time rather than 8 MB, so one that comes back
 # far behind catches up in several rounds, as it does in production with real volumes.
-# How long a stop (`railmq down`) waits for a busy process before it kills it: less than the
-# restart delay, so the process is gone before the cluster comes back.
-STOP_WAIT_MAX_MS = 250
 SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=1500,
                     replica_keepalive_interval_ms=300, replica_keepalive_timeout_ms=1000,
                     node_heartbeat_interval_ms=200, node_session_timeout_ms=1000,
@@ -490,28 +487,8 @@ class Simulator:
         self.faults.crash(name, restart=restart, notify=notify)
 
     def stop(self, name: str) -> None:
-        """Stop a host as `railmq down` does: the actor gets its Stop (a replica flushes its log),
-        then the process is gone, without an exit notice (its node agent stops too)."""
-        host = self.hosts[name]
-        self._stop_when_able(host, host.incarnation, self.now_ns + STOP_WAIT_MAX_MS * MS, stopped=False)
-
-    def _stop_when_able(self, host: Host, incarnation: int, deadline_ns: int, *, stopped: bool) -> None:
-        """`railmq down` asks a process to stop and waits for it to exit, up to a deadline, then
-        kills it: a process busy in fsync (a slow disk) handles its Stop once the fsync returns,
-        and exits once the flushes the Stop began (the log, the clean-shutdown mark) are done."""
-        if not host.alive or host.incarnation != incarnation:
-            return
-        busy = host.paused_until_ns > self.now_ns or host.flushes_pending
-        if busy and self.now_ns < deadline_ns:
-            at = min(max(host.paused_until_ns, host.flush_done_ns, self.now_ns + MS), deadline_ns)
-            self.schedule(at, lambda: self._stop_when_able(host, incarnation, deadline_ns, stopped=stopped))
-            return
-        if not busy and not stopped:
-            self._step(host, Stop(reason="the cluster is stopping"), b"")
-            if host.alive and host.flushes_pending:
-                self._stop_when_able(host, incarnation, deadline_ns, stopped=True)
-                return
-        self.faults.crash(host.name, restart=False, notify=False)
+        """Stop a host as `railmq down` does (chaos/sim_faults.py `Faults.stop`)."""
+        self.faults.stop(name)
 
     def restart(self, name: str) -> None:
         host = self.hosts[name]

@@ -20,7 +20,8 @@ from chaos.sim_hosts import Host, SimFaultInjector
 from chaos.sim_invariants import Invariants
 from chaos.sim_network import MS
 from chaos.sim_share import ShareLedger, is_poison
-from chaos.simulator import STOP_WAIT_MAX_MS, SimConfig, Simulator
+from chaos.sim_faults import STOP_WAIT_MAX_MS
+from chaos.simulator import SimConfig, Simulator
 from storage.errors import FsyncFailed
 from storage.memory import MemoryFileSystem
 
