@@ -20,7 +20,7 @@ trusted whoever reports first (or last) would pick the damaged replica.
 The promise checked: no acknowledged write is lost while a majority of its replicas keep their data.
 So at most one replica of a partition is damaged at a time: a partition gets a new disk fault only
 once its last damaged replica has reported healthy again (its `storage-repaired` or
-`storage-adopted` trace, or a healthy start). In a seed whose topics flush by interval, a disk
+`storage-adopted` trace, or a healthy start) and the coordinator has it back in the ISR. In a seed whose topics flush by interval, a disk
 fault also waits until no other replica of the partition lost unflushed data recently
 (chaos/sim_faults.py), and the whole cluster never restarts at once (every replica would lose its
 unflushed tail together).
@@ -48,24 +48,42 @@ class DiskFaults:
         self.rng = rng
         self.restart_cluster_probability = restart_cluster_probability
         self.damaged: dict[tuple[str, int], str] = {}  # partition -> the damaged replica's host name
+        self.repaired: set[tuple[str, int]] = set()  # partitions whose damaged replica reported healthy
         self.injected: list[tuple[str, str]] = []  # (host, fault), in order
 
     def on_trace(self, host: "Host", event: str, details: dict) -> None:
-        """A damaged replica that reports healthy frees its partition for the next disk fault."""
+        """A damaged replica that reports healthy, once back in the ISR, frees its partition for
+        the next disk fault (`free`)."""
         key = host.state.get("topic_partition")
         if key is None or self.damaged.get(key) != host.name:
             return
         healthy = (event in ("storage-repaired", "storage-adopted") and details.get("state") == "ok") or \
                   (event == "replica-started" and details.get("storage") == "ok")
         if healthy:
-            del self.damaged[key]
+            self.repaired.add(key)
+
+    def free(self, key: tuple[str, int]) -> bool:
+        """Whether the partition may take a disk fault: its last damaged replica is healthy and back
+        in the ISR. Healthy alone is not enough: until it rejoins, the ISR may be one replica, and
+        losing that one's disk is two replicas' worth of loss, beyond the promise (seed 61399:
+        repaired 385 ms before the second fault, its seat refused, then asked for again and lost)."""
+        name = self.damaged.get(key)
+        if name is None:
+            return True
+        coordinator = self.sim.coordinator()
+        record = coordinator.partitions.get(key) if coordinator is not None else None
+        if key not in self.repaired or record is None or self.sim.hosts[name].node not in record.isr:
+            return False
+        del self.damaged[key]
+        self.repaired.discard(key)
+        return True
 
     def inject(self, target: str | None = None) -> str | None:
         """Damage one replica (a random one, or `target`); returns what was done, or None when no
         partition may take a fault now."""
         sim = self.sim
         candidates = sorted(name for name, host in sim.hosts.items()
-                            if host.kind == "replica" and host.alive and host.state["topic_partition"] not in self.damaged
+                            if host.kind == "replica" and host.alive and self.free(host.state["topic_partition"])
                             and sim.faults.may_lose_data(name))
         if target is not None:
             candidates = [name for name in candidates if name == target]
@@ -83,6 +101,7 @@ class DiskFaults:
             sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
             return None
         self.damaged[key] = name
+        self.repaired.discard(key)
         self.injected.append((name, fault))
         sim.note(f"disk fault {fault} on {name}")
         if not whole_cluster:
