@@ -49,6 +49,7 @@ class DiskFaults:
         self.restart_cluster_probability = restart_cluster_probability
         self.damaged: dict[tuple[str, int], str] = {}  # partition -> the damaged replica's host name
         self.repaired: set[tuple[str, int]] = set()  # partitions whose damaged replica reported healthy
+        self.faults_of: dict[tuple[str, int], str] = {}  # partition -> the fault its damaged replica took
         self.injected: list[tuple[str, str]] = []  # (host, fault), in order
 
     def on_trace(self, host: "Host", event: str, details: dict) -> None:
@@ -57,9 +58,12 @@ class DiskFaults:
         key = host.state.get("topic_partition")
         if key is None or self.damaged.get(key) != host.name:
             return
-        healthy = (event in ("storage-repaired", "storage-adopted") and details.get("state") == "ok") or \
-                  (event == "replica-started" and details.get("storage") == "ok")
-        if healthy:
+        # A flipped byte is found only when a read meets it (the scrubber, a fetch): a start that
+        # says "ok" has not repaired it (seed 80819 gave the partition's other ISR member a second
+        # disk fault while the flipped byte still waited to be found).
+        started_ok = event == "replica-started" and details.get("storage") == "ok" and \
+            self.faults_of.get(key) != "flip-byte"
+        if (event in ("storage-repaired", "storage-adopted") and details.get("state") == "ok") or started_ok:
             self.repaired.add(key)
 
     def free(self, key: tuple[str, int]) -> bool:
@@ -101,6 +105,7 @@ class DiskFaults:
             sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
             return None
         self.damaged[key] = name
+        self.faults_of[key] = fault
         self.repaired.discard(key)
         self.injected.append((name, fault))
         sim.note(f"disk fault {fault} on {name}")
