@@ -130,8 +130,13 @@ def reconcile(
         # that did (below): an eligible ELR member holds every acknowledged write and leads
         # instead, and while an ELR member has not been heard from the partition waits for it
         # (the simulator's seed 30951 elected the last ISR member, back without 10 committed
-        # offsets, while the ELR member that held them was paused).
-        standing = [node for node in elr if node not in eligible]
+        # offsets, while the ELR member that held them was paused). ISR members dying in this same
+        # decision leave for the ELR when what stays is below min_insync (next_elr): they are
+        # waited for too (seed 81475 elected a member back without 5 committed offsets in the
+        # decision that dropped the two dead members holding them).
+        dying = {node: record.isr_incarnations.get(node, 0) for node in record.isr if members[node] == DEAD}
+        joining = next_elr({}, unclean_members[:1], dying, min_insync)
+        standing = [node for node in {**elr, **joining} if node not in eligible]
         restarted = eligible or ([] if standing else unclean_members)
         if unclean_members and not restarted:
             leader, leader_incarnation = -1, 0

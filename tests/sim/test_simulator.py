@@ -38,7 +38,7 @@ KNOWN_FAILURES: dict[int, str] = {
     # replicas whose flush was in flight in the same instant as another's disk fault (beyond the
     # promise; the others are now stopped as `railmq down` stops them, chaos/sim_disk.py).
 }
-REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45, 20326, 20559, 20606, 20904, 30364, 30482, 30951, 32101, 61399, 80819]
+REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45, 20326, 20559, 20606, 20904, 30364, 30482, 30951, 32101, 61399, 80819, 81475]
 # The seed-171 story, in the sweep: with the member rejoining before its user's thread answered a
 # revocation (as it did before the fix), a partition reaches its next owner while the member
 # still works on it. tests/unit/test_consumer_member.py replays the original consequence step by

@@ -391,3 +391,33 @@ def test_the_last_isr_member_back_uncleanly_leads_when_no_elr_member_is_left():
     decision = reconcile(record, REPLICAS, views(dead=[2, 3], restarted=[1]), unclean_allowed=False, min_insync=2)
 
     assert decision.record.leader == 1 and decision.record.leader_incarnation == 11 + 1000
+
+
+def test_isr_members_dying_in_the_same_decision_are_waited_for_as_elr_members():
+    """The simulator's seed 81475: the coordinator heard nodes 2 and 3 of a full ISR go dead (their
+    node sessions ended in a split) in the same decision in which it first saw node 1 back from an
+    unclean restart, holding 57 of 62 committed offsets, and elected node 1. What stays of the ISR
+    is below min_insync, so the dead members leave for the ELR holding everything: they are waited
+    for as ELR members already standing are, and one leads when it is heard from."""
+    record = healthy_record()
+
+    waiting = reconcile(record, REPLICAS, views(dead=[2, 3], restarted=[1], ends={1: 57, 2: 62, 3: 62}),
+                        unclean_allowed=False, min_insync=2)
+
+    assert waiting.record.leader == -1, "the uncleanly restarted member was elected over the dying members"
+    assert "eligible leader replicas [2, 3]" in waiting.record.offline_reason
+    assert waiting.record.elr == {2: 22, 3: 33}
+
+    back = reconcile(waiting.record, REPLICAS, views(dead=[3], restarted=[1], ends={1: 57, 2: 62}),
+                     unclean_allowed=False, min_insync=2)
+
+    assert back.record.leader == 2 and back.record.leader_incarnation == 22
+
+
+def test_with_min_insync_one_dying_members_leave_no_elr_to_wait_for():
+    """With min_insync 1 there is no ELR (an ISR of one acknowledges acks=all writes): the member
+    back uncleanly is the best there is, as before."""
+    decision = reconcile(healthy_record(), REPLICAS, views(dead=[2, 3], restarted=[1]),
+                         unclean_allowed=False, min_insync=1)
+
+    assert decision.record.leader == 1 and decision.record.elr == {}
