@@ -419,7 +419,7 @@ def test_two_members_never_hold_one_lock_and_every_delivery_counts_one_more(scri
 @pytest.mark.parametrize("bad", [dict(visibility_timeout_ms=50), dict(max_delivery_attempts=0),
                                  dict(auto_offset_reset="middle"), dict(dead_letter_topic="no/slash")])
 def test_group_settings_outside_their_bounds_are_refused(bad):
-    from actors.share_group import check_settings
+    from actors.share_group_membership import check_settings
 
     assert check_settings(ShareGroupSettings(**bad), Limits()) is not None
     assert check_settings(ShareGroupSettings(), Limits()) is None

@@ -1,0 +1,201 @@
+"""Share-group membership in the group coordinator (KIP-932): joins, heartbeats, leaves and
+session timeouts.
+
+A mixin of `ShareGroups` (actors/share_group.py), which owns the groups, the durable state, the
+leaders and the parked acquires. Membership is soft state (unlike a classic group's, which is
+stored: a rejoining share member loses nothing, since its locks are void after a restart anyway):
+a member heartbeats; after its session timeout it is removed and every lock it held is released
+(records available, counts kept), and the acquires parked on its group are served again. A group
+id is a share group from its first share join (its settings are stored then); a classic group's
+id is refused with INCONSISTENT_GROUP_PROTOCOL, and the classic join refuses ours.
+
+A heartbeat is answered with every partition of the topics the member subscribes to; one that
+needs a topic's partition count waits for metadata, at most HEARTBEAT_METADATA_WAIT_MS. Bounded:
+groups, members per group, topics per member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Send, Trace
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
+from actors.share_partition import SharePartition
+
+GROUP_ID_LENGTH_MAX = 255
+# A heartbeat that needs a topic's partition count waits at most this long for metadata.
+HEARTBEAT_METADATA_WAIT_MS = 1000
+
+
+class ShareMemberState:
+    __slots__ = ("member_id", "client_id", "topics", "session_timeout_ms", "last_seen_ns")
+
+    def __init__(self, member_id: str, client_id: str) -> None:
+        self.member_id = member_id
+        self.client_id = client_id
+        self.topics: list[str] = []
+        self.session_timeout_ms = 0
+        self.last_seen_ns = 0
+
+
+class ShareGroup:
+    def __init__(self, group_id: str, settings: ShareGroupSettings) -> None:
+        self.group_id = group_id
+        self.settings = settings
+        self.members: dict[str, ShareMemberState] = {}
+        self.partitions: dict[tuple[str, int], SharePartition] = {}
+
+
+class ShareMembership:
+    """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `state`, `limits`,
+    `rng`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `_settle` and
+    `_serve_group_parked`."""
+
+    def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
+        problem = self._check_heartbeat(request)
+        group = self.groups.get(request.group_id)
+        if problem is None and group is None:
+            problem = self._create_group(request)
+            group = self.groups.get(request.group_id)
+        if problem is None:
+            problem = self._check_member(group, request.member_id, joining=not request.leaving)
+        if problem is not None:
+            return [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id, error=problem[0],
+                                                             error_message=problem[1], member_id=request.member_id))]
+        if request.leaving:
+            effects = self._remove_member(group, request.member_id, "left", now_ns) if request.member_id else []
+            return effects + [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id))]
+        member = self._member_for(group, request, now_ns)
+        request = msgspec.structs.replace(request, member_id=member.member_id)
+        missing = [topic for topic in member.topics if topic not in self.leaders.topics]
+        if missing:
+            self.waiting_heartbeats.append((sender, request, now_ns))
+            return self.leaders.request_metadata(missing, now_ns)
+        return [Send(sender, self._heartbeat_answer(group, member, request))]
+
+    def _check_heartbeat(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
+        limits = self.limits
+        if not request.group_id or len(request.group_id) > GROUP_ID_LENGTH_MAX or "/" in request.group_id:
+            return ErrorCode.INVALID_REQUEST, f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'"
+        low, high = limits.group_session_timeout_min_ms, limits.group_session_timeout_max_ms
+        if not low <= request.session_timeout_ms <= high:
+            return ErrorCode.INVALID_SESSION_TIMEOUT, (
+                f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
+                f"{limits.group_session_timeout_max_ms}, got {request.session_timeout_ms}")
+        if self.is_classic_group(request.group_id):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{request.group_id!r} is a classic consumer group"
+        if len(request.topics) > limits.topics_max:
+            return ErrorCode.INVALID_REQUEST, f"a member subscribes to at most {limits.topics_max} topics"
+        return None
+
+    def _create_group(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
+        if request.member_id or request.leaving:
+            return ErrorCode.UNKNOWN_MEMBER_ID, (
+                f"share group {request.group_id!r} does not exist; join with no member id")
+        if len(self.groups) >= self.limits.share_groups_max:
+            return ErrorCode.BUSY, f"the coordinator holds its maximum of {self.limits.share_groups_max} share groups"
+        problem = check_settings(request.settings, self.limits)
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, problem
+        self.groups[request.group_id] = ShareGroup(request.group_id, request.settings)
+        self.state.put(f"share-group/{request.group_id}", msgspec.to_builtins(request.settings))
+        self.wrote = True
+        return None
+
+    def _check_member(self, group: ShareGroup, member_id: str, joining: bool) -> tuple[int, str] | None:
+        if member_id and member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group.group_id!r}; join again"
+        if joining and not member_id and len(group.members) >= self.limits.share_group_members_max:
+            return ErrorCode.BUSY, f"share group {group.group_id!r} has its maximum of {len(group.members)} members"
+        return None
+
+    def _member_for(self, group: ShareGroup, request: ShareGroupHeartbeatRequest, now_ns: int) -> ShareMemberState:
+        member = group.members.get(request.member_id)
+        if member is None:
+            member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
+            member = group.members[member_id] = ShareMemberState(member_id, request.client_id)
+        member.topics = sorted(set(request.topics))
+        member.session_timeout_ms = request.session_timeout_ms
+        member.last_seen_ns = now_ns
+        return member
+
+    def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,
+                          request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
+        return ShareGroupHeartbeatResponse(
+            correlation_id=request.correlation_id, member_id=member.member_id,
+            partitions=self._partitions_of(member.topics), heartbeat_interval_ms=member.session_timeout_ms // 3,
+            settings=group.settings)
+
+    def _partitions_of(self, topics: list[str]) -> list[tuple[str, int]]:
+        known = self.leaders.topics
+        return [(topic, partition) for topic in topics if topic in known
+                for partition in range(len(known[topic].partitions))]
+
+    def _answer_waiting_heartbeats(self, now_ns: int, answered: set[str] | None = None) -> list[Effect]:
+        """Answer heartbeats whose topics metadata now covers (`answered`: topics the last metadata
+        response spoke of, known or not), and any that waited HEARTBEAT_METADATA_WAIT_MS."""
+        effects: list[Effect] = []
+        waiting = []
+        for sender, request, since_ns in self.waiting_heartbeats:
+            group = self.groups.get(request.group_id)
+            member = group.members.get(request.member_id) if group is not None else None
+            if member is None:
+                continue
+            ready = all(topic in self.leaders.topics or topic in (answered or ()) for topic in member.topics)
+            if ready or now_ns - since_ns >= HEARTBEAT_METADATA_WAIT_MS * MS:
+                effects.append(Send(sender, self._heartbeat_answer(group, member, request)))
+            else:
+                waiting.append((sender, request, since_ns))
+        self.waiting_heartbeats = waiting
+        return effects
+
+    def _remove_member(self, group: ShareGroup, member_id: str, why: str, now_ns: int) -> list[Effect]:
+        member = group.members.pop(member_id)
+        for key, share_partition in group.partitions.items():
+            if share_partition.release_member(member_id, now_ns):
+                self._settle(group.group_id, share_partition)
+        trace = Trace("share-member-removed", {"group": group.group_id, "member": member_id, "why": why,
+                                               "client": member.client_id})
+        return [trace] + self._serve_group_parked(group, now_ns)
+
+    def _expire_members(self, now_ns: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for group in self.groups.values():
+            expired = [member_id for member_id, member in group.members.items()
+                       if now_ns - member.last_seen_ns > member.session_timeout_ms * MS]
+            for member_id in expired:
+                effects += self._remove_member(group, member_id, "session timeout", now_ns)
+        return effects
+
+    def _touch(self, group: ShareGroup, member_id: str, now_ns: int) -> None:
+        """Any request from a member is proof of life."""
+        member = group.members.get(member_id)
+        if member is not None:
+            member.last_seen_ns = now_ns
+
+    def _topics_in_use(self) -> set[str]:
+        """Every topic a member subscribes to: each metadata request covers them all."""
+        return {topic for group in self.groups.values() for member in group.members.values()
+                for topic in member.topics}
+
+
+def check_settings(settings: ShareGroupSettings, limits: Limits) -> str | None:
+    """Why these settings cannot make a share group, or None."""
+    low, high = limits.share_visibility_timeout_min_ms, limits.share_visibility_timeout_max_ms
+    if not low <= settings.visibility_timeout_ms <= high:
+        return f"visibility_timeout_ms must be {low}..{high}, got {settings.visibility_timeout_ms}"
+    if not 1 <= settings.max_delivery_attempts <= limits.share_delivery_attempts_max:
+        return (f"max_delivery_attempts must be 1..{limits.share_delivery_attempts_max}, "
+                f"got {settings.max_delivery_attempts}")
+    if settings.auto_offset_reset not in ("earliest", "latest"):
+        return f"auto_offset_reset must be earliest or latest, not {settings.auto_offset_reset!r}"
+    topic = settings.dead_letter_topic
+    if topic and (len(topic) > limits.topic_name_length_max or topic in (".", "..")
+                  or not all(character.isalnum() or character in "._-" for character in topic)):
+        return f"dead_letter_topic {topic!r} is not a valid topic name"
+    return None
