@@ -1,4 +1,5 @@
-"""A share-group member's client logic (KIP-932): membership, acquire, fetch and acknowledge.
+"""A share-group member's client logic (KIP-932): membership, metadata, closing, and the requests
+in flight, with acquire/fetch and acknowledge in their own modules.
 
 It runs in the I/O thread of `railmq.ShareConsumer` (transport/client_engine.py), as
 actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pure, fed `now_ns`
@@ -8,14 +9,11 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
   heartbeats every `heartbeat_interval_ms` (or the coordinator's advice, if shorter). A new member
   id starts a new *membership*: everything held under the old one is void (the coordinator
   released those locks), so data still tagged with it is dropped by the shell.
-- Records: per partition, one acquire (a long poll at the coordinator) in flight while the member
-  holds fewer than `prefetch_records_max` locks (records buffered for `poll` and records the user
-  has not answered yet both count: a member busy with what it has does not take more, so what it
-  cannot handle in time stays with the others). The acquired offsets' bytes are fetched from the
-  partition leader with the ordinary FetchRequest and handed to the shell with the acquired
-  ranges, so it keeps only offsets this member holds.
+- Records: per partition, acquired at the coordinator and fetched from the partition leader
+  (actors/share_member_fetch.py), while the member holds fewer than `prefetch_records_max` locks.
 - Acknowledgements from the shell go to the coordinator per partition; their per-range results go
-  back as one answer. Closing leaves the group, which releases every record still held.
+  back as one answer (actors/share_member_acknowledgements.py). Closing leaves the group, which
+  releases every record still held.
 
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
 partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted); "close".
@@ -36,24 +34,19 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    AcquiredRecords, ClientCommand, ErrorResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
-    PeerDisconnected, ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
-    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, Stop,
-    TimerFired, TopicMetadata,
+    ClientCommand, ErrorResponse, FetchResponse, MetadataRequest, MetadataResponse, PeerDisconnected,
+    ShareAcknowledgeResponse, ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    ShareGroupSettings, Stop, TimerFired, TopicMetadata,
 )
-from storage.batch import iter_batches
-from storage.errors import StorageError
+from actors.share_member_acknowledgements import ShareAcknowledging
+from actors.share_member_fetch import RETRY_BACKOFF_MS, Reader, ShareFetching
 
 TICK_MS = 50
-RETRY_BACKOFF_MS = 100
 # After a peer's connection drops, metadata naming it is not trusted for this long: the cluster
 # coordinator keeps advertising a dead process's endpoint until its session runs out, and a
 # request sent there would wait out the whole request timeout.
 UNREACHABLE_MS = 3000
 # Errors after which the member cannot go on (its settings or the group id are wrong).
-# Errors that mean "the coordinator does not know us, or we do not know it": rejoin or rediscover.
-MEMBERSHIP_TROUBLE = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR,
-                                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT})
 FATAL = frozenset({ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_SESSION_TIMEOUT,
                    ErrorCode.INVALID_REQUEST, ErrorCode.GROUP_ID_NOT_FOUND})
 
@@ -71,23 +64,6 @@ class ShareMemberSettings(msgspec.Struct, frozen=True, kw_only=True):
     metadata_refresh_ms: int = 5_000
 
 
-class Reader:
-    """One partition's acquire -> fetch pipeline."""
-
-    __slots__ = ("topic", "partition", "acquiring", "reserved", "to_fetch", "lock_deadline_ms", "fetching",
-                 "retry_at_ns")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.acquiring = 0  # correlation of the acquire in flight
-        self.reserved = 0  # records that acquire may bring (counted against the prefetch bound)
-        self.to_fetch: list[AcquiredRecords] = []  # acquired, bytes not fetched yet
-        self.lock_deadline_ms = 0
-        self.fetching = 0  # correlation of the fetch in flight
-        self.retry_at_ns = 0
-
-
 class Pending(NamedTuple):
     kind: str  # "metadata" | "heartbeat" | "acquire" | "fetch" | "acknowledge" | "leave"
     key: Any
@@ -95,18 +71,7 @@ class Pending(NamedTuple):
     deadline_ns: int
 
 
-class AcknowledgeCall:
-    """Results collected for one "acknowledge" command across its per-partition requests."""
-
-    __slots__ = ("token", "waiting", "results")
-
-    def __init__(self, token: int) -> None:
-        self.token = token
-        self.waiting: set[int] = set()
-        self.results: list[list[Any]] = []  # [topic, partition, first, last, error, lock_deadline_ms]
-
-
-class ShareMember:
+class ShareMember(ShareFetching, ShareAcknowledging):
     def __init__(self, *, bootstrap: str, settings: ShareMemberSettings, name: str = "share-consumer") -> None:
         self.name = name
         self.controllers = ControllerEndpoints(bootstrap)
@@ -285,16 +250,6 @@ class ShareMember:
         for reader in self.readers.values():
             self._forget_reader_work(reader)
 
-    def holding(self) -> int:
-        """Locks held or asked for: the prefetch bound counts these."""
-        return sum(len(held) for held in self.held.values()) + sum(r.reserved for r in self.readers.values())
-
-    def _forget_reader_work(self, reader: Reader) -> None:
-        self.pending.pop(reader.acquiring, None)
-        self.pending.pop(reader.fetching, None)
-        reader.acquiring = reader.fetching = reader.reserved = 0
-        reader.to_fetch = []
-
     def _assign(self, partitions: list[tuple[str, int]]) -> None:
         subscribed = set(self.subscription)
         partitions = [(topic, partition) for topic, partition in partitions if topic in subscribed and partition >= 0]
@@ -323,194 +278,6 @@ class ShareMember:
         self.coordinator = ""
         if self.state in ("stable", "joining"):
             self.state = "unjoined"
-
-    # ------------------------------------------------------------------ acquire and fetch
-
-    def _pump(self, now_ns: int) -> list[Effect]:
-        """Start whatever can start now: metadata, a heartbeat, acquires and fetches."""
-        if self.state in ("unsubscribed", "closing", "closed", "failed"):
-            return []
-        if not self.coordinator:
-            return self._request_metadata(now_ns)
-        effects: list[Effect] = []
-        due = now_ns - self.last_heartbeat_ns >= self.heartbeat_interval_ms * MS
-        if not self.heartbeat_in_flight and (self.state == "unjoined" or due):
-            if self.state == "unjoined":
-                self.state = "joining"
-            effects += self._heartbeat(now_ns)
-        if self.state != "stable":
-            return effects
-        share = max(1, self.settings.prefetch_records_max // max(1, len(self.readers)))
-        holding = self.holding()
-        for key in sorted(self.readers):
-            reader = self.readers[key]
-            if now_ns < reader.retry_at_ns:
-                continue
-            if reader.to_fetch and not reader.fetching:
-                effects += self._fetch(reader, now_ns)
-            elif not reader.to_fetch and not reader.acquiring:
-                room = self.settings.prefetch_records_max - holding
-                if room > 0:
-                    effects += self._acquire(reader, min(room, share), now_ns)
-                    holding += reader.reserved
-        return effects
-
-    def _acquire(self, reader: Reader, max_records: int, now_ns: int) -> list[Effect]:
-        request = ShareAcquireRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
-                                      topic=reader.topic, partition=reader.partition, max_records=max_records,
-                                      max_wait_ms=self.settings.acquire_max_wait_ms)
-        send = self._send("acquire", (reader.topic, reader.partition), self.coordinator, request, now_ns)
-        reader.acquiring, reader.reserved = send.message.correlation_id, max_records
-        return [send]
-
-    def _on_acquired(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
-        reader = self.readers.get(key)
-        if reader is None:
-            return []
-        asked = reader.reserved
-        reader.acquiring = reader.reserved = 0
-        refused = _acquired_refusal(response, key, asked) if response.error == ErrorCode.NONE else ""
-        if refused:
-            # Not what was asked: none of it is taken (the locks it names lapse at the coordinator).
-            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "reason": refused})]
-        if response.error != ErrorCode.NONE:
-            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-            if response.error in MEMBERSHIP_TROUBLE:
-                return self._on_member_error(response.error, response.error_message, now_ns)
-            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "error": response.error})]
-        if not response.acquired:
-            return []
-        held = self.held.setdefault(key, {})
-        for acquired in response.acquired:
-            for offset in range(acquired.first_offset, acquired.last_offset + 1):
-                held[offset] = response.lock_deadline_ms
-        reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), response.lock_deadline_ms
-        return []
-
-    def _fetch(self, reader: Reader, now_ns: int) -> list[Effect]:
-        if now_ns // MS >= reader.lock_deadline_ms:
-            self._drop_unfetched(reader, reader.to_fetch)  # the locks expired before the bytes came
-            return []
-        metadata = self.topics.get(reader.topic)
-        if metadata is None or not 0 <= reader.partition < len(metadata.partitions) or \
-                not self._reachable(metadata.partitions[reader.partition].leader_endpoint, now_ns) or \
-                not metadata.partitions[reader.partition].leader_endpoint:
-            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-            return self._request_metadata(now_ns)
-        leader = metadata.partitions[reader.partition]
-        request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
-                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
-                               leader_epoch=leader.leader_epoch, max_bytes=self.settings.fetch_partition_bytes_max)
-        send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
-        reader.fetching = send.message.correlation_id
-        return [send]
-
-    def _on_fetched(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
-        reader = self.readers.get(key)
-        if reader is None:
-            return []
-        reader.fetching = 0
-        if response.error == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
-            gone = [r for r in reader.to_fetch if r.first_offset < response.log_start_offset
-                    or r.first_offset >= response.log_end_offset]
-            self._drop_unfetched(reader, gone)  # deleted or truncated away: nothing to deliver
-            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-            return []
-        misdirected = isinstance(response, FetchResponse) and (response.topic, response.partition) != key
-        if response.error != ErrorCode.NONE or misdirected:  # an answer for another partition: a stale endpoint
-            return self._leader_trouble(reader, now_ns)
-        end = reader.to_fetch[0].first_offset
-        try:
-            for _, header in iter_batches(response.records, verify=False):
-                end = max(end, header.next_offset)
-        except StorageError as error:  # a batch header that does not parse: ask again, later, whoever leads
-            return [Trace("share-fetch-unreadable", {"topic": key[0], "partition": key[1], "reason": str(error)})] + \
-                self._leader_trouble(reader, now_ns)
-        covered, rest = _split(reader.to_fetch, end)
-        if not covered:
-            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS  # a new leader's high watermark lags behind
-            return []
-        reader.to_fetch = rest
-        ranges = [[r.first_offset, r.last_offset, r.delivery_count] for r in covered]
-        return [Notify("share-records", (self.membership, reader.topic, reader.partition, response.records, ranges,
-                                         reader.lock_deadline_ms))]
-
-    def _drop_unfetched(self, reader: Reader, dropped: list[AcquiredRecords]) -> None:
-        held = self.held.get((reader.topic, reader.partition), {})
-        for acquired in dropped:
-            for offset in range(acquired.first_offset, acquired.last_offset + 1):
-                held.pop(offset, None)
-        reader.to_fetch = [r for r in reader.to_fetch if r not in dropped]
-
-    def _leader_trouble(self, reader: Reader, now_ns: int) -> list[Effect]:
-        reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-        metadata = self.topics.get(reader.topic)
-        if metadata is not None and 0 <= reader.partition < len(metadata.partitions):
-            metadata.partitions[reader.partition].leader_endpoint = ""
-        return self._request_metadata(now_ns, force=True)
-
-    # ------------------------------------------------------------------ acknowledge
-
-    def _acknowledge(self, token: int, entries: list[list[Any]], now_ns: int) -> list[Effect]:
-        call = AcknowledgeCall(token)
-        by_partition: dict[tuple[str, int], list[ShareAcknowledgement]] = {}
-        for topic, partition, first, last, kind, delay_ms, error, *delivery in entries:
-            by_partition.setdefault((topic, partition), []).append(ShareAcknowledgement(
-                first_offset=first, last_offset=last, kind=kind, delay_ms=delay_ms, error=error,
-                delivery_count=delivery[0] if delivery else 0))
-        effects: list[Effect] = []
-        for key, acknowledgements in sorted(by_partition.items()):
-            if not self.member_id or not self.coordinator:
-                code = ErrorCode.UNKNOWN_MEMBER_ID if not self.member_id else ErrorCode.COORDINATOR_NOT_AVAILABLE
-                call.results += [[*key, a.first_offset, a.last_offset, code, 0] for a in acknowledgements]
-                continue
-            held = self.held.get(key, {})
-            for acknowledgement in acknowledgements:
-                if acknowledgement.kind != "renew":
-                    for offset in range(acknowledgement.first_offset, acknowledgement.last_offset + 1):
-                        held.pop(offset, None)
-            request = ShareAcknowledgeRequest(correlation_id=0, group_id=self.settings.group_id,
-                                              member_id=self.member_id, topic=key[0], partition=key[1],
-                                              acknowledgements=acknowledgements)
-            send = self._send("acknowledge", (call, key, acknowledgements), self.coordinator, request, now_ns)
-            call.waiting.add(send.message.correlation_id)
-            effects.append(send)
-        return effects + self._answer_if_complete(call)
-
-    def _on_acknowledged(self, key: tuple, response: Any, now_ns: int) -> list[Effect]:
-        call, (topic, partition), acknowledgements = key
-        call.waiting.discard(response.correlation_id)
-        effects: list[Effect] = []
-        if response.error != ErrorCode.NONE or isinstance(response, ErrorResponse):
-            call.results += [[topic, partition, a.first_offset, a.last_offset, response.error, 0]
-                             for a in acknowledgements]
-            if response.error in MEMBERSHIP_TROUBLE:
-                effects += self._on_member_error(response.error, response.error_message, now_ns)
-        elif not _results_match(response.results, acknowledgements):
-            # One result per acknowledgement, for its range: anything else says nothing we can
-            # trust about ours (and a range far wider than ours must not be walked).
-            call.results += [[topic, partition, a.first_offset, a.last_offset, ErrorCode.UNKNOWN_SERVER_ERROR, 0]
-                             for a in acknowledgements]
-            effects.append(Trace("share-acknowledge-mismatch", {"topic": topic, "partition": partition,
-                                                                "results": len(response.results)}))
-        else:
-            held = self.held.get((topic, partition), {})
-            for result in response.results:
-                call.results.append([topic, partition, result.first_offset, result.last_offset, result.error,
-                                     result.lock_deadline_ms])
-                if result.lock_deadline_ms and not result.error:
-                    for offset in range(result.first_offset, result.last_offset + 1):
-                        if offset in held:
-                            held[offset] = result.lock_deadline_ms
-        return effects + self._answer_if_complete(call)
-
-    def _answer_if_complete(self, call: AcknowledgeCall) -> list[Effect]:
-        if call.waiting:
-            return []
-        if call.token:
-            return [Notify("result", (call.token, call.results, None))]
-        return [Notify("acknowledged", call.results)] if call.results else []
 
     # ------------------------------------------------------------------ closing
 
@@ -564,41 +331,3 @@ class ShareMember:
                 correlation_id=correlation, error=ErrorCode.NOT_COORDINATOR if endpoint == self.coordinator
                 else ErrorCode.NOT_LEADER, error_message=f"{endpoint} disconnected"), now_ns)
         return effects
-
-
-def _results_match(results: list[Any], acknowledgements: list[ShareAcknowledgement]) -> bool:
-    return len(results) == len(acknowledgements) and all(
-        (result.first_offset, result.last_offset) == (acknowledgement.first_offset, acknowledgement.last_offset)
-        for result, acknowledgement in zip(results, acknowledgements))
-
-
-def _acquired_refusal(response: ShareAcquireResponse, key: tuple[str, int], asked: int) -> str:
-    """Why an acquire answer is not what was asked ("" when it is): it must name the partition
-    asked about, and ranges in order, not overlapping, at offsets >= 0, holding at most the
-    `asked` records (the held map is bounded by what this member asks for)."""
-    if (response.topic, response.partition) != key:
-        return f"the answer names {response.topic}/{response.partition}, not {key[0]}/{key[1]}"
-    total, end = 0, 0
-    for acquired in response.acquired:
-        first, last = acquired.first_offset, acquired.last_offset
-        if first < end or last < first:
-            return f"the range {first}..{last} is backwards, below 0 or overlaps the one before"
-        total, end = total + last - first + 1, last + 1
-        if total > asked:
-            return f"the answer holds more than the {asked} records asked for"
-    return ""
-
-
-def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecords], list[AcquiredRecords]]:
-    """The parts of `ranges` below `end`, and the rest."""
-    covered: list[AcquiredRecords] = []
-    rest: list[AcquiredRecords] = []
-    for acquired in ranges:
-        if acquired.last_offset < end:
-            covered.append(acquired)
-        elif acquired.first_offset >= end:
-            rest.append(acquired)
-        else:
-            covered.append(msgspec.structs.replace(acquired, last_offset=end - 1))
-            rest.append(msgspec.structs.replace(acquired, first_offset=end))
-    return covered, rest

@@ -1,0 +1,229 @@
+"""A share member's records (KIP-932): per partition, acquire at the coordinator, then fetch the
+acquired offsets' bytes from the partition leader.
+
+A mixin of `ShareMember` (actors/share_member.py), which owns the membership, the metadata and
+the requests in flight. Per partition, one acquire (a long poll at the coordinator) in flight
+while the member holds fewer than `prefetch_records_max` locks (records buffered for `poll` and
+records the user has not answered yet both count: a member busy with what it has does not take
+more, so what it cannot handle in time stays with the others). The acquired offsets' bytes are
+fetched from the partition leader with the ordinary FetchRequest and handed to the shell with
+the acquired ranges, so it keeps only offsets this member holds.
+
+- An acquire answer is taken only if it is what was asked: the partition asked about, ranges in
+  order, not overlapping, at offsets >= 0, holding at most the records asked for (the held map
+  is bounded by what this member asks for). None of anything else is taken (the locks it names
+  lapse at the coordinator).
+- Acquired records whose locks expired before the bytes came, or that the log no longer holds,
+  are dropped, not delivered.
+- No acquire is in flight before the last one's records were fetched (checked by
+  `ShareMember.invariants`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.actor import MS
+from actors.effects import Effect, Notify, Trace
+from actors.errors import ErrorCode
+from actors.messages import AcquiredRecords, FetchRequest, FetchResponse, ShareAcquireRequest, ShareAcquireResponse
+from storage.batch import iter_batches
+from storage.errors import StorageError
+
+RETRY_BACKOFF_MS = 100
+# Errors that mean "the coordinator does not know us, or we do not know it": rejoin or rediscover.
+MEMBERSHIP_TROUBLE = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORDINATOR,
+                                ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT})
+
+
+class Reader:
+    """One partition's acquire -> fetch pipeline."""
+
+    __slots__ = ("topic", "partition", "acquiring", "reserved", "to_fetch", "lock_deadline_ms", "fetching",
+                 "retry_at_ns")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.acquiring = 0  # correlation of the acquire in flight
+        self.reserved = 0  # records that acquire may bring (counted against the prefetch bound)
+        self.to_fetch: list[AcquiredRecords] = []  # acquired, bytes not fetched yet
+        self.lock_deadline_ms = 0
+        self.fetching = 0  # correlation of the fetch in flight
+        self.retry_at_ns = 0
+
+
+class ShareFetching:
+    """Mixed into `ShareMember` (actors/share_member.py), which owns the membership (`state`,
+    `member_id`, `membership`, the heartbeat's timing), `settings`, `topics`, `readers`, `held`,
+    `pending` and the requests it sends (`_send`, `_heartbeat`, `_request_metadata`)."""
+
+    # ------------------------------------------------------------------ acquire and fetch
+
+    def _pump(self, now_ns: int) -> list[Effect]:
+        """Start whatever can start now: metadata, a heartbeat, acquires and fetches."""
+        if self.state in ("unsubscribed", "closing", "closed", "failed"):
+            return []
+        if not self.coordinator:
+            return self._request_metadata(now_ns)
+        effects: list[Effect] = []
+        due = now_ns - self.last_heartbeat_ns >= self.heartbeat_interval_ms * MS
+        if not self.heartbeat_in_flight and (self.state == "unjoined" or due):
+            if self.state == "unjoined":
+                self.state = "joining"
+            effects += self._heartbeat(now_ns)
+        if self.state != "stable":
+            return effects
+        share = max(1, self.settings.prefetch_records_max // max(1, len(self.readers)))
+        holding = self.holding()
+        for key in sorted(self.readers):
+            reader = self.readers[key]
+            if now_ns < reader.retry_at_ns:
+                continue
+            if reader.to_fetch and not reader.fetching:
+                effects += self._fetch(reader, now_ns)
+            elif not reader.to_fetch and not reader.acquiring:
+                room = self.settings.prefetch_records_max - holding
+                if room > 0:
+                    effects += self._acquire(reader, min(room, share), now_ns)
+                    holding += reader.reserved
+        return effects
+
+    def holding(self) -> int:
+        """Locks held or asked for: the prefetch bound counts these."""
+        return sum(len(held) for held in self.held.values()) + sum(r.reserved for r in self.readers.values())
+
+    def _forget_reader_work(self, reader: Reader) -> None:
+        self.pending.pop(reader.acquiring, None)
+        self.pending.pop(reader.fetching, None)
+        reader.acquiring = reader.fetching = reader.reserved = 0
+        reader.to_fetch = []
+
+    def _acquire(self, reader: Reader, max_records: int, now_ns: int) -> list[Effect]:
+        request = ShareAcquireRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+                                      topic=reader.topic, partition=reader.partition, max_records=max_records,
+                                      max_wait_ms=self.settings.acquire_max_wait_ms)
+        send = self._send("acquire", (reader.topic, reader.partition), self.coordinator, request, now_ns)
+        reader.acquiring, reader.reserved = send.message.correlation_id, max_records
+        return [send]
+
+    def _on_acquired(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
+        reader = self.readers.get(key)
+        if reader is None:
+            return []
+        asked = reader.reserved
+        reader.acquiring = reader.reserved = 0
+        refused = _acquired_refusal(response, key, asked) if response.error == ErrorCode.NONE else ""
+        if refused:
+            # Not what was asked: none of it is taken (the locks it names lapse at the coordinator).
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "reason": refused})]
+        if response.error != ErrorCode.NONE:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            if response.error in MEMBERSHIP_TROUBLE:
+                return self._on_member_error(response.error, response.error_message, now_ns)
+            return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "error": response.error})]
+        if not response.acquired:
+            return []
+        held = self.held.setdefault(key, {})
+        for acquired in response.acquired:
+            for offset in range(acquired.first_offset, acquired.last_offset + 1):
+                held[offset] = response.lock_deadline_ms
+        reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), response.lock_deadline_ms
+        return []
+
+    def _fetch(self, reader: Reader, now_ns: int) -> list[Effect]:
+        if now_ns // MS >= reader.lock_deadline_ms:
+            self._drop_unfetched(reader, reader.to_fetch)  # the locks expired before the bytes came
+            return []
+        metadata = self.topics.get(reader.topic)
+        if metadata is None or not 0 <= reader.partition < len(metadata.partitions) or \
+                not self._reachable(metadata.partitions[reader.partition].leader_endpoint, now_ns) or \
+                not metadata.partitions[reader.partition].leader_endpoint:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return self._request_metadata(now_ns)
+        leader = metadata.partitions[reader.partition]
+        request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
+                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
+                               leader_epoch=leader.leader_epoch, max_bytes=self.settings.fetch_partition_bytes_max)
+        send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
+        reader.fetching = send.message.correlation_id
+        return [send]
+
+    def _on_fetched(self, key: tuple[str, int], response: Any, now_ns: int) -> list[Effect]:
+        reader = self.readers.get(key)
+        if reader is None:
+            return []
+        reader.fetching = 0
+        if response.error == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
+            gone = [r for r in reader.to_fetch if r.first_offset < response.log_start_offset
+                    or r.first_offset >= response.log_end_offset]
+            self._drop_unfetched(reader, gone)  # deleted or truncated away: nothing to deliver
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+            return []
+        misdirected = isinstance(response, FetchResponse) and (response.topic, response.partition) != key
+        if response.error != ErrorCode.NONE or misdirected:  # an answer for another partition: a stale endpoint
+            return self._leader_trouble(reader, now_ns)
+        end = reader.to_fetch[0].first_offset
+        try:
+            for _, header in iter_batches(response.records, verify=False):
+                end = max(end, header.next_offset)
+        except StorageError as error:  # a batch header that does not parse: ask again, later, whoever leads
+            return [Trace("share-fetch-unreadable", {"topic": key[0], "partition": key[1], "reason": str(error)})] + \
+                self._leader_trouble(reader, now_ns)
+        covered, rest = _split(reader.to_fetch, end)
+        if not covered:
+            reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS  # a new leader's high watermark lags behind
+            return []
+        reader.to_fetch = rest
+        ranges = [[r.first_offset, r.last_offset, r.delivery_count] for r in covered]
+        return [Notify("share-records", (self.membership, reader.topic, reader.partition, response.records, ranges,
+                                         reader.lock_deadline_ms))]
+
+    def _drop_unfetched(self, reader: Reader, dropped: list[AcquiredRecords]) -> None:
+        held = self.held.get((reader.topic, reader.partition), {})
+        for acquired in dropped:
+            for offset in range(acquired.first_offset, acquired.last_offset + 1):
+                held.pop(offset, None)
+        reader.to_fetch = [r for r in reader.to_fetch if r not in dropped]
+
+    def _leader_trouble(self, reader: Reader, now_ns: int) -> list[Effect]:
+        reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
+        metadata = self.topics.get(reader.topic)
+        if metadata is not None and 0 <= reader.partition < len(metadata.partitions):
+            metadata.partitions[reader.partition].leader_endpoint = ""
+        return self._request_metadata(now_ns, force=True)
+
+
+def _acquired_refusal(response: ShareAcquireResponse, key: tuple[str, int], asked: int) -> str:
+    """Why an acquire answer is not what was asked ("" when it is): it must name the partition
+    asked about, and ranges in order, not overlapping, at offsets >= 0, holding at most the
+    `asked` records (the held map is bounded by what this member asks for)."""
+    if (response.topic, response.partition) != key:
+        return f"the answer names {response.topic}/{response.partition}, not {key[0]}/{key[1]}"
+    total, end = 0, 0
+    for acquired in response.acquired:
+        first, last = acquired.first_offset, acquired.last_offset
+        if first < end or last < first:
+            return f"the range {first}..{last} is backwards, below 0 or overlaps the one before"
+        total, end = total + last - first + 1, last + 1
+        if total > asked:
+            return f"the answer holds more than the {asked} records asked for"
+    return ""
+
+
+def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecords], list[AcquiredRecords]]:
+    """The parts of `ranges` below `end`, and the rest."""
+    covered: list[AcquiredRecords] = []
+    rest: list[AcquiredRecords] = []
+    for acquired in ranges:
+        if acquired.last_offset < end:
+            covered.append(acquired)
+        elif acquired.first_offset >= end:
+            rest.append(acquired)
+        else:
+            covered.append(msgspec.structs.replace(acquired, last_offset=end - 1))
+            rest.append(msgspec.structs.replace(acquired, first_offset=end))
+    return covered, rest
