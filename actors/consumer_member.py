@@ -27,10 +27,14 @@ join drops a sync in flight; an error answering a heartbeat of a membership the 
 already left (an earlier generation or member id) changes nothing.
 
 The leader member runs the assignor (actors/assignors.py) with the members' subscriptions and the
-partition counts from metadata, and hands the result to the coordinator in SyncGroup. Positions
-of newly assigned partitions come from the group's committed offsets, or `auto_offset_reset`.
+partition counts from metadata, and hands the result to the coordinator in SyncGroup.
 `max_poll_interval_ms` without a poll from the user makes the member leave the group (its
 partitions go to members that are making progress) until the next poll.
+
+Three mixins hold the rest of a member's life: how it reaches its coordinator (finding it,
+requests, timeouts: actors/member_coordinator.py), how it takes the assignment SyncGroup gives it
+and the positions of its new partitions (actors/member_assignment.py), and the user's commits and
+committed-offsets lookups (actors/member_offsets.py).
 """
 
 from __future__ import annotations
@@ -42,34 +46,22 @@ import msgspec
 
 from actors.actor import MS
 from actors.assignors import COOPERATIVE_ASSIGNORS, AssignorError, Subscription, assign, cooperative_adjust
-from actors.client_metadata import distrust
-from actors.effects import Effect, Notify, Send, Trace
+from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode, RailmqError
+from actors.member_assignment import AssignmentIntake
+from actors.member_coordinator import CoordinatorLink, caller_of
+from actors.member_offsets import MemberOffsets
 from actors.messages import (
     ClientCommand, ConsumerAssignment, ErrorResponse, GroupProtocol, HeartbeatRequest, HeartbeatResponse,
     JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberAssignment,
-    MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 )
 
 if TYPE_CHECKING:
     from actors.consumer_client import ConsumerClient
 
 _subscription_codec = msgspec.msgpack.Decoder(Subscription)
-_assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 _encoder = msgspec.msgpack.Encoder()
-
-
-def _caller(kind: str, token: Any) -> Any:
-    """The shell's token of a pending request (a commit's also holds the offsets it asked)."""
-    return token[0] if kind == "commit" else token
-
-
-def _unconfirmed(asked: list[OffsetEntry], results: list[OffsetEntry]) -> list[tuple[str, int, int]]:
-    """The committed (topic, partition, offset)s an answer has no result for: a commit's answer
-    holds one result per offset (with its own error code)."""
-    answered = {(entry.topic, entry.partition, entry.offset) for entry in results}
-    return [key for key in ((entry.topic, entry.partition, entry.offset) for entry in asked) if key not in answered]
 
 
 def _subscription_of(data: bytes) -> Subscription:
@@ -79,10 +71,6 @@ def _subscription_of(data: bytes) -> Subscription:
         return _subscription_codec.decode(data)
     except msgspec.DecodeError:
         return Subscription(topics=[])
-
-
-UNREACHABLE_MS = 3000  # a dead coordinator's endpoint is distrusted this long (unless a new process announces it)
-UNREACHABLE_ENDPOINTS_MAX = 64  # dead coordinators remembered (their incarnations): bounded
 
 
 class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +85,7 @@ class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
     metadata_refresh_ms: int = 1_000
 
 
-class ConsumerMember:
+class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
     def __init__(self, client: "ConsumerClient", settings: GroupSettings) -> None:
         self.client = client
         self.settings = settings
@@ -134,21 +122,6 @@ class ConsumerMember:
     def stop(self, now_ns: int) -> list[Effect]:
         return self._leave("the consumer closed", now_ns)
 
-    def _send(self, kind: str, message: Any, now_ns: int, token: Any = None, timeout_ms: int | None = None) -> list[Effect]:
-        if not self.coordinator:  # find it first
-            if kind in ("join", "sync", "positions"):
-                # Nothing is pending to time out or be answered: the member must not wait in
-                # "syncing" for good (the simulator's seed 20326). Unjoined, the metadata asked
-                # for rejoins it once the coordinator is known.
-                self.state = "unjoined"
-            return self.client.request_metadata(list(self.topics))
-        client = self.client
-        client.correlation += 1
-        message = msgspec.structs.replace(message, correlation_id=client.correlation)
-        deadline = now_ns + (timeout_ms or self.settings.request_timeout_ms) * MS
-        self.pending[client.correlation] = (kind, token, deadline, self.coordinator)
-        return [Send(self.coordinator, message)]
-
     # ------------------------------------------------------------------ commands from the shell
 
     def on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
@@ -169,50 +142,18 @@ class ConsumerMember:
             case "commit":
                 return self._commit(command, now_ns)
             case "committed":
-                partitions = [tuple(tp) for tp in arguments["partitions"]]
-                return self._with_coordinator(command, lambda: self._send(
-                    "user-fetch", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
-                                                     partitions=partitions), now_ns, command.token))
+                return self._committed(command, now_ns)
             case "leave":
                 effects = self._leave(arguments.get("reason", "the consumer left"), now_ns)
                 return effects + [Notify("result", (command.token, None, None))]
         return [Notify("result", (command.token, None, RailmqError(ErrorCode.INVALID_REQUEST,
                                                                      f"unknown command {command.command!r}")))]
 
-    def _with_coordinator(self, command: ClientCommand, action: Any) -> list[Effect]:
-        if not self.coordinator:  # refused now; the metadata asked for finds it for the next call
-            return [Notify("result", (command.token, None, RailmqError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not known yet")))] + \
-                self.client.request_metadata(list(self.topics))
-        return action()
-
-    def _commit(self, command: ClientCommand, now_ns: int) -> list[Effect]:
-        offsets = [OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata)
-                   for topic, partition, offset, metadata in command.arguments["offsets"]]
-        if self.state not in ("stable", "revoking") or self.generation < 0:
-            return [Notify("result", (command.token, None, RailmqError(
-                ErrorCode.REBALANCE_IN_PROGRESS, f"cannot commit while {self.state}; the group is rebalancing")))]
-        request = OffsetCommitRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
-                                      member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
-                                      offsets=offsets)
-        return self._with_coordinator(command, lambda: self._send("commit", request, now_ns, (command.token, offsets)))
-
     # ------------------------------------------------------------------ metadata
 
     def on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.last_metadata_ns = now_ns
-        effects: list[Effect] = []
-        found = response.group_coordinator_endpoint
-        if found and found == self.coordinator:
-            self.coordinator_incarnation = response.group_coordinator_incarnation
-        if found in self.unreachable and response.group_coordinator_incarnation not in (
-                0, self.dead_incarnation.get(found, 0)):
-            del self.unreachable[found]  # a new process announced itself there: not the dead one
-        if found and found != self.coordinator and self.unreachable.get(found, 0) <= now_ns:
-            self.coordinator_incarnation = response.group_coordinator_incarnation
-            effects += self._abandon_pending(now_ns)  # asked of a coordinator that is gone
-            self.coordinator = found
-            effects.append(Trace("group-coordinator-found", {"endpoint": self.coordinator}))
+        effects: list[Effect] = self._learn_coordinator(response, now_ns)
         if self.pattern is not None:
             matched = sorted(t.name for t in response.topics if self.pattern.fullmatch(t.name) and t.error == 0)
             if matched and matched != self.topics:
@@ -345,72 +286,10 @@ class ConsumerMember:
         if the lost answer had completed one."""
         return max(self.settings.session_timeout_ms, self.settings.request_timeout_ms)
 
-    def _on_sync_response(self, response: SyncGroupResponse, now_ns: int) -> list[Effect]:
-        if response.error != ErrorCode.NONE:
-            return self._on_group_error(response.error, response.error_message, now_ns)
-        partitions, refused = self._assignment_of(response.assignment)
-        if refused:
-            # Kafka's consumer does the same with an assignment that does not match its
-            # subscription: take none of it, and ask the group again.
-            self.rejoin_reason = f"the assignment was refused: {refused}"
-            return [Trace("member-assignment-refused", {"generation": self.generation, "reason": refused})] + \
-                self._join(now_ns)
-        previous = set(self.owned)
-        added = [tp for tp in partitions if tp not in previous]
-        revoked = [tp for tp in self.owned if tp not in set(partitions)]
-        self.state = "stable"
-        self.last_heartbeat_ns = now_ns
-        effects: list[Effect] = [Trace("member-assigned", {"generation": self.generation, "member": self.member_id,
-                                                           "partitions": partitions})]
-        if revoked:
-            # Cooperative: give up what moved away, then rejoin so the new owner can have it.
-            self.owned = [tp for tp in self.owned if tp not in set(revoked)]
-            self.client.assign(self.owned, now_ns)
-            self.state = "revoking"
-            self.join_after_revoke = True
-            effects.append(self._revoke(revoked, lost=False))
-        kept = [tp for tp in partitions if tp in previous]
-        if added:
-            effects += self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
-                                                                  partitions=added), now_ns, (self.generation, kept, added))
-        else:
-            effects.append(Notify("assigned", (self.generation, self.member_id, list(self.owned), [])))
-        return effects
-
-    def _assignment_of(self, data: bytes) -> tuple[list[tuple[str, int]], str]:
-        """The partitions an assignment gives this member, and why it is refused ("" if it is
-        not): it must decode, and name only subscribed topics and partitions that can exist."""
-        try:
-            partitions = sorted({(topic, partition) for topic, partition in _assignment_decoder.decode(data).partitions}) \
-                if data else []
-        except msgspec.DecodeError as error:
-            return [], f"it does not decode ({error})"
-        subscribed = set(self.topics)
-        strays = [tp for tp in partitions if tp[0] not in subscribed or tp[1] < 0]
-        if strays:
-            return [], f"{strays[:10]} are not partitions of the subscribed topics {sorted(subscribed)[:10]}"
-        if self.computed_own is not None and partitions != self.computed_own:
-            # The coordinator hands each member what the leader sent: this leader knows its own.
-            return [], f"the leader assigned itself {self.computed_own[:10]}, not {partitions[:10]}"
-        return partitions, ""
-
-    def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:
-        generation, kept, added = extra
-        if generation != self.generation or self.state not in ("stable", "revoking"):
-            return []
-        positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
-        self.owned = sorted(set(self.owned) | set(added))
-        effects = self.client.assign(self.owned, now_ns, positions)
-        return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects
-
     # ------------------------------------------------------------------ staying in
 
     def tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = []
-        for correlation, (kind, token, deadline, _) in list(self.pending.items()):
-            if now_ns > deadline:
-                del self.pending[correlation]
-                effects += self._on_timeout(kind, token, now_ns)
+        effects: list[Effect] = self._expire_pending(now_ns)
         if now_ns - self.last_metadata_ns > self.settings.metadata_refresh_ms * MS and (self.topics or self.pattern):
             effects += self.client.request_metadata([] if self.pattern else list(self.topics))
         if self.state == "stable" and now_ns - self.last_poll_ns > self.settings.max_poll_interval_ms * MS:
@@ -424,40 +303,6 @@ class ConsumerMember:
                 correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
                 member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns,
                 (self.generation, self.member_id))
-        return effects
-
-    def on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
-        """The group coordinator's process is gone: its answers will never come, and metadata
-        that still names it (the cluster coordinator may not know yet) is not trusted for a while."""
-        distrust(self.unreachable, endpoint, now_ns + UNREACHABLE_MS * MS, now_ns)
-        if endpoint == self.coordinator:
-            self.dead_incarnation[endpoint] = self.coordinator_incarnation
-            if len(self.dead_incarnation) > UNREACHABLE_ENDPOINTS_MAX:
-                self.dead_incarnation.pop(next(iter(self.dead_incarnation)))
-        if endpoint != self.coordinator:
-            return []
-        effects = self._abandon_pending(now_ns)
-        self.coordinator = ""
-        return effects
-
-    def _abandon_pending(self, now_ns: int) -> list[Effect]:
-        self.coordinator = ""  # nothing is re-sent to the coordinator whose answers are lost
-        effects: list[Effect] = []
-        for correlation, (kind, token, *_) in list(self.pending.items()):
-            del self.pending[correlation]
-            effects += self._on_timeout(kind, token, now_ns)
-        return effects
-
-    def _on_timeout(self, kind: str, token: Any, now_ns: int) -> list[Effect]:
-        if kind in ("join", "sync") and self.coordinator and self.state in ("joining", "syncing"):
-            return [Trace("member-retrying", {"kind": kind})] + self._join(now_ns)
-        self.coordinator = ""  # rediscover it: it may have restarted elsewhere
-        effects = self.client.request_metadata(list(self.topics))
-        if kind in ("commit", "user-fetch"):
-            effects.append(Notify("result", (_caller(kind, token), None, RailmqError(
-                ErrorCode.REQUEST_TIMED_OUT, "the group coordinator did not answer"))))
-        if kind in ("join", "sync", "positions"):
-            self.state = "unjoined"
         return effects
 
     def _on_group_error(self, code: int, text: str, now_ns: int) -> list[Effect]:
@@ -509,15 +354,13 @@ class ConsumerMember:
                     sender == self.coordinator:
                 return self._begin_rebalance("the coordinator announced a rebalance", now_ns)
             return []
-        correlation_id = getattr(message, "correlation_id", -1)
-        entry = self.pending.get(correlation_id)
-        if entry is None or entry[3] != sender:
+        entry = self._take_answer(message, sender)
+        if entry is None:
             return []  # not an answer to anything asked there (a server reusing a correlation id)
-        del self.pending[correlation_id]
         kind, token, _, _ = entry
         if isinstance(message, ErrorResponse):
             if kind in ("commit", "user-fetch"):
-                return [Notify("result", (_caller(kind, token), None, RailmqError(message.error, message.error_message)))]
+                return [Notify("result", (caller_of(kind, token), None, RailmqError(message.error, message.error_message)))]
             return self._on_group_error(message.error, message.error_message, now_ns)
         match kind, message:
             case "join", JoinGroupResponse():
@@ -531,17 +374,7 @@ class ConsumerMember:
             case "positions", OffsetFetchResponse():
                 return self._on_positions(message, token, now_ns)
             case "commit", OffsetCommitResponse():
-                caller, asked = token
-                error = RailmqError(message.error, message.error_message) if message.error else None
-                unconfirmed = _unconfirmed(asked, message.offsets) if error is None else []
-                if unconfirmed:
-                    error = RailmqError(ErrorCode.UNKNOWN_SERVER_ERROR, (
-                        f"the coordinator's answer does not confirm the commit of {unconfirmed[:5]}: "
-                        "whether they are committed is unknown"))
-                effects: list[Effect] = [Notify("result", (caller, message.offsets, error))]
-                if message.error in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
-                    effects += self._on_group_error(message.error, message.error_message, now_ns)
-                return effects
+                return self._on_commit_response(message, token, now_ns)
             case "user-fetch", OffsetFetchResponse():
                 return [Notify("result", (token, message.offsets, None))]
             case "leave", LeaveGroupResponse():

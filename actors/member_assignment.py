@@ -1,0 +1,90 @@
+"""How a member takes the assignment SyncGroup gives it: checking it, giving up what moved away,
+and starting the new partitions from the group's committed offsets.
+
+A mixin of `ConsumerMember` (actors/consumer_member.py), which runs the assignor as leader and
+sends SyncGroup; this class never computes an assignment, it only takes one:
+- An assignment must decode, and name only subscribed topics and partitions that can exist; a
+  leader's own must be what it assigned itself (the coordinator hands each member what the
+  leader sent). One that is refused is taken not at all, and the member asks the group again,
+  as Kafka's consumer does with an assignment that does not match its subscription.
+- Cooperative (KIP-429): the member keeps what it owns and revokes only what the new assignment
+  moves away (in the user's thread: a ("revoke", ...) notification), then rejoins so the new
+  owner can have it.
+- Positions of newly assigned partitions come from the group's committed offsets, or
+  `auto_offset_reset` (the consumer client's, for a partition with none). An answer about an
+  earlier generation, or one that comes after the member stopped being stable or revoking,
+  changes nothing. The shell hears ("assigned", ...) once the positions are known.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from actors.effects import Effect, Notify, Trace
+from actors.errors import ErrorCode
+from actors.messages import ConsumerAssignment, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse
+
+_assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
+
+
+class AssignmentIntake:
+    def _on_sync_response(self, response: SyncGroupResponse, now_ns: int) -> list[Effect]:
+        if response.error != ErrorCode.NONE:
+            return self._on_group_error(response.error, response.error_message, now_ns)
+        partitions, refused = self._assignment_of(response.assignment)
+        if refused:
+            # Kafka's consumer does the same with an assignment that does not match its
+            # subscription: take none of it, and ask the group again.
+            self.rejoin_reason = f"the assignment was refused: {refused}"
+            return [Trace("member-assignment-refused", {"generation": self.generation, "reason": refused})] + \
+                self._join(now_ns)
+        previous = set(self.owned)
+        added = [tp for tp in partitions if tp not in previous]
+        revoked = [tp for tp in self.owned if tp not in set(partitions)]
+        self.state = "stable"
+        self.last_heartbeat_ns = now_ns
+        effects: list[Effect] = [Trace("member-assigned", {"generation": self.generation, "member": self.member_id,
+                                                           "partitions": partitions})]
+        if revoked:
+            # Cooperative: give up what moved away, then rejoin so the new owner can have it.
+            self.owned = [tp for tp in self.owned if tp not in set(revoked)]
+            self.client.assign(self.owned, now_ns)
+            self.state = "revoking"
+            self.join_after_revoke = True
+            effects.append(self._revoke(revoked, lost=False))
+        kept = [tp for tp in partitions if tp in previous]
+        return effects + self._ask_positions(kept, added, now_ns)
+
+    def _assignment_of(self, data: bytes) -> tuple[list[tuple[str, int]], str]:
+        """The partitions an assignment gives this member, and why it is refused ("" if it is
+        not): it must decode, and name only subscribed topics and partitions that can exist."""
+        try:
+            partitions = sorted({(topic, partition) for topic, partition in _assignment_decoder.decode(data).partitions}) \
+                if data else []
+        except msgspec.DecodeError as error:
+            return [], f"it does not decode ({error})"
+        subscribed = set(self.topics)
+        strays = [tp for tp in partitions if tp[0] not in subscribed or tp[1] < 0]
+        if strays:
+            return [], f"{strays[:10]} are not partitions of the subscribed topics {sorted(subscribed)[:10]}"
+        if self.computed_own is not None and partitions != self.computed_own:
+            # The coordinator hands each member what the leader sent: this leader knows its own.
+            return [], f"the leader assigned itself {self.computed_own[:10]}, not {partitions[:10]}"
+        return partitions, ""
+
+    def _ask_positions(self, kept: list[tuple[str, int]], added: list[tuple[str, int]], now_ns: int) -> list[Effect]:
+        """The committed offsets of the newly assigned partitions (none new: the assignment is
+        complete now)."""
+        if added:
+            return self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
+                                                              partitions=added), now_ns, (self.generation, kept, added))
+        return [Notify("assigned", (self.generation, self.member_id, list(self.owned), []))]
+
+    def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:
+        generation, kept, added = extra
+        if generation != self.generation or self.state not in ("stable", "revoking"):
+            return []
+        positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
+        self.owned = sorted(set(self.owned) | set(added))
+        effects = self.client.assign(self.owned, now_ns, positions)
+        return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects
