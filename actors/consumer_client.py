@@ -4,12 +4,8 @@ The user-facing `railmq.Consumer` owns the *consumed* position of each partition
 has returned). This actor owns the *fetch* position (how far it has asked the leader) and the
 buffer in between, which is bounded in bytes: the records waiting for `poll` and what the
 fetches in flight may bring (each asks for `max_bytes`) together stay within
-`buffer_bytes_max`, so a consumer of a thousand partitions holds no more than one of four. Each
-partition may claim an equal share of the buffer, up to `fetch_partition_bytes_max` and at
-least `FETCH_SHARE_MIN_BYTES`; a partition without room waits for the next answer to free some,
-and rounds start after the partition last fetched, so none starves. Fetching stops while the
-buffer is full and resumes when the shell reports records consumed (the broker never pushes; a
-slow consumer only slows itself).
+`buffer_bytes_max` (the fetch loop, actors/consumer_fetch_loop.py, keeps that bound and shares
+the buffer fairly between the partitions).
 
 Each partition has a `session` number that every seek bumps; fetched data carries it, so data
 fetched before a seek is dropped by the shell instead of being returned. Positions that are not
@@ -22,11 +18,10 @@ partition, session, offset)), ("result", (token, value, error)), ("partition-err
 (topic, partition, error)), ("metadata", topics), ("unreadable", (topic, partition, session,
 offset, reason)).
 
-A fetched batch whose header does not parse ends the readable part of a response: the batches
-before it go to the shell, then an "unreadable" notice naming the offset where the bad batch
-starts, and the partition is *held* (no more fetches) until the shell starts a new session with
-a seek. The shell checks CRCs and records itself and holds a partition the same way, with the
-"hold" command, so a bad batch is never fetched again and again, nor silently stepped over.
+A fetched batch that cannot be read holds its partition (no more fetches) until the shell starts
+a new session with a seek (actors/consumer_leader_answers.py reads the leaders' answers). The
+shell checks CRCs and records itself and holds a partition the same way, with the "hold"
+command, so a bad batch is never fetched again and again, nor silently stepped over.
 """
 
 from __future__ import annotations
@@ -36,23 +31,18 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
-from actors.client_metadata import checked_topic, clipped, distrust, remember_topic
+from actors.client_metadata import checked_topic, distrust, remember_topic
+from actors.consumer_fetch_loop import RETRY_BACKOFF_MS, FetchLoop
+from actors.consumer_leader_answers import LeaderAnswers
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer, Trace
-from actors.errors import RETRIABLE, ErrorCode, RailmqError
-from actors.fetch_answers import readable_batches
+from actors.effects import Effect, Notify, Send, SetTimer
+from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    ClientCommand, ErrorResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, PeerDisconnected, RefreshMetadata, Stop, TimerFired, TopicMetadata,
+    ClientCommand, ErrorResponse, FetchResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    PeerDisconnected, RefreshMetadata, Stop, TimerFired, TopicMetadata,
 )
 
 EARLIEST, LATEST = -2, -1
-LEADERSHIP_ERRORS = frozenset({ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
-                               ErrorCode.UNKNOWN_LEADER_EPOCH})  # answers that mean: ask metadata who leads
-RETRY_BACKOFF_MS = 100
-# A fetch asks for at least this much (its share of the buffer when many partitions share it),
-# unless the whole buffer is smaller: tiny fetches would cost a round trip per few records.
-FETCH_SHARE_MIN_BYTES = 64 * 1024
 
 
 class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,7 +81,7 @@ class PartitionFetch:
         self.failing = 0  # the error no retry cures that the leader answers with, told once (0: none)
 
 
-class ConsumerClient:
+class ConsumerClient(FetchLoop, LeaderAnswers):
     def __init__(self, *, bootstrap: str, settings: ConsumerSettings, name: str = "consumer") -> None:
         self.name = name
         self.controllers = ControllerEndpoints(bootstrap)
@@ -243,221 +233,7 @@ class ConsumerClient:
             self.by_correlation.pop(fetch.reset_correlation, None)
             fetch.reset_correlation = 0
 
-    # ------------------------------------------------------------------ fetching
-
-    def _leader(self, topic: str, partition: int, now_ns: int = 0) -> tuple[str, int]:
-        metadata = self.topics.get(topic)
-        if metadata is None or not 0 <= partition < len(metadata.partitions):
-            return "", -1
-        entry = metadata.partitions[partition]
-        if self.unreachable.get(entry.leader_endpoint, 0) > now_ns:
-            return "", -1
-        return entry.leader_endpoint, entry.leader_epoch
-
-    def _fetch_all(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = []
-        missing: set[str] = set()
-        fetches = list(self.fetches.values())
-        order = [(self.fetch_turn + step) % len(fetches) for step in range(len(fetches))]
-        ready = [(index, fetches[index]) for index in order if not (
-            fetches[index].paused or fetches[index].held or fetches[index].correlation
-            or fetches[index].reset_correlation or now_ns < fetches[index].retry_at_ns)]
-        # Each partition that fetches may claim an equal part of the buffer (up to its own limit).
-        active = sum(1 for fetch in fetches if not (fetch.paused or fetch.held))
-        share = min(self.settings.fetch_partition_bytes_max,
-                    max(FETCH_SHARE_MIN_BYTES, self.settings.buffer_bytes_max // max(1, active)))
-        room = self._fetch_room()
-        for index, fetch in ready:
-            endpoint, epoch = self._leader(fetch.topic, fetch.partition, now_ns)
-            if not endpoint:
-                missing.add(fetch.topic)
-                continue
-            if fetch.position < 0:
-                if fetch.reset is None:
-                    if not fetch.reported:
-                        fetch.reported = True
-                        effects.append(Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(
-                            ErrorCode.OFFSET_OUT_OF_RANGE,
-                            f"{fetch.topic}/{fetch.partition} has no committed offset and auto_offset_reset=none: "
-                            "seek it to a position"))))
-                    continue
-                effects.append(self._send_reset(fetch, endpoint, epoch))
-                continue
-            asked = min(share, room)
-            if asked <= 0 or (asked < min(share, FETCH_SHARE_MIN_BYTES) and room < self.settings.buffer_bytes_max):
-                continue  # no room for a useful fetch while others are out or buffered: the next answer makes some
-            room -= asked
-            self.fetch_turn = index + 1  # the next round starts after this one: every partition gets its turn
-            self.correlation += 1
-            fetch.correlation, fetch.sent_ns, fetch.endpoint, fetch.asked = self.correlation, now_ns, endpoint, asked
-            self.by_correlation[self.correlation] = ("fetch", fetch)
-            effects.append(Send(endpoint, FetchRequest(
-                correlation_id=self.correlation, topic=fetch.topic, partition=fetch.partition,
-                topic_id=self._topic_id(fetch.topic),
-                offset=fetch.position, max_bytes=asked,
-                max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
-                leader_epoch=epoch)))
-        if missing and now_ns - self.metadata_answered_ns >= RETRY_BACKOFF_MS * MS:
-            # Not at once after an answer that named no usable leader (the controller may not
-            # know of the death yet): the tick asks again, as Kafka's retry.backoff.ms waits.
-            effects += self.request_metadata(sorted(missing))
-        return effects
-
-    def _fetch_room(self) -> int:
-        """Bytes the buffer can still take: what `poll` has not consumed and what the fetches in
-        flight may bring both count, so the two together stay within `buffer_bytes_max` (a
-        first batch larger than a fetch's share still comes whole, as Kafka's fetches do)."""
-        in_flight = sum(fetch.asked for fetch in self.fetches.values() if fetch.correlation)
-        return self.settings.buffer_bytes_max - self.buffered_bytes - in_flight
-
-    def _send_reset(self, fetch: PartitionFetch, endpoint: str, epoch: int) -> Send:
-        fetch.endpoint = endpoint
-        self.correlation += 1
-        fetch.reset_correlation = self.correlation
-        self.by_correlation[self.correlation] = ("reset", fetch)
-        return Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=fetch.topic,
-                                                 partition=fetch.partition, topic_id=self._topic_id(fetch.topic),
-                                                 timestamp_ms=fetch.reset, leader_epoch=epoch))
-
-    def _topic_id(self, topic: str) -> int:
-        known = self.topics.get(topic)
-        return known.topic_id if known is not None else 0
-
-    @staticmethod
-    def _misdirected(response: Any, fetch: PartitionFetch) -> bool:
-        """An answer naming another partition than the one asked (a stale endpoint now serving
-        something else): nothing in it is about ours."""
-        return response.error == ErrorCode.NONE and (response.topic, response.partition) != (fetch.topic, fetch.partition)
-
-    def _take_answer(self, correlation_id: int, sender: Any) -> tuple[str, Any] | None:
-        """The request an answer is for, if the answer came from where that request went; an
-        answer from elsewhere (a server reusing or guessing a correlation id) is not about it."""
-        entry = self.by_correlation.get(correlation_id)
-        if entry is None:
-            return None
-        kind, target = entry
-        if sender != (target[3] if kind == "user" else target.endpoint):
-            return None
-        return self.by_correlation.pop(correlation_id)
-
-    def _on_fetch_response(self, response: FetchResponse, sender: Any, now_ns: int) -> list[Effect]:
-        entry = self._take_answer(response.correlation_id, sender)
-        if entry is None:
-            return []
-        fetch: PartitionFetch = entry[1]
-        fetch.correlation = 0
-        if self._misdirected(response, fetch):
-            return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
-        if response.error == ErrorCode.NONE:
-            fetch.failing = 0
-            effects: list[Effect] = []
-            records = response.records
-            if len(records):
-                taken = readable_batches(records, fetch.position, response.high_watermark, fetch.asked)
-                if taken.last is not None:
-                    fetch.position = taken.last.next_offset
-                    self.buffered_bytes += taken.size
-                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session,
-                                                      records if taken.size == len(records) else records[:taken.size],
-                                                      response.high_watermark)))
-                if taken.unreadable:
-                    fetch.held = True
-                    effects.append(Notify("unreadable", (fetch.topic, fetch.partition, fetch.session,
-                                                         fetch.position, taken.unreadable)))
-                if taken.refused:
-                    effects.append(Trace("fetch-answer-refused", {
-                        "topic": fetch.topic, "partition": fetch.partition, "offset": fetch.position,
-                        "reason": taken.refused}))
-                    if taken.last is None:  # nothing in it was usable: a confused leader, not a slow one
-                        return effects + self._on_partition_error(fetch, ErrorCode.NOT_LEADER, taken.refused, now_ns)
-            return effects + self._fetch_all(now_ns)
-        return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
-
-    def _on_partition_error(self, fetch: PartitionFetch, code: int, text: str, now_ns: int) -> list[Effect]:
-        text = clipped(text)  # a leader's sentence, handed to the user
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            reset = self._default_reset()
-            if reset is None:
-                fetch.retry_at_ns = now_ns + 10 * RETRY_BACKOFF_MS * MS
-                return [Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(
-                    code, f"{text}; auto_offset_reset=none, so seek somewhere valid")))]
-            recent = fetch.reset_ns is not None and now_ns - fetch.reset_ns < RETRY_BACKOFF_MS * MS
-            self._new_session(fetch)
-            fetch.position, fetch.reset, fetch.resetting_out_of_range = -1, reset, True
-            if recent:
-                # The offset the last reset gave is out of range at once, again: the leader
-                # contradicts itself, and asking at once would only loop.
-                fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-                self._forget_leader(fetch.topic, fetch.partition)
-                return self.request_metadata([fetch.topic])
-            return self._fetch_all(now_ns)
-        effects: list[Effect] = []
-        if code in RETRIABLE or code == ErrorCode.STORAGE_ERROR:
-            fetch.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
-        else:
-            # No retry cures it (a request the leader calls invalid, a code this version does not
-            # know): the user hears of it once per streak, and the partition is asked again slowly.
-            fetch.retry_at_ns = now_ns + 10 * RETRY_BACKOFF_MS * MS
-            if fetch.failing != code:
-                fetch.failing = code
-                effects.append(Notify("partition-error", (fetch.topic, fetch.partition, RailmqError(code, text))))
-        self._forget_leader(fetch.topic, fetch.partition)
-        return effects + self.request_metadata([fetch.topic])
-
-    def _on_list_offsets(self, response: ListOffsetsResponse, sender: Any, now_ns: int) -> list[Effect]:
-        entry = self._take_answer(response.correlation_id, sender)
-        if entry is None:
-            return []
-        kind, target = entry
-        if kind == "user":
-            token, topic, partition, _ = target
-            if response.error == ErrorCode.NONE and (response.topic, response.partition) != (topic, partition):
-                response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
-                                                   error_message="the answer names another partition")
-            elif response.error == ErrorCode.NONE and response.offset < 0:  # no log has such an offset
-                response = msgspec.structs.replace(response, error=ErrorCode.NOT_LEADER,
-                                                   error_message=f"the answer gives offset {response.offset}")
-            if response.error != ErrorCode.NONE:
-                effects: list[Effect] = [Notify("result", (token, None, RailmqError(response.error, response.error_message)))]
-                if response.error in LEADERSHIP_ERRORS:  # the caller retries: let it find the current leader
-                    self._forget_leader(topic, partition)
-                    effects += self.request_metadata([topic])
-                return effects
-            return [Notify("result", (token, (response.offset, response.timestamp_ms), None))]
-        fetch: PartitionFetch = target
-        fetch.reset_correlation = 0
-        if self._misdirected(response, fetch):
-            return self._on_partition_error(fetch, ErrorCode.NOT_LEADER, "the answer names another partition", now_ns)
-        if response.error != ErrorCode.NONE:
-            return self._on_partition_error(fetch, response.error, response.error_message, now_ns)
-        if response.offset < 0:  # no log has such an offset: ask again, later, whoever leads then
-            return [Trace("list-offsets-refused", {"topic": fetch.topic, "partition": fetch.partition,
-                                                   "offset": response.offset})] + self._on_partition_error(
-                fetch, ErrorCode.NOT_LEADER, f"the answer gives offset {response.offset}", now_ns)
-        fetch.position, fetch.reset = response.offset, None
-        fetch.reset_ns = now_ns if fetch.resetting_out_of_range else None
-        fetch.resetting_out_of_range = False
-        return [Notify("position", (fetch.topic, fetch.partition, fetch.session, response.offset))] + self._fetch_all(now_ns)
-
-    def _list_offsets_for_user(self, command: ClientCommand, now_ns: int) -> list[Effect]:
-        arguments = command.arguments
-        endpoint, epoch = self._leader(arguments["topic"], arguments["partition"])
-        if not endpoint:
-            effects = self.request_metadata([arguments["topic"]])
-            return effects + [Notify("result", (command.token, None, RailmqError(
-                ErrorCode.LEADER_NOT_AVAILABLE, f"no known leader for {arguments['topic']}/{arguments['partition']}")))]
-        self.correlation += 1
-        self.by_correlation[self.correlation] = ("user", (command.token, arguments["topic"], arguments["partition"],
-                                                          endpoint))
-        return [Send(endpoint, ListOffsetsRequest(correlation_id=self.correlation, topic=arguments["topic"],
-                                                  partition=arguments["partition"],
-                                                  topic_id=self._topic_id(arguments["topic"]),
-                                                  timestamp_ms=arguments["timestamp"], leader_epoch=epoch))]
-
-    @property
-    def bootstrap(self) -> str:
-        """Where metadata is asked for: the active controller, as far as known."""
-        return self.controllers.current
+    # ------------------------------------------------------------------ errors, disconnects, the tick
 
     def _on_error_response(self, response: ErrorResponse, sender: Any, now_ns: int) -> list[Effect]:
         if response.correlation_id == self.metadata_correlation and self.controllers.take(response):
@@ -507,7 +283,12 @@ class ConsumerClient:
             effects += self.member.tick(now_ns)
         return effects
 
-    # ------------------------------------------------------------------ metadata
+    # ------------------------------------------------------------------ metadata and leaders
+
+    @property
+    def bootstrap(self) -> str:
+        """Where metadata is asked for: the active controller, as far as known."""
+        return self.controllers.current
 
     def request_metadata(self, topics: list[str]) -> list[Effect]:
         if self.metadata_correlation:
@@ -532,6 +313,19 @@ class ConsumerClient:
         if self.member is not None:
             effects += self.member.on_metadata(msgspec.structs.replace(response, topics=checked), now_ns)
         return effects + self._fetch_all(now_ns)
+
+    def _leader(self, topic: str, partition: int, now_ns: int = 0) -> tuple[str, int]:
+        metadata = self.topics.get(topic)
+        if metadata is None or not 0 <= partition < len(metadata.partitions):
+            return "", -1
+        entry = metadata.partitions[partition]
+        if self.unreachable.get(entry.leader_endpoint, 0) > now_ns:
+            return "", -1
+        return entry.leader_endpoint, entry.leader_epoch
+
+    def _topic_id(self, topic: str) -> int:
+        known = self.topics.get(topic)
+        return known.topic_id if known is not None else 0
 
     def _forget_leader(self, topic: str, partition: int) -> None:
         metadata = self.topics.get(topic)
