@@ -4,8 +4,8 @@ The user-facing `railmq.Consumer` owns the *consumed* position of each partition
 has returned). This actor owns the *fetch* position (how far it has asked the leader) and the
 buffer in between, which is bounded in bytes: the records waiting for `poll` and what the
 fetches in flight may bring (each asks for `max_bytes`) together stay within
-`buffer_bytes_max` (the fetch loop, actors/consumer_fetch_loop.py, keeps that bound and shares
-the buffer fairly between the partitions).
+`buffer_bytes_max` (the fetch loop, actors/consumer_client_fetch_loop.py, keeps that bound and
+shares the buffer fairly between the partitions).
 
 Each partition has a `session` number that every seek bumps; fetched data carries it, so data
 fetched before a seek is dropped by the shell instead of being returned. Positions that are not
@@ -19,7 +19,7 @@ partition, session, offset)), ("result", (token, value, error)), ("partition-err
 offset, reason)).
 
 A fetched batch that cannot be read holds its partition (no more fetches) until the shell starts
-a new session with a seek (actors/consumer_leader_answers.py reads the leaders' answers). The
+a new session with a seek (actors/consumer_client_answers.py reads the leaders' answers). The
 shell checks CRCs and records itself and holds a partition the same way, with the "hold"
 command, so a bad batch is never fetched again and again, nor silently stepped over.
 """
@@ -32,8 +32,8 @@ import msgspec
 
 from actors.actor import MS
 from actors.client_metadata import checked_topic, distrust, remember_topic
-from actors.consumer_fetch_loop import RETRY_BACKOFF_MS, FetchLoop
-from actors.consumer_leader_answers import LeaderAnswers
+from actors.consumer_client_answers import LeaderAnswers
+from actors.consumer_client_fetch_loop import RETRY_BACKOFF_MS, FetchLoop
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import Effect, Notify, Send, SetTimer
 from actors.errors import ErrorCode, RailmqError

@@ -32,9 +32,9 @@ partition counts from metadata, and hands the result to the coordinator in SyncG
 partitions go to members that are making progress) until the next poll.
 
 Three mixins hold the rest of a member's life: how it reaches its coordinator (finding it,
-requests, timeouts: actors/member_coordinator.py), how it takes the assignment SyncGroup gives it
-and the positions of its new partitions (actors/member_assignment.py), and the user's commits and
-committed-offsets lookups (actors/member_offsets.py).
+requests, timeouts: actors/consumer_member_coordinator.py), how it takes the assignment SyncGroup
+gives it and the positions of its new partitions (actors/consumer_member_assignment.py), and the
+user's commits and committed-offsets lookups (actors/consumer_member_offsets.py).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from actors.actor import MS
 from actors.assignors import COOPERATIVE_ASSIGNORS, AssignorError, Subscription, assign, cooperative_adjust
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode, RailmqError
-from actors.member_assignment import AssignmentIntake
-from actors.member_coordinator import CoordinatorLink, caller_of
-from actors.member_offsets import MemberOffsets
+from actors.consumer_member_assignment import AssignmentIntake
+from actors.consumer_member_coordinator import CoordinatorLink, caller_of
+from actors.consumer_member_offsets import MemberOffsets
 from actors.messages import (
     ClientCommand, ConsumerAssignment, ErrorResponse, GroupProtocol, HeartbeatRequest, HeartbeatResponse,
     JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberAssignment,

@@ -72,7 +72,8 @@ class AssignmentIntake:
             return [], f"the leader assigned itself {self.computed_own[:10]}, not {partitions[:10]}"
         return partitions, ""
 
-    def _ask_positions(self, kept: list[tuple[str, int]], added: list[tuple[str, int]], now_ns: int) -> list[Effect]:
+    def _ask_positions(self, kept: list[tuple[str, int]], added: list[tuple[str, int]],
+                       now_ns: int) -> list[Effect]:
         """The committed offsets of the newly assigned partitions (none new: the assignment is
         complete now)."""
         if added:

@@ -18,7 +18,7 @@ is its own idea:
 - A partition without a usable leader makes the loop ask metadata, but not at once after an
   answer that named no usable leader (the controller may not know of the death yet): the tick
   asks again, as Kafka's retry.backoff.ms waits.
-This class reads no answer: actors/consumer_leader_answers.py does, and calls the loop again.
+This class reads no answer: actors/consumer_client_answers.py does, and calls the loop again.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ own rules:
   unknown. An answer saying the membership is gone (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID) is also handled as the member's group error.
 This class never changes the membership itself, nor what the member owns: the positions of
-newly assigned partitions, read from the same committed offsets, are actors/member_assignment.py's.
+newly assigned partitions, read from the same committed offsets, are the business of
+actors/consumer_member_assignment.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 from actors.effects import Effect, Notify
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import ClientCommand, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest
+from actors.messages import (
+    ClientCommand, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
+)
 
 
 def _unconfirmed(asked: list[OffsetEntry], results: list[OffsetEntry]) -> list[tuple[str, int, int]]:

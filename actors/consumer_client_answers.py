@@ -16,8 +16,9 @@ to check before it moves a position:
 - A retriable error forgets the leader, asks metadata and retries after RETRY_BACKOFF_MS; an
   error no retry cures is told to the user once per streak, and the partition is asked again
   slowly.
-This class sends no fetch itself: after an answer the fetch loop (actors/consumer_fetch_loop.py)
-decides what to ask next. The user's own ListOffsets requests are sent here, with their answers.
+This class sends no fetch itself: after an answer the fetch loop
+(actors/consumer_client_fetch_loop.py) decides what to ask next. The user's own ListOffsets
+requests are sent here, beside their answers.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.client_metadata import clipped
-from actors.consumer_fetch_loop import RETRY_BACKOFF_MS
+from actors.consumer_client_fetch_loop import RETRY_BACKOFF_MS
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.fetch_answers import readable_batches
