@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 
-from storage.batch import HEADER_SIZE, BatchHeader, compute_crc, parse_header
+from storage.batch import FORMAT_VERSION, HEADER_SIZE, BatchHeader, compute_crc, parse_header
 from storage.errors import BatchTooLarge, CorruptBatch, CorruptLog
 from storage.segment import RefusedRange, Segment
 
 logger = logging.getLogger("railmq.storage")
+VERSION_AT = 16  # where the header's version byte is (storage/batch.py): a batch may start 16 bytes before one
+VERSION = bytes([FORMAT_VERSION])
 
 
 def locate(segments: list[Segment], bases: list[int], offset: int) -> tuple[int, int, BatchHeader] | None:
@@ -112,10 +114,12 @@ def _refuse_batch(segment: Segment, position: int, header: BatchHeader, expected
     """Refuse a batch whose CRC fails. Its header is a claim, and a damaged one: the record count
     or length it gives may be the flipped bits. The offsets refused are the ones the log knows:
     from where this batch had to start to before the next batch that parses (or the segment's end
-    as written) — never past it, or the log end would jump over offsets that never existed."""
+    as written) — never past it, or the log end would jump over offsets that never existed. The
+    bytes refused end at the first intact batch inside the claimed span, if there is one."""
     first = expected_offset
     last = segment.next_offset - 1
-    following = position + header.size
+    intact = find_intact_batch(segment, position, position + header.size, first, last)
+    following = intact[0] if intact is not None else position + header.size
     if following + HEADER_SIZE <= segment.size_bytes:
         try:
             after = parse_header(segment.handle.read_at(following, HEADER_SIZE), 0,
@@ -125,9 +129,34 @@ def _refuse_batch(segment: Segment, position: int, header: BatchHeader, expected
         if after is not None and first < after.base_offset <= last:
             last = after.base_offset - 1
     last = max(first, min(last, header.last_offset if header.base_offset == first else last))
-    refused = RefusedRange(first, last, position, position + header.size)
+    refused = RefusedRange(first, last, position, following)
     segment.refuse(refused)
     return _report(segment, refused, "CRC mismatch found by a read")
+
+
+def find_intact_batch(segment: Segment, start: int, end: int, first: int, last: int) -> tuple[int, BatchHeader] | None:
+    """(position, header) of the first intact batch in bytes (start, end) of `segment`, if any. A
+    damaged length or record count claims the bytes of the batches after it; with no other copy
+    they would be unreadable. Intact means a header that parses at a version byte, offsets in
+    (first, last] that the log wrote, and a CRC that matches: what a header walk cannot fake. The
+    batch at `start` was at most `batch_bytes_max` long, so the search reads no further."""
+    end = min(end, segment.size_bytes, start + segment.batch_bytes_max)
+    if end - start <= HEADER_SIZE:
+        return None
+    span = segment.handle.read_at(start, min(end + HEADER_SIZE, segment.size_bytes) - start)
+    candidate = span.find(VERSION, HEADER_SIZE + VERSION_AT, end - start + VERSION_AT)
+    while candidate >= 0:
+        at = candidate - VERSION_AT
+        try:
+            header = parse_header(span, at, batch_bytes_max=segment.batch_bytes_max,
+                                  available=segment.size_bytes - start - at)
+        except (CorruptBatch, BatchTooLarge):
+            header = None
+        if header is not None and first < header.base_offset <= last and compute_crc(
+                segment.handle.read_at(start + at, header.size), 0, header) == header.crc:
+            return start + at, header
+        candidate = span.find(VERSION, candidate + 1, end - start + VERSION_AT)
+    return None
 
 
 def refuse_rest(segment: Segment, first_offset: int, reason: str) -> CorruptLog:
@@ -136,6 +165,9 @@ def refuse_rest(segment: Segment, first_offset: int, reason: str) -> CorruptLog:
     end = segment.readable_end(start)
     later = [refused.first_offset for refused in segment.refused if refused.start_position >= end]
     last = (min(later) if later and end < segment.size_bytes else segment.next_offset) - 1
+    intact = find_intact_batch(segment, start, end, first_offset, last)
+    if intact is not None:
+        end, last = intact[0], intact[1].base_offset - 1
     refused = RefusedRange(first_offset, max(first_offset, last), start, end)
     segment.refuse(refused)
     return _report(segment, refused, reason)

@@ -26,6 +26,7 @@ from storage.config import LogConfig, RecoveryReport
 from storage.epochs import LeaderEpochCache
 from storage.errors import BatchTooLarge, CorruptBatch, CorruptLog
 from storage.fs import FileSystem
+from storage.reader import find_intact_batch
 from storage.segment import (SCAN_WINDOW_BYTES, WALK_WINDOW_BYTES, RefusedRange, Segment, iter_batches_in_file,
                              parse_segment_file_name, segment_file_name)
 
@@ -221,6 +222,10 @@ class _Recovery:
             last, end, resume = self.segments[index + 1].base_offset - 1, segment.size_bytes, segment.size_bytes
         else:
             last, end, resume = max(self.recovery_offset, first + 1) - 1, segment.size_bytes, segment.size_bytes
+        intact = find_intact_batch(segment, position, end, first, last)
+        if intact is not None:  # a damaged length claimed the batches after it: walk on from the first
+            end = resume = intact[0]
+            last = intact[1].base_offset - 1
         self._refuse(segment, RefusedRange(first, max(first, last), position, end), error)
         self.expected_offset = segment.next_offset = max(first, last) + 1
         self.force_index = True

@@ -448,3 +448,42 @@ def _positions(data):
     for header in (h for _, h in iter_batches(data, verify=False)):
         yield position, header
         position += header.size
+
+
+PAYLOAD_LENGTH_AT = 20  # byte offset of payload_length in a batch header (CRC-covered)
+
+
+@pytest.mark.parametrize("grown", [128, 256], ids=["within-the-file", "past-its-end"])
+@pytest.mark.parametrize("read", ["read", "scrub", "reopen"])
+def test_a_refused_batch_whose_length_grew_does_not_refuse_the_good_batches_it_claims(read, grown):
+    """Bit rot in a batch's payload length made its header claim the bytes of the next batches
+    too: the read refused them all, and on a partition with no other copy the intact batches
+    after the damage were unreadable. The good batches inside the claimed span are found again
+    (a header that parses, offsets the log wrote, a CRC that matches): only the damaged batch is
+    refused. The grown length ends inside the file (the CRC fails) or past its end (the header
+    promises bytes that are not there)."""
+    fs = MemoryFileSystem()
+    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
+    for index in range(6):
+        log.append_producer_batch(make_batch(1, tag=index), 0, 1_000)
+    log.flush()
+    path = "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+    positions = dict((header.base_offset, position) for position, header in _positions(fs.read_file(path)))
+    size = positions[3] - positions[2]
+    claimed_end = positions[2] + size + grown
+    assert positions[4] < claimed_end and (claimed_end < len(fs.read_file(path))) == (grown == 128)
+    at = positions[2] + PAYLOAD_LENGTH_AT
+    length = int.from_bytes(fs.read_file(path)[at: at + 4], "little")
+    for index, (old, new) in enumerate(zip(length.to_bytes(4, "little"), (length + grown).to_bytes(4, "little"))):
+        if old != new:
+            fs.corrupt(path, at + index, old ^ new)
+
+    if read == "reopen":  # found by the recovery walk of the next start
+        fs.crash()
+        log = open_memory_log(LogConfig(), fs=fs)
+    with pytest.raises(CorruptLog):
+        log.read(2, 1 << 20) if read != "scrub" else log.scrub(2, 1 << 20)
+
+    assert log.log_end_offset == 6
+    assert log.corrupt_ranges == [(2, 2)]
+    assert [first for first, _ in offsets_of(log.read(3, 1 << 20))][:3] == [3, 4, 5]

@@ -116,23 +116,26 @@ def test_flipping_any_byte_of_the_unflushed_tail_recovers_the_prefix_before_it()
 # -- corruption inside the flushed region ----------------------------------------------------
 @pytest.mark.parametrize("byte", [0, 3, 9, 16, 21, 37])  # base offset, epoch, version, length, count
 def test_header_corruption_in_the_flushed_middle_is_refused_not_truncated(byte):
+    """Only the damaged batch is refused: the walk finds the intact batch after it (a header that
+    parses, the offsets expected, a CRC that matches) even when a damaged length or record count
+    claims its bytes, and every batch after it stays readable."""
     fs, positions, everything = build(batches=14, flushed_batches=14)
     base, position, size, batch_base = positions[3]
-    assert base == positions[0][0]  # a closed segment in the middle of the log
+    assert base == positions[0][0] and positions[4][0] == base  # a closed segment in the middle of the log
+    next_batch = positions[4][3]
     fs.corrupt(segment_path(base), position + byte, 0x40)
     log = open_memory_log(CONFIG, fs=fs)
     assert log.log_end_offset == 28  # nothing cut
     assert log.recovery.truncated_bytes == 0
-    next_segment = log.segment_base_offsets[1]
-    assert log.recovery.corrupt_ranges == [(batch_base, next_segment - 1)]
-    assert log.corrupt_ranges == [(batch_base, next_segment - 1)]
+    assert log.recovery.corrupt_ranges == [(batch_base, next_batch - 1)]
+    assert log.corrupt_ranges == [(batch_base, next_batch - 1)]
     with pytest.raises(CorruptLog) as raised:
         log.read(batch_base, 1 << 20)
-    assert (raised.value.first_offset, raised.value.last_offset) == (batch_base, next_segment - 1)
+    assert (raised.value.first_offset, raised.value.last_offset) == (batch_base, next_batch - 1)
     assert read_all(log) == everything[:position]  # a read from before stops before the damage
-    assert log.read(next_segment, 1 << 30) == everything[len(fs.read_file(segment_path(base))):]
+    assert log.read(next_batch, 1 << 30) == everything[position + size:]
     walked = [header.base_offset for header in log.iter_headers(0)]  # header walks step over it
-    assert walked == [entry[3] for entry in positions if not batch_base <= entry[3] < next_segment]
+    assert walked == [entry[3] for entry in positions if entry[3] != batch_base]
 
 
 def test_payload_corruption_in_the_flushed_middle_is_refused_when_read():
@@ -157,7 +160,8 @@ def test_corruption_in_the_flushed_part_of_the_active_segment_resumes_at_the_rec
     assert [entry[3] for entry in in_last] == [24, 26, 28, 30]  # 24, 26 flushed; 28, 30 not
     base, position, size, batch_base = in_last[0]
     fs.corrupt(segment_path(base), position + 20, 0x7F)  # payload length field
-    log = open_memory_log(CONFIG, fs=fs)
+    fs.corrupt(segment_path(base), in_last[1][1] + in_last[1][2] - 1)  # and the next batch's payload:
+    log = open_memory_log(CONFIG, fs=fs)  # no intact batch follows the damage before the recovery point
     assert log.recovery.corrupt_ranges == [(24, 27)]  # refused up to the recovery point
     assert log.log_end_offset == 32  # the tail after the recovery point was verified and kept
     assert offsets_of(log.read(28, 1 << 20)) == [(28, 29), (30, 31)]
