@@ -4,9 +4,10 @@ It owns the shape of a verdict, not the rules: `CheckResult` with its exact coun
 records the rules name (at most `ANOMALIES_PER_KIND_MAX` of each kind; the counts stay exact
 whatever that bound is), the sentences, and `summary_dict`, the `summary.json` document
 (docs/history.md lists its fields) that reports and the command line print. It never reads a
-history: the rules in chaos/checker.py fill a `CheckResult` and say how many anomalies an
-expected loss excuses; `violation_sentences` then writes one sentence per rule that still
-failed, naming its first example, and a result is valid exactly when there is none.
+history: chaos/checker.py fills a `CheckResult` from the rules (chaos/checker_rules.py) and
+says how many anomalies an expected loss excuses; `violation_sentences` then writes one sentence
+per rule that still failed, naming its first example, and a result is valid exactly when there
+is none.
 """
 
 from __future__ import annotations
