@@ -24,7 +24,9 @@ One JoinGroup is in flight at a time (Kafka's AbstractCoordinator keeps one join
 answer is an identity, and a member that took every answer it was sent (a paused coordinator
 answering a burst of retries) synced as each and owned the union of their assignments. A new
 join drops a sync in flight; an error answering a heartbeat of a membership the member has
-already left (an earlier generation or member id) changes nothing.
+already left (an earlier generation or member id) changes nothing. An answer that breaks the
+protocol (a JoinGroup success naming no member, an assignment refused) makes the next join wait a
+backoff that doubles while such answers keep coming (KIP-580).
 
 The leader member runs the assignor (actors/assignors.py) with the members' subscriptions and the
 partition counts from metadata, and hands the result to the coordinator in SyncGroup.
@@ -73,6 +75,16 @@ def _subscription_of(data: bytes) -> Subscription:
         return Subscription(topics=[])
 
 
+# After an answer that breaks the protocol (a JoinGroup success naming no member or an impossible
+# generation, an assignment refused), the next join waits: from JOIN_BACKOFF_MS (Kafka's
+# retry.backoff.ms), doubling to JOIN_BACKOFF_MAX_MS (KIP-580's retry.backoff.max.ms), so a
+# coordinator that keeps sending one is not asked again once per round trip. The errors of the
+# protocol's normal flow (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS) rejoin at
+# once, as Kafka's consumer does.
+JOIN_BACKOFF_MS = 100
+JOIN_BACKOFF_MAX_MS = 1_000
+
+
 class GroupSettings(msgspec.Struct, frozen=True, kw_only=True):
     group_id: str
     group_instance_id: str | None = None
@@ -108,6 +120,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         self.revocations_unanswered = 0  # ("revoke", ...) notifications the shell has not answered
         self.left_for_poll_timeout = False
         self.joined_members: list = []
+        self.join_not_before_ns = 0  # no join before this: an answer broke the protocol
+        self.broken_answers = 0  # in a row since the last assignment taken (the backoff doubles)
         self.computed_own: list[tuple[str, int]] | None = None  # as leader: what it assigned itself
         self.unreachable: dict[str, int] = {}
         self.coordinator_incarnation = 0  # of the process at `coordinator`, as metadata said
@@ -215,8 +229,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             self.state = "revoking"  # the user's thread is still revoking: join once it answered
             self.join_after_revoke = True
             return []
-        if not self.coordinator or not self.topics:
-            self.state = "unjoined"
+        if not self.coordinator or not self.topics or now_ns < self.join_not_before_ns:
+            self.state = "unjoined"  # the tick joins once the backoff has passed
             return []
         self.state = "joining"
         if any(kind == "join" for kind, *_ in self.pending.values()):
@@ -234,6 +248,9 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
 
     def _on_join_response(self, response: JoinGroupResponse, now_ns: int) -> list[Effect]:
         code = response.error
+        if code == ErrorCode.NONE and (not response.member_id or response.generation < 0):
+            return self.join_after_backoff(f"JoinGroup succeeded with member id {response.member_id[:64]!r} in "
+                                           f"generation {response.generation}", now_ns)
         if code == ErrorCode.NONE:
             self.member_id, self.generation = response.member_id, response.generation
             self.leader, self.protocol = response.leader, response.protocol_name
@@ -244,6 +261,15 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
                 return self._lead_assignment(now_ns)
             return self._sync(now_ns, [])
         return self._on_group_error(code, response.error_message, now_ns)
+
+    def join_after_backoff(self, reason: str, now_ns: int) -> list[Effect]:
+        """The coordinator's answer broke the protocol: join again, after the backoff."""
+        delay_ms = min(JOIN_BACKOFF_MAX_MS, JOIN_BACKOFF_MS << min(self.broken_answers, 10))
+        self.broken_answers += 1
+        self.join_not_before_ns = now_ns + delay_ms * MS
+        self.rejoin_reason = reason
+        self.state = "unjoined"
+        return [Trace("member-answer-refused", {"reason": reason, "join_in_ms": delay_ms})]
 
     def _lead_assignment(self, now_ns: int) -> list[Effect]:
         """As leader: run the assignor once metadata covers every subscribed topic."""
@@ -296,6 +322,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             effects += self._leave("max_poll_interval_ms passed without a poll", now_ns)
             self.left_for_poll_timeout = True
             return effects
+        if self.state == "unjoined" and self.coordinator and self.topics and now_ns >= self.join_not_before_ns:
+            effects += self._join(now_ns)
         if self.state in ("stable", "revoking", "syncing") and self.generation >= 0 and \
                 now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
             self.last_heartbeat_ns = now_ns

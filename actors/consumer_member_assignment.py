@@ -6,7 +6,9 @@ sends SyncGroup; this class never computes an assignment, it only takes one:
 - An assignment must decode, and name only subscribed topics and partitions that can exist; a
   leader's own must be what it assigned itself (the coordinator hands each member what the
   leader sent). One that is refused is taken not at all, and the member asks the group again,
-  as Kafka's consumer does with an assignment that does not match its subscription.
+  as Kafka's consumer does with an assignment that does not match its subscription — after a
+  backoff (`join_after_backoff`), so a coordinator sending only such answers is not asked once
+  per round trip.
 - Cooperative (KIP-429): the member keeps what it owns and revokes only what the new assignment
   moves away (in the user's thread: a ("revoke", ...) notification), then rejoins so the new
   owner can have it.
@@ -35,9 +37,9 @@ class AssignmentIntake:
         if refused:
             # Kafka's consumer does the same with an assignment that does not match its
             # subscription: take none of it, and ask the group again.
-            self.rejoin_reason = f"the assignment was refused: {refused}"
             return [Trace("member-assignment-refused", {"generation": self.generation, "reason": refused})] + \
-                self._join(now_ns)
+                self.join_after_backoff(f"the assignment was refused: {refused}", now_ns)
+        self.broken_answers = 0
         previous = set(self.owned)
         added = [tp for tp in partitions if tp not in previous]
         revoked = [tp for tp in self.owned if tp not in set(partitions)]

@@ -21,6 +21,7 @@ from actors.assignors import Subscription
 from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.consumer_client import ConsumerClient, ConsumerSettings
+from actors.consumer_member import JOIN_BACKOFF_MS
 from actors.effects import Send
 from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
@@ -249,11 +250,52 @@ def member_synced(assignment_bytes: bytes) -> MemberStage:
     return stage
 
 
-def test_an_assignment_that_does_not_decode_makes_the_member_join_again():
+def test_an_assignment_that_does_not_decode_makes_the_member_join_again_after_a_backoff():
     stage = member_synced(b"\xc1 not an assignment")
 
     assert stage.client.fetches == {}
+    assert stage.harness.take(GROUPS, JoinGroupRequest) == [], "asked again within the round trip"
+    stage.harness.advance(JOIN_BACKOFF_MS)
     assert stage.to_groups(JoinGroupRequest).member_id == "c1-m"
+
+
+def _joins_in_two_seconds(answer) -> tuple[int, list]:
+    """JoinGroups a member sends in 2 s to a coordinator answering each at once with
+    `answer(join)` (and each SyncGroup with an assignment that does not decode)."""
+    stage = MemberStage()
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    joins, syncs = 0, []
+    for _ in range(400):
+        for request in stage.harness.take(GROUPS):
+            if isinstance(request, JoinGroupRequest):
+                joins += 1
+                stage.answer(answer(request))
+            elif isinstance(request, SyncGroupRequest):
+                syncs.append(request)
+                stage.answer(SyncGroupResponse(correlation_id=request.correlation_id, assignment=b"\xc1"))
+        stage.harness.advance(5)
+    return joins, syncs
+
+
+@pytest.mark.parametrize("answer", [
+    lambda join: JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="x", member_id=""),
+    lambda join: JoinGroupResponse(correlation_id=join.correlation_id, generation=-4, protocol_name="range",
+                                   leader="x", member_id="c1-m"),
+    lambda join: JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="x", member_id="c1-m"),
+], ids=["success-without-a-member-id", "negative-generation", "assignments-that-never-decode"])
+def test_a_coordinator_that_keeps_breaking_the_protocol_is_asked_again_with_a_doubling_backoff(answer):
+    """A hostile coordinator answering every JoinGroup with a success that names no member (or an
+    impossible generation), or every SyncGroup with an assignment that does not decode, was asked
+    again once per round trip: 200 joins in 2 s here. The member now waits a backoff doubling from
+    JOIN_BACKOFF_MS to a second (KIP-580's retry.backoff.max.ms) before each new join, and never
+    syncs as nobody."""
+    joins, syncs = _joins_in_two_seconds(answer)
+
+    assert 2 <= joins <= 7, f"{joins} JoinGroups in 2 s"
+    assert all(sync.member_id and sync.generation >= 0 for sync in syncs)
 
 
 def test_a_member_subscription_that_does_not_decode_gets_that_member_nothing():
@@ -279,6 +321,7 @@ def test_an_assignment_naming_a_topic_not_subscribed_or_an_impossible_partition_
 
     assert stage.client.fetches == {} and stage.member.owned == []
     assert stage.harness.received(GROUPS, OffsetFetchRequest) == []
+    stage.harness.advance(JOIN_BACKOFF_MS)
     assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
 
 
@@ -998,4 +1041,5 @@ def test_a_leader_handed_back_another_assignment_than_the_one_it_computed_for_it
                                    assignment=consumer_assignment(("orders", 0), ("orders", 1))))
 
     assert stage.member.owned == [] and stage.harness.received(GROUPS, OffsetFetchRequest) == []
+    stage.harness.advance(JOIN_BACKOFF_MS)
     assert stage.to_groups(JoinGroupRequest)
