@@ -20,7 +20,7 @@ from typing import Protocol
 
 import zmq
 
-# Rings are rare (at most one per sleep of the peer, see `_arm_generation` in transport/ring.py),
+# Rings are rare (at most one per sleep of the peer, see `_arm_generation` in transport/ring_end.py),
 # so this bound only has to be loose: with 16, stress runs saw sends refused with EAGAIN
 # although every waiter drains its doorbell whenever it wakes. ZeroMQ's default of 1000 never
 # refused one.

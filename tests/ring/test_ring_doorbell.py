@@ -258,7 +258,7 @@ def test_a_doorbell_keeps_a_bounded_number_of_peer_sockets():
 def test_the_peer_process_is_looked_up_at_most_once_per_liveness_interval(slow_ring, monkeypatch):
     writer, _ = slow_ring
     lookups = []
-    monkeypatch.setattr("transport.ring.process_alive", lambda identity: lookups.append(identity) or True)
+    monkeypatch.setattr("transport.ring_end.process_alive", lambda identity: lookups.append(identity) or True)
     for _ in range(50):
         writer.check_peer()
     assert len(lookups) == 1
