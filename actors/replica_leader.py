@@ -220,11 +220,15 @@ class LeaderRole:
 
         The high watermark advances only while the ISR has at least `min_insync_replicas`
         members (KIP-966): otherwise a leader alone would commit records that no other replica
-        holds, and the replicas the coordinator may elect instead (the ELR) would not have them."""
+        holds, and the replicas the coordinator may elect instead (the ELR) would not have them.
+        That ISR is the one the coordinator confirmed, as Kafka's isUnderMinIsr reads it: a
+        proposed member only makes the high watermark wait for it too (`maximal_isr`) — counted
+        for min_insync, it let a leader alone commit what the coordinator's ELR did not hold
+        (the simulator's seed 2220)."""
         replica = self.replica
         candidate = self.compute_high_watermark()
         effects: list[Effect] = []
-        if candidate > replica.high_watermark and len(self.maximal_isr()) >= replica.config.min_insync_replicas:
+        if candidate > replica.high_watermark and len(set(replica.state.isr)) >= replica.config.min_insync_replicas:
             replica.advance_high_watermark(candidate, self.epoch)
             effects += self.complete_purgatory()
         return effects + replica.wake_parked_fetches(now_ns)

@@ -664,6 +664,27 @@ def test_a_joining_follower_already_counts_for_the_high_watermark_while_its_join
     assert stage.replica.high_watermark == 2, "the high watermark passed a pending ISR member"
 
 
+def test_a_pending_join_does_not_lift_the_isr_to_min_insync_for_the_high_watermark():
+    """The simulator's seed 2220 (denser faults): the leader led an ISR of one, below
+    min_insync_replicas, and proposed a caught-up follower back; counting the proposal, the ISR
+    looked like two and the high watermark moved to 297 while the coordinator, cut off, still had
+    ISR [1] and ELR {3} at 261. The leader died, the ELR member was elected, and 36 committed
+    offsets were on no replica the coordinator knew of. The ISR counted for min_insync is the one
+    the coordinator confirmed (Kafka's isUnderMinIsr reads the committed ISR); the proposal only
+    makes the high watermark wait for the joining member too (its position counts)."""
+    stage = Stage(isr=[1], min_insync_replicas=2)
+    stage.produce(count=3, acks=1)
+    stage.follower_fetch(2, 3)
+    assert only_alter(stage).isr == [1, 2]
+
+    stage.follower_fetch(2, 3)
+
+    assert stage.replica.high_watermark == 0, "committed with an ISR of one below min_insync_replicas"
+    stage.set_state(leader=1, isr=[1, 2], partition_epoch=2)  # the coordinator's answer
+    stage.follower_fetch(2, 3)
+    assert stage.replica.high_watermark == 3
+
+
 def test_a_confirmed_shrink_lets_waiting_acks_all_requests_complete(stage):
     stage.produce(acks=-1)
     stage.follower_fetch(2)
