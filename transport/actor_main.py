@@ -1,8 +1,9 @@
 """The entry point of every actor process: build the actor from its spec, bind, report, run.
 
 A process is told what to be by an `ActorSpec` (MessagePack bytes, so the spawn/forkserver hand-off
-pickles nothing clever). It binds its ROUTER, builds its actor with real storage, tells the
-supervisor "ready" with its endpoint over the lifeline pipe, then runs the runtime loop.
+pickles nothing clever; transport/actor_spec.py). It binds its ROUTER, builds its actor with real
+storage (transport/actor_build.py), tells the supervisor "ready" with its endpoint over the
+lifeline pipe, then runs the runtime loop.
 
 The lifeline is the supervisor's end of a pipe: when the supervisor dies (even by SIGKILL) the
 pipe reads EOF and this process stops — no orphans. Ctrl-C (SIGINT) reaches every process in the
@@ -18,8 +19,6 @@ directory another live process holds — each makes the process *refuse to start
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import random
@@ -27,14 +26,28 @@ import signal
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 import zmq
 
-from actors.limits import Limits
-from actors.messages import TopicConfig
 from storage.errors import StorageFull
+from transport.actor_build import METADATA_BOOTSTRAP_LOCK, build_kind, log_config_for
+from transport.actor_spec import (
+    REJOINING_MARK,
+    ActorSpec,
+    RefusedToStart,
+    actor_directory,
+    controller_directory,
+    replica_directory,
+)
+from transport.trace_file import TraceFile
+
+__all__ = [  # names other modules import from here, some of them defined in actor_spec.py and actor_build.py
+    "EXIT_CRASHED", "EXIT_DISK_FULL", "EXIT_PARENT_GONE", "EXIT_REFUSED", "METADATA_BOOTSTRAP_LOCK", "PROFILE_ENV",
+    "REJOINING_MARK", "ActorSpec", "RefusedToStart", "TraceFile", "build_actor", "controller_directory",
+    "log_config_for", "main", "replica_directory",
+]
 
 EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
@@ -42,67 +55,6 @@ EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's
 EXIT_DISK_FULL = 73  # a write it could not do without (a controller's raft log) found the disk full
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 PROFILE_CLOCK_ENV = "RAILMQ_PROFILE_CLOCK"  # "cpu" to profile CPU time instead of wall time
-
-
-class ActorSpec(msgspec.Struct, kw_only=True):
-    kind: str  # "controller" | "coordinator" | "group-coordinator" | "replica"
-    name: str
-    cluster_id: str
-    data_dir: str
-    port: int = 0
-    coordinator: str = ""
-    node: int = 0
-    nodes: list[int] = []
-    topic: str = ""
-    topic_id: int = 0
-    partition: int = -1
-    config: TopicConfig = TopicConfig()
-    limits: Limits = Limits()
-    trace_path: str = ""
-    log_level: str = "WARNING"
-    shared_memory: bool = True  # fetch payloads through shared-memory rings on this host
-    secret: bytes = b""  # the cluster secret (transport/auth.py); handed over the pipe, never a socket
-    faults_enabled: bool = False  # obey the chaos harness's fault switch (clusters started for chaos)
-    replicas: list[int] = []  # replicas: the partition's replica list, recorded in its directory
-    rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
-    report_to: str = ""  # replicas: their node agent's endpoint ("": report to the coordinator)
-    voters: dict[int, str] = {}  # controllers: the quorum, voter (node) id -> endpoint
-    bind_host: str = "127.0.0.1"  # where the actor's ROUTER listens
-    advertise_host: str = ""  # the address others reach it at ("": bind_host), docs/deploy.md
-    quorum_formed: bool = False  # controllers: some voter already has a log (a new one joins empty)
-
-
-class RefusedToStart(Exception):
-    """The actor must not run on this directory; the sentence says why and what to do."""
-
-
-def replica_directory(data_dir: str, node: int, topic: str, partition: int, topic_id: int) -> str:
-    return os.path.join(data_dir, f"node-{node}", f"{topic}-{partition}-{topic_id:x}")
-
-
-def log_config_for(config: TopicConfig) -> Any:
-    """Storage settings for a topic. `every_batch` flushing is done by the actor (AfterFlush, so
-    one fsync covers many requests), so the log itself is told NEVER for that policy."""
-    from storage.log import FlushPolicy, LogConfig
-
-    policy = FlushPolicy.INTERVAL if config.flush_policy == "interval" else FlushPolicy.NEVER
-    return LogConfig(
-        segment_bytes=config.segment_bytes, segment_ms=config.segment_ms, retention_ms=config.retention_ms,
-        retention_bytes=config.retention_bytes, flush_policy=policy, flush_interval_ms=config.flush_interval_ms,
-        batch_bytes_max=config.batch_bytes_max,
-    )
-
-
-class StorageFaults:
-    """Lets the runtime's FaultControlRequest reach the actor's file system."""
-
-    def __init__(self, fs: Any) -> None:
-        self.fs = fs
-
-    def __call__(self, *, disk_full: bool, fail_next_fsync: bool) -> None:
-        self.fs.faults.set_write_quota(0 if disk_full else None)
-        if fail_next_fsync:
-            self.fs.faults.fail_next_fsync()
 
 
 def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, Any]:
@@ -124,7 +76,7 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
         raise RefusedToStart(f"{error.filename or directory}: cannot take the directory's lock "
                              f"({error.strerror or error})") from None
     try:
-        return _build_kind(spec, fs, directory, endpoint, incarnation)
+        return build_kind(spec, fs, directory, endpoint, incarnation)
     except (CorruptState, CorruptRaftLog, CorruptRaftSnapshot, BadCommand) as error:
         # Damage found on open is not a crash to retry at once: the file is left as it is, and the
         # actor stays down (retried ever more slowly) until an operator restores or removes it.
@@ -132,315 +84,7 @@ def build_actor(spec: ActorSpec, endpoint: str, incarnation: int) -> tuple[Any, 
                              "(docs/operations.md, \"Storage faults\")") from None
 
 
-def _build_kind(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> tuple[Any, Any]:
-    if spec.kind == "coordinator":
-        return _build_coordinator(spec, fs, directory, incarnation), StorageFaults(fs)
-    if spec.kind == "controller":
-        return _build_controller(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
-    if spec.kind == "group-coordinator" and spec.voters:
-        return _build_group_voter(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
-    if spec.kind == "group-coordinator":
-        from actors.group_coordinator import GroupCoordinator
-        from storage.state import DurableState
-
-        state = DurableState.open(os.path.join(directory, "groups.state"), fs=fs)
-        actor = GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
-                                 incarnation=incarnation, pid=os.getpid(), limits=spec.limits,
-                                 rng=random.Random(incarnation))
-        return actor, StorageFaults(fs)
-    if spec.kind == "replica":
-        return _build_replica(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
-    raise ValueError(f"unknown actor kind {spec.kind!r}")
-
-
 _LOCKS: list[Any] = []
-
-
-def actor_directory(spec: ActorSpec) -> str:
-    if spec.kind == "replica":
-        return replica_directory(spec.data_dir, spec.node, spec.topic, spec.partition, spec.topic_id)
-    if spec.kind == "controller":
-        return controller_directory(spec.data_dir, spec.node)
-    if spec.kind == "group-coordinator" and spec.voters:
-        return os.path.join(spec.data_dir, f"node-{spec.node}", "group-coordinator")
-    return os.path.join(spec.data_dir, spec.kind)
-
-
-REJOINING_MARK = "rejoining"
-
-
-def controller_directory(data_dir: str, node: int) -> str:
-    """A controller's Raft log lives with its node's replicas: losing the node loses both."""
-    return os.path.join(data_dir, f"node-{node}", "controller")
-
-
-def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: int) -> Any:
-    from actors.coordinator import Coordinator
-    from storage.errors import CorruptState
-    from storage.state import DurableState
-    from transport.metadata_rebuild import check_state_present, rebuild_state
-
-    path = os.path.join(directory, "metadata.state")
-    if spec.rebuild_metadata:
-        rebuild_state(spec.data_dir, path, spec.cluster_id, fs)
-    check_state_present(spec.data_dir, path)
-    try:
-        state = DurableState.open(path, fs=fs, confirm=True)  # storage/state.py: epochs must not be lost to bit rot
-    except CorruptState as error:
-        raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
-                             "for --rebuild-metadata") from None
-    try:
-        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits,
-                           cluster_id=spec.cluster_id)
-    except ValueError as error:
-        raise RefusedToStart(str(error)) from None
-
-
-def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
-    """A voter of the quorum. A voter with an empty log on a cluster whose quorum never formed
-    takes the metadata of a single-coordinator cluster (`coordinator/metadata.state`) as its
-    first command if it is elected; with neither, while replica directories exist, it refuses to
-    start, as the single coordinator does (the metadata is lost: `--rebuild-metadata`)."""
-    from actors.controller import Controller
-    from actors.coordinator import Coordinator
-
-    raft_directory = os.path.join(directory, "raft")
-    empty = voter_log_missing(raft_directory)
-    bootstrap: list[tuple[str, Any]] = []
-    if empty and not quorum_formed(spec, directory):  # checked before anything is written
-        bootstrap = _first_metadata(spec, fs)
-    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
-    config = _raft_config(spec)
-    rng = random.Random(incarnation)
-
-    def coordinator(state: Any) -> Any:
-        return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
-                           cluster_id=spec.cluster_id)
-
-    return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
-                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
-                      on_rejoined=rejoined)
-
-
-def voter_log_missing(raft_directory: str) -> bool:
-    """Whether a voter has no raft journal (new, or its disk was lost). Decided by the journal's
-    name, not by an empty directory: a leftover temporary file beside a lost journal must not
-    make a wiped voter look like one that still holds its vote."""
-    from storage.raft_records import LOG_NAME
-
-    return not os.path.exists(os.path.join(raft_directory, LOG_NAME))
-
-
-def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> tuple[Any, bool, Any]:
-    """(raft log, rejoining, what to call once caught up) of a voter of either quorum.
-
-    A voter that comes back empty to a quorum that had formed (its disk was lost) must not vote
-    until a leader has caught it up (docs/raft.md §7); the mark survives its crashes."""
-    from storage.raft_log import RaftLog
-
-    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs)
-    mark = os.path.join(directory, REJOINING_MARK)
-    if empty and quorum_formed(spec, directory) and not os.path.exists(mark):
-        with open(mark, "wb") as handle:
-            handle.write(b"this voter lost its log: it votes again once a leader has caught it up\n")
-            os.fsync(handle.fileno())
-        fs.sync_directory(directory)
-    rejoining = os.path.exists(mark)
-
-    def rejoined() -> None:
-        try:
-            os.unlink(mark)
-            fs.sync_directory(directory)
-        except OSError:
-            pass  # still marked: after a restart it waits to be caught up once more, which is safe
-
-    return log, rejoining, rejoined if rejoining else None
-
-
-def quorum_formed(spec: ActorSpec, directory: str) -> bool:
-    """Whether this voter's quorum had formed before: the cluster said so at start, or another
-    voter of it on this machine has written a record or a snapshot (this one was wiped while the
-    cluster runs). A voter that merely started has a log of headers only."""
-    from storage.raft_records import HEADER_BYTES, LOG_NAME, SNAPSHOT_NAME
-
-    if spec.quorum_formed:
-        return True
-    kind = os.path.basename(directory)
-    for node in spec.voters:
-        raft = os.path.join(spec.data_dir, f"node-{node}", kind, "raft")
-        if node == spec.node:
-            continue
-        log = os.path.join(raft, LOG_NAME)
-        if os.path.exists(os.path.join(raft, SNAPSHOT_NAME)) or (
-                os.path.exists(log) and os.path.getsize(log) > HEADER_BYTES):
-            return True
-    return False
-
-
-def _raft_config(spec: ActorSpec) -> Any:
-    from actors.raft import RaftConfig
-
-    return RaftConfig(node_id=spec.node, voters=dict(spec.voters),
-                      election_timeout_ms=spec.limits.controller_election_timeout_ms,
-                      heartbeat_interval_ms=spec.limits.controller_heartbeat_interval_ms,
-                      idle_heartbeat_interval_ms=spec.limits.controller_idle_heartbeat_interval_ms,
-                      campaign_at_first_start=True)
-
-
-def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
-    """A voter of the group-coordination quorum (actors/group_quorum.py). A new quorum on a
-    cluster that had a single group coordinator starts from its `groups.state`."""
-    from actors.group_coordinator import GroupCoordinator
-    from actors.group_quorum import GroupQuorumVoter
-    from storage.state import DurableState
-
-    raft_directory = os.path.join(directory, "raft")
-    empty = voter_log_missing(raft_directory)
-    bootstrap: list[tuple[str, Any]] = []
-    legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
-    if empty and not quorum_formed(spec, directory) and os.path.exists(legacy):
-        bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
-    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
-    rng = random.Random(incarnation)
-
-    def group_coordinator(state: Any) -> Any:
-        return GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
-                                incarnation=rng.getrandbits(62) + 1, pid=os.getpid(), limits=spec.limits,
-                                rng=random.Random(rng.getrandbits(64)))
-
-    return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
-                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name,
-                            rejoining=rejoining, on_rejoined=rejoined)
-
-
-def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:
-    """What the first leader of a new quorum starts from: the single coordinator's state when
-    this cluster had one (rebuilt from the replica directories with `--rebuild-metadata`), or
-    nothing for a new cluster. Refuses when replica directories exist but no metadata does."""
-    from transport.metadata_rebuild import rebuild_state
-
-    legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
-    with _metadata_bootstrap_lock(spec.data_dir):
-        if spec.rebuild_metadata:
-            rebuild_state(spec.data_dir, legacy, spec.cluster_id, fs)
-        return _read_first_metadata(spec, fs, legacy)
-
-
-@contextlib.contextmanager
-def _metadata_bootstrap_lock(data_dir: str) -> Iterator[None]:
-    """Every voter of a new quorum on this machine rebuilds and reads the same legacy file at its
-    first start: one at a time (an exclusive flock on `<data dir>/.metadata-bootstrap`, waited
-    for; the kernel drops it if its holder dies), or one could read another's half-written
-    rebuild, or find the file renamed away mid-read."""
-    import fcntl
-
-    fd = os.open(os.path.join(data_dir, METADATA_BOOTSTRAP_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held for one rebuild and one read: milliseconds
-        yield
-    finally:
-        os.close(fd)
-
-
-METADATA_BOOTSTRAP_LOCK = ".metadata-bootstrap"
-
-
-def _read_first_metadata(spec: ActorSpec, fs: Any, legacy: str) -> list[tuple[str, Any]]:
-    from storage.errors import CorruptState
-    from storage.state import HEADER_BYTES, DurableState
-    from transport.metadata_rebuild import HOW_TO_RECOVER, has_replica_data
-
-    size = os.path.getsize(legacy) if os.path.exists(legacy) else -1
-    if size <= HEADER_BYTES:
-        if has_replica_data(spec.data_dir):
-            raise RefusedToStart(
-                f"no controller of this cluster has its log (node-N/controller/raft under {spec.data_dir}) and "
-                f"there is no coordinator state {legacy}, but replica directories exist: starting as a new "
-                "cluster would abandon their data. " + HOW_TO_RECOVER.format(path="the controllers' logs"))
-        return []
-    try:
-        return DurableState.read(legacy, fs=fs, confirm=True)  # the other voters read it too: never written
-    except CorruptState as error:
-        raise RefusedToStart(f"the coordinator's state is corrupt ({error}); see `railmq up --help` "
-                             "for --rebuild-metadata") from None
-
-
-def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnation: int) -> Any:
-    from actors.partition_replica import PartitionReplica
-    from storage.replica_meta import MetaMismatch, ReplicaMeta, open_replica_directory
-
-    now_ms = time.time_ns() // 1_000_000
-    expected = ReplicaMeta(cluster_id=spec.cluster_id, topic=spec.topic, topic_id=spec.topic_id,
-                           partition=spec.partition, node=spec.node, replicas=list(spec.replicas),
-                           config=msgspec.to_builtins(spec.config), created_ms=now_ms)
-    try:
-        opened = open_replica_directory(fs, directory, expected, log_config_for(spec.config), now_ms)
-    except MetaMismatch as error:
-        raise RefusedToStart(str(error)) from None
-    return PartitionReplica(
-        topic=spec.topic, topic_id=spec.topic_id, partition=spec.partition, node=spec.node, endpoint=endpoint,
-        coordinator=spec.coordinator, log=opened.log, config=spec.config, incarnation=incarnation, pid=os.getpid(),
-        limits=spec.limits, health=opened.health, findings=opened.findings, report_to=spec.report_to)
-
-
-class TraceFile:
-    """Appends an actor's Trace effects as JSON lines (the chaos harness and labs read them).
-
-    Tracing never kills an actor: a failed write (a full disk, an I/O error) is counted in
-    `dropped` and the line is lost; the file is rotated at `bytes_max` (trace.jsonl -> .1 -> .2 ...),
-    keeping `kept` old ones, so it never grows without bound. Several actors append to one file;
-    whichever sees it past the limit renames it (the others keep writing to the renamed file
-    until they notice, within one line).
-    """
-
-    def __init__(self, path: str, actor_name: str, *, bytes_max: int = Limits().trace_file_bytes_max,
-                 kept: int = Limits().trace_files_kept) -> None:
-        self.path = path
-        self.actor_name = actor_name
-        self.bytes_max = bytes_max
-        self.kept = kept
-        self.dropped = 0
-        self.handle: Any = None
-        self._open()
-
-    def _open(self) -> None:
-        try:
-            self.handle = open(self.path, "a", encoding="utf-8", buffering=1)
-        except OSError:
-            self.handle = None
-
-    def __call__(self, event: str, details: dict) -> None:
-        line = {"time_ns": time.time_ns(), "actor": self.actor_name, "pid": os.getpid(), "event": event, **details}
-        try:
-            if self.handle is None:
-                self._open()
-                if self.handle is None:
-                    raise OSError("the trace file cannot be opened")
-            self.handle.write(json.dumps(line, default=str) + "\n")
-            self._rotate_if_needed()
-        except (OSError, ValueError):
-            self.dropped += 1
-            self._close_quietly()
-
-    def _rotate_if_needed(self) -> None:
-        if self.handle.tell() < self.bytes_max:
-            return
-        try:
-            if os.path.exists(self.path) and os.path.getsize(self.path) >= self.bytes_max:
-                for index in range(self.kept, 0, -1):
-                    older = f"{self.path}.{index - 1}" if index > 1 else self.path
-                    if os.path.exists(older):
-                        os.replace(older, f"{self.path}.{index}")
-        finally:
-            self._close_quietly()
-
-    def _close_quietly(self) -> None:
-        if self.handle is not None:
-            try:
-                self.handle.close()
-            except OSError:
-                pass
-            self.handle = None
 
 
 def _name_process(name: str) -> None:

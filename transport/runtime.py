@@ -93,7 +93,7 @@ class Runtime:
         self.on_trace = on_trace
         self.storage_faults = storage_faults
         self.counters: dict[str, int] = {}
-        self.trace_file: Any = None  # actor_main's TraceFile, for its dropped-line count
+        self.trace_file: Any = None  # transport/trace_file.py's TraceFile, for its dropped-line count
         self.ring_links = ring_links  # transport/ring_link.py: fetch payloads through shared memory
         # (message, its first frame) -> whether the connection it came on may send it; a quorum's
         # voters check that Raft messages come from their voter's host (transport/voter_address.py).
