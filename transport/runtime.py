@@ -4,7 +4,9 @@ One ROUTER socket (bound on 127.0.0.1) receives everything addressed to the acto
 peer endpoint carries what the actor sends, and the replies to it. The loop is the zguide's:
 poll with a timeout equal to the next timer deadline (never infinite), drain what is readable,
 decode -> handle -> apply effects, then flush any store that effects are waiting on and apply
-those (group commit: one fsync covers every request handled in the same wake-up).
+those (group commit: one fsync covers every request handled in the same wake-up). The way out —
+sending, the DEALERs and their connection monitors — is the `RuntimePeers` mixin
+(transport/runtime_peers.py).
 
 What it never does: decide anything about the protocol. Bad frames are counted and answered with
 an `ErrorResponse`; a broken invariant in the actor (an exception from `handle`) is a programmer
@@ -16,30 +18,28 @@ compare against record times written by producers. Timers use the same clock.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import random
 import time
 from typing import Any, Callable
 
-import msgspec
 import zmq
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
-    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, Message, PeerDisconnected,
-    RuntimeStatsRequest,
+    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, RuntimeStatsRequest,
     RuntimeStatsResponse, Stop, TimerFired,
 )
 from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
-from transport.outbound import TRACK_BYTES_MIN, OutboundBudget
+from transport.outbound import OutboundBudget
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
-from transport.socket_watch import SocketWatch, connect_monitored
+from transport.runtime_peers import RuntimePeers
+from transport.socket_watch import SocketWatch
 from transport.timers import Timers
 
 log = logging.getLogger("railmq.runtime")
@@ -51,14 +51,13 @@ log = logging.getLogger("railmq.runtime")
 # once a second were ~0.02 of a core doing nothing.
 POLL_TIMEOUT_MAX_MS = 1000
 ACTOR_POLL_TIMEOUT_MAX_MS = 60_000
-_socket_numbers = itertools.count(1)
 
 
 class ActorCrashed(Exception):
     """The actor asked to stop as if killed (`Crash` effect)."""
 
 
-class Runtime:
+class Runtime(RuntimePeers):
     def __init__(
         self,
         actor: Any,
@@ -320,137 +319,6 @@ class Runtime:
             self.on_trace(effect.event, effect.details)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s %s", self.identity, effect.event, effect.details)
-
-    # ------------------------------------------------------------------ sending
-
-    def send(self, to: str | bytes, message: Message) -> None:
-        if self.timing.waiting and isinstance(to, bytes):
-            self.timing.answered(to, message)
-        if self.ring_links is not None:
-            message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
-        if isinstance(to, bytes) and type(message) is FetchResponse and not self.outbound.allows(to, len(message.records)):
-            message = self._withheld(to, message)
-        frames = self.codec.encode(message)
-        peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
-        delay = self.faults.outbound(peer_name)
-        if delay is None:
-            self.count("dropped_out_by_fault")
-            return
-        if delay > 0:
-            self.faults.hold(self.clock() + delay, ("out", to, frames))
-            return
-        self._transmit(to, frames)
-
-    def _withheld(self, to: bytes, message: FetchResponse) -> FetchResponse:
-        """The peer has not read what it was sent: it gets BUSY now and the records on a later fetch."""
-        self.count("answers_withheld_unread_backlog")
-        waiting = self.outbound.outstanding(to)
-        return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=(
-            f"{waiting} bytes of earlier answers to this connection are still unread; read them, then fetch again"))
-
-    def _transmit(self, to: str | bytes, frames: list) -> None:
-        if isinstance(to, bytes):
-            socket = self._router
-            if socket is None:
-                self.count("dropped_out_no_router")
-                return
-            frames = [to, *frames]
-        else:
-            socket = self._dealer(to)
-            if socket is None:
-                self.count("dropped_out_bad_endpoint")
-                return
-        tracker = None
-        if isinstance(to, bytes) and len(frames) > 2:
-            largest = max(range(2, len(frames)), key=lambda index: len(frames[index]))
-            if len(frames[largest]) >= TRACK_BYTES_MIN:
-                # Tracked on its own frame: a multipart send's tracker follows only its last frame.
-                frames = list(frames)
-                frames[largest] = zmq.Frame(frames[largest], copy=False, track=True)
-                tracker = frames[largest].tracker
-        try:
-            socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
-            if tracker is not None:
-                self.outbound.track(to, tracker, len(frames[largest]))
-            self.count("messages_out")
-        except zmq.Again:
-            self.count("dropped_out_queue_full")
-        self._watch.touched(socket)
-
-    def _dealer(self, endpoint: str) -> zmq.Socket | None:
-        """The socket to a peer, connected on first use; None for an endpoint that is no address
-        (metadata names endpoints, and metadata is a claim: a bad one is dropped, not fatal)."""
-        socket = self._dealers.get(endpoint)
-        if socket is not None:
-            return socket
-        if len(self._dealers) >= self.limits.peer_sockets_max:
-            self._close_dealer(next(iter(self._dealers)))
-        socket = self.context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max)
-        socket.setsockopt(zmq.RCVHWM, self.limits.peer_send_queue_max)
-        socket.setsockopt(zmq.RECONNECT_IVL, 50)
-        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
-        # Unique per socket in this process (two clients may share an identity, and a socket to a
-        # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
-        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
-        try:
-            monitor = connect_monitored(socket, endpoint,
-                                        zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
-        except zmq.ZMQError:
-            return None
-        self._dealers[endpoint] = socket
-        self._socket_peer[socket] = endpoint
-        self._monitors[endpoint] = monitor
-        self._monitor_peer[monitor] = endpoint
-        self._watch.add_socket(socket)
-        self._watch.add_socket(monitor)
-        return socket
-
-    def _on_monitor_event(self, monitor: zmq.Socket) -> None:
-        """A DEALER lost its connection: tell the actor, so it fails over without waiting for a
-        request timeout (the zguide's "any inbound message is proof of life" has a converse: a
-        dropped TCP connection is proof of death of that process, not of the node)."""
-        endpoint = self._monitor_peer[monitor]
-        disconnected = False
-        while True:
-            try:
-                frames = monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            event = int.from_bytes(frames[0][:2], "little") if len(frames[0]) >= 2 else 0
-            if event == zmq.EVENT_CONNECTED:
-                self._unreachable.discard(endpoint)
-            elif event == zmq.EVENT_DISCONNECTED or (
-                    event == zmq.EVENT_CONNECT_RETRIED and endpoint not in self._unreachable):
-                # A refused connection means nobody listens there: a dead process (or one not
-                # started yet). Said once per outage, until a connection succeeds again.
-                self._unreachable.add(endpoint)
-                disconnected = True
-        if disconnected:
-            self.count("peer_disconnects")
-            if self.ring_links is not None:
-                self.ring_links.forget(endpoint)
-            self.apply(self.actor.handle(PeerDisconnected(endpoint=endpoint), b"", self.clock()))
-
-    def _close_dealer(self, endpoint: str) -> None:
-        socket = self._dealers.pop(endpoint)
-        self._watch.remove(socket)
-        del self._socket_peer[socket]
-        self._unreachable.discard(endpoint)
-        monitor = self._monitors.pop(endpoint, None)
-        if monitor is not None:
-            self._watch.remove(monitor)
-            del self._monitor_peer[monitor]
-            socket.disable_monitor()
-            monitor.close(linger=0)
-        socket.close(linger=0)
-
-    def forget_peer(self, endpoint: str) -> None:
-        """Drop the socket to a peer (its queued messages go with it)."""
-        if endpoint in self._dealers:
-            self._close_dealer(endpoint)
 
     # ------------------------------------------------------------------ runtime-level messages
 

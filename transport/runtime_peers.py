@@ -1,0 +1,164 @@
+"""The runtime's side toward its peers: sending, one DEALER per peer endpoint, and the socket
+monitors that tell the actor when a peer's connection drops.
+
+A mixin of `Runtime` (transport/runtime.py), which owns the ROUTER, the codec, the fault switch,
+the ring links, the outbound budget and the loop that calls back into the actor. A message on its
+way out passes the ring links (bulk records may go through shared memory instead), the outbound
+budget (a FetchResponse to a peer with too much unread is answered BUSY without its records) and
+the fault switch, in that order. Sending never blocks: a full queue drops the message and counts
+it, and an endpoint that is no address is dropped, not fatal (metadata names endpoints, and
+metadata is a claim). Peer sockets are bounded by `peer_sockets_max`: the oldest is closed first.
+Nothing here decides anything about the protocol.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import msgspec
+import zmq
+
+from actors.errors import ErrorCode
+from actors.messages import FetchResponse, Message, PeerDisconnected
+from transport.outbound import TRACK_BYTES_MIN
+from transport.socket_watch import connect_monitored
+
+_socket_numbers = itertools.count(1)
+
+
+class RuntimePeers:
+    """Mixed into `Runtime` (transport/runtime.py), which owns `context`, `identity`, `limits`,
+    `codec`, `faults`, `outbound`, `timing`, `ring_links`, `clock`, `count`, `apply`, `actor`,
+    `_router`, `_watch` and the maps of dealers and monitors."""
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, to: str | bytes, message: Message) -> None:
+        if self.timing.waiting and isinstance(to, bytes):
+            self.timing.answered(to, message)
+        if self.ring_links is not None:
+            message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
+        if isinstance(to, bytes) and type(message) is FetchResponse and not self.outbound.allows(to, len(message.records)):
+            message = self._withheld(to, message)
+        frames = self.codec.encode(message)
+        peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
+        delay = self.faults.outbound(peer_name)
+        if delay is None:
+            self.count("dropped_out_by_fault")
+            return
+        if delay > 0:
+            self.faults.hold(self.clock() + delay, ("out", to, frames))
+            return
+        self._transmit(to, frames)
+
+    def _withheld(self, to: bytes, message: FetchResponse) -> FetchResponse:
+        """The peer has not read what it was sent: it gets BUSY now and the records on a later fetch."""
+        self.count("answers_withheld_unread_backlog")
+        waiting = self.outbound.outstanding(to)
+        return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=(
+            f"{waiting} bytes of earlier answers to this connection are still unread; read them, then fetch again"))
+
+    def _transmit(self, to: str | bytes, frames: list) -> None:
+        if isinstance(to, bytes):
+            socket = self._router
+            if socket is None:
+                self.count("dropped_out_no_router")
+                return
+            frames = [to, *frames]
+        else:
+            socket = self._dealer(to)
+            if socket is None:
+                self.count("dropped_out_bad_endpoint")
+                return
+        tracker = None
+        if isinstance(to, bytes) and len(frames) > 2:
+            largest = max(range(2, len(frames)), key=lambda index: len(frames[index]))
+            if len(frames[largest]) >= TRACK_BYTES_MIN:
+                # Tracked on its own frame: a multipart send's tracker follows only its last frame.
+                frames = list(frames)
+                frames[largest] = zmq.Frame(frames[largest], copy=False, track=True)
+                tracker = frames[largest].tracker
+        try:
+            socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            if tracker is not None:
+                self.outbound.track(to, tracker, len(frames[largest]))
+            self.count("messages_out")
+        except zmq.Again:
+            self.count("dropped_out_queue_full")
+        self._watch.touched(socket)
+
+    def _dealer(self, endpoint: str) -> zmq.Socket | None:
+        """The socket to a peer, connected on first use; None for an endpoint that is no address
+        (metadata names endpoints, and metadata is a claim: a bad one is dropped, not fatal)."""
+        socket = self._dealers.get(endpoint)
+        if socket is not None:
+            return socket
+        if len(self._dealers) >= self.limits.peer_sockets_max:
+            self._close_dealer(next(iter(self._dealers)))
+        socket = self.context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max)
+        socket.setsockopt(zmq.RCVHWM, self.limits.peer_send_queue_max)
+        socket.setsockopt(zmq.RECONNECT_IVL, 50)
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
+        # Unique per socket in this process (two clients may share an identity, and a socket to a
+        # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
+        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
+        try:
+            monitor = connect_monitored(socket, endpoint,
+                                        zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)
+        except zmq.ZMQError:
+            return None
+        self._dealers[endpoint] = socket
+        self._socket_peer[socket] = endpoint
+        self._monitors[endpoint] = monitor
+        self._monitor_peer[monitor] = endpoint
+        self._watch.add_socket(socket)
+        self._watch.add_socket(monitor)
+        return socket
+
+    def _on_monitor_event(self, monitor: zmq.Socket) -> None:
+        """A DEALER lost its connection: tell the actor, so it fails over without waiting for a
+        request timeout (the zguide's "any inbound message is proof of life" has a converse: a
+        dropped TCP connection is proof of death of that process, not of the node)."""
+        endpoint = self._monitor_peer[monitor]
+        disconnected = False
+        while True:
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            event = int.from_bytes(frames[0][:2], "little") if len(frames[0]) >= 2 else 0
+            if event == zmq.EVENT_CONNECTED:
+                self._unreachable.discard(endpoint)
+            elif event == zmq.EVENT_DISCONNECTED or (
+                    event == zmq.EVENT_CONNECT_RETRIED and endpoint not in self._unreachable):
+                # A refused connection means nobody listens there: a dead process (or one not
+                # started yet). Said once per outage, until a connection succeeds again.
+                self._unreachable.add(endpoint)
+                disconnected = True
+        if disconnected:
+            self.count("peer_disconnects")
+            if self.ring_links is not None:
+                self.ring_links.forget(endpoint)
+            self.apply(self.actor.handle(PeerDisconnected(endpoint=endpoint), b"", self.clock()))
+
+    def _close_dealer(self, endpoint: str) -> None:
+        socket = self._dealers.pop(endpoint)
+        self._watch.remove(socket)
+        del self._socket_peer[socket]
+        self._unreachable.discard(endpoint)
+        monitor = self._monitors.pop(endpoint, None)
+        if monitor is not None:
+            self._watch.remove(monitor)
+            del self._monitor_peer[monitor]
+            socket.disable_monitor()
+            monitor.close(linger=0)
+        socket.close(linger=0)
+
+    def forget_peer(self, endpoint: str) -> None:
+        """Drop the socket to a peer (its queued messages go with it)."""
+        if endpoint in self._dealers:
+            self._close_dealer(endpoint)
