@@ -307,6 +307,18 @@ def test_the_ledger_sees_a_redelivery_before_the_release_delay():
     assert any("before its release delay" in problem for problem in book.sim.problems)
 
 
+def test_the_ledger_takes_a_release_without_delay_as_available_at_once_whatever_the_clock_did():
+    """The simulator's seed 2274 (denser faults): a record released with no delay at the group
+    coordinator's 11,760.8 ms was acquired again after its clock jumped back 29 ms, at its
+    11,754 ms: the ledger said "redelivered 7 ms before its release delay ended" — of a delay of
+    0. A wall clock may go back; with no delay there is nothing to wait for."""
+    book = ledger()
+    acquire(book, "a", 5, 1, at_ms=0, correlation=1)
+    answer(book, "a", 5, "release", at_ms=100, correlation=2, delay_ms=0)
+    acquire(book, "b", 5, 2, at_ms=90, correlation=3)  # the coordinator's clock jumped back
+    assert book.sim.problems == []
+
+
 def test_the_ledger_sees_an_answer_from_a_member_without_the_lock():
     book = ledger()
     acquire(book, "a", 5, 1, at_ms=0, correlation=1)
