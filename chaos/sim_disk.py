@@ -31,6 +31,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from chaos.sim_faults import STOP_WAIT_MAX_MS
 from chaos.sim_hosts import REPLICA_DIRECTORY
 from chaos.sim_network import MS
 from storage.segment import parse_segment_file_name
@@ -99,7 +100,13 @@ class DiskFaults:
         host = sim.hosts[name]
         fault = self.rng.choice(DISK_FAULTS)
         key = host.state["topic_partition"]
-        whole_cluster = self.rng.random() < self.restart_cluster_probability
+        # The whole cluster stops around the damaged replica only if its other replicas can stop
+        # cleanly: one paused past `railmq down`'s wait is killed, and its unflushed tail is lost
+        # with the damaged replica's data — two replicas' worth at once (seed 2097 of a denser
+        # fault sweep left the partition with neither an ISR member nor an ELR member to elect).
+        whole_cluster = self.rng.random() < self.restart_cluster_probability and not any(
+            peer.paused_until_ns > sim.now_ns + STOP_WAIT_MAX_MS * MS for other, peer in sim.hosts.items()
+            if other != name and peer.kind == "replica" and peer.alive and peer.state["topic_partition"] == key)
         sim.crash(name, restart=False, notify=not whole_cluster)
         if not self._damage(host, fault):
             sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))

@@ -19,6 +19,7 @@ from chaos.sim_checks import _check_send_order
 from chaos.sim_hosts import Host, SimFaultInjector
 from chaos.sim_invariants import Invariants
 from chaos.sim_network import MS
+from chaos import sim_disk
 from chaos.sim_share import ShareLedger, is_poison
 from chaos.sim_faults import STOP_WAIT_MAX_MS
 from chaos.simulator import SimConfig, Simulator
@@ -219,6 +220,29 @@ def test_an_exit_notice_arrives_soon_late_or_never(lost, late, arrives_ms):
         assert at > start + sim.config.restart_delay_ms * MS
     else:
         assert at == start + arrives_ms * MS
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_the_cluster_stops_around_a_damaged_replica_only_if_the_others_can_stop_cleanly(paused, monkeypatch):
+    """A disk fault may come with a restart of the whole cluster, the other replicas of the
+    partition stopped as `railmq down` stops them (flushed first). One paused past the stop's wait
+    is killed instead and loses its unflushed tail with the damaged replica's data — two replicas'
+    worth at once (the simulator's seed 2097 with faults every 150-600 ms): then the damaged
+    replica restarts alone."""
+    sim = Simulator(5, SimConfig(faults=()))
+    sim.build()
+    sim.run_until(sim.now_ns + 2000 * MS)
+    peer = sim.hosts["replica/sim/0/n3"]
+    incarnation = peer.incarnation
+    if paused:
+        peer.paused_until_ns = sim.now_ns + 3000 * MS
+    sim.disk.restart_cluster_probability = 1.0
+    monkeypatch.setattr(sim_disk, "DISK_FAULTS", ("wipe",))
+
+    assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"
+    sim.run_until(sim.now_ns + 1000 * MS)
+
+    assert (peer.incarnation == incarnation) == paused, "a paused replica was stopped (killed) with the cluster"
 
 
 # ---------------------------------------------------------------------------- the share ledger
