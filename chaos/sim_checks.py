@@ -31,7 +31,7 @@ def log_entries(log: Any, topic: str, partition: int, end_offset: int) -> list[l
 
 
 def final_checks(sim: "Simulator") -> None:
-    from chaos.simulator import DEAD_LETTER_TOPIC, SHARE_GROUP, TOPIC
+    from chaos.sim_config import DEAD_LETTER_TOPIC, SHARE_GROUP, TOPIC
 
     coordinator = sim.coordinator()
     if coordinator is None:

@@ -32,7 +32,7 @@ from storage.fs import FaultInjector
 from storage.memory import MemoryFileSystem
 
 if TYPE_CHECKING:
-    from chaos.simulator import SimConfig
+    from chaos.sim_config import SimConfig
 
 ActorFactory = Callable[["Host", int], Any]
 
@@ -195,7 +195,7 @@ class TinyAgent:
 
     def __init__(self, coordinator: str, config: "SimConfig", extra_topics: tuple[tuple[str, int], ...] = (),
                  flush_interval_ms: int = 1000) -> None:
-        from chaos.simulator import TOPIC
+        from chaos.sim_config import TOPIC
 
         self.controllers = ControllerEndpoints(coordinator)
         self.answered = True

@@ -323,7 +323,7 @@ class ConsumerShell:
 def build_clients(sim: "Simulator") -> list[tuple[Host, Any]]:
     """Every client host of the run with its shell: producers, classic members, share members."""
     from chaos.sim_share import ShareShell
-    from chaos.simulator import GROUP, SHARE_GROUP, TOPIC
+    from chaos.sim_config import GROUP, SHARE_GROUP, TOPIC
 
     config = sim.config
     rng = sim.workload_rng
@@ -365,7 +365,7 @@ def _consumer_factory(sim: "Simulator", instance_id: str | None) -> Any:
     def build(host: Host, incarnation: int) -> Any:
         from actors.consumer_client import ConsumerClient, ConsumerSettings
         from actors.consumer_member import ConsumerMember, GroupSettings
-        from chaos.simulator import GROUP
+        from chaos.sim_config import GROUP
 
         client = ConsumerClient(bootstrap=sim.coordinator_endpoint, settings=ConsumerSettings(
             auto_offset_reset="earliest", fetch_max_wait_ms=200, request_timeout_ms=2000), name=host.name)
@@ -380,7 +380,7 @@ def _share_factory(sim: "Simulator") -> Any:
     def build(host: Host, incarnation: int) -> Any:
         from actors.messages import ShareGroupSettings
         from actors.share_member import ShareMember, ShareMemberSettings
-        from chaos.simulator import DEAD_LETTER_TOPIC, SHARE_GROUP
+        from chaos.sim_config import DEAD_LETTER_TOPIC, SHARE_GROUP
 
         config = sim.config
         group = ShareGroupSettings(visibility_timeout_ms=config.share_visibility_timeout_ms,
