@@ -1,7 +1,7 @@
 """A deterministic simulation of a controller quorum alone: 3 or 5 RaftNodes, a faulty network,
 disks that flush late or lose what they had not flushed, crashes and restarts.
 
-    python -m chaos.sim_raft --seed 7 [--voters 5] [--variant vote-twice] [--sweep 200]
+    python -m chaos.sim_raft --seed 7 [--voters 5] [--variant vote-twice] [--sweep 200]   # chaos/sim_raft_sweep.py
 
 It runs the production classes (actors/raft, storage/raft_log.RaftLog over storage.memory's
 MemoryFileSystem) with a virtual clock (chaos.sim_network.EventQueue); one `random.Random(seed)`
@@ -26,12 +26,10 @@ a command proposed after that must be applied by every voter before the run ends
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -43,7 +41,6 @@ from actors.raft_messages import RaftAppendResponse, RaftVoteResponse, RaftWireM
 from chaos.sim_network import MS, EventQueue
 from chaos.sim_raft_checks import DigestStateMachine, SafetyChecker, check_commit_survives, check_promises
 from chaos.sim_raft_faults import FaultRules
-from chaos.sim_raft_variants import RAFT_VARIANTS, broken_raft
 from storage.memory import MemoryFileSystem
 from storage.raft_log import RaftLog
 
@@ -424,37 +421,7 @@ def simulate_raft(seed: int, config: RaftSimConfig | None = None) -> RaftSimResu
     return RaftSimulation(seed, config).run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Simulate a Raft controller quorum under faults.")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sweep", type=int, default=0, help="run this many seeds from --seed on")
-    parser.add_argument("--voters", type=int, default=3)
-    parser.add_argument("--variant", choices=RAFT_VARIANTS)
-    parser.add_argument("--idle-heartbeat-ms", type=int, default=0,
-                        help="quiet leaders heartbeat this often (default 0: never slower)")
-    parser.add_argument("--disconnect-on-crash", action="store_true",
-                        help="a crashed voter's peers see its connection drop")
-    args = parser.parse_args(argv)
-    if args.idle_heartbeat_ms < 0:
-        parser.error("--idle-heartbeat-ms must be >= 0")
-    config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
-                           disconnect_on_crash=args.disconnect_on_crash)
-    if args.idle_heartbeat_ms:  # gaps between proposals, or no leader is ever quiet
-        config = replace(config, propose_interval_ms=(5, 600))
-    seeds = range(args.seed, args.seed + max(1, args.sweep))
-    failed = 0
-    with broken_raft(args.variant) if args.variant else contextlib.nullcontext():
-        for seed in seeds:
-            result = simulate_raft(seed, config)
-            print(f"seed {seed}: {'FAIL' if result.problems else 'ok'} steps={result.steps} "
-                  f"elections={result.elections} committed={result.committed} "
-                  f"leader_after_heal={result.leader_after_heal_ms:.0f} ms wall={result.wall_s:.2f} s")
-            if result.problems:
-                failed += 1
-                if len(seeds) == 1:
-                    print("\n".join(result.problems + result.trace))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
+    from chaos.sim_raft_sweep import main  # the command line lives with the sweep
+
     raise SystemExit(main())
