@@ -420,18 +420,23 @@ def test_open_memory_log_convenience():
 RECORD_COUNT_AT = 36  # byte offset of record_count in a batch header (CRC-covered)
 
 
+def six_flushed_batches():
+    """(file system, log, segment path) of a log of six one-record batches, all flushed."""
+    fs = MemoryFileSystem()
+    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
+    for index in range(6):
+        log.append_producer_batch(make_batch(1, tag=index), 0, 1_000)
+    log.flush()
+    return fs, log, "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+
+
 @pytest.mark.parametrize("read", ["read", "scrub"])
 def test_a_refused_batch_never_moves_the_log_end_past_what_was_written(read):
     """Bit rot in a batch's record count (a field the CRC covers) made the header claim offsets
     2..255 in a log of 6: the read refused "2..255" and the log end jumped to 256, so a leader
     would hand out offsets past a gap and a follower would ask for records that never existed.
     The refused range is bounded by what the log knows it wrote."""
-    fs = MemoryFileSystem()
-    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
-    for index in range(6):
-        log.append_producer_batch(make_batch(1, tag=index), 0, 1_000)
-    log.flush()
-    path = "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+    fs, log, path = six_flushed_batches()
     third = next(position for position, header in _positions(fs.read_file(path)) if header.base_offset == 2)
     fs.corrupt(path, third + RECORD_COUNT_AT, 0xFE)  # 1 record -> 255
 
@@ -462,12 +467,7 @@ def test_a_refused_batch_whose_length_grew_does_not_refuse_the_good_batches_it_c
     (a header that parses, offsets the log wrote, a CRC that matches): only the damaged batch is
     refused. The grown length ends inside the file (the CRC fails) or past its end (the header
     promises bytes that are not there)."""
-    fs = MemoryFileSystem()
-    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
-    for index in range(6):
-        log.append_producer_batch(make_batch(1, tag=index), 0, 1_000)
-    log.flush()
-    path = "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+    fs, log, path = six_flushed_batches()
     positions = dict((header.base_offset, position) for position, header in _positions(fs.read_file(path)))
     size = positions[3] - positions[2]
     claimed_end = positions[2] + size + grown
