@@ -20,7 +20,9 @@ trusted whoever reports first (or last) would pick the damaged replica.
 The promise checked: no acknowledged write is lost while a majority of its replicas keep their data.
 So at most one replica of a partition is damaged at a time: a partition gets a new disk fault only
 once its last damaged replica has reported healthy again (its `storage-repaired` or
-`storage-adopted` trace, or a healthy start) and the coordinator has it back in the ISR. In a seed whose topics flush by interval, a disk
+`storage-adopted` trace, or a healthy start) and the coordinator has it back in the ISR, and never
+hits the only replica the coordinator trusts with every committed write (the ISR's last member,
+with no ELR). In a seed whose topics flush by interval, a disk
 fault also waits until no other replica of the partition lost unflushed data recently
 (chaos/sim_faults.py), and the whole cluster never restarts at once (every replica would lose its
 unflushed tail together).
@@ -83,13 +85,32 @@ class DiskFaults:
         self.repaired.discard(key)
         return True
 
+    def _not_the_only_holder(self, host: "Host") -> bool:
+        """Whether the coordinator knows another replica holding every committed write (an ISR or
+        ELR member): losing the disk of the only one is two replicas' worth of loss when the others
+        left the ISR by losing their unflushed tails or falling behind, beyond the promise (seed
+        2387 of a denser-fault sweep: the ISR was [3] after node 2 died in a flush, and node 3's
+        disk went; the partition stayed offline, by design)."""
+        coordinator = self.sim.coordinator()
+        topic, partition = key = host.state["topic_partition"]
+        record = coordinator.partitions.get(key) if coordinator is not None else None
+        if record is None:
+            return True
+        trusted = {**record.elr, **{node: record.isr_incarnations.get(node, 0) for node in record.isr}}
+        for node, incarnation in trusted.items():
+            peer = self.sim.hosts.get(f"replica/{topic}/{partition}/n{node}")
+            # The incarnation the coordinator trusts, still running (0: not yet seen, any one).
+            if node != host.node and peer is not None and peer.alive and incarnation in (0, peer.actor.incarnation):
+                return True
+        return False
+
     def inject(self, target: str | None = None) -> str | None:
         """Damage one replica (a random one, or `target`); returns what was done, or None when no
         partition may take a fault now."""
         sim = self.sim
         candidates = sorted(name for name, host in sim.hosts.items()
                             if host.kind == "replica" and host.alive and self.free(host.state["topic_partition"])
-                            and sim.faults.may_lose_data(name))
+                            and sim.faults.may_lose_data(name) and self._not_the_only_holder(host))
         if target is not None:
             candidates = [name for name in candidates if name == target]
         if not candidates:

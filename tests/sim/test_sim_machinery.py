@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from actors.effects import AfterFlush, SetTimer, Trace
@@ -243,6 +244,24 @@ def test_the_cluster_stops_around_a_damaged_replica_only_if_the_others_can_stop_
     sim.run_until(sim.now_ns + 1000 * MS)
 
     assert (peer.incarnation == incarnation) == paused, "a paused replica was stopped (killed) with the cluster"
+
+
+def test_a_disk_fault_never_hits_the_only_replica_trusted_with_every_committed_write(monkeypatch):
+    """The simulator's seed 2387 (denser faults): the ISR was node 3 alone, the ELR empty (node 2
+    had died in a flush, so its restart was unclean), and node 3's disk went — two replicas' worth
+    of loss; the partition stayed offline, by design. A disk fault hits a replica only while the
+    coordinator trusts another one, still running, with every committed write."""
+    sim = Simulator(5, SimConfig(faults=()))
+    sim.build()
+    sim.run_until(sim.now_ns + 2000 * MS)
+    monkeypatch.setattr(sim_disk, "DISK_FAULTS", ("wipe",))
+    coordinator = sim.coordinator()
+    alone = sim.hosts["replica/sim/0/n3"].actor.incarnation
+    coordinator.partitions[("sim", 0)] = msgspec.structs.replace(
+        coordinator.partitions[("sim", 0)], isr=[3], isr_incarnations={3: alone}, elr={})
+
+    assert sim.disk.inject(target="replica/sim/0/n3") is None
+    assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"  # node 3 still holds everything
 
 
 # ---------------------------------------------------------------------------- the share ledger
