@@ -235,8 +235,12 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         self.state = "joining"
         if any(kind == "join" for kind, *_ in self.pending.values()):
             return []  # one join in flight (each answer is an identity): its answer, or its timeout, comes
-        for correlation in [c for c, (kind, *_) in self.pending.items() if kind == "sync"]:
-            del self.pending[correlation]  # rejoining: an earlier sync's answer is no longer wanted
+        for correlation in [c for c, (kind, *_) in self.pending.items() if kind in ("sync", "positions")]:
+            # Rejoining: an earlier sync's answer, or the committed offsets asked for an earlier
+            # generation's partitions, are no longer wanted — and such a request timing out must
+            # not unseat the membership of a later generation (the simulator's seed 2423: it did,
+            # and the member joined again without revoking what it held).
+            del self.pending[correlation]
         subscription = Subscription(topics=list(self.topics), owned=[tuple(tp) for tp in self.owned])
         request = JoinGroupRequest(
             correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,

@@ -241,6 +241,41 @@ def test_a_cooperative_member_revokes_only_what_moved_away_then_rejoins():
     assert stage.member.state == "joining"
 
 
+def test_an_earlier_generations_unanswered_positions_request_does_not_unseat_the_member(stage):
+    """The simulator's seed 2423 (denser faults): the committed offsets asked for generation 3's
+    partitions were never answered; the member joined generation 4 and held a partition there,
+    then the old request timed out and put it back to "unjoined" — it joined generation 5 without
+    revoking what it held, and two members held that partition in one generation. Rejoining drops
+    what an earlier generation still waits for, as it drops an earlier SyncGroup."""
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata()
+    first = stage.to_groups(JoinGroupRequest)
+    stage.answer(JoinGroupResponse(correlation_id=first.correlation_id, generation=3, protocol_name="range",
+                                   leader="c0-m", member_id="c1-m"))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 1))))
+    stage.to_groups(OffsetFetchRequest)  # never answered
+    stage.heartbeat_answer(ErrorCode.REBALANCE_IN_PROGRESS)
+    stage.command("revoked")
+    again = stage.to_groups(JoinGroupRequest)
+    stage.answer(JoinGroupResponse(correlation_id=again.correlation_id, generation=4, protocol_name="range",
+                                   leader="c0-m", member_id="c1-m"))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 0))))
+    fetch = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id,
+                                     offsets=[OffsetEntry(topic="orders", partition=0, offset=5)]))
+    assert (stage.member.state, stage.member.generation, stage.member.owned) == ("stable", 4, [("orders", 0)])
+
+    for _ in range(110):  # past the first request's timeout (30 s), answering every heartbeat
+        stage.harness.advance(HEARTBEAT_MS)
+        for beat in stage.harness.take(GROUPS, HeartbeatRequest):
+            stage.answer(HeartbeatResponse(correlation_id=beat.correlation_id))
+
+    assert (stage.member.state, stage.member.generation, stage.member.owned) == ("stable", 4, [("orders", 0)])
+    assert stage.harness.take(GROUPS, JoinGroupRequest) == []
+
+
 @pytest.mark.parametrize("code, keeps_id", [(ErrorCode.ILLEGAL_GENERATION, True),
                                             (ErrorCode.UNKNOWN_MEMBER_ID, False)])
 def test_a_fenced_generation_loses_the_partitions_without_a_commit_and_rejoins(stage, code, keeps_id):
