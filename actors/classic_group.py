@@ -12,7 +12,8 @@ generation and a known member id are accepted, which is what fences zombies: a m
 stalled past its session timeout comes back to ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and its
 commits are refused. Static members (KIP-345, `group_instance_id`) that rejoin while the group is
 Stable take over their old identity and assignment without a rebalance; the identity they
-replaced is fenced (FENCED_INSTANCE_ID).
+replaced is fenced (FENCED_INSTANCE_ID). "Rejoin" means another process: the one holding the
+instance that asks again without its member id (a retry, a duplicate) gets the id it has.
 
 The group coordinator owns persistence and timers; this class is the per-group state machine.
 It returns effects (replies) and never touches storage.
@@ -98,8 +99,20 @@ class ClassicGroup:
             if member_id and member_id != known:
                 return [self._join_error(sender, request, ErrorCode.FENCED_INSTANCE_ID,
                                          f"instance {request.group_instance_id} is now member {known}")]
-            if not member_id:
+            mine = self.members.get(known)
+            if not member_id and (mine is None or mine.address != sender):
                 return self._static_rejoin(request, sender, now_ns, known, new_member_id)
+            if not member_id:
+                # The very process that holds the instance asks again (a retry after a timeout, a
+                # duplicate): it is that member, not a newer instance. A new member id would fence
+                # the answer it already took (the simulator's seed 3192: a static member died of
+                # FENCED_INSTANCE_ID after its own join came twice).
+                member_id = known
+                if self.state == STABLE and mine.protocols == list(request.protocols):
+                    mine.last_heartbeat_ns = now_ns
+                    return [Send(sender, JoinGroupResponse(
+                        correlation_id=request.correlation_id, generation=self.generation,
+                        protocol_name=self.protocol_name, leader=self.leader, member_id=known))]
         if member_id and member_id not in self.members:
             return [self._join_error(sender, request, ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"member {member_id} is not in group {self.group_id}; rejoin without an id")]
@@ -138,6 +151,7 @@ class ClassicGroup:
                 correlation_id=old.sync_waiter[1], error=ErrorCode.FENCED_INSTANCE_ID, error_message=fenced)))
         member = Member.joining(new_id, request, now_ns)
         member.assignment = old.assignment
+        member.address = sender
         self.members[new_id] = member
         self.static[request.group_instance_id] = new_id
         if self.leader == old_id:

@@ -43,17 +43,19 @@ class Members:
         return effects
 
     def join(self, name: str, *, protocols=("range",), instance: str | None = None, known: bool = True,
-             session_ms: int = SESSION_MS, rebalance_ms: int = REBALANCE_MS) -> list:
+             session_ms: int = SESSION_MS, rebalance_ms: int = REBALANCE_MS, sender: str | None = None) -> list:
+        """`sender`: where the request comes from (default `name`); another sender is another
+        process of the same member (a restart)."""
         self.minted += 1
         self.correlation += 1
         request = JoinGroupRequest(
             correlation_id=self.correlation, group_id="g", member_id=self.ids.get(name, "") if known else "",
             group_instance_id=instance, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
             protocols=[GroupProtocol(name=p, metadata=f"{name}:{p}".encode()) for p in protocols])
-        return self._run(self.group.join(request, name, self.now_ns, f"{name}-{self.minted}"))
+        return self._run(self.group.join(request, sender or name, self.now_ns, f"{name}-{self.minted}"))
 
     def sync(self, name: str, assignments: dict[str, bytes] | None = None, *, generation: int | None = None,
-             instance: str | None = None, member_id: str | None = None) -> list:
+             instance: str | None = None, member_id: str | None = None, sender: str | None = None) -> list:
         self.correlation += 1
         request = SyncGroupRequest(
             correlation_id=self.correlation, group_id="g",
@@ -61,7 +63,7 @@ class Members:
             member_id=self.ids[name] if member_id is None else member_id, group_instance_id=instance,
             assignments=[MemberAssignment(member_id=self.ids[n], assignment=a)
                          for n, a in (assignments or {}).items()])
-        return self._run(self.group.sync(request, name, self.now_ns))
+        return self._run(self.group.sync(request, sender or name, self.now_ns))
 
     def heartbeat(self, name: str, *, generation: int | None = None, member_id: str | None = None,
                   instance: str | None = None) -> HeartbeatResponse:
@@ -88,16 +90,16 @@ class Members:
             effects += self._run(self.group.tick(self.now_ns))
         return effects
 
-    def joined(self, name: str) -> JoinGroupResponse:
+    def joined(self, name: str, sender: str | None = None) -> JoinGroupResponse:
         """The last join answer `name` got; remembers its member id."""
-        answers = messages(self.effects, JoinGroupResponse, to=name)
+        answers = messages(self.effects, JoinGroupResponse, to=sender or name)
         assert answers, f"{name} has no join answer"
         if answers[-1].error == ErrorCode.NONE:
             self.ids[name] = answers[-1].member_id
         return answers[-1]
 
-    def synced(self, name: str) -> SyncGroupResponse:
-        answers = messages(self.effects, SyncGroupResponse, to=name)
+    def synced(self, name: str, sender: str | None = None) -> SyncGroupResponse:
+        answers = messages(self.effects, SyncGroupResponse, to=sender or name)
         assert answers, f"{name} has no sync answer"
         return answers[-1]
 
@@ -392,14 +394,14 @@ def test_a_static_member_that_restarts_takes_over_its_identity_without_a_rebalan
     members.sync("b" if leader == "a" else "a")
     old_id, generation = members.ids["a"], members.group.generation
 
-    members.join("a", instance="host-a", known=False)
+    members.join("a", instance="host-a", known=False, sender="a-restarted")  # the restarted process
 
-    answer = members.joined("a")
+    answer = members.joined("a", sender="a-restarted")
     assert answer.error == ErrorCode.NONE and answer.generation == generation
     assert answer.member_id != old_id
     assert members.group.state == STABLE
-    members.sync("a", instance="host-a")
-    assert members.synced("a").assignment == b"parts-of-a"
+    members.sync("a", instance="host-a", sender="a-restarted")
+    assert members.synced("a", sender="a-restarted").assignment == b"parts-of-a"
     assert traces(members.effects, "static-member-replaced")
 
 
@@ -410,8 +412,8 @@ def test_the_replaced_static_identity_is_fenced():
     members.joined("a")
     members.sync("a", {"a": b"x"})
     old_id = members.ids["a"]
-    members.join("a", instance="host-a", known=False)
-    members.joined("a")
+    members.join("a", instance="host-a", known=False, sender="a-restarted")  # the restarted process
+    members.joined("a", sender="a-restarted")
 
     zombie = members.heartbeat("a", member_id=old_id, instance="host-a")
     members.ids["zombie"] = old_id
@@ -437,6 +439,30 @@ def test_a_static_members_join_sent_again_by_the_same_process_is_not_fenced():
     assert answer.error == ErrorCode.NONE and other.error == ErrorCode.NONE
     assert sorted(members.group.members) == sorted([members.ids["a"], members.ids["b"]])
     assert members.group.static["host-a"] == members.ids["a"]
+
+
+def test_a_stable_static_members_join_sent_again_by_the_same_process_keeps_its_member_id():
+    """The simulator's seed 3192 (denser faults): a restarted static member's join reached the
+    coordinator twice; the first took over the instance and was answered at once (the group was
+    stable), the second made yet another member id and fenced the first — the id the member had
+    taken. Its SyncGroup got FENCED_INSTANCE_ID, fatal: the group never settled. The same process
+    asking again is the same member: it gets the id it has."""
+    members = Members()
+    members.join("a", instance="host-a")
+    members.advance(INITIAL_DELAY_MS + 50)
+    members.joined("a")
+    members.sync("a", {"a": b"x"})
+    members.join("a", instance="host-a", known=False, sender="a-restarted")  # takes over at once
+    taken = members.joined("a", sender="a-restarted")
+
+    members.join("a", instance="host-a", known=False, sender="a-restarted")  # its join, a second time
+
+    again = members.joined("a", sender="a-restarted")
+    assert again.error == ErrorCode.NONE and again.member_id == taken.member_id
+    members.sync("a", instance="host-a", sender="a-restarted")
+    synced = members.synced("a", sender="a-restarted")
+    assert synced.error == ErrorCode.NONE and synced.assignment == b"x"
+    assert members.group.state == STABLE
 
 
 def test_a_static_member_that_changed_its_subscription_causes_a_rebalance():

@@ -58,16 +58,16 @@ class Stage:
         return self.correlation
 
     def join(self, name: str, *, group: str = "g", instance: str | None = None, session_ms: int = 10_000,
-             member_id: str | None = None) -> list:
+             member_id: str | None = None, sender: str | None = None) -> list:
         request = JoinGroupRequest(
             correlation_id=self.next_correlation(), group_id=group,
             member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
             client_id=name, session_timeout_ms=session_ms, rebalance_timeout_ms=5_000,
             protocols=[GroupProtocol(name="range", metadata=name.encode())])
-        return self.ask(name, request)
+        return self.ask(sender or name, request)  # another sender: another process of that member
 
-    def joined(self, name: str) -> JoinGroupResponse:
-        response = self.harness.received(name, JoinGroupResponse)[-1]
+    def joined(self, name: str, sender: str | None = None) -> JoinGroupResponse:
+        response = self.harness.received(sender or name, JoinGroupResponse)[-1]
         if response.error == ErrorCode.NONE:
             self.ids[name] = response.member_id
         return response
@@ -258,8 +258,8 @@ def test_a_member_commit_to_a_group_that_does_not_exist_is_refused(stage):
 def test_a_commit_from_a_replaced_static_instance_is_fenced(stage):
     generation = stage.stable("a", instances={"a": "host-a"})
     old_id = stage.ids["a"]
-    stage.join("a", instance="host-a", member_id="")  # the restarted process takes over
-    assert stage.joined("a").member_id != old_id
+    stage.join("a", instance="host-a", member_id="", sender="a-restarted")  # the restarted process takes over
+    assert stage.joined("a", sender="a-restarted").member_id != old_id
 
     response = only(stage.commit("a", {("orders", 0): 5}, generation=generation, member_id=old_id,
                                  instance="host-a"), OffsetCommitResponse)
