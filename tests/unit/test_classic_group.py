@@ -9,7 +9,6 @@ after every call.
 from __future__ import annotations
 
 import msgspec
-import pytest
 
 from actors.actor import MS
 from actors.classic_group import COMPLETING, EMPTY, PREPARING, STABLE, ClassicGroup
