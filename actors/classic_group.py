@@ -99,10 +99,10 @@ class ClassicGroup:
             if member_id and member_id != known:
                 return [self._join_error(sender, request, ErrorCode.FENCED_INSTANCE_ID,
                                          f"instance {request.group_instance_id} is now member {known}")]
-            mine = self.members.get(known)
-            if not member_id and (mine is None or mine.address != sender):
-                return self._static_rejoin(request, sender, now_ns, known, new_member_id)
             if not member_id:
+                mine = self.members.get(known)
+                if mine is None or mine.address != sender:
+                    return self._static_rejoin(request, sender, now_ns, known, new_member_id)
                 # The very process that holds the instance asks again (a retry after a timeout, a
                 # duplicate): it is that member, not a newer instance. A new member id would fence
                 # the answer it already took (the simulator's seed 3192: a static member died of

@@ -242,11 +242,7 @@ def member_synced(assignment_bytes: bytes) -> MemberStage:
     stage = MemberStage()
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
-    join = stage.to_groups(JoinGroupRequest)
-    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
-                                   leader="c0-m", member_id="c1-m"))
-    sync = stage.to_groups(SyncGroupRequest)
-    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment_bytes))
+    stage.join_as_follower(1, assignment_bytes)
     return stage
 
 

@@ -101,6 +101,15 @@ class Stage:
             OffsetEntry(topic=t, partition=p, offset=10 * (p + 1)) for t, p in partitions]))
         assert self.member.state == "stable"
 
+    def join_as_follower(self, generation: int, assignment_bytes: bytes) -> None:
+        """Answer the member's JoinGroup as a follower of c0-m, then its SyncGroup with
+        `assignment_bytes`."""
+        join = self.to_groups(JoinGroupRequest)
+        self.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation,
+                                      protocol_name="range", leader="c0-m", member_id="c1-m"))
+        sync = self.to_groups(SyncGroupRequest)
+        self.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment_bytes))
+
     def heartbeat_answer(self, error: int) -> list:
         self.harness.advance(HEARTBEAT_MS)
         beat = self.to_groups(HeartbeatRequest)
@@ -249,19 +258,11 @@ def test_an_earlier_generations_unanswered_positions_request_does_not_unseat_the
     what an earlier generation still waits for, as it drops an earlier SyncGroup."""
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
-    first = stage.to_groups(JoinGroupRequest)
-    stage.answer(JoinGroupResponse(correlation_id=first.correlation_id, generation=3, protocol_name="range",
-                                   leader="c0-m", member_id="c1-m"))
-    sync = stage.to_groups(SyncGroupRequest)
-    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 1))))
+    stage.join_as_follower(3, assignment(("orders", 1)))
     stage.to_groups(OffsetFetchRequest)  # never answered
     stage.heartbeat_answer(ErrorCode.REBALANCE_IN_PROGRESS)
     stage.command("revoked")
-    again = stage.to_groups(JoinGroupRequest)
-    stage.answer(JoinGroupResponse(correlation_id=again.correlation_id, generation=4, protocol_name="range",
-                                   leader="c0-m", member_id="c1-m"))
-    sync = stage.to_groups(SyncGroupRequest)
-    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(("orders", 0))))
+    stage.join_as_follower(4, assignment(("orders", 0)))
     fetch = stage.to_groups(OffsetFetchRequest)
     stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id,
                                      offsets=[OffsetEntry(topic="orders", partition=0, offset=5)]))
