@@ -57,7 +57,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
                  "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked", "reset_ns",
-                 "resetting_out_of_range", "failing")
+                 "resetting_out_of_range", "failing", "epoch_floor", "floor_correlation")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -79,6 +79,12 @@ class PartitionFetch:
         self.reset_ns: int | None = None
         self.resetting_out_of_range = False
         self.failing = 0  # the error no retry cures that the leader answers with, told once (0: none)
+        # The leader epoch the committed position was read under (KIP-320; -1: none): no fetch
+        # goes out with metadata older than it (a deposed leader may lack the records before the
+        # position), unless a metadata answer asked after it was known (after request
+        # `floor_correlation`) still names an older epoch: the topic was made again.
+        self.epoch_floor = -1
+        self.floor_correlation = 0
 
 
 class ConsumerClient(FetchLoop, LeaderAnswers):
@@ -95,6 +101,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         self.correlation = 0
         self.metadata_correlation = 0
         self.metadata_answered_ns = -(1 << 62)  # when the last metadata request was answered
+        self.metadata_answered_correlation = 0  # and which request that was
         self.member: Any = None  # the group membership state machine, when the consumer is in a group
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
 
@@ -168,9 +175,10 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
     # ------------------------------------------------------------------ assignment and positions
 
     def assign(self, partitions: list[tuple[str, int]], now_ns: int,
-               positions: dict[tuple[str, int], int] | None = None, epoch: int = 0) -> list[Effect]:
+               positions: dict[tuple[str, int], int] | None = None, epoch: int = 0,
+               leader_epochs: dict[tuple[str, int], int] | None = None) -> list[Effect]:
         """Replace the assignment. Kept partitions keep their position; new ones start from
-        `positions` or from `auto_offset_reset`."""
+        `positions` (read under `leader_epochs`, when known) or from `auto_offset_reset`."""
         wanted = set(partitions)
         for key in [key for key in self.fetches if key not in wanted]:
             fetch = self.fetches.pop(key)
@@ -184,6 +192,8 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
                 position = (positions or {}).get(key)
                 if position is not None and position >= 0:
                     fetch.position = position
+                    fetch.epoch_floor = (leader_epochs or {}).get(key, -1)
+                    fetch.floor_correlation = self.correlation
                     effects.append(Notify("position", (key[0], key[1], fetch.session, position)))
                 else:
                     fetch.reset = self._default_reset()
@@ -303,6 +313,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         if self.metadata_correlation and response.correlation_id == self.metadata_correlation:
             self.metadata_correlation = 0
             self.metadata_answered_ns = now_ns
+            self.metadata_answered_correlation = response.correlation_id
         checked = [checked_topic(topic) for topic in response.topics]
         in_use = {topic for topic, _ in self.fetches} | set(self.metadata_topics) | set(
             self.member.topics if self.member is not None else ())
@@ -322,6 +333,14 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         if self.unreachable.get(entry.leader_endpoint, 0) > now_ns:
             return "", -1
         return entry.leader_endpoint, entry.leader_epoch
+
+    def known_leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch the metadata names for a partition (-1: none known): what a commit of
+        its offset carries."""
+        metadata = self.topics.get(topic)
+        if metadata is None or not 0 <= partition < len(metadata.partitions):
+            return -1
+        return metadata.partitions[partition].leader_epoch
 
     def _topic_id(self, topic: str) -> int:
         known = self.topics.get(topic)

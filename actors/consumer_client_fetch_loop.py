@@ -15,6 +15,12 @@ is its own idea:
   A position that is not known yet is resolved first, with ListOffsets at the leader; a
   partition with neither a position nor an `auto_offset_reset` policy is reported to the shell
   once, and waits for a seek.
+- A position read from a committed offset is not fetched with metadata older than the leader
+  epoch it was committed under (KIP-320, Kafka's cure for KAFKA-6262): a deposed leader that has
+  not heard of its successor may lack the records before it, answer OFFSET_OUT_OF_RANGE, and
+  the reset would rewind the group or skip records. The loop asks metadata instead; an answer
+  to a request asked after the position was known that still names an older epoch is the
+  coordinator's word (a topic deleted and made again starts its epochs over) and is followed.
 - A partition without a usable leader makes the loop ask metadata, but not at once after an
   answer that named no usable leader (the controller may not know of the death yet): the tick
   asks again, as Kafka's retry.backoff.ms waits.
@@ -26,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actors.actor import MS
-from actors.effects import Effect, Notify, Send
+from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import FetchRequest, ListOffsetsRequest
 
@@ -55,6 +61,14 @@ class FetchLoop:
         room = self._fetch_room()
         for index, fetch in ready:
             endpoint, epoch = self._leader(fetch.topic, fetch.partition, now_ns)
+            if endpoint and epoch < fetch.epoch_floor:
+                if self.metadata_answered_correlation <= fetch.floor_correlation:
+                    endpoint = ""  # older than the epoch the position was read under: ask who leads now
+                else:
+                    effects.append(Trace("committed-epoch-superseded", {
+                        "topic": fetch.topic, "partition": fetch.partition, "committed_epoch": fetch.epoch_floor,
+                        "leader_epoch": epoch}))
+                    fetch.epoch_floor = -1  # asked since, and still older: the coordinator's word (a topic made again)
             if not endpoint:
                 missing.add(fetch.topic)
                 continue

@@ -12,8 +12,9 @@ sends SyncGroup; this class never computes an assignment, it only takes one:
 - Cooperative (KIP-429): the member keeps what it owns and revokes only what the new assignment
   moves away (in the user's thread: a ("revoke", ...) notification), then rejoins so the new
   owner can have it.
-- Positions of newly assigned partitions come from the group's committed offsets, or
-  `auto_offset_reset` (the consumer client's, for a partition with none). An answer about an
+- Positions of newly assigned partitions come from the group's committed offsets (with the
+  leader epoch each was committed under), or `auto_offset_reset` (the consumer client's, for a
+  partition with none). An answer about an
   earlier generation, or one that comes after the member stopped being stable or revoking,
   changes nothing. The shell hears ("assigned", ...) once the positions are known.
 """
@@ -88,6 +89,7 @@ class AssignmentIntake:
         if generation != self.generation or self.state not in ("stable", "revoking"):
             return []
         positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
+        epochs = {(entry.topic, entry.partition): entry.leader_epoch for entry in response.offsets if entry.offset >= 0}
         self.owned = sorted(set(self.owned) | set(added))
-        effects = self.client.assign(self.owned, now_ns, positions)
+        effects = self.client.assign(self.owned, now_ns, positions, leader_epochs=epochs)
         return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects

@@ -4,7 +4,9 @@ and committed-offsets lookups.
 A mixin of `ConsumerMember` (actors/consumer_member.py), kept apart because offsets have their
 own rules:
 - A commit is asked only in a generation the member is in (stable, or revoking before it
-  rejoins); otherwise the caller hears REBALANCE_IN_PROGRESS. With no coordinator known, a
+  rejoins); otherwise the caller hears REBALANCE_IN_PROGRESS. Each offset carries the leader
+  epoch the consumer knows for its partition (KIP-320): whoever starts from it later reads with
+  metadata at least that new (actors/consumer_client_fetch_loop.py). With no coordinator known, a
   user's request is refused at once (COORDINATOR_NOT_AVAILABLE) and the metadata asked for finds
   it for the next call.
 - A commit's answer holds one result per offset (with its own error code). An offset it has no
@@ -36,7 +38,8 @@ def _unconfirmed(asked: list[OffsetEntry], results: list[OffsetEntry]) -> list[t
 
 class MemberOffsets:
     def _commit(self, command: ClientCommand, now_ns: int) -> list[Effect]:
-        offsets = [OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata)
+        offsets = [OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata,
+                               leader_epoch=self.client.known_leader_epoch(topic, partition))
                    for topic, partition, offset, metadata in command.arguments["offsets"]]
         if self.state not in ("stable", "revoking") or self.generation < 0:
             return [Notify("result", (command.token, None, RailmqError(

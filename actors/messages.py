@@ -592,6 +592,9 @@ class OffsetEntry(msgspec.Struct, omit_defaults=True, kw_only=True):
     metadata: str = ""
     commit_timestamp_ms: int = -1
     error: int = 0
+    # The leader epoch the offset was read under (KIP-320; -1: unknown). A consumer starting from
+    # it fetches with metadata no older than that epoch, never at a deposed leader.
+    leader_epoch: int = -1
 
 
 class OffsetCommitRequest(Message, kw_only=True):
