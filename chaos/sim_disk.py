@@ -90,7 +90,10 @@ class DiskFaults:
         ELR member): losing the disk of the only one is two replicas' worth of loss when the others
         left the ISR by losing their unflushed tails or falling behind, beyond the promise (seed
         2387 of a denser-fault sweep: the ISR was [3] after node 2 died in a flush, and node 3's
-        disk went; the partition stayed offline, by design)."""
+        disk went; the partition stayed offline, by design). A paused replica does not count: it
+        may be dropped from the ISR as dead before it resumes (seed 3685 of the same sweep: node 2
+        paused, node 3 dead, node 1's disk wiped; the coordinator dropped node 2, then node 3 for
+        its unclean restart, and the ISR was node 1 alone, with nothing on its disk)."""
         coordinator = self.sim.coordinator()
         topic, partition = key = host.state["topic_partition"]
         record = coordinator.partitions.get(key) if coordinator is not None else None
@@ -100,7 +103,8 @@ class DiskFaults:
         for node, incarnation in trusted.items():
             peer = self.sim.hosts.get(f"replica/{topic}/{partition}/n{node}")
             # The incarnation the coordinator trusts, still running (0: not yet seen, any one).
-            if node != host.node and peer is not None and peer.alive and incarnation in (0, peer.actor.incarnation):
+            if node != host.node and peer is not None and peer.alive and peer.paused_until_ns <= self.sim.now_ns \
+                    and incarnation in (0, peer.actor.incarnation):
                 return True
         return False
 

@@ -264,6 +264,26 @@ def test_a_disk_fault_never_hits_the_only_replica_trusted_with_every_committed_w
     assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"  # node 3 still holds everything
 
 
+
+def test_a_paused_replica_is_not_counted_on_to_hold_what_a_disk_fault_takes(monkeypatch):
+    """The simulator's seed 3685 (denser faults): node 3 dead, node 2 paused for 1.8 s, and node
+    1's disk wiped; the coordinator dropped node 2 from the ISR as dead, then node 3 for its
+    unclean restart, and elected node 1 alone with nothing on its disk. A paused replica may be
+    dropped from the ISR before it resumes: it is no holder to count on."""
+    sim = Simulator(5, SimConfig(faults=()))
+    sim.build()
+    sim.run_until(sim.now_ns + 2000 * MS)
+    monkeypatch.setattr(sim_disk, "DISK_FAULTS", ("wipe",))
+    coordinator = sim.coordinator()
+    record = coordinator.partitions[("sim", 0)]
+    coordinator.partitions[("sim", 0)] = msgspec.structs.replace(
+        record, isr=[1, 2], isr_incarnations={node: record.isr_incarnations.get(node, 0) for node in (1, 2)}, elr={})
+    sim.hosts["replica/sim/0/n2"].paused_until_ns = sim.now_ns + 1800 * MS
+
+    assert sim.disk.inject(target="replica/sim/0/n1") is None
+    sim.hosts["replica/sim/0/n2"].paused_until_ns = sim.now_ns
+    assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"  # resumed: node 2 holds everything
+
 # ---------------------------------------------------------------------------- the share ledger
 
 
