@@ -27,7 +27,8 @@ The promise checked is the one railmq makes: no acknowledged write is lost while
 partition's replicas keep their data. A topic flushed by interval keeps data a crash can lose
 (the unflushed tail), so in such a seed two replicas of one partition never lose data (crash,
 disk fault, flush crash) within `unflushed_window_ms` of each other: that is enough time for
-every other replica, even one paused meanwhile, to have flushed what it held.
+every other replica, even one paused meanwhile, to have flushed what it held. And whatever the
+flush policy, no replica is killed while another of its partition waits to repair a damaged disk.
 """
 
 from __future__ import annotations
@@ -152,11 +153,23 @@ class Faults:
         sim.schedule(sim.now_ns + delay_ms * MS, tell)
 
     def may_lose_data(self, name: str) -> bool:
-        """Whether `name` may lose unflushed or flushed data now (see the module docstring)."""
+        """Whether `name` may lose unflushed or flushed data now (see the module docstring).
+
+        Never while another replica of its partition has a damaged disk not repaired yet, whatever
+        the flush policy: a replica killed then is one the coordinator cannot know lost nothing
+        (an unclean restart leaves the ELR, KIP-966), so with the damaged one it is two replicas'
+        worth (seed 5140 of a denser sweep with five nodes, flushing every batch: a flipped byte
+        waited for a leader to repair from, the ELR member was killed, the third replica had left
+        the ISR, and nothing was left to elect)."""
         host = self.sim.hosts[name]
-        if host.kind != "replica" or self.sim.plan.flush_policy != "interval":
+        if host.kind != "replica":
             return True
-        last = self.lost_data_ns.get(host.state["topic_partition"])
+        key = host.state["topic_partition"]
+        if self.sim.disk.damaged.get(key, name) != name and not self.sim.disk.free(key):
+            return False
+        if self.sim.plan.flush_policy != "interval":
+            return True
+        last = self.lost_data_ns.get(key)
         return last is None or self.sim.now_ns - last > self.unflushed_window_ns
 
     # ------------------------------------------------------------------ flushes

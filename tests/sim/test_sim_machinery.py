@@ -284,6 +284,29 @@ def test_a_paused_replica_is_not_counted_on_to_hold_what_a_disk_fault_takes(monk
     sim.hosts["replica/sim/0/n2"].paused_until_ns = sim.now_ns
     assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"  # resumed: node 2 holds everything
 
+
+@pytest.mark.parametrize("policy", ["every_batch", "interval"])
+def test_no_replica_is_killed_while_another_of_its_partition_waits_to_repair_its_disk(policy, monkeypatch):
+    """The simulator's seed 5140 (five nodes, denser faults, flushing every batch): a flipped byte
+    waited for a leader to repair from, the ELR member was killed (an unclean restart leaves the
+    ELR: the coordinator cannot know it lost nothing), the third replica had left the ISR, and
+    nothing was left to elect. While a damaged replica is not repaired, no other replica of its
+    partition takes a fault that may lose data; the damaged one itself may."""
+    sim = Simulator(5, SimConfig(faults=(), flush_policy=policy))
+    sim.build()
+    sim.run_until(sim.now_ns + 2000 * MS)
+    monkeypatch.setattr(sim_disk, "DISK_FAULTS", ("wipe",))
+
+    assert sim.faults.may_lose_data("replica/sim/0/n2")
+    assert sim.disk.inject(target="replica/sim/0/n1") == "wipe"
+
+    assert not sim.faults.may_lose_data("replica/sim/0/n2")
+    assert not sim.faults.may_lose_data("replica/sim/0/n3")
+    assert sim.faults.may_lose_data("replica/sim/1/n2")  # another partition
+    sim.run_until(sim.now_ns + 6000 * MS)  # repaired from the leader, back in the ISR, the unflushed window over
+    assert sim.faults.may_lose_data("replica/sim/0/n2")
+
+
 # ---------------------------------------------------------------------------- the share ledger
 
 

@@ -49,6 +49,10 @@ REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45, 20326, 20559, 20606, 20904, 30
 # the share ledger reading a coordinator's clock jump as an early redelivery (2274).
 DENSE_FAULTS = SimConfig(fault_interval_ms=(150, 600), duration_ms=12_000)
 DENSE_REGRESSION_SEEDS = [2097, 2220, 2274, 2387, 2423, 3192, 3476, 3685]
+# The same faults over five nodes and six partitions: the simulator killing a replica while
+# another of its partition waited to repair its disk (5140).
+WIDE_DENSE_FAULTS = SimConfig(nodes=5, partitions=6, fault_interval_ms=(150, 600), duration_ms=12_000)
+WIDE_DENSE_REGRESSION_SEEDS = [5140]
 # The seed-171 story, in the sweep: with the member rejoining before its user's thread answered a
 # revocation (as it did before the fix), a partition reaches its next owner while the member
 # still works on it. tests/unit/test_consumer_member.py replays the original consequence step by
@@ -118,6 +122,12 @@ def test_regression_seeds_pass(seed):
 @pytest.mark.parametrize("seed", DENSE_REGRESSION_SEEDS)
 def test_regression_seeds_with_denser_faults_pass(seed):
     simulate(seed, DENSE_FAULTS).raise_for_problems()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", WIDE_DENSE_REGRESSION_SEEDS)
+def test_regression_seeds_with_denser_faults_on_five_nodes_pass(seed):
+    simulate(seed, WIDE_DENSE_FAULTS).raise_for_problems()
 
 
 @pytest.mark.timeout(60)
