@@ -204,7 +204,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     share_acquires_parked_max: int = 1000
     share_acquire_wait_max_ms: int = 30_000
     # While acquires wait for new records, the coordinator re-reads the partition's high watermark
-    # (ListOffsets to the leader) at most this often: the added delivery latency, bounded.
+    # (a ListOffsets long poll at the leader: answered when it moves) at most this often.
     share_high_watermark_refresh_ms: int = 20
     # Requests the coordinator sends (metadata, ListOffsets, Fetch, Produce) are given up and
     # retried after this long without an answer.

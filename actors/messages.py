@@ -472,6 +472,10 @@ class ListOffsetsRequest(Message, kw_only=True):
     topic_id: int = 0  # the topic id from metadata; 0: unchecked (older clients)
     timestamp_ms: int  # -2: earliest, -1: latest (high watermark), otherwise a time
     leader_epoch: int = -1  # the epoch the caller believes current, checked as a fetch's is; -1: unchecked
+    # A long poll, for latest only: the leader answers once its high watermark passes
+    # `wait_past_offset`, or when `max_wait_ms` (capped by fetch_wait_max_ms) has passed.
+    wait_past_offset: int = -1
+    max_wait_ms: int = 0
 
 
 class ListOffsetsResponse(Message, kw_only=True):

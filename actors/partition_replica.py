@@ -172,7 +172,7 @@ class PartitionReplica(FetchServing):
             case FetchResponse():
                 return self.follower.on_fetch_response(message, now_ns) if self.follower else []
             case ListOffsetsRequest():
-                return [Send(sender, self._list_offsets(message))]
+                return self._on_list_offsets(message, sender, now_ns)
             case ReplicaHeartbeatResponse():
                 return self._on_heartbeat_response(message, now_ns)
             case AlterIsrResponse():
@@ -342,7 +342,7 @@ class PartitionReplica(FetchServing):
         # cluster has given up on (paused, cut off) and be appended when it comes back.
         isr = self.state.isr
         left = self._answer_parked(lambda parked: self._read(parked.request)
-                                   if 0 <= parked.request.replica and parked.request.replica not in isr else None,
+                                   if 0 <= parked.replica and parked.replica not in isr else None,
                                    now_ns)
         return left + self.leader.after_log_growth(now_ns) + self.leader.complete_purgatory()
 

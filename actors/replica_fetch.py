@@ -28,12 +28,16 @@ LATEST, EARLIEST = -1, -2
 
 
 class ParkedFetch:
-    __slots__ = ("sender", "request", "deadline_ns")
+    """A fetch waiting for data, or a ListOffsets(latest) waiting for the high watermark to pass
+    its `wait_past_offset` (`replica` is -1 for both a consumer's fetch and a ListOffsets)."""
 
-    def __init__(self, sender: Any, request: FetchRequest, deadline_ns: int) -> None:
+    __slots__ = ("sender", "request", "deadline_ns", "replica")
+
+    def __init__(self, sender: Any, request: FetchRequest | ListOffsetsRequest, deadline_ns: int) -> None:
         self.sender = sender
         self.request = request
         self.deadline_ns = deadline_ns
+        self.replica = request.replica if isinstance(request, FetchRequest) else -1
 
 
 class FetchServing:
@@ -69,9 +73,12 @@ class FetchServing:
             return effects + [Send(sender, self._read(request))]
         if len(self.parked) >= self.limits.purgatory_fetch_max:
             return effects + [Send(sender, self._fetch_error(request, ErrorCode.BUSY, "too many waiting fetches"))]
+        return effects + self._park(sender, request, now_ns)
+
+    def _park(self, sender: Any, request: FetchRequest | ListOffsetsRequest, now_ns: int) -> list[Effect]:
         wait_ms = min(request.max_wait_ms, self.limits.fetch_wait_max_ms)
         self.parked.append(ParkedFetch(sender, request, now_ns + wait_ms * MS))
-        return effects + [SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked))]
+        return [SetTimer("fetch-expiry", min(parked.deadline_ns for parked in self.parked))]
 
     def _check_fetch(self, request: FetchRequest, now_ns: int) -> FetchResponse | None:
         misdirected = self.misdirected(request)
@@ -111,9 +118,12 @@ class FetchServing:
             return EpochEndOffset(epoch=epoch, end_offset=end_offset)
         return None
 
-    def _has_data(self, request: FetchRequest) -> bool:
+    def _has_data(self, request: FetchRequest | ListOffsetsRequest) -> bool:
         """Enough to answer now: any data, or with `min_bytes` above 1 that many bytes of whole
-        batches (Kafka's fetch.min.bytes: fewer, larger answers for a consumer that can wait)."""
+        batches (Kafka's fetch.min.bytes: fewer, larger answers for a consumer that can wait); for
+        a ListOffsets long poll, a high watermark past its offset."""
+        if isinstance(request, ListOffsetsRequest):
+            return self.high_watermark > request.wait_past_offset
         end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
         if end <= request.offset:
             return False
@@ -133,7 +143,9 @@ class FetchServing:
             return enough  # answer now: the read reports the problem
         return total
 
-    def _read(self, request: FetchRequest) -> FetchResponse:
+    def _read(self, request: FetchRequest | ListOffsetsRequest) -> FetchResponse | ListOffsetsResponse:
+        if isinstance(request, ListOffsetsRequest):
+            return self._list_offsets(request)
         bound = None if request.replica >= 0 else self.high_watermark
         max_bytes = min(request.max_bytes, self.limits.fetch_bytes_max)
         try:
@@ -156,7 +168,13 @@ class FetchServing:
             log_end_offset=self.log.log_end_offset, leader_epoch=self.leader.epoch if self.leader else -1,
             diverging_epoch=diverging, records=records)
 
-    def _fetch_error(self, request: FetchRequest, code: ErrorCode, text: str) -> FetchResponse:
+    def _fetch_error(self, request: FetchRequest | ListOffsetsRequest, code: ErrorCode,
+                     text: str) -> FetchResponse | ListOffsetsResponse:
+        if isinstance(request, ListOffsetsRequest):
+            return ListOffsetsResponse(correlation_id=request.correlation_id, topic=request.topic,
+                                       partition=request.partition, error=code, error_message=text,
+                                       log_start_offset=self.log.log_start_offset, high_watermark=self.high_watermark,
+                                       log_end_offset=self.log.log_end_offset)
         return FetchResponse(
             correlation_id=request.correlation_id, topic=request.topic, partition=request.partition, error=code,
             error_message=text, high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
@@ -181,7 +199,7 @@ class FetchServing:
         hastened = False
         for parked in self.parked:
             request = parked.request
-            if 0 <= request.replica and 0 <= request.high_watermark < self.high_watermark and parked.deadline_ns > soon_ns:
+            if 0 <= parked.replica and 0 <= request.high_watermark < self.high_watermark and parked.deadline_ns > soon_ns:
                 parked.deadline_ns = soon_ns
                 hastened = True
         if not hastened:
@@ -203,13 +221,23 @@ class FetchServing:
             if response is None:
                 waiting.append(parked)
                 continue
-            if now_ns is not None and self.leader is not None and parked.request.replica >= 0:
+            if now_ns is not None and self.leader is not None and parked.replica >= 0:
                 self.leader.note_parked_answered(parked.request, now_ns)
             effects.append(Send(parked.sender, response))
         self.parked = waiting
         return effects
 
     # ------------------------------------------------------------------ offsets
+
+    def _on_list_offsets(self, request: ListOffsetsRequest, sender: Any, now_ns: int) -> list[Effect]:
+        """Answer now, or — a long poll for latest whose offset the high watermark has not passed —
+        when it does, or when the wait ends. A full purgatory answers at once instead: the caller
+        asks again, as it would after the wait."""
+        response = self._list_offsets(request)
+        if (response.error != ErrorCode.NONE or request.timestamp_ms != LATEST or request.max_wait_ms <= 0
+                or self._has_data(request) or len(self.parked) >= self.limits.purgatory_fetch_max):
+            return [Send(sender, response)]
+        return self._park(sender, request, now_ns)
 
     def _list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         base = dict(correlation_id=request.correlation_id, topic=request.topic, partition=request.partition,

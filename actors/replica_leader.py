@@ -245,8 +245,8 @@ class LeaderRole:
     def followers_waiting_at_end(self) -> set[int]:
         """Followers whose fetch is parked here at the log end: each holds everything, now."""
         end = self.replica.log.log_end_offset
-        return {parked.request.replica for parked in self.replica.parked
-                if parked.request.replica >= 0 and parked.request.offset >= end}
+        return {parked.replica for parked in self.replica.parked
+                if parked.replica >= 0 and parked.request.offset >= end}
 
     def isr_check_deadline(self, now_ns: int) -> int | None:
         """When the ISR could next need a change with no new message: a pending change's answer

@@ -16,7 +16,9 @@ routes each answer by its `Outbound` kind and tells this class what came back.
   groups have members.
 - High watermarks come from the partition leader (ListOffsets, latest), at most one request in
   flight per partition and one per `share_high_watermark_refresh_ms`; no offset at or above the
-  last one read is ever handed out.
+  last one read is ever handed out. Once one is known, the request is a long poll: the leader
+  answers when its high watermark passes it, or after HIGH_WATERMARK_WAIT_MS — so acquires
+  waiting on an idle partition cost a request per wait, not one per refresh interval.
 - Every request carries a correlation id of its own and a deadline; `overdue` and `disconnected`
   name the ones that will never be answered, and `ShareGroups` fails them with a retriable
   error, so nothing waits for ever.
@@ -41,6 +43,9 @@ from actors.share_partition import SharePartition
 METADATA_REFRESH_MS = 5000
 # Metadata requests are at least this far apart (the tick sends one that had to wait).
 METADATA_INTERVAL_MIN_MS = 50
+# How long a leader may hold a high-watermark read that nothing new has answered (well within
+# share_request_timeout_ms, which fails a request never answered).
+HIGH_WATERMARK_WAIT_MS = 500
 
 
 class PartitionWatch:
@@ -151,10 +156,15 @@ class PartitionLeaders:
         if not endpoint:
             return self.refresh_leaders(key[0], now_ns)
         watch.sent_ns = now_ns
-        request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1)
+        known = watch.high_watermark
+        request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1,
+                                     wait_past_offset=known, max_wait_ms=self._high_watermark_wait_ms() if known >= 0 else 0)
         send = self.send_request("list-offsets", key, endpoint, request, now_ns)
         watch.correlation = send.message.correlation_id
         return [send]
+
+    def _high_watermark_wait_ms(self) -> int:
+        return min(HIGH_WATERMARK_WAIT_MS, self.limits.share_request_timeout_ms // 2)
 
     def high_watermark_refused(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
         """The leader refused a ListOffsets (or never answered): find out where the leader is now."""
