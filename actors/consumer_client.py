@@ -335,12 +335,15 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         return entry.leader_endpoint, entry.leader_epoch
 
     def known_leader_epoch(self, topic: str, partition: int) -> int:
-        """The leader epoch the metadata names for a partition (-1: none known): what a commit of
-        its offset carries."""
+        """The newest leader epoch known for a partition (-1: none): what a commit of its offset
+        carries — the metadata's, or the committed one its position started from, if newer (a
+        commit made before the metadata caught up must not lower the group's)."""
+        fetch = self.fetches.get((topic, partition))
+        floor = fetch.epoch_floor if fetch is not None else -1
         metadata = self.topics.get(topic)
         if metadata is None or not 0 <= partition < len(metadata.partitions):
-            return -1
-        return metadata.partitions[partition].leader_epoch
+            return floor
+        return max(floor, metadata.partitions[partition].leader_epoch)
 
     def _topic_id(self, topic: str) -> int:
         known = self.topics.get(topic)

@@ -155,3 +155,14 @@ def test_a_committed_offset_without_an_epoch_is_fetched_at_once():
 
     fetch = only(member.harness.take(DEPOSED, FetchRequest), FetchRequest)
     assert (fetch.offset, fetch.leader_epoch) == (20, 1)
+
+
+def test_a_commit_made_before_the_metadata_caught_up_keeps_the_committed_epoch():
+    member = Member()
+    member.subscribed(led(DEPOSED, 1, 1))
+    member.assigned_from([OffsetEntry(topic="orders", partition=0, offset=503, leader_epoch=2)])
+
+    member.command("commit", offsets=[("orders", 0, 503, "")])  # the metadata still names epoch 1
+    commit = member.to_groups(OffsetCommitRequest)
+
+    assert [(e.offset, e.leader_epoch) for e in commit.offsets] == [(503, 2)]
