@@ -82,6 +82,7 @@ class Coordinator(TopicAdmin, NodeLiveness):
         # (actors/node_liveness.py); at most one entry per node of the cluster. The agent ids are
         # kept in the state too; after a restart or failover each counts as heard at the start.
         self.node_owners: dict[int, tuple[str, int]] = {}
+        self.node_beats: dict[int, tuple[str, int]] = {}  # node -> (agent id, last heartbeat number taken)
         self.services: dict[str, Liveness] = {}
         self.started_ns = 0
         self.leaderless_check_ns = 0  # while a partition has no leader: when liveness is judged next

@@ -338,7 +338,9 @@ class ReplicaLiveness(msgspec.Struct, kw_only=True):
 class NodeHeartbeat(Message, kw_only=True):
     """A node agent's heartbeat for all the replicas of its nodes, every
     `replica_heartbeat_interval_ms` (Kafka's BrokerHeartbeat): which replica processes live and
-    answer, the reports that changed since the last one, and which assignments it has."""
+    answer, the reports that changed since the last one, and which assignments it has. An agent
+    numbers its heartbeats upwards (`correlation_id`): the coordinator ignores one numbered at or
+    below the last it took from the same agent, a delayed or duplicated copy."""
 
     correlation_id: int
     nodes: list[int]

@@ -13,6 +13,8 @@ carries the reports that changed since the last heartbeat. The coordinator
   from the network): the election does not wait out a session for what the agent already knows;
 - pushes the partition state again to a replica whose last report shows older epochs (a push it
   missed), at most once per session timeout;
+- ignores a heartbeat numbered at or below the last one taken from the same agent (a delayed
+  or duplicated copy: what it says is older than what was taken);
 - answers with the assignments only when they changed (`assignments_version`), and asks for every
   report (`full_report_wanted`) when it lacks one, as after its own restart.
 """
@@ -51,6 +53,8 @@ class NodeLiveness:
             code, text = refusal
             return [Send(sender, NodeHeartbeatResponse(correlation_id=beat.correlation_id, error=code,
                                                        error_message=text, cluster_id=self.cluster_id))]
+        if self._stale_heartbeat(beat):
+            return []  # its agent has moved on: the answer would be discarded, and its claims are old
         decided: list[Effect] = []  # decisions: revealed only once the state file is durable
         if beat.leaving:
             for node in beat.nodes:
@@ -99,6 +103,19 @@ class NodeLiveness:
                 decided += self._reconcile(topic, partition, now_ns)
         replies.append(Send(sender, self._node_heartbeat_response(beat, full_wanted)))
         return self._after_persist(decided, replies)
+
+    def _stale_heartbeat(self, beat: NodeHeartbeat) -> bool:
+        """An agent numbers its heartbeats upwards (each is a fresh request): one numbered at or
+        below the last taken from the same agent is a delayed or duplicated copy, and what it says
+        is older than what was taken (the simulator's seed 4333: a copy reporting a repaired
+        replica's empty directory undid its "ok", and the replica never got its ISR seat back).
+        One entry per node, so the map is bounded by the cluster's nodes."""
+        stale = any(self.node_beats.get(node, ("", 0))[0] == beat.agent_id
+                    and beat.correlation_id <= self.node_beats[node][1] for node in beat.nodes)
+        if not stale:
+            for node in beat.nodes:
+                self.node_beats[node] = (beat.agent_id, beat.correlation_id)
+        return stale
 
     def _refuse_heartbeat(self, beat: NodeHeartbeat, now_ns: int) -> tuple[ErrorCode, str] | None:
         """Why this heartbeat must not be taken, if it must not: it names a node the cluster lacks,

@@ -4,13 +4,14 @@ sends a node agent its assignments only when they changed."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from actors.errors import ErrorCode
 from actors.messages import (
     NodeHeartbeat, NodeHeartbeatResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, ReplicaLiveness, StorageReport,
 )
-from tests.unit.actor_harness import only
 from tests.unit.test_coordinator import CREATION_GRACE_MS, LIMITS, Cluster, endpoint
 from transport.node_agent import ReplicaReportBook
 
@@ -31,18 +32,23 @@ def report(cluster: Cluster, node: int, partition: int = 0, **fields) -> Replica
                             incarnation=incarnation, **fields)
 
 
+BEAT_IDS = itertools.count(7)  # an agent numbers its heartbeats upwards, as transport/rpc.py does
+
+
 def node_beat(cluster: Cluster, *, reports=(), unresponsive=(), version: str = "", nodes=(1, 2, 3),
-              partitions=(0,), agent_id: str = "agent-a", about=None, leaving: bool = False) -> NodeHeartbeatResponse:
+              partitions=(0,), agent_id: str = "agent-a", about=None, leaving: bool = False,
+              correlation_id: int | None = None) -> NodeHeartbeatResponse:
     """One heartbeat from the node agent `agent_id` for `nodes`, with liveness for the replicas of
     `about` (its own nodes unless told otherwise)."""
     liveness = [ReplicaLiveness(topic="orders", partition=partition, node=node,
                                 incarnation=cluster.incarnations.get(("orders", partition, node), 1000 * node + 1),
                                 responsive=node not in unresponsive)
                 for partition in partitions for node in (nodes if about is None else about)]
-    beat = NodeHeartbeat(correlation_id=7, nodes=list(nodes), replicas=liveness, reports=list(reports),
+    beat = NodeHeartbeat(correlation_id=next(BEAT_IDS) if correlation_id is None else correlation_id, nodes=list(nodes), replicas=liveness, reports=list(reports),
                          assignments_version=version, agent_id=agent_id, leaving=leaving)
-    effects = cluster.harness.deliver("coordinator", beat, AGENT)
-    return cluster.harness.take(AGENT, NodeHeartbeatResponse)[-1] if effects is not None else None
+    cluster.harness.deliver("coordinator", beat, AGENT)
+    answers = cluster.harness.take(AGENT, NodeHeartbeatResponse)
+    return answers[-1] if answers else None
 
 
 def started(cluster: Cluster) -> tuple[int, list[int]]:
@@ -230,6 +236,30 @@ def test_a_carried_report_of_storage_damage_is_taken_as_if_the_replica_had_sent_
 
     assert cluster.coordinator.liveness[("orders", 0, leader)].storage.state == "damaged"
     assert cluster.harness.trace_events("replica-storage")
+
+
+def test_a_delayed_copy_of_an_earlier_heartbeat_does_not_undo_what_a_later_one_said(world):
+    """The simulator's seed 4333 (faults every 150-600 ms): a wiped replica repaired and its agent
+    reported "ok"; then a copy of an earlier heartbeat, held up by a lossy network, arrived with
+    the report "new" (an empty directory) — and an older process's report too. The coordinator
+    took them, refused the replica's ISR seat for good (it never reported again: nothing changed
+    on its side), and with the ISR below min_insync the high watermark stayed behind ten
+    acknowledged writes. An agent numbers its heartbeats upwards: one numbered at or below the
+    last taken from the same agent is stale, and changes nothing."""
+    cluster = world
+    leader, replicas = started(cluster)
+    follower = replicas[1]
+    node_beat(cluster, reports=[report(cluster, follower, storage=StorageReport(state="new"))], correlation_id=900)
+    node_beat(cluster, reports=[report(cluster, follower, storage=StorageReport(state="ok"))], correlation_id=901)
+
+    late = node_beat(cluster, reports=[report(cluster, follower, storage=StorageReport(state="new"))],
+                     unresponsive={leader}, correlation_id=900)
+
+    assert late is None, "a stale heartbeat is not answered: its agent has moved on"
+    assert cluster.coordinator.liveness[("orders", 0, follower)].storage.state == "ok"
+    assert cluster.record().leader == leader, "its liveness claims were not taken either"
+    assert node_beat(cluster, correlation_id=902).error == 0
+    assert node_beat(cluster, agent_id="agent-b", correlation_id=1).error == ErrorCode.DUPLICATE_BROKER_REGISTRATION
 
 
 def test_an_idle_cluster_never_wakes_the_coordinator_while_node_heartbeats_keep_coming(world):
