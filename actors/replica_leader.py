@@ -71,6 +71,11 @@ class LeaderRole:
         self.pending_isr: list[int] | None = None
         self.pending_isr_sent_ns = 0
         self.pending_isr_correlation = 0
+        # Members proposed in an ISR change whose answer never came, and the partition epoch the
+        # proposal was based on: the coordinator may have taken them in, so they stay in the
+        # maximal ISR until a state newer than that epoch says (the simulator's seed 4780).
+        self.unconfirmed: list[int] = []
+        self.unconfirmed_epoch = -1
         self.purgatory: SortedList = SortedList(key=lambda item: (item.last_offset, id(item)))
         self.deadlines: list[tuple[int, int, PendingProduce]] = []
 
@@ -199,8 +204,13 @@ class LeaderRole:
         progress.end_at_last_fetch = end
 
     def maximal_isr(self) -> list[int]:
-        isr = list(self.replica.state.isr)
-        for node in self.pending_isr or []:
+        """The confirmed ISR, with every member a change in flight or unanswered may have added:
+        the high watermark waits for each (Kafka's maximal ISR)."""
+        state = self.replica.state
+        if self.unconfirmed and state.partition_epoch > self.unconfirmed_epoch:
+            self.unconfirmed = []  # a state newer than the proposal: the coordinator's word on it
+        isr = list(state.isr)
+        for node in [*(self.pending_isr or []), *self.unconfirmed]:
             if node not in isr:
                 isr.append(node)
         return isr
@@ -280,15 +290,23 @@ class LeaderRole:
         if self.pending_isr is not None:
             if now_ns - self.pending_isr_sent_ns < limits.alter_isr_timeout_ms * MS:
                 return []
-            self.pending_isr = None  # unanswered: ask again below, of the next voter
+            # Unanswered: ask again below, of the next voter. What it would have added may be in
+            # the coordinator's ISR already (the answer alone may be lost).
+            state = replica.state
+            self.unconfirmed = sorted(node for node in {*self.unconfirmed, *self.pending_isr} if node not in state.isr)
+            self.unconfirmed_epoch = state.partition_epoch
+            self.pending_isr = None
             self.replica.controllers.rotate()
         lag_ns = limits.replica_lag_time_max_ms * MS
         isr = [node for node in replica.state.isr if node == replica.node or not self._lagging(node, now_ns, lag_ns)]
         for node in replica.state.replicas:
             if node not in isr and self._caught_up(node, now_ns, lag_ns):
                 isr.append(node)
-        if sorted(isr) == sorted(replica.state.isr):
+        if sorted(isr) == sorted(replica.state.isr) and not self.unconfirmed:
             return []
+        # With members unconfirmed, ask even for no change: the answer is a state that says
+        # whether the unanswered request was taken (else they would hold the high watermark back
+        # for good, the lost request never to be answered).
         ordered = [node for node in replica.state.replicas if node in isr]
         return self._request_isr(ordered, now_ns)
 

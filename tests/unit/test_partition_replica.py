@@ -685,6 +685,30 @@ def test_a_pending_join_does_not_lift_the_isr_to_min_insync_for_the_high_waterma
     assert stage.replica.high_watermark == 3
 
 
+def test_a_join_whose_answer_never_came_still_holds_the_high_watermark_back_until_the_coordinator_says():
+    """The simulator's seed 4780 (denser faults): the leader proposed node 3 back into an ISR of
+    [1, 2]; the coordinator took it, the answer was lost. The request timed out, the leader forgot
+    it, a split cut node 3 off, and the leader committed 44 offsets with node 2 alone — while the
+    coordinator's ISR held node 3, which it then elected without them. An expansion asked and not
+    answered may have been taken: its members hold the high watermark back (they are in the
+    maximal ISR) until a state from the coordinator newer than the one the request was based on
+    says what the ISR is."""
+    stage = Stage(isr=[1, 2], min_insync_replicas=2)
+    stage.produce(count=3, acks=1)
+    stage.catch_up(2, 3)
+    assert only_alter(stage).isr == [1, 2, 3]  # the answer is lost
+    stage.harness.advance(LIMITS.alter_isr_timeout_ms + LIMITS.replica_lag_time_max_ms + 200)
+    assert stage.alter_requests(), "the leader asks again, to learn what became of its request"
+
+    stage.produce(count=4, acks=1)
+    stage.follower_fetch(2)  # node 3 is cut off at 3
+
+    assert stage.replica.high_watermark == 3, "committed without a member the coordinator may have taken in"
+    stage.set_state(leader=1, isr=[1, 2], partition_epoch=3)  # the coordinator: node 3 is out after all
+    stage.follower_fetch(2)
+    assert stage.replica.high_watermark == 7
+
+
 def test_a_confirmed_shrink_lets_waiting_acks_all_requests_complete(stage):
     stage.produce(acks=-1)
     stage.follower_fetch(2)
