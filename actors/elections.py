@@ -134,14 +134,20 @@ def reconcile(
         # decision leave for the ELR when what stays is below min_insync (next_elr): they are
         # waited for too (seed 81475 elected a member back without 5 committed offsets in the
         # decision that dropped the two dead members holding them).
+        # ISR members not heard from since this coordinator started are not known to be dead and
+        # may hold everything: they are waited for too (seed 4883: the coordinator that had
+        # decided for them crashed before its decision was durable; the next one, hearing from
+        # neither, elected the member back without 10 committed offsets).
         dying = {node: record.isr_incarnations.get(node, 0) for node in record.isr if members[node] == DEAD}
         joining = next_elr({}, unclean_members[:1], dying, min_insync)
         standing = [node for node in {**elr, **joining} if node not in eligible]
-        restarted = eligible or ([] if standing else unclean_members)
+        restarted = eligible or ([] if standing or absent else unclean_members)
         if unclean_members and not restarted:
             leader, leader_incarnation = -1, 0
+            awaited = (f"eligible leader replicas {standing}" if standing else "") + \
+                (" and " if standing and absent else "") + (f"ISR members {absent}" if absent else "")
             offline_reason = (f"ISR members {unclean_members} restarted uncleanly and may lack acknowledged "
-                              f"writes: waiting for eligible leader replicas {standing} to report")
+                              f"writes: waiting for {awaited} to report")
         elif restarted:
             leader = _best(restarted, views, replicas, known_high_watermark)
             leader_incarnation = views[leader].incarnation

@@ -421,3 +421,27 @@ def test_with_min_insync_one_dying_members_leave_no_elr_to_wait_for():
                          unclean_allowed=False, min_insync=1)
 
     assert decision.record.leader == 1 and decision.record.elr == {}
+
+
+def test_a_member_back_uncleanly_is_not_elected_while_members_not_heard_since_a_restart_may_hold_more():
+    """The simulator's seed 4883 (faults every 150-600 ms): node 2 led, crashed and came back
+    uncleanly with 109 of 119 committed offsets; the coordinator decided for nodes 3 and 1 and
+    crashed before the decision was durable. The next coordinator read the old record (node 2
+    leading an ISR of all three), heard nothing from nodes 3 and 1 within its grace (a split kept
+    them away), and elected node 2. Members not heard from since the coordinator started are not
+    known to be dead and may hold everything: the partition waits for them, and one leads when it
+    reports."""
+    record = healthy_record(leader=2, leader_incarnation=22)
+    absent = {node: ReplicaView(False, INCARNATIONS[node], 0, reported=False) for node in (1, 3)}
+    back = {2: ReplicaView(True, 22 + 1000, 109)}
+
+    waiting = reconcile(record, REPLICAS, {**absent, **back}, unclean_allowed=False, min_insync=2)
+
+    assert waiting.record.leader == -1, "the uncleanly restarted member was elected over members not heard from"
+    assert "[1, 3]" in waiting.record.offline_reason
+    assert sorted(waiting.record.isr) == [1, 3]
+
+    heard = reconcile(waiting.record, REPLICAS, {**back, 1: ReplicaView(True, 11, 119), 3: ReplicaView(True, 33, 119)},
+                      unclean_allowed=False, min_insync=2)
+
+    assert heard.record.leader in (1, 3) and 2 not in heard.record.isr
