@@ -110,12 +110,13 @@ class NodeLiveness:
         is older than what was taken (the simulator's seed 4333: a copy reporting a repaired
         replica's empty directory undid its "ok", and the replica never got its ISR seat back).
         One entry per node, so the map is bounded by the cluster's nodes."""
-        stale = any(self.node_beats.get(node, ("", 0))[0] == beat.agent_id
-                    and beat.correlation_id <= self.node_beats[node][1] for node in beat.nodes)
-        if not stale:
-            for node in beat.nodes:
-                self.node_beats[node] = (beat.agent_id, beat.correlation_id)
-        return stale
+        for node in beat.nodes:
+            known = self.node_beats.get(node)
+            if known is not None and known[0] == beat.agent_id and beat.correlation_id <= known[1]:
+                return True
+        for node in beat.nodes:
+            self.node_beats[node] = (beat.agent_id, beat.correlation_id)
+        return False
 
     def _refuse_heartbeat(self, beat: NodeHeartbeat, now_ns: int) -> tuple[ErrorCode, str] | None:
         """Why this heartbeat must not be taken, if it must not: it names a node the cluster lacks,

@@ -262,6 +262,19 @@ def test_a_delayed_copy_of_an_earlier_heartbeat_does_not_undo_what_a_later_one_s
     assert node_beat(cluster, agent_id="agent-b", correlation_id=1).error == ErrorCode.DUPLICATE_BROKER_REGISTRATION
 
 
+def test_the_first_heartbeat_of_an_agent_without_an_id_is_taken(world):
+    """The fuzzer's case: an agent id of "" (the default) for a node never heard from matched the
+    empty placeholder of the order check, which then read a number it did not have (KeyError)."""
+    cluster = world
+    started(cluster)
+    cluster.coordinator.node_beats.clear()
+    cluster.coordinator.node_owners.clear()  # nobody runs node 1 yet: the heartbeat is not refused
+
+    answer = node_beat(cluster, agent_id="", nodes=(1,), about=(), correlation_id=2)
+
+    assert answer is not None
+
+
 def test_an_idle_cluster_never_wakes_the_coordinator_while_node_heartbeats_keep_coming(world):
     cluster = world
     started(cluster)
