@@ -68,6 +68,7 @@ class PartitionReplica(FetchServing):
         self.incarnation, self.pid = incarnation, pid
         self.limits = limits
         self.role = "unknown"
+        self.refused_epoch = -1  # the leader epoch it last refused to lead, being damaged
         self.state: PartitionState | None = None
         self.leader: LeaderRole | None = None
         self.follower: FollowerRole | None = None
@@ -307,6 +308,8 @@ class PartitionReplica(FetchServing):
         self.config = state.config
         new_epoch = current is None or state.leader_epoch != current.leader_epoch
         if state.leader == self.node:
+            if self.storage.damaged and state.last_unclean_epoch != state.leader_epoch:
+                return self._refuse_leadership(now_ns)
             if self.role != "leader" or new_epoch:
                 return self._become_leader(now_ns)
             if state.partition_epoch == current.partition_epoch:
@@ -334,6 +337,22 @@ class PartitionReplica(FetchServing):
                                                "log_end_offset": self.log.log_end_offset,
                                                "high_watermark": self.high_watermark}))
         return effects + self.leader.after_log_growth(now_ns)
+
+    def _refuse_leadership(self, now_ns: int) -> list[Effect]:
+        """Elected in a clean election while this replica knows its storage is damaged: the news
+        of the damage has not reached the coordinator (lost, cut off), which believes it holds
+        every committed offset. Leading would serve, and make followers truncate to, a log that
+        lacks some. It leads nothing, says why at once, and waits for the next state — another
+        leader to repair from, or an unclean election, which may choose it knowing."""
+        if self.role == "unknown" and self.refused_epoch == self.state.leader_epoch:
+            return []  # the same election said again: the report is already on its way
+        self.refused_epoch = self.state.leader_epoch
+        effects = self._leave_role(ErrorCode.NOT_LEADER, "this replica's storage is damaged: it does not lead")
+        effects.append(Trace("leadership-refused", {
+            "topic": self.topic, "partition": self.partition, "node": self.node,
+            "leader_epoch": self.state.leader_epoch, "log_end_offset": self.log.log_end_offset,
+            "damage": [(item.first_offset, item.last_offset) for item in self.storage.health.damage]}))
+        return effects + self.heartbeat_now()
 
     def _leader_isr_updated(self, now_ns: int) -> list[Effect]:
         self.leader.pending_isr = None

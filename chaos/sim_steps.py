@@ -97,8 +97,8 @@ class ActorSteps:
         if host.kind == "replica":
             self.disk.on_trace(host, event, details)
         if event in ("became-leader", "leader-elected", "isr-changed", "unclean-election", "follower-truncated",
-                     "follower-refused-truncation", "storage-damage-found", "storage-repaired", "repair-truncated",
-                     "generation-started", "member-removed", "share-member-removed"):
+                     "follower-refused-truncation", "leadership-refused", "storage-damage-found", "storage-repaired",
+                     "repair-truncated", "generation-started", "member-removed", "share-member-removed"):
             self._note(f"{host.name} {event} {details}")
         self.watch.on_trace(host, event, details)
 

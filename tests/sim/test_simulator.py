@@ -51,7 +51,7 @@ REGRESSION_SEEDS = [6, 9, 16, 17, 28, 32, 36, 45, 20326, 20559, 20606, 20904, 30
 # ISR's only member (2387) or counting on a paused replica that was then dropped from the ISR
 # (3685), and the share ledger reading a coordinator's clock jump as an early redelivery (2274).
 DENSE_FAULTS = SimConfig(fault_interval_ms=(150, 600), duration_ms=12_000)
-DENSE_REGRESSION_SEEDS = [2097, 2220, 2274, 2387, 2423, 3192, 3476, 3685, 4333, 4780, 4883]
+DENSE_REGRESSION_SEEDS = [2097, 2220, 2274, 2387, 2423, 3192, 3476, 3685, 4333, 4780, 4883, 5056]
 # The same faults over five nodes and six partitions: the simulator killing a replica while
 # another of its partition waited to repair its disk (5140).
 WIDE_DENSE_FAULTS = SimConfig(nodes=5, partitions=6, fault_interval_ms=(150, 600), duration_ms=12_000)

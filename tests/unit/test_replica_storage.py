@@ -404,3 +404,82 @@ def test_a_cut_follower_is_repaired_only_once_it_holds_again_what_the_cut_droppe
     rest = follower.fetch()
     follower.answer(rest, leader_batches(2, epoch=3, start=4), high_watermark=6, log_end_offset=6)
     assert follower.replica.storage.healthy
+
+
+# ---------------------------------------------------------------------------- elected while damaged
+
+
+def damaged_mid_repair() -> FollowerStage:
+    """Node 1 held offsets 0..5, found offset 2 rotten, cut to 2 and has fetched 2..3 back: it
+    holds 0..3 of the 6 offsets it had seen committed, and knows it."""
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    follower.fs.corrupt(f"{DIRECTORY}/{segment}", 240)  # offset 2 only
+    follower.harness.advance(LIMITS.scrub_interval_ms * 3)
+    follower.answer(follower.fetch(), leader_batches(2, epoch=3, start=2), high_watermark=6, log_end_offset=6)
+    assert follower.log.log_end_offset == 4 and follower.replica.storage.damaged
+    heartbeats(follower.harness)
+    return follower
+
+
+def elect_node_1(follower: FollowerStage, epoch: int, last_unclean_epoch: int = -1) -> None:
+    state = PartitionState(topic="orders", topic_id=TOPIC_ID, partition=0, leader=1, leader_endpoint=FOLLOWER,
+                           leader_epoch=epoch, partition_epoch=epoch, replicas=[1, 2, 3], isr=[1, 3],
+                           last_unclean_epoch=last_unclean_epoch)
+    follower.harness.deliver(FOLLOWER, ReplicaHeartbeatResponse(state=state), COORDINATOR)
+
+
+def test_a_replica_elected_on_stale_news_while_repairing_refuses_to_lead_and_says_why_at_once():
+    """The simulator's seed 5056: the damage report was lost on the way (a cut, a lossy network),
+    the coordinator elected the repairing replica from its ISR, and it led epoch 3 ending at 504
+    of 535 committed offsets. It knows it is damaged: it must not lead on a clean election."""
+    follower = damaged_mid_repair()
+
+    elect_node_1(follower, epoch=4)
+
+    assert follower.replica.role != "leader"
+    assert not follower.harness.trace_events("became-leader")
+    assert follower.harness.trace_events("leadership-refused")
+    beat = only(heartbeats(follower.harness), ReplicaHeartbeat)
+    assert beat.storage.state == "damaged" and beat.storage.damage, "the coordinator hears of the damage now"
+    produced = follower.harness.deliver(FOLLOWER, ProduceRequest(
+        correlation_id=9, topic="orders", partition=0, acks=1, timeout_ms=1_000, batch=batch(1)), CLIENT)
+    assert only(produced, ProduceResponse).error == ErrorCode.NOT_LEADER
+    assert follower.log.log_end_offset == 4
+    follower.replica.invariants()
+
+
+def test_the_same_election_said_again_does_not_set_off_a_heartbeat_storm():
+    follower = damaged_mid_repair()
+    elect_node_1(follower, epoch=4)
+    heartbeats(follower.harness)
+
+    for _ in range(5):
+        elect_node_1(follower, epoch=4)
+
+    assert heartbeats(follower.harness) == []
+    assert len(follower.harness.trace_events("leadership-refused")) == 1
+
+
+def test_a_damaged_replica_leads_when_the_election_is_unclean():
+    """An unclean election chose it knowing: its data is the best there is."""
+    follower = damaged_mid_repair()
+
+    elect_node_1(follower, epoch=4, last_unclean_epoch=4)
+
+    assert follower.replica.role == "leader"
+
+
+def test_a_replica_refusing_to_lead_follows_and_repairs_once_another_leader_is_named():
+    follower = damaged_mid_repair()
+    elect_node_1(follower, epoch=4)
+
+    follower.state(epoch=5)
+
+    request = follower.fetch()
+    assert request.repairing and request.leader_epoch == 5
+    follower.answer(request, leader_batches(6 - request.offset, epoch=3, start=request.offset),
+                    high_watermark=6, log_end_offset=6)
+    assert follower.replica.storage.healthy
+    assert follower.log.log_end_offset == 6
