@@ -106,7 +106,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # --- requests ------------------------------------------------------------------------
     # acks=all produce requests waiting for replication, per partition. Beyond it: BUSY.
     purgatory_produce_max: int = 10_000
-    # Parked long-poll fetches per partition (consumers + followers). Beyond it: BUSY.
+    # Parked consumer fetches and ListOffsets long polls per partition. Beyond it: BUSY. Each
+    # follower has one seat besides (its newer fetch replaces its older).
     purgatory_fetch_max: int = 10_000
     fetch_wait_max_ms: int = 30_000
     fetch_bytes_max: int = 64 * 1024 * 1024

@@ -124,7 +124,9 @@ class PartitionReplica(FetchServing):
                 f"{self.committed_offset} it saw in epoch {self.committed_epoch} (truncated on a leader's word?)")
         if self.leader is not None:
             self.leader.invariants()
-        assert len(self.parked) <= self.limits.purgatory_fetch_max
+        followers = [parked.replica for parked in self.parked if parked.replica >= 0]
+        assert len(self.parked) - len(followers) <= self.limits.purgatory_fetch_max
+        assert len(followers) == len(set(followers)), f"{self.name}: a follower holds two purgatory seats"
 
     # ------------------------------------------------------------------ dispatch
 

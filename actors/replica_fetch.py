@@ -8,8 +8,9 @@ its own rules:
 - consumers see offsets below the high watermark only; followers see up to the log end, and a
   follower fetch must carry the cluster's authentication tag (transport/auth.py) — it moves the
   high watermark, so a client must not be able to pose as one;
-- a fetch with nothing to return waits (the purgatory, `purgatory_fetch_max` deep) until data
-  arrives or its `max_wait_ms` ends;
+- a fetch with nothing to return waits (the purgatory) until data arrives or its `max_wait_ms`
+  ends: clients' waits `purgatory_fetch_max` deep, and one seat per follower besides, so clients
+  filling it cannot turn replication into polling;
 - a read that meets a range failing its CRC answers STORAGE_ERROR and records the damage
   (actors/replica_health.py), which the coordinator hears of at once.
 """
@@ -71,9 +72,17 @@ class FetchServing:
             effects = self.leader.after_log_growth(now_ns) + self.leader.expand_isr_if_caught_up(request.replica, now_ns)
         if self._has_data(request) or request.max_wait_ms <= 0:
             return effects + [Send(sender, self._read(request))]
-        if len(self.parked) >= self.limits.purgatory_fetch_max:
+        if request.replica >= 0:
+            # One seat per follower, outside the clients' bound: a follower that asks again (it
+            # gave up, or a copy arrived) replaces its older wait, whose answer it would ignore.
+            self.parked = [parked for parked in self.parked if parked.replica != request.replica]
+        elif self._clients_parked() >= self.limits.purgatory_fetch_max:
             return effects + [Send(sender, self._fetch_error(request, ErrorCode.BUSY, "too many waiting fetches"))]
         return effects + self._park(sender, request, now_ns)
+
+    def _clients_parked(self) -> int:
+        """Parked consumer fetches and ListOffsets long polls: what `purgatory_fetch_max` bounds."""
+        return sum(1 for parked in self.parked if parked.replica < 0)
 
     def _park(self, sender: Any, request: FetchRequest | ListOffsetsRequest, now_ns: int) -> list[Effect]:
         wait_ms = min(request.max_wait_ms, self.limits.fetch_wait_max_ms)
@@ -235,7 +244,7 @@ class FetchServing:
         asks again, as it would after the wait."""
         response = self._list_offsets(request)
         if (response.error != ErrorCode.NONE or request.timestamp_ms != LATEST or request.max_wait_ms <= 0
-                or self._has_data(request) or len(self.parked) >= self.limits.purgatory_fetch_max):
+                or self._has_data(request) or self._clients_parked() >= self.limits.purgatory_fetch_max):
             return [Send(sender, response)]
         return self._park(sender, request, now_ns)
 

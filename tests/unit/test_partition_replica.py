@@ -487,6 +487,37 @@ def test_too_many_parked_fetches_are_refused_as_busy():
     assert response.error == ErrorCode.BUSY
 
 
+def test_clients_filling_the_purgatory_do_not_stop_a_follower_parking():
+    """A hostile or merely numerous set of consumers can fill the purgatory; replication must not
+    degrade to polling for it: a follower's fetch has a seat of its own."""
+    stage = Stage(limits=Limits(purgatory_fetch_max=2))
+    stage.consumer_fetch(0, max_wait_ms=1_000)
+    stage.consumer_fetch(0, max_wait_ms=1_000)
+    assert only(stage.consumer_fetch(0, max_wait_ms=1_000), FetchResponse).error == ErrorCode.BUSY
+
+    stage.follower_fetch(2, max_wait_ms=1_000)
+    assert stage.harness.received(follower(2), FetchResponse) == []  # parked, not refused
+    stage.produce(count=1)
+
+    woken = only(stage.harness.received(follower(2), FetchResponse), FetchResponse)
+    assert woken.error == ErrorCode.NONE
+    assert offsets_in(woken.records) == [0]
+
+
+def test_a_followers_new_fetch_takes_the_seat_of_its_older_parked_one():
+    """A follower waits on one fetch at a time; one that gave up and asked again (or a duplicate)
+    replaces the older, so a follower never holds more than one seat however often it asks."""
+    stage = Stage(limits=Limits(purgatory_fetch_max=1))
+    for _ in range(5):
+        stage.follower_fetch(2, max_wait_ms=1_000)
+        stage.follower_fetch(3, max_wait_ms=1_000)
+
+    assert sorted(parked.replica for parked in stage.replica.parked) == [2, 3]
+    stage.consumer_fetch(0, max_wait_ms=1_000)
+    assert len(stage.replica.parked) == 3
+    stage.replica.invariants()
+
+
 @pytest.mark.parametrize("epoch, code", [(0, ErrorCode.FENCED_LEADER_EPOCH),
                                          (2, ErrorCode.UNKNOWN_LEADER_EPOCH)])
 def test_a_fetch_naming_another_leader_epoch_is_refused(stage, epoch, code):
