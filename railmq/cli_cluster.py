@@ -70,6 +70,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--rebuild-metadata", action="store_true",
                     help="the coordinator's state is lost: rebuild topics, placement and epochs from the replica "
                          "directories first (their own records), then start (docs/operations.md)")
+    up.add_argument("--reset-group-state", action="store_true",
+                    help="the group coordinator's state is lost: start it empty, accepting that every group's "
+                         "committed offsets are gone (consumers start at their auto_offset_reset; "
+                         "docs/operations.md)")
     cli_console.add_up_arguments(up)
     up.set_defaults(handler=run_up)
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
@@ -151,6 +155,7 @@ def run_up(args: argparse.Namespace) -> int:
     with StopSignal() as stopping:
         cluster = LocalCluster(nodes=args.nodes, data_dir=args.data_dir, port=args.port,
                                rebuild_metadata=args.rebuild_metadata, controllers=args.controllers,
+                               reset_group_state=args.reset_group_state,
                                fault_injection=args.console)  # the console's isolate buttons need it
         web = None
         try:

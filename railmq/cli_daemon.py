@@ -93,6 +93,8 @@ def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: An
     log_path = os.path.join(data_dir, LOG_FILE)
     command = [sys.executable, "-m", "railmq", "up", "--nodes", str(args.nodes), "--port", str(args.port),
                "--data-dir", data_dir] + (["--rebuild-metadata"] if getattr(args, "rebuild_metadata", False) else [])
+    if getattr(args, "reset_group_state", False):
+        command.append("--reset-group-state")
     if getattr(args, "controllers", None) is not None:
         command += ["--controllers", str(args.controllers)]
     if getattr(args, "console", False):  # railmq/cli_console.py's flags

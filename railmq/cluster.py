@@ -69,7 +69,7 @@ class LocalCluster:
                  limits: Limits | None = None, restart_delay_ms: int = 500, trace: bool = True,
                  log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True,
                  fault_injection: bool = False, rebuild_metadata: bool = False,
-                 controllers: int | None = None) -> None:
+                 controllers: int | None = None, reset_group_state: bool = False) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.node_ids = list(range(1, nodes + 1))
@@ -88,6 +88,7 @@ class LocalCluster:
         self.secret = b""
         self.fault_injection = fault_injection
         self.rebuild_metadata = rebuild_metadata
+        self.reset_group_state = reset_group_state  # the first start only: a restart never starts empty
         self._lock: DirectoryLock | None = None
         self.trace_path = os.path.join(self.data_dir, "trace.jsonl") if trace else ""
         self.log_level = log_level
@@ -114,7 +115,10 @@ class LocalCluster:
         try:
             self.bootstrap = self._start_controllers() if self.controller_ids else self._start_coordinator()
             if not self.controller_ids:
-                self.supervisor.start(self._spec("group-coordinator", "group-coordinator"))
+                spec = self._spec("group-coordinator", "group-coordinator")
+                spec.reset_group_state = self.reset_group_state
+                self.supervisor.start(spec)
+                spec.reset_group_state = False
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=self.node_ids,
                 data_dir=self.data_dir, cluster_id=self.cluster_id, limits=self.limits,
@@ -164,8 +168,11 @@ class LocalCluster:
                     self.supervisor.start(spec)
                     spec.rebuild_metadata = False
                 else:
+                    spec.reset_group_state = self.reset_group_state and kind == "group-coordinator"
                     launched.append(self.supervisor.launch(spec))
         self.supervisor.wait_ready(launched)
+        for managed in launched:
+            managed.spec.reset_group_state = False
         return self.bootstrap
 
     def controller_endpoint(self, timeout_s: float = 10.0) -> str:

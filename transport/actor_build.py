@@ -61,7 +61,10 @@ def build_kind(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnat
         from actors.group_coordinator import GroupCoordinator
         from storage.state import DurableState
 
-        state = DurableState.open(os.path.join(directory, "groups.state"), fs=fs)
+        path = os.path.join(directory, "groups.state")
+        if not spec.reset_group_state:
+            check_group_state_present(spec.data_dir, path, os.path.getsize(path) if os.path.exists(path) else -1)
+        state = DurableState.open(path, fs=fs)
         actor = GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                  incarnation=incarnation, pid=os.getpid(), limits=spec.limits,
                                  rng=random.Random(incarnation))
@@ -195,8 +198,11 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     empty = voter_log_missing(raft_directory)
     bootstrap: list[tuple[str, Any]] = []
     legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
-    if empty and not quorum_formed(spec, directory) and os.path.exists(legacy):
-        bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
+    if empty and not quorum_formed(spec, directory):
+        if os.path.exists(legacy):
+            bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
+        elif not spec.reset_group_state:
+            check_group_state_present(spec.data_dir, legacy, -1)
     log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
     rng = random.Random(incarnation)
 
@@ -208,6 +214,24 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
                             endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name,
                             rejoining=rejoining, on_rejoined=rejoined)
+
+
+def check_group_state_present(data_dir: str, path: str, size: int) -> None:
+    """Raise RefusedToStart when the group state (`size` bytes; -1: missing) cannot hold even its
+    header while replica directories exist: the cluster has run, so its groups' committed offsets,
+    generations and share-group state were lost, and starting empty would send every consumer back
+    to its `auto_offset_reset`. A journal of only its header is intact: no group committed yet."""
+    from storage.state import HEADER_BYTES
+    from transport.metadata_rebuild import has_replica_data
+
+    if size >= HEADER_BYTES or not has_replica_data(data_dir):
+        return
+    what = "missing" if size < 0 else f"only {size} bytes long"
+    raise RefusedToStart(
+        f"the group coordinator's state {path} is {what}, but replica directories exist under {data_dir}: "
+        "starting empty would lose every group's committed offsets and generations (consumers would start "
+        f"over at their auto_offset_reset). Restore {path} from a backup, or start once with "
+        "--reset-group-state (`railmq up --data-dir DIR --reset-group-state`) to accept the loss")
 
 
 def _first_metadata(spec: ActorSpec, fs: Any) -> list[tuple[str, Any]]:

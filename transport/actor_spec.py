@@ -38,6 +38,7 @@ class ActorSpec(msgspec.Struct, kw_only=True):
     faults_enabled: bool = False  # obey the chaos harness's fault switch (clusters started for chaos)
     replicas: list[int] = []  # replicas: the partition's replica list, recorded in its directory
     rebuild_metadata: bool = False  # coordinator: rebuild a lost state from the replica directories
+    reset_group_state: bool = False  # group coordinator: start empty although its state is lost
     report_to: str = ""  # replicas: their node agent's endpoint ("": report to the coordinator)
     voters: dict[int, str] = {}  # controllers: the quorum, voter (node) id -> endpoint
     bind_host: str = "127.0.0.1"  # where the actor's ROUTER listens

@@ -80,3 +80,28 @@ def test_demo_shows_keys_in_order_and_cleans_up(railmq, tmp_path):
     assert "coordinator" in output and "replica/orders/0/n1" in output
     leftovers = [entry for entry in os.listdir(tmp_path) if entry.startswith("railmq-")]
     assert leftovers == [], "the temporary data directory is removed"
+
+
+def test_up_refuses_a_lost_group_state_until_told_to_reset_it(railmq, background, tmp_path):
+    port = free_port()
+    bootstrap = f"tcp://127.0.0.1:{port}"
+    data_dir = tmp_path / "data"
+    first = ("up", "--nodes", 1, "--controllers", 0, "--port", port, "--data-dir", data_dir)
+    up = background(*first)
+    wait_for(lambda: cluster_answers(bootstrap), 30, "railmq up to answer on its port")
+    assert railmq("topics", "create", "events", "--bootstrap", bootstrap).returncode == 0
+    up.send_signal(signal.SIGINT)
+    assert up.wait(timeout=30) == 0
+    (data_dir / "group-coordinator" / "groups.state").unlink()
+
+    refused = railmq(*first, timeout=60)
+
+    assert refused.returncode == 1
+    error = refused.stderr.strip().splitlines()[-1]  # after the actor's own log line saying the same
+    assert error.startswith("error: CLUSTER_START_REFUSED: group-coordinator") and "--reset-group-state" in error
+    assert "Traceback" not in refused.stderr
+    accepted = background(*first, "--reset-group-state")
+    wait_for(lambda: cluster_answers(bootstrap), 30, "railmq up --reset-group-state to answer")
+    accepted.send_signal(signal.SIGINT)
+    assert accepted.wait(timeout=30) == 0
+    assert (data_dir / "group-coordinator" / "groups.state").exists()

@@ -5,6 +5,8 @@
   or changed; so does a controller quorum that lost every voter's log. `--rebuild-metadata`
   (LocalCluster(rebuild_metadata=True)) brings every topic back from the replicas' own records,
   with every acknowledged write.
+- A group coordinator whose `groups.state` is lost (`--controllers 0`) refuses to start until
+  `--reset-group-state` (LocalCluster(reset_group_state=True)) accepts the loss of the offsets.
 - A quorum that lost one voter's log keeps everything: the voter comes back empty, refuses to
   vote until the leader has caught it up, and holds the same metadata afterwards.
 - A second cluster on a data directory in use fails at once, naming the holder's pid.
@@ -114,6 +116,25 @@ def test_a_lost_coordinator_state_deletes_nothing_and_says_what_to_do(fresh_clus
         wanted = {offset: value for (p, offset), value in acked.items() if p == partition}
         served = read_all(rebuilt.bootstrap, topic, max(wanted) + 1, partition=partition)
         assert all(served.get(offset) == value for offset, value in wanted.items()), f"partition {partition} lost writes"
+
+
+def test_a_lost_group_state_refuses_the_start_until_the_loss_is_accepted(fresh_cluster, tmp_path, unique_name):
+    """With --controllers 0 `groups.state` is the only copy of every committed offset: lost, the
+    group coordinator must not start empty as if the cluster were new."""
+    data_dir, topic = str(tmp_path / "cluster"), unique_name()
+    cluster_with_data(fresh_cluster, data_dir, topic, controllers=0)
+    os.remove(os.path.join(data_dir, "group-coordinator", "groups.state"))
+    before = fingerprint(data_dir)
+
+    with pytest.raises(ActorStartFailed, match="group-coordinator refused to start") as refused:
+        fresh_cluster(data_dir=data_dir, controllers=0)
+
+    assert "--reset-group-state" in str(refused.value)
+    assert fingerprint(data_dir) == before, "a refused start must not touch replica data"
+    accepted = fresh_cluster(data_dir=data_dir, controllers=0, reset_group_state=True)
+    with Admin(accepted.bootstrap) as admin:
+        admin.wait_for_leaders(topic, timeout_s=30)
+    assert os.path.exists(os.path.join(data_dir, "group-coordinator", "groups.state"))
 
 
 def test_a_voter_that_lost_its_log_waits_to_be_caught_up_and_loses_nothing(fresh_cluster, tmp_path, unique_name):
