@@ -14,3 +14,14 @@ def zmq_context():
         yield context
     finally:
         context.destroy(linger=0)
+
+
+@pytest.fixture
+def actor_locks():
+    """build_actor keeps each directory lock for the life of the process; a test gives them back."""
+    from transport import actor_main
+
+    held = len(actor_main._LOCKS)
+    yield
+    while len(actor_main._LOCKS) > held:
+        actor_main._LOCKS.pop().release()

@@ -86,17 +86,6 @@ def test_a_second_owner_of_a_held_directory_is_refused_naming_the_holder(tmp_pat
 # ---------------------------------------------------------------------------- what an actor does with it
 
 
-@pytest.fixture
-def actor_locks():
-    """build_actor keeps each directory lock for the life of the process; a test gives them back."""
-    from transport import actor_main
-
-    held = len(actor_main._LOCKS)
-    yield
-    while len(actor_main._LOCKS) > held:
-        actor_main._LOCKS.pop().release()
-
-
 def zero_file(path: str) -> None:
     size = os.path.getsize(path)
     with open(path, "r+b") as handle:

@@ -13,7 +13,6 @@ import os
 import pytest
 
 from storage.state import DurableState
-from tests.unit.test_durable_state_attacks import actor_locks  # noqa: F401 (a fixture)
 from transport.actor_main import ActorSpec, RefusedToStart, build_actor
 
 
