@@ -10,11 +10,11 @@ A replica's storage is one of (reported in every heartbeat as `StorageReport.sta
 
 The coordinator removes a damaged or new replica from the ISR and never elects it while it is so
 (actors/elections.py); a damaged replica elected on news older than its damage report refuses to
-lead unless the election was unclean (`PartitionReplica._refuse_leadership`). Repair is a follower's ordinary fetch loop: a refused range inside the log
-is truncated away first (a log only grows at its end), then the follower fetches from the leader;
-a damage range counts as repaired once the log end has passed it — or has reached the leader's
-log end, when the leader never had all of it (the lost tail held records that were never
-committed). A new directory is repaired once it has caught up with a leader, or when the
+lead unless the election was unclean (`PartitionReplica._refuse_leadership`). Repair is a
+follower's ordinary fetch loop: a refused range inside the log is truncated away first (a log
+only grows at its end), then the follower fetches from the leader; a damage range counts as
+repaired once the log end has passed it — or has reached the leader's log end, when the leader
+never had all of it (the lost tail held records that were never committed). A new directory is repaired once it has caught up with a leader, or when the
 coordinator elects it (a brand-new partition). Every change is persisted in `replica.health`
 before the next heartbeat says it (storage/replica_meta.py), so a restart never forgets damage.
 
