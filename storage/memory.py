@@ -24,11 +24,46 @@ from storage.log import LogConfig, PartitionLog
 
 
 class _MemoryFile:
-    __slots__ = ("content", "durable")
+    """A file's current bytes and its durable bytes. `dirty` lists the [start, end) ranges written
+    since the last sync (merged into one when there are many), so a sync copies what changed, not
+    the whole file: the simulator syncs growing logs and journals thousands of times a run."""
+
+    __slots__ = ("content", "durable", "dirty")
+
+    DIRTY_RANGES_MAX = 8
 
     def __init__(self) -> None:
         self.content = bytearray()
-        self.durable = b""
+        self.durable = bytearray()
+        self.dirty: list[tuple[int, int]] = []
+
+    def touch(self, start: int, end: int) -> None:
+        dirty = self.dirty
+        if dirty and dirty[-1][1] == start:  # an append right after the last write: one range
+            dirty[-1] = (dirty[-1][0], end)
+            return
+        dirty.append((start, end))
+        if len(dirty) > self.DIRTY_RANGES_MAX:
+            self.dirty = [(min(low for low, _ in dirty), max(high for _, high in dirty))]
+
+    def make_durable(self) -> None:
+        """What fdatasync does: the durable bytes become the current ones."""
+        content, durable = self.content, self.durable
+        length = len(content)
+        if len(durable) > length:
+            del durable[length:]
+        elif len(durable) < length:
+            durable.extend(bytes(length - len(durable)))  # every byte past the old end is dirty
+        for start, end in self.dirty:
+            end = min(end, length)
+            if start < end:
+                durable[start:end] = content[start:end]
+        self.dirty = []
+
+    def revert(self) -> None:
+        """What a crash does: the current bytes become the durable ones."""
+        self.content = bytearray(self.durable)
+        self.dirty = []
 
 
 class MemoryFileHandle:
@@ -62,9 +97,12 @@ class MemoryFileHandle:
         faults = self._system.faults
         if faults.allowed_bytes(length) < length:
             raise StorageFull(f"{self.path}: write quota exhausted; nothing of {length} bytes written")
+        start = position
         if position > len(content):
+            start = len(content)  # the gap is written with zeros
             content.extend(bytes(position - len(content)))
         content[position: position + length] = data
+        self._file.touch(start, position + length)
         faults.charge(length)
 
     def read_at(self, position: int, length: int) -> bytes:
@@ -77,13 +115,14 @@ class MemoryFileHandle:
         if length <= len(content):
             del content[length:]
         else:
+            self._file.touch(len(content), length)
             content.extend(bytes(length - len(content)))
 
     def sync(self) -> None:
         self._check_alive()
         if self._system.faults.take_fsync_failure():
             raise FsyncFailed(f"{self.path}: injected fdatasync failure")
-        self._file.durable = bytes(self._file.content)
+        self._file.make_durable()
         self._system.fsync_count += 1
 
     def close(self) -> None:
@@ -107,12 +146,12 @@ class MemoryFileSystem:
         self.generation += 1
         self._files = dict(self._durable_files)
         for file in self._files.values():
-            file.content = bytearray(file.durable)
+            file.revert()
 
     def durable_content(self, path: str) -> bytes:
         """What `path` would hold after a crash now (b"" when its name is not durable)."""
         file = self._durable_files.get(path)
-        return b"" if file is None else file.durable
+        return b"" if file is None else bytes(file.durable)
 
     def clone(self) -> "MemoryFileSystem":
         """An independent copy (current and durable contents, names, faults off): one starting
@@ -125,7 +164,8 @@ class MemoryFileSystem:
                 copy = copies.get(id(file))
                 if copy is None:
                     copy = copies[id(file)] = _MemoryFile()
-                    copy.content, copy.durable = bytearray(file.content), file.durable
+                    copy.content, copy.durable = bytearray(file.content), bytearray(file.durable)
+                    copy.dirty = list(file.dirty)
                 target[path] = copy
         return twin
 
@@ -135,15 +175,13 @@ class MemoryFileSystem:
         file = self._files[path]
         file.content[position] ^= xor_mask
         if position < len(file.durable):
-            durable = bytearray(file.durable)
-            durable[position] ^= xor_mask
-            file.durable = bytes(durable)
+            file.durable[position] ^= xor_mask
 
     def cut(self, path: str, length: int) -> None:
         """Shorten `path` to `length` bytes, current and durable alike (a torn write)."""
         file = self._files[path]
         del file.content[length:]
-        file.durable = file.durable[:length]
+        del file.durable[length:]
 
     def destroy(self, path: str) -> None:
         """The disk lost `path` altogether (current and durable): a deleted or unreadable file."""
@@ -161,7 +199,8 @@ class MemoryFileSystem:
         if file is None:
             file = self._files[path] = _MemoryFile()
         file.content = bytearray(data)
-        file.durable = bytes(data)
+        file.durable = bytearray(data)
+        file.dirty = []
         self._durable_files[path] = file
 
     # -- the FileSystem protocol -----------------------------------------------------------
