@@ -1,14 +1,17 @@
 """What reaches a simulated process, and when: messages, timers and dropped connections.
 
-A mixin of `Simulator` (chaos/simulator.py), kept apart because it is the transport's rules,
-not the actors': a message is encoded by the real codec (processes of the cluster sign with the
-cluster secret, clients do not), planned by the seeded network (chaos/sim_network.py), decoded
-on arrival and checked by the runtime's own authentication rule (transport/auth.py). As ZeroMQ's
-routing ids are unique per socket, a reply reaches only the incarnation that asked; a message to
-an endpoint nobody listens on is refused, and the sender hears so once. A paused process handles
-nothing: whatever arrives for it waits until the pause ends. A timer fires when the process's
-own clock reads its deadline. It never runs an actor itself: each arrival becomes a step
-(chaos/sim_steps.py).
+A mixin of `Simulator` (chaos/simulator.py), kept apart because it is the transport's rules, not the
+actors': a message is encoded by the real codec, planned by the seeded network
+(chaos/sim_network.py), decoded on arrival and checked by the runtime's own authentication rule
+(transport/auth.py `refusal`). Whether it carries the cluster's proof is decided as the real tag
+decides it — processes of the cluster have the secret, clients do not — but carried beside the
+frames rather than computed: the tag's bytes are the codec's and runtime's to test
+(tests/unit/test_codec_hostile.py, tests/integration/test_hostile_clients.py), and hashing every
+simulated message twice was a twentieth of the simulator's time. As ZeroMQ's routing ids are unique
+per socket, a reply reaches only the incarnation that asked; a message to an endpoint nobody listens
+on is refused, and the sender hears so once. A paused process handles nothing: whatever arrives for
+it waits until the pause ends. A timer fires when the process's own clock reads its deadline. It
+never runs an actor itself: each arrival becomes a step (chaos/sim_steps.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ class Delivery:
         observe = self.watch.sends.get(type(message))
         if observe is not None:
             observe(host, to, message)
-        frames = (self.codec if host.server or host.kind == "agent" else self.client_codec).encode(message)
+        frames = self.codec.encode(message)
         if len(frames) > 1:  # payload frames may be the sender's buffers: the wire copies them
             frames = [bytes(frame) for frame in frames]
         if isinstance(to, str):
@@ -49,7 +52,7 @@ class Delivery:
         queue = self.queue
         arrivals = self.network.plan(host.name, destination.name, queue.now_ns)
         if arrivals:
-            payload = (destination.name, target, sender, frames)
+            payload = (destination.name, target, sender, frames, host.server or host.kind == "agent")
             for arrival in arrivals:
                 queue.push(arrival, "deliver", payload)
 
@@ -64,7 +67,7 @@ class Delivery:
         refused.add((host.incarnation, endpoint))
         self.queue.push(self.now_ns + MS, "disconnect", (host.name, host.incarnation, endpoint))
 
-    def _deliver(self, name: str, target: Any, sender: Any, frames: list) -> None:
+    def _deliver(self, name: str, target: Any, sender: Any, frames: list, authenticated: bool) -> None:
         host = self.hosts[name]
         if not host.alive:
             return
@@ -73,10 +76,10 @@ class Delivery:
         if isinstance(target, int) and target != host.incarnation:
             return  # a reply to a process that has since died
         if host.paused_until_ns > self.now_ns:
-            self.queue.push(host.paused_until_ns, "deliver", (name, target, sender, frames))
+            self.queue.push(host.paused_until_ns, "deliver", (name, target, sender, frames, authenticated))
             return
         message = self.codec.decode(frames)
-        refused = refusal(host.actor, message, self.codec.last_authenticated)
+        refused = refusal(host.actor, message, authenticated)
         if refused is not None:
             self.problems.append(f"{host.name} got an unauthenticated {type(message).__name__} from {sender!r}")
             return

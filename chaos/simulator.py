@@ -64,8 +64,6 @@ __all__ = [
     "Simulator", "TinyAgent", "simulate",
 ]
 
-SIM_SECRET = b"railmq-simulated-cluster-secret!"
-
 
 class SimulationFailed(AssertionError):
     def __init__(self, seed: int, problems: list[str], trace: list[str]) -> None:
@@ -85,10 +83,9 @@ class Simulator(ActorSteps, Delivery):
         self.queue = EventQueue()
         self.queue.now_ns = START_NS
         self.network = Network(random.Random(self.rng.getrandbits(64)), self.config.network)
-        # Processes of the cluster sign what they send with the cluster secret; clients do not.
-        # Receivers check it through the same rule the runtime applies (transport/auth.py).
-        self.codec = Codec(secret=SIM_SECRET)
-        self.client_codec = Codec()
+        # Processes of the cluster prove what they send comes from inside it, clients do not;
+        # receivers check it through the runtime's rule (chaos/sim_delivery.py).
+        self.codec = Codec()
         self.hosts: dict[str, Host] = {}
         self.by_endpoint: dict[str, Host] = {}
         self.by_routing: dict[bytes, Host] = {}
