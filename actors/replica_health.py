@@ -83,6 +83,14 @@ class ReplicaStorage:
             damage=[(item.first_offset, item.last_offset) for item in health.damage],
             detail=health.describe(), last_epoch=self.replica.last_batch_epoch())
 
+    def report_key(self) -> tuple:
+        """`report()` as a tuple that compares equal exactly when the reports do."""
+        health = self.health
+        if health.healthy:
+            return (self.state(), self.clean_shutdown, self.replica.last_batch_epoch())
+        return (self.state(), self.clean_shutdown, [(item.first_offset, item.last_offset) for item in health.damage],
+                health.describe(), self.replica.last_batch_epoch())
+
     def _replace(self, health: ReplicaHealth, event: str, details: dict) -> list[Effect]:
         before = self.state()
         self.file.replace(health)

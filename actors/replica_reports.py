@@ -57,7 +57,7 @@ class ReplicaReporter:
         replica = self.replica
         replica.log.note_high_watermark(replica.committed_offset, replica.committed_epoch)
         message = replica.report_message()
-        self.last_sent, self.last_sent_ns = self._content(message), now_ns
+        self.last_sent, self.last_sent_ns = replica.report_key(), now_ns
         return [Send(self.report_to, message), SetTimer("heartbeat", self._keepalive_due(now_ns))]
 
     def _keepalive_due(self, now_ns: int) -> int:
@@ -71,9 +71,8 @@ class ReplicaReporter:
 
     def send_now(self) -> list[Effect]:
         """News that must not wait (storage damage found or repaired): a report now, timers as they are."""
-        message = self.replica.report_message()
-        self.last_sent = self._content(message)
-        return [Send(self.report_to, message)]
+        self.last_sent = self.replica.report_key()
+        return [Send(self.report_to, self.replica.report_message())]
 
     def on_change_timer(self, now_ns: int) -> list[Effect]:
         self.change_timer_armed = False
@@ -84,7 +83,7 @@ class ReplicaReporter:
         since the last one has passed."""
         if not self.via_node_agent or self.last_sent_ns < 0:
             return []
-        if self._content(self.replica.report_message()) == self.last_sent:
+        if self.replica.report_key() == self.last_sent:
             return []
         due_ns = self.last_sent_ns + self.replica.limits.replica_heartbeat_interval_ms * MS
         if now_ns >= due_ns:
@@ -93,8 +92,3 @@ class ReplicaReporter:
             return []
         self.change_timer_armed = True
         return [SetTimer("report", due_ns)]
-
-    @staticmethod
-    def _content(message: Any) -> tuple:
-        return (message.endpoint, message.leader_epoch, message.partition_epoch, message.log_start_offset,
-                message.log_end_offset, message.high_watermark, message.storage)

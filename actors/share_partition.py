@@ -114,6 +114,9 @@ class SharePartition:
         self.next_lock_deadline_ns: int | None = None  # no lock expires before this
         self.new_dead_letters: list[int] = []  # offsets that became dead-lettering, for the writer
         self.changed = False  # a change `stored()` would show, not yet persisted
+        # Lock holders found by the last full `invariants()` pass, or None once anything that pass
+        # looked at may have changed: every method that changes the window clears it.
+        self._verified_holders: frozenset[str] | None = None
 
     @property
     def initialized(self) -> bool:
@@ -123,6 +126,7 @@ class SharePartition:
 
     def observe_log(self, log_start_offset: int, high_watermark: int) -> None:
         """What the partition leader said; the first answer places the start (auto_offset_reset)."""
+        self._verified_holders = None
         self.high_watermark = high_watermark
         if not self.initialized:
             start = log_start_offset if self.settings.auto_offset_reset == "earliest" else high_watermark
@@ -151,6 +155,7 @@ class SharePartition:
     def acquire(self, member_id: str, max_records: int, now_ns: int) -> Acquisition:
         """Lock up to `max_records` records to the member: redeliveries first (lowest offsets
         first, once their delay has passed), then new offsets up to the high watermark."""
+        self._verified_holders = None
         self.expire_locks(now_ns)
         deadline = now_ns + self.settings.visibility_timeout_ms * MS
         taken: list[tuple[int, int]] = []
@@ -193,6 +198,7 @@ class SharePartition:
     def acknowledge(self, member_id: str, acknowledgement: ShareAcknowledgement,
                     now_ns: int) -> ShareAcknowledgementResult:
         """Apply one acknowledgement range, all of it or (with an error) none of it."""
+        self._verified_holders = None
         first, last = acknowledgement.first_offset, acknowledgement.last_offset
         problem = self._check_acknowledgement(acknowledgement)
         if problem is None:
@@ -253,6 +259,7 @@ class SharePartition:
         """Release every lock whose deadline has passed; True if any did."""
         if self.next_lock_deadline_ns is None or now_ns < self.next_lock_deadline_ns:
             return False
+        self._verified_holders = None
         expired = False
         next_deadline: int | None = None
         for offset, record in self.records.items():
@@ -268,6 +275,7 @@ class SharePartition:
 
     def release_member(self, member_id: str, now_ns: int) -> bool:
         """The member left or its session expired: its records are available again."""
+        self._verified_holders = None
         held = [offset for offset, record in self.records.items()
                 if record.state == ACQUIRED and record.holder == member_id]
         for offset in held:
@@ -307,6 +315,7 @@ class SharePartition:
 
     def archive(self, offsets: Iterable[int]) -> None:
         """The dead-letter topic has these records now (or their source is gone for good)."""
+        self._verified_holders = None
         for offset in offsets:
             record = self.records.get(offset)
             if record is not None and record.state == DEAD_LETTERING:
@@ -381,7 +390,14 @@ class SharePartition:
                                          records=ranges)
 
     def invariants(self, members: Any = None) -> None:
-        """`members`: the group's members, when the caller knows them; every lock holder is one."""
+        """`members`: the group's members, when the caller knows them; every lock holder is one.
+
+        Nothing changed since the last full pass (the simulator runs this after every step of the
+        coordinator, for every share-partition, and most steps touch one or none): only whether
+        each holder that pass found is still a member."""
+        verified = self._verified_holders
+        if verified is not None and (members is None or all(holder in members for holder in verified)):
+            return
         if not self.initialized:
             assert not self.records, f"{self.topic}/{self.partition}: records before the start is known"
             return
@@ -408,6 +424,7 @@ class SharePartition:
         assert available == len(self.available) and all(
             offset in records and records[offset].state == AVAILABLE for offset in self.available), (
             "the available set is wrong")
+        self._verified_holders = frozenset(record.holder for record in records.values() if record.state == ACQUIRED)
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRecords]:
