@@ -36,7 +36,7 @@ class Delivery:
             destination = self.by_endpoint.get(to)
             # As ZeroMQ's routing ids are unique per socket, a reply reaches only the process
             # that asked, never a later incarnation of it.
-            sender: Any = host.routing_id + b"#" + str(host.incarnation).encode()
+            sender: Any = host.reply_address
             if destination is None or not destination.alive or destination.endpoint != to:
                 self._refused(host, to)  # nobody listens there: the connection is refused
                 return
@@ -52,7 +52,7 @@ class Delivery:
         queue = self.queue
         arrivals = self.network.plan(host.name, destination.name, queue.now_ns)
         if arrivals:
-            payload = (destination.name, target, sender, frames, host.server or host.kind == "agent")
+            payload = (destination.name, target, sender, frames, host.in_cluster)
             for arrival in arrivals:
                 queue.push(arrival, "deliver", payload)
 

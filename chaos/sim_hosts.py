@@ -76,6 +76,8 @@ class Host:
         self.timers: dict[str, int] = {}
         self.endpoint = ""
         self.routing_id = name.encode()
+        self.reply_address = b""  # what receivers answer to: the routing id and this incarnation
+        self.in_cluster = server or kind == "agent"  # holds the cluster secret (a client does not)
         self.peers: set[str] = set()  # endpoints this incarnation has sent to (its "connections")
         self.state: dict[str, Any] = {}  # per-host scratch space for drivers
         self.clock_offset_ns = 0  # this process's clock minus the simulator's true time
@@ -95,6 +97,7 @@ class Host:
     def boot(self, rng: random.Random) -> None:
         self.incarnation += 1
         self.endpoint = self.endpoint_for(self.incarnation)
+        self.reply_address = self.routing_id + b"#" + str(self.incarnation).encode()
         self.timers = {}
         self.peers = set()
         self.alive = True

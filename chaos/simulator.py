@@ -38,6 +38,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop
 from typing import Any, Callable
 
 from chaos.sim_agents import SimNodeAgent, node_agent_endpoint, node_agent_name
@@ -265,23 +266,22 @@ class Simulator(ActorSteps, Delivery):
     # ------------------------------------------------------------------ running
 
     def run_until(self, until_ns: int, steps_max: int = 0) -> None:
+        # EventQueue.pop_due, inlined: this loop runs once per simulated event.
         queue = self.queue
-        pop_due = queue.pop_due
+        heap = queue._heap
+        handlers = {"deliver": self._deliver, "timer": self._timer, "disconnect": self._disconnect}
         while True:
             if steps_max and self.steps >= steps_max:
                 return
-            event = pop_due(until_ns)
-            if event is None:
+            if not heap or heap[0][0] > until_ns:
                 break
-            kind, payload = event
-            if kind == "deliver":
-                self._deliver(*payload)
-            elif kind == "timer":
-                self._timer(*payload)
-            elif kind == "disconnect":
-                self._disconnect(*payload)
+            at_ns, _, kind, payload = heappop(heap)
+            queue.now_ns = at_ns
+            handler = handlers.get(kind)
+            if handler is None:
+                payload()  # "call"
             else:
-                payload()
+                handler(*payload)
         queue.now_ns = max(queue.now_ns, until_ns)
 
     def run(self) -> "SimulationResult":

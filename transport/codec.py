@@ -108,10 +108,13 @@ class Codec:
 
     def decode(self, frames: Sequence[Any]) -> Message:
         self.last_authenticated = False
-        if not frames:
+        count = len(frames)
+        if not count:
             raise DecodeFailure(ErrorCode.MALFORMED_FRAME, "empty message: no frames")
-        header = _buffer(frames[0])
-        total = len(header) if len(frames) == 1 else sum(len(_buffer(frame)) for frame in frames)
+        header = frames[0]
+        if type(header) is not bytes:
+            header = _buffer(header)
+        total = len(header) if count == 1 else sum(len(_buffer(frame)) for frame in frames)
         if total > self.frame_bytes_max:
             raise DecodeFailure(
                 ErrorCode.MESSAGE_TOO_LARGE,
@@ -123,7 +126,8 @@ class Codec:
         except Exception as error:  # noqa: BLE001 - DecodeError, ValidationError, RecursionError, ...
             raise self._explain(header, error) from None
         expected = type(message).PAYLOAD_FIELDS
-        count = len(frames)
+        if count == 1 and not expected:  # most messages: one frame, no payload, no tag
+            return message
         if count == 2 + len(expected) and looks_like_tag(frames[-1]):
             self.last_authenticated = self.signer is not None and self.signer.verify(frames)
             count -= 1
