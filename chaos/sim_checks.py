@@ -22,12 +22,21 @@ if TYPE_CHECKING:
 READ_BYTES_MAX = 1 << 30
 
 
-def log_entries(log: Any, topic: str, partition: int, end_offset: int) -> list[list]:
+def log_entries(log: Any, topic: str, partition: int, end_offset: int, decoded: dict | None = None) -> list[list]:
+    """[offset, key, value] of the log's records below `end_offset`. `decoded` remembers the
+    entries of bytes already decoded: replicas in sync hold the same bytes, decoded once."""
     if end_offset <= log.log_start_offset:
         return []
     data = log.read(log.log_start_offset, READ_BYTES_MAX, max_offset=end_offset)
-    return [[r.offset, r.key.decode() if r.key is not None else None, r.value.decode() if r.value is not None else None]
-            for r in decode_fetched(topic, partition, data, log.log_start_offset)]
+    key = (topic, partition, log.log_start_offset, data)
+    if decoded is not None and key in decoded:
+        return [list(entry) for entry in decoded[key]]
+    entries = [[r.offset, r.key.decode() if r.key is not None else None,
+                r.value.decode() if r.value is not None else None]
+               for r in decode_fetched(topic, partition, data, log.log_start_offset)]
+    if decoded is not None:
+        decoded[key] = [list(entry) for entry in entries]
+    return entries
 
 
 def final_checks(sim: "Simulator") -> None:
@@ -39,6 +48,7 @@ def final_checks(sim: "Simulator") -> None:
         return
     now = sim.now_ns
     high_watermarks: dict[int, int] = {}
+    decoded: dict = {}
     for partition in range(sim.config.partitions):
         record = coordinator.partitions.get((TOPIC, partition))
         if record is None:
@@ -52,14 +62,14 @@ def final_checks(sim: "Simulator") -> None:
         replica = leader.actor
         high_watermarks[partition] = replica.high_watermark
         sim.history.append({"type": "final-read", "time_ns": now, "topic": TOPIC, "partition": partition,
-                            "entries": log_entries(replica.log, TOPIC, partition, replica.high_watermark)})
+                            "entries": log_entries(replica.log, TOPIC, partition, replica.high_watermark, decoded)})
         for host in sim.hosts.values():
             if host.kind == "replica" and host.alive and host.state["topic_partition"] == (TOPIC, partition) \
                     and host.actor.storage.healthy:  # a replica still repairing has no whole committed prefix
                 sim.history.append({
                     "type": "replica-log", "time_ns": now, "topic": TOPIC, "partition": partition,
                     "replica": f"n{host.node}", "high_watermark": host.actor.high_watermark,
-                    "entries": log_entries(host.actor.log, TOPIC, partition, host.actor.high_watermark)})
+                    "entries": log_entries(host.actor.log, TOPIC, partition, host.actor.high_watermark, decoded)})
     _check_group_settled(sim)
     _check_in_sync(sim, TOPIC)
     _check_send_order(sim, TOPIC)
