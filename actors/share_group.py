@@ -62,6 +62,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
         self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
         self.wrote = False  # something was put during this step: replies wait for the flush
+        # Share-partitions changed during this step, put once at its end (`_finish`): a step that
+        # acquires, acknowledges and serves parked acquires changes one window several times.
+        self.unpersisted: dict[tuple[str, str, int], tuple[str, SharePartition]] = {}
         self.leaders = PartitionLeaders(coordinator=coordinator, limits=limits, topics_in_use=self._topics_in_use)
         self.dead_letters = DeadLetterWriter(self, self.leaders)
         self._load()
@@ -84,10 +87,18 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 self.dead_letters.enqueue(group.group_id, share_partition)
 
     def persist(self, group_id: str, share_partition: SharePartition) -> None:
+        """Put the share-partition's change before anyone hears of it: at the end of this step,
+        before the flush its replies wait for."""
         if share_partition.changed:
-            self.state.put(_partition_key(group_id, share_partition), share_partition.stored())
-            share_partition.changed = False
+            self.unpersisted[(group_id, share_partition.topic, share_partition.partition)] = (group_id, share_partition)
             self.wrote = True
+
+    def _put_unpersisted(self) -> None:
+        for group_id, share_partition in self.unpersisted.values():
+            if share_partition.changed:
+                self.state.put(_partition_key(group_id, share_partition), share_partition.stored())
+                share_partition.changed = False
+        self.unpersisted.clear()
 
     def put_many(self, items: list[tuple[str, Any]], touched: list[tuple[str, SharePartition]]) -> None:
         """Several changes that must survive a crash together (a dead-letter write's outcome)."""
@@ -104,6 +115,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
     def _finish(self, effects: list[Effect], now_ns: int) -> list[Effect]:
         effects += self.dead_letters.advance(now_ns)
+        self._put_unpersisted()
         if self.wrote:
             self.wrote = False
             return [AfterFlush(self.state, tuple(effects))]
@@ -166,6 +178,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
             return ErrorCode.NON_EMPTY_GROUP, (f"share group {group_id!r} is still dead-lettering records of "
                                                f"{busy[0][0]}/{busy[0][1]}; try again when that is done")
         for share_partition in group.partitions.values():
+            self.unpersisted.pop((group_id, share_partition.topic, share_partition.partition), None)
             self.state.delete(_partition_key(group_id, share_partition))
         self.state.delete(f"share-group/{group_id}")
         del self.groups[group_id]
@@ -202,6 +215,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def invariants(self) -> None:
         parked = sum(len(waiting) for waiting in self.parked.values())
         assert parked <= self.limits.share_acquires_parked_max, f"{parked} parked acquires"
+        assert not self.unpersisted, "a share-partition changed in a step that ended without putting it"
         for group in self.groups.values():
             assert len(group.members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
             for share_partition in group.partitions.values():
