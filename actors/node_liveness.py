@@ -157,14 +157,19 @@ class NodeLiveness:
         return [Send(live.endpoint, ReplicaHeartbeatResponse(state=self._partition_state(topic, partition, now_ns)))]
 
     def _node_heartbeat_response(self, beat: NodeHeartbeat, full_wanted: bool) -> NodeHeartbeatResponse:
-        # Built again only when a topic, its size or its config, or the tombstones changed.
-        key = (tuple(beat.nodes), len(self.tombstones), next(reversed(self.tombstones), None),
+        # Built again only when a topic, its size or its config, or the tombstones changed; one
+        # entry per set of nodes asked for (each node's agent asks for its own, in turn).
+        nodes = tuple(beat.nodes)
+        key = (len(self.tombstones), next(reversed(self.tombstones), None),
                tuple((name, record.topic_id, len(record.replicas), record.config)
                      for name, record in self.topics.items()))
-        cached = getattr(self, "_assignments_cache", None)
+        caches = self.__dict__.setdefault("_assignments_cache", {})
+        cached = caches.get(nodes)
         if cached is None or cached[0] != key:
+            if len(caches) >= ASSIGNMENT_CACHE_ENTRIES_MAX and nodes not in caches:
+                caches.clear()  # agents asking for ever new sets of nodes: start over, bounded
             assignments = self._node_assignments(beat.nodes)
-            cached = self._assignments_cache = (key, assignments, _version_of(assignments, self.tombstones))
+            cached = caches[nodes] = (key, assignments, _version_of(assignments, self.tombstones))
         _, assignments, version = cached
         changed = version != beat.assignments_version
         return NodeHeartbeatResponse(
@@ -184,6 +189,9 @@ class NodeLiveness:
 
 
 _encoder = msgspec.msgpack.Encoder()
+# Cached assignment answers, one per set of nodes a heartbeat named: a cluster's agents name one
+# node each, so a few entries; a hostile sender naming new sets cannot grow it past this.
+ASSIGNMENT_CACHE_ENTRIES_MAX = 64
 
 
 def _version_of(assignments: list[ReplicaAssignment], tombstones: dict[int, str]) -> str:

@@ -185,6 +185,25 @@ def test_assignments_travel_only_when_they_changed_and_a_restarted_coordinator_a
     assert after_restart.full_report_wanted, "it has none of the replicas' reports"
 
 
+def test_each_nodes_agent_gets_its_own_nodes_assignments_round_after_round(world):
+    """One agent per node, in turn, as a real cluster runs them: the answers the coordinator keeps
+    for each set of nodes never hand one node's replicas to another, before and after a topic is
+    added."""
+    cluster = world
+    cluster.create("orders")
+    for topic, rounds in (("orders", 2), ("payments", 2)):
+        if topic == "payments":
+            cluster.create("payments")
+        for _ in range(rounds):
+            for node in (1, 2, 3):
+                answer = node_beat(cluster, nodes=(node,), agent_id=f"agent-{node}")
+                assert answer.error == ErrorCode.NONE, answer.error_message
+                assert answer.assignments, f"node {node} got no assignments"
+                assert {assignment.node for assignment in answer.assignments} == {node}
+                assert {assignment.topic for assignment in answer.assignments} == (
+                    {"orders"} if topic == "orders" else {"orders", "payments"})
+
+
 def test_a_replica_whose_last_report_shows_older_epochs_gets_the_state_pushed_again_at_most_once_a_session(world):
     cluster = world
     leader, replicas = started(cluster)
