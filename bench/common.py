@@ -123,6 +123,22 @@ def _shown(value: object) -> str:
     return f"{value:,.1f}" if abs(value) >= 10 or value == 0 else f"{value:.3g}"
 
 
+def free_page_reporting_order() -> int | None:
+    """The order of the free blocks this (virtual) machine reports to its host, or None when it
+    reports none. A guest that reports freed memory gets it back from the host on the next touch:
+    on the development VM that made writes into new page-cache pages ~10 times slower, which is
+    most of what a replicated produce costs there (docs/performance.md)."""
+    try:
+        with open("/sys/module/page_reporting/parameters/page_reporting_order", encoding="ascii") as handle:
+            order = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    return order if order <= PAGE_ORDER_MAX else None  # above the largest block: nothing is reported
+
+
+PAGE_ORDER_MAX = 10  # Linux's largest buddy-allocator block (MAX_ORDER) on x86-64 and arm64
+
+
 def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes: dict | None = None) -> None:
     """Print figures as an aligned table and, with --json, save them with machine facts."""
     if _progress is not None:
@@ -132,12 +148,18 @@ def report(name: str, figures: dict[str, float], args: argparse.Namespace, notes
     for key, value in figures.items():
         shown = _shown(value)
         print(f"  {key:<{width}}  {shown}")
+    reporting = free_page_reporting_order()
+    if reporting is not None:
+        print(f"  (this machine hands freed memory back to its host (free page reporting, order {reporting}): "
+              "a write into a page the page cache takes anew waits for the host first; "
+              "docs/performance.md measures what that costs)")
     if args.json:
         document = {
             "benchmark": name,
             "figures": figures,
             "notes": notes or {},
-            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
+                        "free_page_reporting_order": reporting},
             "repeat": args.repeat,
         }
         with open(args.json, "w", encoding="utf-8") as handle:
