@@ -255,14 +255,6 @@ class PartitionReplica(FetchServing):
             high_watermark=self.committed_offset, storage=self.storage.report(),
             leader_endpoint=self.follower.leader_endpoint if self.follower is not None else "")
 
-    def report_key(self) -> tuple:
-        """What a report would say that a change of is news (it runs after every step, so it builds
-        no message): equal exactly when the reports' endpoint, epochs, log range, committed offset
-        and storage report are."""
-        state, log = self.state, self.log
-        return (self.endpoint, state.leader_epoch if state else -1, state.partition_epoch if state else -1,
-                log.log_start_offset, log.log_end_offset, self.committed_offset, self.storage.report_key())
-
     def heartbeat_now(self) -> list[Effect]:
         """Storage news travels at once, not at the next report."""
         return self.reports.send_now()

@@ -57,7 +57,7 @@ class ReplicaReporter:
         replica = self.replica
         replica.log.note_high_watermark(replica.committed_offset, replica.committed_epoch)
         message = replica.report_message()
-        self.last_sent, self.last_sent_ns = replica.report_key(), now_ns
+        self.last_sent, self.last_sent_ns = self._key(), now_ns
         return [Send(self.report_to, message), SetTimer("heartbeat", self._keepalive_due(now_ns))]
 
     def _keepalive_due(self, now_ns: int) -> int:
@@ -71,8 +71,17 @@ class ReplicaReporter:
 
     def send_now(self) -> list[Effect]:
         """News that must not wait (storage damage found or repaired): a report now, timers as they are."""
-        self.last_sent = self.replica.report_key()
+        self.last_sent = self._key()
         return [Send(self.report_to, self.replica.report_message())]
+
+    def _key(self) -> tuple:
+        """What a report would say that a change of is news (it runs after every step, so it builds
+        no message): equal exactly when the reports' endpoint, epochs, log range, committed offset
+        and storage report are."""
+        replica = self.replica
+        state, log = replica.state, replica.log
+        return (replica.endpoint, state.leader_epoch if state else -1, state.partition_epoch if state else -1,
+                log.log_start_offset, log.log_end_offset, replica.committed_offset, replica.storage.report_key())
 
     def on_change_timer(self, now_ns: int) -> list[Effect]:
         self.change_timer_armed = False
@@ -83,7 +92,7 @@ class ReplicaReporter:
         since the last one has passed."""
         if not self.via_node_agent or self.last_sent_ns < 0:
             return []
-        if self.replica.report_key() == self.last_sent:
+        if self._key() == self.last_sent:
             return []
         due_ns = self.last_sent_ns + self.replica.limits.replica_heartbeat_interval_ms * MS
         if now_ns >= due_ns:

@@ -35,7 +35,8 @@ from actors.messages import (
     ProduceRequest, ProduceResponse,
 )
 from actors.share_leaders import Outbound, PartitionLeaders
-from actors.share_partition import DeadLetterItem, SharePartition, dead_letter_batch, source_records
+from actors.dead_letter_records import DeadLetterItem, dead_letter_batch, source_records
+from actors.share_partition import SharePartition
 from storage.errors import CorruptBatch
 
 if TYPE_CHECKING:  # the writer's owner, which imports this module

@@ -48,7 +48,8 @@ from actors.share_dead_letters import DeadLetterWriter
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
 from actors.share_group_membership import ShareGroup, ShareMembership
 from actors.share_leaders import Outbound, PartitionLeaders
-from actors.share_partition import DEAD_LETTERING, DeadLetterItem, SharePartition
+from actors.dead_letter_records import DeadLetterItem
+from actors.share_partition import DEAD_LETTERING, SharePartition
 
 
 class ShareGroups(ShareMembership, ShareDelivery):

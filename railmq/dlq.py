@@ -11,7 +11,7 @@ The format is shared by everything that dead-letters a record and everything tha
 
 `DeadLetter` formats (`record_headers`) and parses (`DeadLetter.parse`) that layout; parsing is
 strict by default (`MalformedDeadLetter`), or lenient for tools that must show every record. The
-share groups' coordinator is an actor and cannot import this module: actors/share_partition.py
+share groups' coordinator is an actor and cannot import this module: actors/dead_letter_records.py
 writes the same layout, and tests/unit/test_retry.py reads its output with `DeadLetter.parse`.
 
 Depth is the number of records between a partition's log start and its high watermark, summed

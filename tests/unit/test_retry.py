@@ -257,7 +257,7 @@ def test_a_dead_letter_parses_back_to_what_was_written():
 
 def test_a_share_groups_dead_letter_reads_back_with_the_same_parser():
     """The share-group coordinator (an actor: it cannot import railmq.dlq) writes the same format."""
-    from actors.share_partition import DeadLetterItem, dead_letter_headers
+    from actors.dead_letter_records import DeadLetterItem, dead_letter_headers
 
     item = DeadLetterItem(group_id="workers", topic="orders", partition=1, offset=12, reason="max-attempts",
                           attempts=5, last_error="timeout", first_delivery_ms=100, dead_lettered_ms=900)

@@ -17,10 +17,8 @@ from hypothesis import strategies as st
 from actors.errors import ErrorCode
 from actors.limits import Limits
 from actors.messages import ShareAcknowledgement, ShareGroupSettings
-from actors.share_partition import (
-    ACCEPTED, ACQUIRED, AVAILABLE, DEAD_LETTERING, MAX_ATTEMPTS, REJECTED, SharePartition, dead_letter_batch,
-    dead_letter_headers, source_records,
-)
+from actors.dead_letter_records import dead_letter_batch, dead_letter_headers, source_records
+from actors.share_partition import ACCEPTED, ACQUIRED, AVAILABLE, DEAD_LETTERING, MAX_ATTEMPTS, REJECTED, SharePartition
 from storage.batch import decode_records, encode_batch, parse_header
 
 MS = 1_000_000
@@ -313,7 +311,7 @@ def test_a_dead_letter_record_keeps_key_value_and_headers_after_the_railmq_heade
                                 base_offset=40))
     found = source_records(source, {41})
     assert found == {41: (1_003, b"k1", b"v1", [("trace", b"t1")])}
-    from actors.share_partition import DeadLetterItem
+    from actors.dead_letter_records import DeadLetterItem
 
     item = DeadLetterItem("g", "orders", 0, 41, REJECTED, 2, "bad", 1_010, 1_020)
     gone = DeadLetterItem("g", "orders", 0, 39, MAX_ATTEMPTS, 5, "", 1_000, 1_030)
