@@ -390,3 +390,26 @@ def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_i
     finally:
         sender.close()
         agent.stop()
+
+
+def test_the_answers_kept_for_node_sets_stay_bounded_whatever_sets_heartbeats_name():
+    """A header is a claim: a sender naming ever new sets of nodes (every subset of a 7-node
+    cluster, 127 of them) makes the coordinator build answers, and what it keeps of them stays
+    within ASSIGNMENT_CACHE_ENTRIES_MAX."""
+    import random
+
+    from actors.coordinator import Coordinator
+    from actors.node_liveness import ASSIGNMENT_CACHE_ENTRIES_MAX
+    from storage.memory import MemoryFileSystem
+    from storage.state import DurableState
+
+    nodes = list(range(1, 8))
+    coordinator = Coordinator(state=DurableState.open("/c/metadata.state", fs=MemoryFileSystem()), nodes=nodes,
+                              rng=random.Random(3), limits=LIMITS)
+    named = [[node for node in nodes if mask >> (node - 1) & 1] for mask in range(1, 1 << len(nodes))]
+    for number, subset in enumerate(named, start=1):
+        answer = coordinator._node_heartbeat_response(
+            NodeHeartbeat(correlation_id=number, nodes=subset, agent_id="hostile"), False)
+        assert answer.assignments == [], "no topic exists: nothing is assigned to anyone"
+        assert len(coordinator._assignments_cache) <= ASSIGNMENT_CACHE_ENTRIES_MAX
+    assert len(named) > ASSIGNMENT_CACHE_ENTRIES_MAX
