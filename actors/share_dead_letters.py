@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.actor import MS
+from actors.dead_letter_records import DeadLetterItem, dead_letter_batch, source_records
 from actors.effects import Effect, Trace
 from actors.errors import RETRIABLE, ErrorCode
 from actors.messages import (
@@ -35,7 +36,6 @@ from actors.messages import (
     ProduceRequest, ProduceResponse,
 )
 from actors.share_leaders import Outbound, PartitionLeaders
-from actors.dead_letter_records import DeadLetterItem, dead_letter_batch, source_records
 from actors.share_partition import SharePartition
 from storage.errors import CorruptBatch
 

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import msgspec
 
 from actors.actor import MS
+from actors.dead_letter_records import DeadLetterItem
 from actors.effects import AfterFlush, Effect, Send
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -48,7 +49,6 @@ from actors.share_dead_letters import DeadLetterWriter
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
 from actors.share_group_membership import ShareGroup, ShareMembership
 from actors.share_leaders import Outbound, PartitionLeaders
-from actors.dead_letter_records import DeadLetterItem
 from actors.share_partition import DEAD_LETTERING, SharePartition
 
 
