@@ -25,7 +25,8 @@ import msgspec
 from actors.actor import MS
 from actors.client_metadata import checked_topic, clipped, distrust
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer, Trace
+from actors.deadlines import DeadlineTimer
+from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
 from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
@@ -34,7 +35,7 @@ from actors.messages import (
 from storage.batch import encode_batch
 
 
-TICK_INTERVAL_MS = 50  # how often a busy producer checks timeouts and retries
+CHASE_INTERVAL_MS = 50  # how often metadata or a producer id still wanted is asked for again
 UNREACHABLE_MS = 3000  # a dead leader's endpoint is distrusted this long (ports are not reused sooner)
 
 
@@ -85,7 +86,8 @@ class ProducerClient:
         self.producer_id = -1
         self.producer_epoch = 0
         self.producer_id_correlation = 0
-        self.ticking = False
+        self.timer = DeadlineTimer()  # at the next timeout, retry, delivery deadline or re-ask
+        self.chase_at_ns = 0  # when metadata or a producer id still wanted is asked for again (0: none wanted)
 
     @property
     def bootstrap(self) -> str:
@@ -95,30 +97,48 @@ class ProducerClient:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, now_ns: int) -> list[Effect]:
-        self.ticking = True
-        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
+        effects: list[Effect] = []
         if self.settings.idempotent:
             self.correlation += 1
             self.producer_id_correlation = self.correlation
             effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.correlation)))
-        return effects
+        return effects + self._arm(now_ns)
 
     def invariants(self) -> None:
         for key, count in self.in_flight_count.items():
             assert 0 <= count <= self.settings.max_in_flight, f"{key}: {count} requests in flight"
         assert sum(self.in_flight_count.values()) == len(self.in_flight)
+        missed = self.timer.uncovered(self._deadlines())
+        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
-        effects = self._handle(message, sender, now_ns)
-        if not self.ticking and self._busy():
-            self.ticking = True
-            effects.append(SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS))
-        return effects
+        return self._handle(message, sender, now_ns) + self._arm(now_ns)
 
-    def _busy(self) -> bool:
-        """Timeouts, retries or metadata to chase: an idle producer sets no timer at all."""
-        return bool(self.in_flight or any(self.waiting.values()) or self.metadata_wanted
-                    or (self.settings.idempotent and self.producer_id < 0))
+    def _chasing(self) -> bool:
+        return bool(self.metadata_wanted) or (self.settings.idempotent and self.producer_id < 0)
+
+    def _arm(self, now_ns: int) -> list[Effect]:
+        """End of every step: the timer at the next deadline. An idle producer sets none; a busy
+        one wakes for a timeout, a retry's backoff, a delivery deadline, or to ask again for
+        metadata or a producer id it still lacks."""
+        if not self._chasing():
+            self.chase_at_ns = 0
+        elif not self.chase_at_ns:
+            self.chase_at_ns = now_ns + CHASE_INTERVAL_MS * MS
+            self.timer.want(self.chase_at_ns)
+        return self.timer.arm(now_ns)
+
+    def _deadlines(self):
+        """Every time something falls due: what the timer must not fire after."""
+        timeout_ns = self.settings.request_timeout_ms * MS
+        for pending in self.in_flight.values():
+            yield pending.sent_ns + timeout_ns + 1
+        for queue in self.waiting.values():
+            for pending in queue:
+                yield pending.batch.deadline_ns
+                yield pending.retry_at_ns
+        if self.chase_at_ns:
+            yield self.chase_at_ns
 
     def _handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
@@ -147,6 +167,7 @@ class ProducerClient:
     def _on_send_batch(self, batch: SendBatch, now_ns: int) -> list[Effect]:
         key = (batch.topic, batch.partition)
         self.waiting.setdefault(key, deque()).append(Pending(batch))
+        self.timer.want(batch.deadline_ns)
         return self._dispatch(key, now_ns)
 
     def _dispatch(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
@@ -184,6 +205,7 @@ class ProducerClient:
         pending.correlation_id = self.correlation
         pending.attempts += 1
         pending.sent_ns = now_ns
+        self.timer.want(now_ns + self.settings.request_timeout_ms * MS + 1)
         self.in_flight[pending.correlation_id] = pending
         self.sent_to[pending.correlation_id] = endpoint
         self.in_flight_count[key] = self.in_flight_count.get(key, 0) + 1
@@ -264,6 +286,8 @@ class ProducerClient:
         key = (batch.topic, batch.partition)
         self.in_flight_count[key] -= 1
         pending.retry_at_ns = now_ns + self.settings.retry_backoff_ms * MS
+        self.timer.want(pending.retry_at_ns)
+        self.timer.want(batch.deadline_ns)
         queue = self.waiting.setdefault(key, deque())
         queue.append(pending)
         if self.settings.idempotent:
@@ -278,7 +302,7 @@ class ProducerClient:
     def _ask_controller_again(self, correlation_id: int) -> list[Effect]:
         """A voter that does not lead answered: ask the one it named (or the next one)."""
         effects: list[Effect] = []
-        if not self.controllers.follow_at_once():  # voters naming each other: the tick asks again
+        if not self.controllers.follow_at_once():  # voters naming each other: asked again when the chase is due
             if correlation_id == self.metadata_correlation:
                 self.metadata_correlation = 0
             return effects
@@ -302,7 +326,7 @@ class ProducerClient:
         return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        self.ticking = False  # re-armed by handle() while there is work
+        self.timer.fired()
         effects: list[Effect] = []
         timeout_ns = self.settings.request_timeout_ms * MS
         for pending in [p for p in self.in_flight.values() if now_ns - p.sent_ns > timeout_ns]:
@@ -317,10 +341,19 @@ class ProducerClient:
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"not delivered before the delivery timeout ({pending.attempts} attempts){last}"))))
             effects += self._dispatch(key, now_ns)
+        if self.chase_at_ns and now_ns >= self.chase_at_ns:
+            self.chase_at_ns = 0  # _arm sets the next one while something is still wanted
+            effects += self._chase()
+        self.timer.want_all(self._deadlines(), now_ns)
+        return effects
+
+    def _chase(self) -> list[Effect]:
+        """Ask again for what is still wanted: the previous answer may be lost or stale."""
+        effects: list[Effect] = []
         if self.metadata_wanted:
             if self.metadata_correlation:
-                self.controllers.rotate()  # unanswered for a whole tick: that voter may be gone
-            self.metadata_correlation = 0  # re-ask: the previous answer may be lost or stale
+                self.controllers.rotate()  # unanswered for a whole interval: that voter may be gone
+            self.metadata_correlation = 0
             effects += self._request_metadata([])
         if self.settings.idempotent and self.producer_id < 0:
             effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
@@ -340,12 +373,12 @@ class ProducerClient:
 
     def _request_metadata(self, topics: list[str], now_ns: int | None = None) -> list[Effect]:
         """Ask for metadata: one request at a time, and after an answer that did not help (no
-        leader yet) not again before `retry_backoff_ms` (the tick re-asks)."""
+        leader yet) not again before `retry_backoff_ms` (the chase asks again)."""
         self.metadata_wanted |= set(topics)
         if self.metadata_correlation and set(topics) <= self.metadata_asked:
             return []  # the request in flight asks for them already (not one more per answer)
         if now_ns is not None and now_ns - self.metadata_answered_ns < self.settings.retry_backoff_ms * MS:
-            return []  # the tick asks for everything still wanted once the backoff has passed
+            return []  # the chase asks for everything still wanted once the backoff has passed
         self.correlation += 1
         self.metadata_correlation = self.correlation
         self.metadata_asked = set(self.metadata_wanted)
@@ -379,8 +412,8 @@ class ProducerClient:
             # sequences under another id while batches numbered under the first are in flight.
             return []
         if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
-            # Asked again by the next tick, not at once: a controller that keeps refusing (busy,
-            # not ready) is asked once a tick, not once a round trip.
+            # Asked again by the chase, not at once: a controller that keeps refusing (busy, not
+            # ready) is asked once a chase interval, not once a round trip.
             return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id})]
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         effects: list[Effect] = []

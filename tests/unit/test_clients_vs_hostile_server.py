@@ -34,7 +34,7 @@ from actors.messages import (
     ShareAcknowledgeResponse, ShareAcknowledgementResult, ShareAcquireRequest, ShareAcquireResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
-from actors.producer_client import TICK_INTERVAL_MS, ProducerClient, ProducerSettings
+from actors.producer_client import CHASE_INTERVAL_MS, ProducerClient, ProducerSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ERRORS_KEPT_MAX as CLIENT_ERRORS_KEPT_MAX
 from railmq.consumer import Consumer
@@ -657,7 +657,7 @@ def test_a_success_that_gives_no_producer_id_is_not_taken_and_is_asked_again(ans
     assert stage.producer.producer_id < 0 and stage.requests() == []
     assert not messages(effects, InitProducerIdRequest), "asked again at the next tick, not at once"
     stage.harness.take("bootstrap", InitProducerIdRequest)
-    stage.harness.advance(2 * TICK_INTERVAL_MS)  # the next tick, at most two intervals away
+    stage.harness.advance(2 * CHASE_INTERVAL_MS)  # the next tick, at most two intervals away
     assert stage.harness.take("bootstrap", InitProducerIdRequest)
 
 

@@ -12,9 +12,9 @@ import pytest
 from actors.errors import ErrorCode
 from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
-    PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, SendBatch, Stop, TopicMetadata,
+    PartitionMetadata, PeerDisconnected, ProduceRequest, ProduceResponse, SendBatch, Stop, TimerFired, TopicMetadata,
 )
-from actors.producer_client import TICK_INTERVAL_MS, ProducerClient, ProducerSettings
+from actors.producer_client import CHASE_INTERVAL_MS, ProducerClient, ProducerSettings
 from storage.batch import decode_records, verify_batch
 from tests.unit.actor_harness import MS, Harness, messages, notices, only
 
@@ -349,7 +349,7 @@ def test_a_failed_producer_id_request_is_asked_again_at_the_next_tick_not_at_onc
             effects = stage.harness.deliver(PRODUCER, InitProducerIdResponse(
                 correlation_id=init.correlation_id, error=ErrorCode.COORDINATOR_NOT_AVAILABLE), BOOTSTRAP)
             assert not messages(effects, InitProducerIdRequest), "asked again the moment it was refused"
-        stage.harness.advance(TICK_INTERVAL_MS)
+        stage.harness.advance(CHASE_INTERVAL_MS)
     assert 5 <= refusals <= 21, f"{refusals} producer-id requests in a second"
     assert stage.producer.producer_id == -1
 
@@ -384,3 +384,89 @@ def test_produce_requests_carry_the_topic_id_from_metadata(stage):
     stage.harness.deliver(PRODUCER, MetadataResponse(correlation_id=asked[-1].correlation_id, topics=[topic]), BOOTSTRAP)
 
     assert only(stage.requests(), ProduceRequest).topic_id == 77
+
+
+# ---------------------------------------------------------------------------- timers at deadlines
+
+
+def wakes(stage: Stage) -> int:
+    return len(stage.harness.steps_of(PRODUCER, TimerFired))
+
+
+def test_an_idle_producer_sets_no_timer():
+    stage = Stage()
+    assert stage.harness.timers[PRODUCER].deadline("tick") is None
+    stage.harness.advance(60_000)
+    assert wakes(stage) == 0
+
+
+def test_a_producer_waiting_on_answers_wakes_only_when_something_falls_due():
+    """Requests in flight, nothing else wanted: the timer is at the delivery deadline or the
+    request timeout, whichever is first, not every 50 ms."""
+    stage = Stage(request_timeout_ms=4_000)
+    stage.send(deadline_ms=20_000)
+    stage.metadata({0: 1})
+    first = stage.requests()[0]
+    stage.harness.advance(CHASE_INTERVAL_MS)  # the chase armed while metadata was wanted: one wake, nothing due
+    assert stage.harness.timers[PRODUCER].deadline("tick") == first_sent_ns(stage) + 4_000 * MS + 1
+
+    stage.harness.advance(3_800)
+    assert wakes(stage) == 1, "woke while nothing was due"
+    assert stage.requests() == []
+    stage.harness.advance(200)  # the request timed out: retried once metadata answers
+    stage.metadata({0: 1})
+    stage.harness.advance(150)
+    retried = stage.requests()
+    assert len(retried) == 1 and bytes(retried[0].batch) == bytes(first.batch)
+
+
+def first_sent_ns(stage: Stage) -> int:
+    [pending] = stage.producer.in_flight.values()
+    return pending.sent_ns
+
+
+def test_a_retry_goes_out_when_its_backoff_ends_not_at_the_next_tick():
+    stage = Stage(retry_backoff_ms=130)
+    stage.send()
+    stage.metadata({0: 1})
+    request = stage.requests()[0]
+    answered_ns = stage.harness.now_ns
+    stage.answer(request, error=ErrorCode.NOT_ENOUGH_REPLICAS)
+    stage.metadata({0: 1})
+
+    stage.harness.advance(129)
+    assert stage.requests() == []
+    stage.harness.advance(1)
+    [retried] = stage.requests()
+    assert stage.harness.now_ns == answered_ns + 130 * MS and retried.correlation_id != request.correlation_id
+
+
+def test_a_batch_waiting_for_a_leader_fails_at_its_deadline_to_the_millisecond():
+    stage = Stage()
+    stage.send(deadline_ms=777)
+    stage.metadata({0: 0})  # no leader
+
+    stage.harness.advance(776)
+    assert stage.done() == []
+    stage.harness.advance(1)
+    [(_, _, _, error)] = stage.done()
+    assert error.code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_metadata_still_wanted_is_asked_for_every_chase_interval_and_no_more():
+    stage = Stage()
+    stage.send()
+    asked = 0
+    for _ in range(20):  # a controller that never answers, for a second
+        asked += len(stage.harness.take(BOOTSTRAP, MetadataRequest))
+        stage.harness.advance(CHASE_INTERVAL_MS)
+    assert 1000 // CHASE_INTERVAL_MS - 1 <= asked <= 1000 // CHASE_INTERVAL_MS + 1
+    assert wakes(stage) <= 1000 // CHASE_INTERVAL_MS + 1
+
+
+def test_a_deadline_the_timer_would_miss_breaks_the_invariants():
+    stage = Stage()
+    stage.send(deadline_ms=5_000)
+    stage.producer.timer.armed_ns = stage.harness.now_ns + 6_000 * MS  # as if the delivery deadline was never wanted
+    with pytest.raises(AssertionError, match="timer would fire after"):
+        stage.producer.invariants()

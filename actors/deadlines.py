@@ -1,0 +1,63 @@
+"""One timer at an actor's next deadline, instead of a periodic tick.
+
+A client's work falls due at known times: a request's timeout, a retry's backoff, a lock's
+expiry, the next heartbeat. Each is wanted where it is born (`want(deadline_ns)`), and the
+handler that saw it born ends with `arm(now_ns)`: the timer is set at the earliest deadline
+wanted, unless it is already set at or before it. So the timer never fires after a deadline it
+was told of; it may fire before one that no longer matters (the answer came), which costs one
+wake that finds nothing due. When it fires (`fired()`), the actor does what is due and wants every
+deadline still ahead again. An actor with nothing pending sets no timer at all: an idle client
+costs no wakes, and a busy one wakes when something is due, not 10 or 20 times a second.
+
+A deadline at or before now arms the timer at now: the actor runs its due work next. Its
+deadlines are the ones still ahead of now, so work that stays due (a retry waiting for room in
+flight) does not wake it again; the event that makes room does.
+
+`uncovered(deadlines)` is for `invariants()`: a deadline ahead of the last `arm` that the
+armed timer would miss is a wake lost, and the simulator checks for one after every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from actors.effects import Effect, SetTimer
+
+
+class DeadlineTimer:
+    __slots__ = ("name", "armed_ns", "wanted_ns", "now_ns")
+
+    def __init__(self, name: str = "tick") -> None:
+        self.name = name
+        self.armed_ns: int | None = None  # when the timer is set to fire (None: not set)
+        self.wanted_ns: int | None = None  # the earliest deadline wanted since the last `arm`
+        self.now_ns = 0  # the time of the last `arm`
+
+    def want(self, deadline_ns: int) -> None:
+        if self.wanted_ns is None or deadline_ns < self.wanted_ns:
+            self.wanted_ns = deadline_ns
+
+    def want_all(self, deadlines: Iterable[int], now_ns: int) -> None:
+        """Want every deadline still ahead of now (after the timer fired and the due work ran)."""
+        for deadline_ns in deadlines:
+            if deadline_ns > now_ns:
+                self.want(deadline_ns)
+
+    def arm(self, now_ns: int) -> list[Effect]:
+        """The `SetTimer` a handler ends with, if a deadline wanted comes before the armed one."""
+        self.now_ns = now_ns
+        wanted, self.wanted_ns = self.wanted_ns, None
+        if wanted is None or (self.armed_ns is not None and self.armed_ns <= wanted):
+            return []
+        self.armed_ns = max(wanted, now_ns)
+        return [SetTimer(self.name, self.armed_ns)]
+
+    def fired(self) -> None:
+        self.armed_ns = None
+
+    def uncovered(self, deadlines: Iterable[int]) -> int | None:
+        """A deadline ahead of the last `arm` that the armed timer would fire after (None: none)."""
+        for deadline_ns in deadlines:
+            if deadline_ns > self.now_ns and (self.armed_ns is None or self.armed_ns > deadline_ns):
+                return deadline_ns
+        return None
