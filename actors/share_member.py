@@ -31,7 +31,8 @@ import msgspec
 from actors.actor import MS
 from actors.client_metadata import checked_topic, distrust
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer, Trace
+from actors.deadlines import DeadlineTimer
+from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchResponse, MetadataRequest, MetadataResponse, PeerDisconnected,
@@ -41,7 +42,6 @@ from actors.messages import (
 from actors.share_member_acknowledgements import ShareAcknowledging
 from actors.share_member_fetch import RETRY_BACKOFF_MS, Reader, ShareFetching
 
-TICK_MS = 50
 # After a peer's connection drops, metadata naming it is not trusted for this long: the cluster
 # coordinator keeps advertising a dead process's endpoint until its session runs out, and a
 # request sent there would wait out the whole request timeout.
@@ -94,14 +94,19 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         self.last_metadata_ns = 0
         self.close_token = 0
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+        # At the next request timeout, lock expiry, heartbeat, retry or metadata refresh. Lock
+        # deadlines are wanted as locks are taken or renewed; the rest after every step.
+        self.timer = DeadlineTimer()
 
     def start(self, now_ns: int) -> list[Effect]:
-        return [SetTimer("tick", now_ns + TICK_MS * MS)]
+        return []  # nothing is due before a subscribe
 
     def invariants(self) -> None:
         assert self.state != "stable" or self.member_id, "stable without a member id"
         for reader in self.readers.values():
             assert not (reader.acquiring and reader.to_fetch), "an acquire in flight before the last one was fetched"
+        missed = self.timer.uncovered(self._deadlines(locks=True))
+        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 
     # ------------------------------------------------------------------ dispatch
 
@@ -124,7 +129,9 @@ class ShareMember(ShareFetching, ShareAcknowledging):
                 effects = self._on_response(pending, message, now_ns)
             case _:
                 return [Trace("share-member-unexpected", {"message": type(message).__name__})]
-        return effects + self._pump(now_ns)
+        effects += self._pump(now_ns)
+        self.timer.want_all(self._deadlines(locks=False), now_ns)
+        return effects + self.timer.arm(now_ns)
 
     def _on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
         arguments = command.arguments
@@ -308,8 +315,31 @@ class ShareMember(ShareFetching, ShareAcknowledging):
 
     # ------------------------------------------------------------------ time and failures
 
+    def _deadlines(self, locks: bool):
+        """Every time something falls due: what the timer must not fire after. Locks can be many
+        (up to `prefetch_records_max`), so a step wants theirs only as they are taken or renewed."""
+        for pending in self.pending.values():
+            yield pending.deadline_ns
+        if locks:
+            for held in self.held.values():
+                for deadline_ms in held.values():
+                    yield deadline_ms * MS
+        if self.state == "stable":
+            yield self.last_metadata_ns + self.settings.metadata_refresh_ms * MS + 1
+            for reader in self.readers.values():
+                yield reader.retry_at_ns
+        if self.state in ("unsubscribed", "closing", "closed", "failed"):
+            return
+        if not self.coordinator:
+            if not self.metadata_correlation:
+                yield self.last_metadata_ns + RETRY_BACKOFF_MS * MS
+        elif not self.heartbeat_in_flight:
+            yield self.last_heartbeat_ns + self.heartbeat_interval_ms * MS
+
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_MS * MS)]
+        self.timer.fired()
+        self.timer.want_all(self._deadlines(locks=True), now_ns)  # _pump and handle() add what the tick starts
+        effects: list[Effect] = []
         for correlation in [c for c, pending in self.pending.items() if pending.deadline_ns <= now_ns]:
             no_answer = ErrorResponse(correlation_id=correlation, error=ErrorCode.REQUEST_TIMED_OUT,
                                       error_message="no answer in time")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.actor import MS
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
 from actors.messages import ErrorResponse, ShareAcknowledgement, ShareAcknowledgeRequest
@@ -36,7 +37,8 @@ class AcknowledgeCall:
 
 class ShareAcknowledging:
     """Mixed into `ShareMember` (actors/share_member.py), which owns `settings`, `member_id`,
-    `coordinator`, `held`, `_send` and `_on_member_error`."""
+    `coordinator`, `held`, the `timer` told of each renewed lock's deadline, `_send` and
+    `_on_member_error`."""
 
     def _acknowledge(self, token: int, entries: list[list[Any]], now_ns: int) -> list[Effect]:
         call = AcknowledgeCall(token)
@@ -86,6 +88,7 @@ class ShareAcknowledging:
                 call.results.append([topic, partition, result.first_offset, result.last_offset, result.error,
                                      result.lock_deadline_ms])
                 if result.lock_deadline_ms and not result.error:
+                    self.timer.want(result.lock_deadline_ms * MS)
                     for offset in range(result.first_offset, result.last_offset + 1):
                         if offset in held:
                             held[offset] = result.lock_deadline_ms

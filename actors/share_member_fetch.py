@@ -58,7 +58,8 @@ class Reader:
 class ShareFetching:
     """Mixed into `ShareMember` (actors/share_member.py), which owns the membership (`state`,
     `member_id`, `membership`, the heartbeat's timing), `settings`, `topics`, `readers`, `held`,
-    `pending` and the requests it sends (`_send`, `_heartbeat`, `_request_metadata`)."""
+    `pending`, the `timer` told of each lock's deadline, and the requests it sends (`_send`,
+    `_heartbeat`, `_request_metadata`)."""
 
     # ------------------------------------------------------------------ acquire and fetch
 
@@ -132,6 +133,7 @@ class ShareFetching:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
                 held[offset] = response.lock_deadline_ms
         reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), response.lock_deadline_ms
+        self.timer.want(response.lock_deadline_ms * MS)
         return []
 
     def _fetch(self, reader: Reader, now_ns: int) -> list[Effect]:

@@ -24,7 +24,8 @@ from actors.messages import (
     DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest,
     JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, PeerDisconnected, ProduceRequest, ProduceResponse,
     ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
-    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TopicConfig,
+    ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired,
+    TopicConfig,
 )
 from actors.partition_replica import PartitionReplica
 from actors.share_member import ShareMember, ShareMemberSettings
@@ -624,6 +625,48 @@ def test_records_whose_lock_expired_before_their_bytes_came_are_not_handed_over(
     world.settle(5_000)
     assert all(count > 1 for _, count in delivered(world, "m1")), "the first delivery expired unseen"
     assert member.invariants() is None
+
+
+def member_wakes(world: World, name: str) -> list[int]:
+    return [index for index, step in enumerate(world.harness.steps)
+            if step.address == name and isinstance(step.message, TimerFired)]
+
+
+def test_an_unsubscribed_member_sets_no_timer(world):
+    member = ShareMember(bootstrap=COORDINATOR, settings=ShareMemberSettings(group_id="g"), name="idle")
+    world.harness.add("idle", member)
+    world.settle(10_000)
+    assert world.harness.timers["idle"].deadline("tick") is None and member_wakes(world, "idle") == []
+
+
+def test_a_stable_member_wakes_for_its_heartbeats_and_its_locks_not_every_50_ms(world):
+    """Nothing to acquire and no lock held: the member's timer is at the next heartbeat (and the
+    parked acquire's request timeout), so a quiet second costs about two wakes, not twenty."""
+    member = start_member(world, "m1", ["orders"])
+    assert member.state == "stable"
+    before = len(member_wakes(world, "m1"))
+    world.settle(1_000)
+    assert len(member_wakes(world, "m1")) - before <= 3, "woke while nothing was due"
+    assert member.invariants() is None
+
+
+def test_a_held_lock_is_dropped_at_its_deadline(world):
+    world.produce("orders", ["a"])
+    member = start_member(world, "m1", ["orders"])
+    [deadline_ms] = set(member.held[("orders", 0)].values())
+    world.harness.advance_to(deadline_ms * MS - 1)
+    assert 0 in member.held[("orders", 0)]
+    world.harness.advance_to(deadline_ms * MS)
+    assert member.held[("orders", 0)].get(0) != deadline_ms, "kept a lock past its deadline"  # (or took it anew)
+
+
+def test_a_lock_deadline_the_member_timer_would_miss_breaks_its_invariants(world):
+    world.produce("orders", ["a"])
+    member = start_member(world, "m1", ["orders"])
+    [deadline_ms] = set(member.held[("orders", 0)].values())
+    member.timer.armed_ns = deadline_ms * MS + 1  # as if the lock's deadline was never wanted
+    with pytest.raises(AssertionError, match="timer would fire after"):
+        member.invariants()
 
 
 @pytest.mark.parametrize("text, milliseconds", [("500ms", 500), ("30s", 30_000), ("2m", 120_000), ("1h", 3_600_000),
