@@ -35,7 +35,8 @@ from actors.client_metadata import checked_topic, distrust, remember_topic
 from actors.consumer_client_answers import LeaderAnswers
 from actors.consumer_client_fetch_loop import RETRY_BACKOFF_MS, FetchLoop
 from actors.controller_endpoints import ControllerEndpoints
-from actors.effects import Effect, Notify, Send, SetTimer
+from actors.deadlines import DeadlineTimer
+from actors.effects import Effect, Notify, Send
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
@@ -43,6 +44,7 @@ from actors.messages import (
 )
 
 EARLIEST, LATEST = -2, -1
+METADATA_PATIENCE_MS = 100  # a metadata request unanswered this long: its voter may be gone, ask the next
 
 
 class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,25 +102,54 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         self.fetch_turn = 0  # where the next round of fetches starts (rotates, so none starves)
         self.correlation = 0
         self.metadata_correlation = 0
+        self.metadata_watched = (0, 0)  # (the metadata request in flight, when it was first seen in flight)
+        self.leaders_missing = False  # the last fetch round found a partition without a usable leader
         self.metadata_answered_ns = -(1 << 62)  # when the last metadata request was answered
         self.metadata_answered_correlation = 0  # and which request that was
         self.member: Any = None  # the group membership state machine, when the consumer is in a group
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+        self.timer = DeadlineTimer()  # at the next fetch timeout, retry, metadata patience or member deadline
 
     def start(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
-        if self.member is not None:
-            effects += self.member.start(now_ns)
-        return effects
+        effects: list[Effect] = self.member.start(now_ns) if self.member is not None else []
+        return effects + self._arm(now_ns)
 
     def invariants(self) -> None:
         assert self.buffered_bytes >= 0, "negative buffered bytes"
         for fetch in self.fetches.values():
             assert fetch.position >= 0 or fetch.reset is not None or fetch.position == -1
+        missed = self.timer.uncovered(self._deadlines())
+        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
+        return self._handle(message, sender, now_ns) + self._arm(now_ns)
+
+    def _arm(self, now_ns: int) -> list[Effect]:
+        """End of every step: the timer at the next deadline (an idle consumer sets none)."""
+        if self.metadata_correlation and self.metadata_correlation != self.metadata_watched[0]:
+            self.metadata_watched = (self.metadata_correlation, now_ns)
+        self.timer.want_all(self._deadlines(), now_ns)
+        return self.timer.arm(now_ns)
+
+    def _deadlines(self):
+        """Every time something falls due: what the timer must not fire after. O(partitions), as
+        every round of fetches is."""
+        limit_ns = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) * MS
+        for fetch in self.fetches.values():
+            if fetch.correlation:
+                yield fetch.sent_ns + limit_ns + 1
+            elif not (fetch.paused or fetch.held or fetch.reset_correlation):
+                yield fetch.retry_at_ns
+        if self.metadata_correlation:
+            yield self.metadata_watched[1] + METADATA_PATIENCE_MS * MS
+        elif self.leaders_missing:
+            yield self.metadata_answered_ns + RETRY_BACKOFF_MS * MS
+        if self.member is not None:
+            yield from self.member.deadlines()
+
+    def _handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
             case FetchResponse():
                 return self._on_fetch_response(message, sender, now_ns)
@@ -278,16 +309,17 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        effects: list[Effect] = [SetTimer("tick", now_ns + 100 * MS)]
+        self.timer.fired()
+        effects: list[Effect] = []
         limit_ns = (self.settings.fetch_max_wait_ms + self.settings.request_timeout_ms) * MS
         for fetch in self.fetches.values():
             if fetch.correlation and now_ns - fetch.sent_ns > limit_ns:
                 self.by_correlation.pop(fetch.correlation, None)
                 fetch.correlation = 0
                 self._forget_leader(fetch.topic, fetch.partition)
-        if self.metadata_correlation:
+        if self.metadata_correlation and now_ns - self.metadata_watched[1] >= METADATA_PATIENCE_MS * MS:
             self.metadata_correlation = 0
-            self.controllers.rotate()  # unanswered for a whole tick: that voter may be gone
+            self.controllers.rotate()  # unanswered for so long: that voter may be gone
         effects += self._fetch_all(now_ns)
         if self.member is not None:
             effects += self.member.tick(now_ns)

@@ -22,8 +22,8 @@ is its own idea:
   to a request asked after the position was known that still names an older epoch is the
   coordinator's word (a topic deleted and made again starts its epochs over) and is followed.
 - A partition without a usable leader makes the loop ask metadata, but not at once after an
-  answer that named no usable leader (the controller may not know of the death yet): the tick
-  asks again, as Kafka's retry.backoff.ms waits.
+  answer that named no usable leader (the controller may not know of the death yet): the timer
+  asks again when the backoff ends, as Kafka's retry.backoff.ms waits.
 This class reads no answer: actors/consumer_client_answers.py does, and calls the loop again.
 """
 
@@ -97,9 +97,10 @@ class FetchLoop:
                 offset=fetch.position, max_bytes=asked,
                 max_wait_ms=self.settings.fetch_max_wait_ms, min_bytes=self.settings.fetch_min_bytes,
                 leader_epoch=epoch)))
+        self.leaders_missing = bool(missing)
         if missing and now_ns - self.metadata_answered_ns >= RETRY_BACKOFF_MS * MS:
             # Not at once after an answer that named no usable leader (the controller may not
-            # know of the death yet): the tick asks again, as Kafka's retry.backoff.ms waits.
+            # know of the death yet): the timer asks again, as Kafka's retry.backoff.ms waits.
             effects += self.request_metadata(sorted(missing))
         return effects
 

@@ -230,7 +230,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             self.join_after_revoke = True
             return []
         if not self.coordinator or not self.topics or now_ns < self.join_not_before_ns:
-            self.state = "unjoined"  # the tick joins once the backoff has passed
+            self.state = "unjoined"  # the tick joins once the backoff has passed (see deadlines)
             return []
         self.state = "joining"
         if any(kind == "join" for kind, *_ in self.pending.values()):
@@ -317,6 +317,19 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         return max(self.settings.session_timeout_ms, self.settings.request_timeout_ms)
 
     # ------------------------------------------------------------------ staying in
+
+    def deadlines(self):
+        """When each thing `tick` does falls due: the consumer's timer fires no later."""
+        for _, _, deadline, _ in self.pending.values():
+            yield deadline + 1
+        if self.topics or self.pattern:
+            yield self.last_metadata_ns + self.settings.metadata_refresh_ms * MS + 1
+        if self.state == "stable":
+            yield self.last_poll_ns + self.settings.max_poll_interval_ms * MS + 1
+        if self.state == "unjoined" and self.coordinator and self.topics:
+            yield self.join_not_before_ns
+        if self.state in ("stable", "revoking", "syncing") and self.generation >= 0:
+            yield self.last_heartbeat_ns + self.settings.heartbeat_interval_ms * MS
 
     def tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = self._expire_pending(now_ns)

@@ -13,10 +13,10 @@ from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.errors import ErrorCode
 from actors.messages import (
     ClientCommand, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, PartitionMetadata, TopicMetadata,
+    MetadataResponse, PartitionMetadata, TimerFired, TopicMetadata,
 )
 from storage.batch import encode_batch
-from tests.unit.actor_harness import Harness, notices, only
+from tests.unit.actor_harness import MS, Harness, notices, only
 
 CONSUMER, BOOTSTRAP = "consumer", "bootstrap"
 LEADER, NEW_LEADER = "tcp://127.0.0.1:9/leader-1", "tcp://127.0.0.1:9/leader-2"
@@ -402,3 +402,53 @@ def test_fetches_and_offset_lookups_carry_the_topic_id():
     request = stage.assigned_at(0)
 
     assert request.topic_id == stage.topic_id != 0
+
+
+# ---------------------------------------------------------------------------- timers at deadlines
+
+
+def wakes(stage: Stage) -> int:
+    return len(stage.harness.steps_of(CONSUMER, TimerFired))
+
+
+def test_an_idle_consumer_sets_no_timer(stage):
+    assert stage.harness.timers[CONSUMER].deadline("tick") is None
+    stage.harness.advance(60_000)
+    assert wakes(stage) == 0
+
+
+def test_a_parked_fetch_costs_no_wakes_until_its_timeout():
+    """A long poll in flight and nothing else to do: the timer is at the fetch's timeout, not
+    every 100 ms; the answer that comes first moves it on."""
+    stage = Stage(fetch_max_wait_ms=500, request_timeout_ms=2_000)
+    request = stage.assigned_at(3)
+    sent_ns = stage.harness.now_ns
+    stage.harness.advance(100)  # the metadata request's patience, armed while it was in flight
+    assert stage.harness.timers[CONSUMER].deadline("tick") == sent_ns + 2_500 * MS + 1
+    before = wakes(stage)
+    stage.harness.advance(2_000)
+    assert wakes(stage) == before, "woke while the fetch was parked and nothing was due"
+    stage.answer_fetch(request, stamped(3, 2))
+    assert only(stage.sent(FetchRequest), FetchRequest).offset == 5
+
+
+def test_a_fetch_retried_after_an_error_goes_out_when_its_backoff_ends():
+    stage = Stage()
+    request = stage.assigned_at(3)
+    answered_ns = stage.harness.now_ns
+    stage.answer_fetch(request, error=ErrorCode.NOT_ENOUGH_REPLICAS)
+    retry_at_ns = stage.consumer.fetches[("orders", 0)].retry_at_ns
+    assert retry_at_ns > answered_ns
+    stage.metadata()  # the leader is asked for again at once; the fetch waits for its backoff
+    stage.harness.advance_to(retry_at_ns - 1)
+    assert stage.sent(FetchRequest) == []
+    stage.harness.advance_to(retry_at_ns)
+    assert only(stage.sent(FetchRequest), FetchRequest).offset == 3
+
+
+def test_a_fetch_deadline_the_timer_would_miss_breaks_the_invariants():
+    stage = Stage(fetch_max_wait_ms=500, request_timeout_ms=2_000)
+    stage.assigned_at(3)
+    stage.consumer.timer.armed_ns = stage.harness.now_ns + 3_000 * MS  # as if the fetch's timeout was never wanted
+    with pytest.raises(AssertionError, match="timer would fire after"):
+        stage.consumer.invariants()

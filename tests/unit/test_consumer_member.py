@@ -25,11 +25,11 @@ from actors.messages import (
     ClientCommand, ConsumerAssignment, ErrorResponse, GroupMember, HeartbeatRequest, HeartbeatResponse,
     JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata,
-    PeerDisconnected, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
+    PeerDisconnected, SyncGroupRequest, SyncGroupResponse, TimerFired, TopicMetadata,
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
-from tests.unit.actor_harness import Harness, notices, only
+from tests.unit.actor_harness import MS, Harness, notices, only
 
 BOOTSTRAP, GROUPS = "bootstrap", "tcp://127.0.0.1:5/groups"
 HEARTBEAT_MS, SESSION_MS, MAX_POLL_MS = 300, 3_000, 60_000
@@ -710,3 +710,26 @@ def test_a_request_with_no_coordinator_to_go_to_fails_as_the_caller_expects(stag
     assert not [e for e in effects if isinstance(e, Send) and e.to == GROUPS]
     assert stage.member.state == "unjoined" and not stage.member.pending
     assert [e for e in effects if isinstance(e, Send) and isinstance(e.message, MetadataRequest)]
+
+
+def test_a_stable_member_wakes_for_its_heartbeats_not_every_100_ms(stage):
+    stage.joined_alone()
+    for beat in stage.harness.take(GROUPS, HeartbeatRequest):
+        stage.answer(HeartbeatResponse(correlation_id=beat.correlation_id))
+    before = len(stage.harness.steps_of("c1", TimerFired))
+    for _ in range(10):
+        stage.harness.advance(HEARTBEAT_MS)
+        [beat] = stage.harness.take(GROUPS, HeartbeatRequest)
+        stage.answer(HeartbeatResponse(correlation_id=beat.correlation_id))
+    wakes = len(stage.harness.steps_of("c1", TimerFired)) - before
+    assert 10 <= wakes <= 12, f"{wakes} wakes for 10 heartbeat intervals"
+
+
+def test_a_member_that_stops_polling_leaves_when_max_poll_interval_passes_to_the_millisecond():
+    stage = Stage(max_poll_ms=1_000)
+    stage.joined_alone()
+    polled_ns = stage.member.last_poll_ns
+    stage.harness.advance_to(polled_ns + 1_000 * MS)
+    assert stage.member.state == "stable"
+    stage.harness.advance_to(polled_ns + 1_000 * MS + 1)
+    assert stage.harness.received(GROUPS, LeaveGroupRequest), "still in the group past max_poll_interval_ms"
