@@ -342,6 +342,16 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ time
 
+    def deadlines(self):
+        """When each thing `tick` does falls due: the coordinator's timer fires no later."""
+        for member in self.members.values():
+            if not (self.state == PREPARING and member.join_waiter is not None):
+                yield member.last_heartbeat_ns + member.session_timeout_ms * MS + 1
+        if self.state == PREPARING:
+            yield self.rebalance_deadline_ns
+            if all(member.join_waiter is not None for member in self.members.values()):
+                yield self.join_not_before_ns
+
     def tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
         for member in list(self.members.values()):

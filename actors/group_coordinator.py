@@ -28,6 +28,7 @@ import msgspec
 from actors.actor import MS
 from actors.classic_group import EMPTY, PREPARING, ClassicGroup
 from actors.controller_endpoints import ControllerEndpoints
+from actors.deadlines import DeadlineTimer
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.group_offsets import OffsetStore, check_entry, check_group_id
@@ -42,7 +43,6 @@ from actors.messages import (
 )
 from storage.errors import CorruptState
 
-TICK_INTERVAL_MS = 50
 CLUSTER_ANSWERS = (MetadataResponse, ListOffsetsResponse, FetchResponse, ProduceResponse, InitProducerIdResponse,
                    ServiceHeartbeatResponse)
 
@@ -54,7 +54,11 @@ class GroupCoordinator:
                  limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
                  name: str = "group-coordinator") -> None:
         self.name = name
-        self.tick_armed = False  # the "tick" timer is set (see _arm_tick)
+        # At the next session expiry, rebalance deadline or share-group deadline. A step wants the
+        # deadlines of the classic groups it touched (`touched`) and, if it went to the share
+        # groups, theirs; the tick wants everyone's again.
+        self.timer = DeadlineTimer()
+        self.touched: set[str] = set()
         self.state = state
         self.controllers = ControllerEndpoints(coordinator)
         self.announce_unanswered = False
@@ -91,26 +95,39 @@ class GroupCoordinator:
         return isinstance(message, CLUSTER_ANSWERS)
 
     def start(self, now_ns: int) -> list[Effect]:
-        self.tick_armed = True
-        effects: list[Effect] = [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS), *self._announce(now_ns)]
+        effects: list[Effect] = self._announce(now_ns)
         for group in self.groups.values():
             if group.members:
                 group.resume_sessions(now_ns)
                 effects.append(Trace("group-restored", {"group": group.group_id, "generation": group.generation,
                                                         "members": list(group.members)}))
-        return effects
+        self.timer.want(now_ns)  # a first tick at once: dead-letter writes stored before a restart go on
+        return effects + self.timer.arm(now_ns)
 
     def invariants(self) -> None:
         for group in self.groups.values():
             group.invariants()
         if self.share is not None:
             self.share.invariants()  # share groups: their partitions' windows, locks and delivery counts
+        missed = self.timer.uncovered(self._deadlines())
+        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
+
+    def _deadlines(self):
+        for group in self.groups.values():
+            yield from group.deadlines()
+        if self.share is not None:
+            yield from self.share.deadlines()
 
     # ------------------------------------------------------------------ dispatch
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         effects = self._dispatch(message, sender, now_ns)
-        return effects + self._arm_tick(now_ns)
+        for group_id in self.touched:
+            group = self.groups.get(group_id)
+            if group is not None:
+                self.timer.want_all(group.deadlines(), now_ns)
+        self.touched.clear()
+        return effects + self.timer.arm(now_ns)
 
     def _dispatch(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         match message:
@@ -150,6 +167,7 @@ class GroupCoordinator:
         if self.share is not None:
             handled = self.share.handle(message, sender, now_ns)
             if handled is not None:
+                self.timer.want_all(self.share.deadlines(), now_ns)
                 return handled
         return [Send(sender, ErrorResponse(
             correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.UNKNOWN_MESSAGE,
@@ -180,6 +198,7 @@ class GroupCoordinator:
 
     def _persist(self, group: ClassicGroup, before: tuple, effects: list[Effect]) -> list[Effect]:
         """A new generation, and a stable group's membership, are durable before anyone hears of them."""
+        self.touched.add(group.group_id)  # its deadlines may have moved
         if group.record_version() == before:
             return effects
         self.state.put(f"group/{group.group_id}", group.record())
@@ -215,26 +234,17 @@ class GroupCoordinator:
         member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
         return self._persist(group, before, group.join(request, sender, now_ns, member_id))
 
-    def _needs_tick(self) -> bool:
-        """Sessions, joins and share-group work run on the tick; a coordinator with no member
-        anywhere and nothing in flight sets none (an idle cluster does not wake it 20 times a second)."""
-        return any(group.members for group in self.groups.values()) or (
-            self.share is not None and self.share.needs_tick())
-
-    def _arm_tick(self, now_ns: int) -> list[Effect]:
-        if self.tick_armed or not self._needs_tick():
-            return []
-        self.tick_armed = True
-        return [SetTimer("tick", now_ns + TICK_INTERVAL_MS * MS)]
-
     def _on_tick(self, now_ns: int) -> list[Effect]:
-        self.tick_armed = False
+        """Sessions, joins and share-group work that fell due. A coordinator with no member
+        anywhere and nothing in flight has no deadline and sets no timer."""
+        self.timer.fired()
         effects: list[Effect] = []
         for group in self.groups.values():
             before = group.record_version()
             effects += self._persist(group, before, group.tick(now_ns))
         if self.share is not None:
             effects += self.share.tick(now_ns)
+        self.timer.want_all(self._deadlines(), now_ns)
         return effects
 
     # ------------------------------------------------------------------ offsets

@@ -103,6 +103,12 @@ class DeadLetterWriter:
         return bool(self.unrouted or self.creating or any(
             target.stage or target.queue or target.pending or target.fetching for target in self.targets.values()))
 
+    def deadlines(self):
+        """When a write waiting for its retry time may go (see `advance`)."""
+        for target in self.targets.values():
+            if not target.stage and (target.pending or target.queue):
+                yield target.retry_at_ns
+
     def load(self) -> None:
         for key, value in self.groups.state.items("share-dlq/"):
             topic, partition = key[len("share-dlq/"):].rsplit("/", 1)

@@ -2,7 +2,7 @@
 take, with membership, delivery, leaders and dead-lettering in their own modules.
 
 `ShareGroups` is attached to the `GroupCoordinator` (actors/group_coordinator.py), which hands it
-every message it does not handle itself and its 50 ms tick. Per-record delivery state lives in
+every message it does not handle itself and its timer (at `deadlines()`). Per-record delivery state lives in
 `SharePartition` (actors/share_partition.py); this module owns what spans share-partitions:
 
 - Membership (actors/share_group_membership.py) is soft state: a member heartbeats; after its
@@ -47,7 +47,7 @@ from actors.messages import (
 )
 from actors.share_dead_letters import DeadLetterWriter
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
-from actors.share_group_membership import ShareGroup, ShareMembership
+from actors.share_group_membership import HEARTBEAT_METADATA_WAIT_MS, ShareGroup, ShareMembership
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import DEAD_LETTERING, SharePartition
 
@@ -148,11 +148,28 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 return None
         return self._finish(effects, now_ns)
 
-    def needs_tick(self) -> bool:
-        """Could a tick change anything? Sessions and locks belong to members; the rest is waiting
-        requests, answers awaited and dead letters on their way. Nothing of it: no tick."""
-        return bool(self.parked or self.waiting_heartbeats or self.leaders.pending or self.dead_letters.busy()
-                    or any(group.members for group in self.groups.values()))
+    def deadlines(self):
+        """When each thing `tick` does falls due: sessions, locks, parked acquires (their wait, a
+        delayed release, the next high-watermark read), heartbeats waiting for metadata, requests
+        in flight, metadata and dead-letter retries. The coordinator's timer fires no later; with
+        none of it, there is no timer."""
+        members = False
+        for group in self.groups.values():
+            for member in group.members.values():
+                members = True
+                yield member.last_seen_ns + member.session_timeout_ms * MS + 1
+            for share_partition in group.partitions.values():
+                if share_partition.next_lock_deadline_ns is not None:
+                    yield share_partition.next_lock_deadline_ns
+        for key, waiting in self.parked.items():
+            for parked in waiting:
+                yield parked.deadline_ns
+            yield self.groups[key[0]].partitions[key[1], key[2]].next_available_ns()
+            yield self.leaders.watch_due_ns(key[1:])
+        for _, _, since_ns in self.waiting_heartbeats:
+            yield since_ns + HEARTBEAT_METADATA_WAIT_MS * MS
+        yield from self.leaders.deadlines(members)
+        yield from self.dead_letters.deadlines()
 
     def tick(self, now_ns: int) -> list[Effect]:
         effects = self._expire_members(now_ns)

@@ -41,7 +41,7 @@ from actors.share_partition import SharePartition
 # Metadata is re-read this often while share groups have members: partitions added to a topic
 # reach the members' heartbeat answers within it.
 METADATA_REFRESH_MS = 5000
-# Metadata requests are at least this far apart (the tick sends one that had to wait).
+# Metadata requests are at least this far apart (the timer sends one that had to wait).
 METADATA_INTERVAL_MIN_MS = 50
 # How long a leader may hold a high-watermark read that nothing new has answered (well within
 # share_request_timeout_ms, which fails a request never answered).
@@ -119,6 +119,22 @@ class PartitionLeaders:
                                  now_ns)
         self.metadata_correlation = send.message.correlation_id
         return [send]
+
+    def deadlines(self, members: bool):
+        """When `refresh_if_due` and `overdue` have something to do."""
+        for outbound in self.pending.values():
+            yield outbound.deadline_ns
+        if members:
+            yield self.last_metadata_ns + METADATA_REFRESH_MS * MS + 1
+        if self.metadata_wanted and not self.metadata_correlation:
+            yield self.last_metadata_ns + METADATA_INTERVAL_MIN_MS * MS
+
+    def watch_due_ns(self, key: tuple[str, int]) -> int:
+        """When a waiting partition's high watermark may be read again (0: a read is in flight)."""
+        watch = self.watches.get(key)
+        if watch is None:
+            return 1  # never read: at once
+        return 0 if watch.correlation else watch.sent_ns + self.limits.share_high_watermark_refresh_ms * MS
 
     def refresh_if_due(self, members: bool, now_ns: int) -> list[Effect]:
         """The tick's metadata request: one that had to wait, or the periodic one while there are members."""
@@ -200,7 +216,7 @@ class PartitionLeaders:
         if outbound is not None and outbound.kind == "metadata":
             self.metadata_correlation = 0
             if not isinstance(response, MetadataResponse):
-                self.metadata_wanted.add("")  # the tick asks again
+                self.metadata_wanted.add("")  # asked again when the interval allows
         return outbound
 
     def overdue(self, now_ns: int) -> list[int]:

@@ -168,6 +168,10 @@ class SharePartition:
         record.delivery_count += 1
         return record.delivery_count
 
+    def next_available_ns(self) -> int:
+        """When the next record released with a delay becomes available again (0: none waits)."""
+        return min((self.records[offset].available_at_ns for offset in self.available), default=0)
+
     def can_acquire(self, now_ns: int) -> bool:
         """Would `acquire` change anything now (a record to lock or to dead-letter)?"""
         if self.end_offset < self._new_limit():

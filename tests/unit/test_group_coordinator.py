@@ -19,11 +19,11 @@ from actors.messages import (
     FetchRequest, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse, MemberAssignment, OffsetCommitRequest,
     OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, ServiceHeartbeat,
-    SyncGroupRequest, SyncGroupResponse,
+    SyncGroupRequest, SyncGroupResponse, TimerFired,
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
-from tests.unit.actor_harness import Harness, at_once, flushed, messages, only
+from tests.unit.actor_harness import MS, Harness, at_once, flushed, messages, only
 
 GROUPS, COORDINATOR = "groups", "coordinator"
 LIMITS = Limits(group_initial_rebalance_delay_ms=100, group_members_max=3)
@@ -462,3 +462,50 @@ def test_with_no_member_anywhere_the_group_coordinator_sets_no_tick_and_a_join_s
     assert stage.coordinator.groups["g"].members == {}
     stage.harness.advance(500)
     assert stage.harness.timers[GROUPS].deadline("tick") is None
+
+
+def test_a_silent_member_is_removed_when_its_session_ends_to_the_millisecond():
+    stage = Stage()
+    stage.stable("a", "b")
+    group = stage.coordinator.groups["g"]
+    silent = group.members[stage.ids["b"]]
+    expires_ns = silent.last_heartbeat_ns + silent.session_timeout_ms * MS
+    for _ in range(30):  # "a" heartbeats every 300 ms; "b" never does
+        stage.harness.advance(300)
+        stage.ask("a", HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g",
+                                        generation=group.generation, member_id=stage.ids["a"]))
+        if stage.harness.now_ns >= expires_ns - 300 * MS:
+            break
+    stage.harness.advance_to(expires_ns)
+    assert stage.ids["b"] in group.members
+    stage.harness.advance_to(expires_ns + 1)
+    assert stage.ids["b"] not in group.members, "kept a member past its session"
+
+
+def test_a_stable_group_costs_wakes_only_at_its_session_deadlines():
+    """Members heartbeating well within their sessions: the coordinator's timer keeps moving
+    to the next session's end, so it wakes a few times a session, not 20 times a second."""
+    stage = Stage()
+    stage.stable("a", "b")
+    group = stage.coordinator.groups["g"]
+    def ticks() -> int:  # (not its announcements to the controller, on their own timer)
+        return sum(1 for step in stage.harness.steps_of(GROUPS, TimerFired) if step.message.name == "tick")
+
+    before = ticks()
+    for _ in range(20):  # 6 s, a heartbeat from each every 300 ms
+        stage.harness.advance(300)
+        for name in ("a", "b"):
+            stage.ask(name, HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g",
+                                             generation=group.generation, member_id=stage.ids[name]))
+    wakes = ticks() - before
+    assert wakes <= 2, f"{wakes} wakes in 6 s of a stable group with 10 s sessions"
+    assert len(group.members) == 2
+
+
+def test_a_session_deadline_the_coordinator_timer_would_miss_breaks_its_invariants():
+    stage = Stage()
+    stage.stable("a")
+    member = stage.coordinator.groups["g"].members[stage.ids["a"]]
+    stage.coordinator.timer.armed_ns = member.last_heartbeat_ns + member.session_timeout_ms * MS + 2
+    with pytest.raises(AssertionError, match="timer would fire after"):
+        stage.coordinator.invariants()

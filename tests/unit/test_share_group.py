@@ -318,6 +318,30 @@ def test_a_parked_acquire_with_nothing_to_give_gets_an_empty_answer_at_its_deadl
     assert (response.error, response.acquired) == (ErrorCode.NONE, [])
 
 
+def test_a_parked_acquire_is_answered_when_its_wait_ends_to_the_millisecond(world):
+    member = world.join("a", ["orders"]).member_id
+    world.acquire("a", member, "orders", wait_ms=437)
+    asked_ns = world.harness.now_ns
+    world.harness.advance_to(asked_ns + 437 * MS - 1)
+    assert world.acquired("a") == []
+    world.harness.advance_to(asked_ns + 437 * MS)
+    (response,) = world.acquired("a")
+    assert (response.error, response.acquired) == (ErrorCode.NONE, [])
+
+
+def test_a_lock_nobody_answers_is_released_when_it_expires_to_the_millisecond(world):
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    response = world.acquire_now("a", a, "orders")
+    share_partition = world.group.share.groups["g"].partitions[("orders", 0)]
+    deadline_ns = share_partition.next_lock_deadline_ns
+    assert deadline_ns // MS == response.lock_deadline_ms
+    world.harness.advance_to(deadline_ns - 1)
+    assert share_partition.records[0].state == "acquired"
+    world.harness.advance_to(deadline_ns)
+    assert share_partition.records[0].state == "available", "a lock held past its deadline"
+
+
 def test_parked_acquires_are_bounded(world):
     member = world.join("a", ["orders"]).member_id
     for _ in range(LIMITS.share_acquires_parked_max):
