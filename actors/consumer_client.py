@@ -118,8 +118,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         assert self.buffered_bytes >= 0, "negative buffered bytes"
         for fetch in self.fetches.values():
             assert fetch.position >= 0 or fetch.reset is not None or fetch.position == -1
-        missed = self.timer.uncovered(self._deadlines())
-        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
+        # (The timer needs no check here: every step ends by wanting every deadline, `_arm`.)
 
     # ------------------------------------------------------------------ dispatch
 

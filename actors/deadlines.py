@@ -39,9 +39,11 @@ class DeadlineTimer:
 
     def want_all(self, deadlines: Iterable[int], now_ns: int) -> None:
         """Want every deadline still ahead of now (after the timer fired and the due work ran)."""
+        wanted = self.wanted_ns
         for deadline_ns in deadlines:
-            if deadline_ns > now_ns:
-                self.want(deadline_ns)
+            if deadline_ns > now_ns and (wanted is None or deadline_ns < wanted):
+                wanted = deadline_ns
+        self.wanted_ns = wanted
 
     def arm(self, now_ns: int) -> list[Effect]:
         """The `SetTimer` a handler ends with, if a deadline wanted comes before the armed one."""
@@ -57,7 +59,7 @@ class DeadlineTimer:
 
     def uncovered(self, deadlines: Iterable[int]) -> int | None:
         """A deadline ahead of the last `arm` that the armed timer would fire after (None: none)."""
-        for deadline_ns in deadlines:
-            if deadline_ns > self.now_ns and (self.armed_ns is None or self.armed_ns > deadline_ns):
-                return deadline_ns
-        return None
+        now_ns, armed_ns = self.now_ns, self.armed_ns
+        if armed_ns is None:
+            return next((deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns), None)
+        return next((deadline_ns for deadline_ns in deadlines if armed_ns > deadline_ns > now_ns), None)

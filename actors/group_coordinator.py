@@ -115,8 +115,8 @@ class GroupCoordinator:
     def _deadlines(self):
         for group in self.groups.values():
             yield from group.deadlines()
-        if self.share is not None:
-            yield from self.share.deadlines()
+        if self.share is not None and self.share.next_deadline_ns is not None:
+            yield self.share.next_deadline_ns  # the share groups' earliest, as their last step ended
 
     # ------------------------------------------------------------------ dispatch
 
@@ -167,7 +167,8 @@ class GroupCoordinator:
         if self.share is not None:
             handled = self.share.handle(message, sender, now_ns)
             if handled is not None:
-                self.timer.want_all(self.share.deadlines(), now_ns)
+                if self.share.next_deadline_ns is not None:
+                    self.timer.want(self.share.next_deadline_ns)
                 return handled
         return [Send(sender, ErrorResponse(
             correlation_id=getattr(message, "correlation_id", -1), error=ErrorCode.UNKNOWN_MESSAGE,

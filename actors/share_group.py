@@ -66,6 +66,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
         # Share-partitions changed during this step, put once at its end (`_finish`): a step that
         # acquires, acknowledges and serves parked acquires changes one window several times.
         self.unpersisted: dict[tuple[str, str, int], tuple[str, SharePartition]] = {}
+        # The earliest deadline ahead at the end of the last step (`_finish`), for the coordinator's
+        # timer: every change to share state is made in a step that ends there.
+        self.next_deadline_ns: int | None = None
         self.leaders = PartitionLeaders(coordinator=coordinator, limits=limits, topics_in_use=self._topics_in_use)
         self.dead_letters = DeadLetterWriter(self, self.leaders)
         self._load()
@@ -117,6 +120,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def _finish(self, effects: list[Effect], now_ns: int) -> list[Effect]:
         effects += self.dead_letters.advance(now_ns)
         self._put_unpersisted()
+        self.next_deadline_ns = min((deadline_ns for deadline_ns in self.deadlines() if deadline_ns > now_ns),
+                                    default=None)
         if self.wrote:
             self.wrote = False
             return [AfterFlush(self.state, tuple(effects))]

@@ -105,8 +105,10 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         assert self.state != "stable" or self.member_id, "stable without a member id"
         for reader in self.readers.values():
             assert not (reader.acquiring and reader.to_fetch), "an acquire in flight before the last one was fetched"
-        missed = self.timer.uncovered(self._deadlines(locks=True))
-        assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
+        # Lock deadlines are wanted as locks are taken or renewed; every other deadline at the end
+        # of every step (handle()).
+        missed = self.timer.uncovered(self._lock_deadlines())
+        assert missed is None, f"{self.name}: the timer would fire after the lock deadline at {missed} ns"
 
     # ------------------------------------------------------------------ dispatch
 
@@ -130,7 +132,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
             case _:
                 return [Trace("share-member-unexpected", {"message": type(message).__name__})]
         effects += self._pump(now_ns)
-        self.timer.want_all(self._deadlines(locks=False), now_ns)
+        self.timer.want_all(self._deadlines(), now_ns)
         return effects + self.timer.arm(now_ns)
 
     def _on_command(self, command: ClientCommand, now_ns: int) -> list[Effect]:
@@ -315,15 +317,17 @@ class ShareMember(ShareFetching, ShareAcknowledging):
 
     # ------------------------------------------------------------------ time and failures
 
-    def _deadlines(self, locks: bool):
-        """Every time something falls due: what the timer must not fire after. Locks can be many
-        (up to `prefetch_records_max`), so a step wants theirs only as they are taken or renewed."""
+    def _lock_deadlines(self):
+        """When each held lock expires. They can be many (up to `prefetch_records_max`), so a step
+        wants theirs only as they are taken or renewed."""
+        for held in self.held.values():
+            if held:
+                yield min(held.values()) * MS  # the first to expire stands for its partition's
+
+    def _deadlines(self):
+        """Every other time something falls due: what the timer must not fire after."""
         for pending in self.pending.values():
             yield pending.deadline_ns
-        if locks:
-            for held in self.held.values():
-                for deadline_ms in held.values():
-                    yield deadline_ms * MS
         if self.state == "stable":
             yield self.last_metadata_ns + self.settings.metadata_refresh_ms * MS + 1
             for reader in self.readers.values():
@@ -338,7 +342,6 @@ class ShareMember(ShareFetching, ShareAcknowledging):
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
         self.timer.fired()
-        self.timer.want_all(self._deadlines(locks=True), now_ns)  # _pump and handle() add what the tick starts
         effects: list[Effect] = []
         for correlation in [c for c, pending in self.pending.items() if pending.deadline_ns <= now_ns]:
             no_answer = ErrorResponse(correlation_id=correlation, error=ErrorCode.REQUEST_TIMED_OUT,
@@ -348,6 +351,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         for held in self.held.values():
             for offset in [offset for offset, deadline in held.items() if deadline <= now_ms]:
                 del held[offset]  # the lock expired: the record is someone else's to take now
+        self.timer.want_all(self._lock_deadlines(), now_ns)  # handle() wants the rest once the tick's work is done
         if self.state == "stable" and now_ns - self.last_metadata_ns > self.settings.metadata_refresh_ms * MS:
             effects += self._request_metadata(now_ns)
         return effects
