@@ -1,7 +1,7 @@
 """One timer at an actor's next deadline, instead of a periodic tick.
 
-A client's work falls due at known times: a request's timeout, a retry's backoff, a lock's
-expiry, the next heartbeat. Each is wanted where it is born (`want(deadline_ns)`), and the
+A client's work, and the group coordinator's, falls due at known times: a request's timeout, a
+retry's backoff, a session's end, a lock's expiry, the next heartbeat. Each is wanted where it is born (`want(deadline_ns)`), and the
 handler that saw it born ends with `arm(now_ns)`: the timer is set at the earliest deadline
 wanted, unless it is already set at or before it. So the timer never fires after a deadline it
 was told of; it may fire before one that no longer matters (the answer came), which costs one
@@ -13,8 +13,10 @@ A deadline at or before now arms the timer at now: the actor runs its due work n
 deadlines are the ones still ahead of now, so work that stays due (a retry waiting for room in
 flight) does not wake it again; the event that makes room does.
 
-`uncovered(deadlines)` is for `invariants()`: a deadline ahead of the last `arm` that the
-armed timer would miss is a wake lost, and the simulator checks for one after every step.
+`uncovered(deadlines)` is for `invariants()` of an actor that wants deadlines where they are born
+(the producer, a share member's locks, the group coordinator's classic groups): a deadline ahead
+of the latest time seen that the armed timer would miss is a wake lost, and the simulator checks for one
+after every step. An actor that wants every deadline at the end of every step needs no check.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from actors.effects import Effect, SetTimer
 
 
 class DeadlineTimer:
-    __slots__ = ("name", "armed_ns", "wanted_ns", "now_ns")
+    __slots__ = ("name", "armed_ns", "wanted_ns", "seen_ns")
 
     def __init__(self, name: str = "tick") -> None:
         self.name = name
         self.armed_ns: int | None = None  # when the timer is set to fire (None: not set)
         self.wanted_ns: int | None = None  # the earliest deadline wanted since the last `arm`
-        self.now_ns = 0  # the time of the last `arm`
+        # The latest time an `arm` saw. A clock can step back (a wall clock set back, the
+        # simulator's clock faults); a deadline at or before this one fell due then, and what it
+        # guarded was done or waits for an event, even if the clock now shows it ahead again.
+        self.seen_ns = 0
 
     def want(self, deadline_ns: int) -> None:
         if self.wanted_ns is None or deadline_ns < self.wanted_ns:
@@ -47,7 +52,8 @@ class DeadlineTimer:
 
     def arm(self, now_ns: int) -> list[Effect]:
         """The `SetTimer` a handler ends with, if a deadline wanted comes before the armed one."""
-        self.now_ns = now_ns
+        if now_ns > self.seen_ns:
+            self.seen_ns = now_ns
         wanted, self.wanted_ns = self.wanted_ns, None
         if wanted is None or (self.armed_ns is not None and self.armed_ns <= wanted):
             return []
@@ -58,8 +64,8 @@ class DeadlineTimer:
         self.armed_ns = None
 
     def uncovered(self, deadlines: Iterable[int]) -> int | None:
-        """A deadline ahead of the last `arm` that the armed timer would fire after (None: none)."""
-        now_ns, armed_ns = self.now_ns, self.armed_ns
+        """A deadline ahead of every `arm` so far that the armed timer would fire after (None: none)."""
+        now_ns, armed_ns = self.seen_ns, self.armed_ns
         if armed_ns is None:
             return next((deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns), None)
         return next((deadline_ns for deadline_ns in deadlines if armed_ns > deadline_ns > now_ns), None)
