@@ -97,6 +97,9 @@ class DeadLetterWriter:
         self.unrouted: list[DeadLetterItem] = []  # waiting for their dead-letter topic's metadata
         self.creating: set[str] = set()  # dead-letter topics with a CreateTopic in flight
         self.missing: set[str] = set()  # dead-letter topics metadata says do not exist
+        # No write waits for a retry time before this (a lower bound between the coordinator's
+        # ticks, which set it exactly; None: none waits).
+        self.retry_floor_ns: int | None = None
 
     def busy(self) -> bool:
         """Records on their way to a dead-letter topic (a step may be waiting for its retry time)."""
@@ -108,6 +111,11 @@ class DeadLetterWriter:
         for target in self.targets.values():
             if not target.stage and (target.pending or target.queue):
                 yield target.retry_at_ns
+
+    def _retry_later(self, target: DeadLetterTarget, now_ns: int) -> None:
+        target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+        if self.retry_floor_ns is None or target.retry_at_ns < self.retry_floor_ns:
+            self.retry_floor_ns = target.retry_at_ns
 
     def load(self) -> None:
         for key, value in self.groups.state.items("share-dlq/"):
@@ -203,7 +211,7 @@ class DeadLetterWriter:
         source = items[0]
         endpoint = self.leaders.leader_endpoint(source.topic, source.partition, now_ns)
         if not endpoint:
-            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            self._retry_later(target, now_ns)
             return self.leaders.refresh_leaders(source.topic, now_ns)
         target.stage, target.fetching = "fetching", items
         request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition,
@@ -222,7 +230,7 @@ class DeadLetterWriter:
     def _produce(self, target: DeadLetterTarget, now_ns: int) -> list[Effect]:
         endpoint = self.leaders.leader_endpoint(target.topic, target.partition, now_ns)
         if not endpoint:
-            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            self._retry_later(target, now_ns)
             return self.leaders.refresh_leaders(target.topic, now_ns)
         target.stage = "producing"
         request = ProduceRequest(correlation_id=0, topic=target.topic, partition=target.partition, acks=-1,
@@ -254,7 +262,7 @@ class DeadLetterWriter:
 
     def _on_refused(self, target: DeadLetterTarget, kind: str, response: Any, now_ns: int) -> list[Effect]:
         code = response.error
-        target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+        self._retry_later(target, now_ns)
         if kind == "dlq-fetch" and code == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
             return self._source_gone(target, response.log_start_offset, now_ns)
         if kind == "dlq-produce" and code in NEW_PRODUCER_CODES:
@@ -285,7 +293,7 @@ class DeadLetterWriter:
         try:
             target.found.update(source_records(response.records, wanted))
         except CorruptBatch as error:
-            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            self._retry_later(target, now_ns)
             return [Trace("share-dead-letter-corrupt-source",
                           {"topic": target.fetching[0].topic, "error": str(error)})]
         if response.log_start_offset > min(wanted):
@@ -294,7 +302,7 @@ class DeadLetterWriter:
             return self._build_if_complete(target)
         included = [item for item in target.fetching if item.offset in target.found]
         if not included:
-            target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
+            self._retry_later(target, now_ns)
             return []
         target.queue = [item for item in target.queue if item not in included]
         target.pending = included

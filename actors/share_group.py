@@ -66,9 +66,18 @@ class ShareGroups(ShareMembership, ShareDelivery):
         # Share-partitions changed during this step, put once at its end (`_finish`): a step that
         # acquires, acknowledges and serves parked acquires changes one window several times.
         self.unpersisted: dict[tuple[str, str, int], tuple[str, SharePartition]] = {}
-        # The earliest deadline ahead at the end of the last step (`_finish`), for the coordinator's
-        # timer: every change to share state is made in a step that ends there.
+        # The earliest deadline at the end of the last step (`_finish`), for the coordinator's
+        # timer: every change to share state is made in a step that ends there. Sessions, locks
+        # and parked acquires can be many (members, share-partitions, parked acquires), so a step
+        # does not look at each: it lowers a floor for each kind as deadlines are born (members
+        # joining, locks taken, acquires parked, delayed releases and high-watermark reads of
+        # parked partitions), and the tick sets the floors exactly again. A floor at or before now
+        # makes the coordinator tick at once.
         self.next_deadline_ns: int | None = None
+        self.session_floor_ns: int | None = None
+        self.lock_floor_ns: int | None = None
+        self.parked_floor_ns: int | None = None
+        self.step_ns = 0  # the time of the step in progress
         self.leaders = PartitionLeaders(coordinator=coordinator, limits=limits, topics_in_use=self._topics_in_use)
         self.dead_letters = DeadLetterWriter(self, self.leaders)
         self._load()
@@ -113,15 +122,26 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.wrote = True
 
     def _settle(self, group_id: str, share_partition: SharePartition) -> None:
-        """After any change: persist it and hand new dead letters to the writer."""
+        """After any change: persist it, hand new dead letters to the writer, and lower the floors
+        by the deadlines it made (a lock taken, a delayed release an acquire waits for)."""
         self.dead_letters.enqueue(group_id, share_partition)
         self.persist(group_id, share_partition)
+        self.lock_floor_ns = _earlier(self.lock_floor_ns, share_partition.next_lock_deadline_ns, self.step_ns)
+        key = (group_id, share_partition.topic, share_partition.partition)
+        if key in self.parked:
+            self.parked_floor_ns = _earlier(self.parked_floor_ns, share_partition.next_available_ns(self.step_ns),
+                                            self.step_ns)
+
+    def _parked_floor_for(self, key: tuple[str, str, int]) -> None:
+        """Lower the parked floor by one waiting partition's deadlines (an acquire just parked, a
+        high-watermark read answered or refused)."""
+        for deadline_ns in self._parked_deadlines_of(key):
+            self.parked_floor_ns = _earlier(self.parked_floor_ns, deadline_ns, self.step_ns)
 
     def _finish(self, effects: list[Effect], now_ns: int) -> list[Effect]:
         effects += self.dead_letters.advance(now_ns)
         self._put_unpersisted()
-        self.next_deadline_ns = min((deadline_ns for deadline_ns in self.deadlines() if deadline_ns > now_ns),
-                                    default=None)
+        self.next_deadline_ns = self._next_deadline(now_ns)
         if self.wrote:
             self.wrote = False
             return [AfterFlush(self.state, tuple(effects))]
@@ -133,6 +153,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
         return group_id in self.groups
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect] | None:
+        self.step_ns = now_ns
         match message:
             case ShareAcquireRequest():
                 effects = self._on_acquire(message, sender, now_ns)
@@ -153,30 +174,66 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 return None
         return self._finish(effects, now_ns)
 
+    # ------------------------------------------------------------------ deadlines
+
     def deadlines(self):
-        """When each thing `tick` does falls due: sessions, locks, parked acquires (their wait, a
-        delayed release, the next high-watermark read), heartbeats waiting for metadata, requests
-        in flight, metadata and dead-letter retries. The coordinator's timer fires no later; with
-        none of it, there is no timer."""
-        members = False
+        """When each thing `tick` does falls due, every one of them: sessions, locks, parked
+        acquires (their wait, a delayed release, the next high-watermark read), heartbeats waiting
+        for metadata, requests in flight, metadata and dead-letter retries. The coordinator's timer
+        fires no later (its invariants() check it); with none of it, there is no timer. A scan of
+        everything: the tick runs it, a step lowers floors instead."""
+        yield from self._session_deadlines()
+        yield from self._lock_deadlines()
+        for key in self.parked:
+            yield from self._parked_deadlines_of(key)
+        yield from self._step_deadlines()
+        yield from self.leaders.pending_deadlines()
+        yield from self.dead_letters.deadlines()
+
+    def _session_deadlines(self):
         for group in self.groups.values():
             for member in group.members.values():
-                members = True
                 yield member.last_seen_ns + member.session_timeout_ms * MS + 1
+
+    def _lock_deadlines(self):
+        for group in self.groups.values():
             for share_partition in group.partitions.values():
                 if share_partition.next_lock_deadline_ns is not None:
                     yield share_partition.next_lock_deadline_ns
-        for key, waiting in self.parked.items():
-            for parked in waiting:
-                yield parked.deadline_ns
-            yield self.groups[key[0]].partitions[key[1], key[2]].next_available_ns()
-            yield self.leaders.watch_due_ns(key[1:])
+
+    def _parked_deadlines_of(self, key: tuple[str, str, int]):
+        for parked in self.parked.get(key, ()):
+            yield parked.deadline_ns
+        yield self.groups[key[0]].partitions[key[1], key[2]].next_available_ns(self.step_ns)
+        yield self.leaders.watch_due_ns(key[1:])
+
+    def _step_deadlines(self):
+        """The few deadlines a step looks at directly: heartbeats waiting for metadata, and the
+        next metadata request."""
         for _, _, since_ns in self.waiting_heartbeats:
             yield since_ns + HEARTBEAT_METADATA_WAIT_MS * MS
-        yield from self.leaders.deadlines(members)
-        yield from self.dead_letters.deadlines()
+        yield from self.leaders.metadata_deadlines(self.session_floor_ns is not None)
+
+    def _set_floors(self, now_ns: int) -> None:
+        """Every floor exactly: the earliest deadline of its kind still ahead (the tick's scan)."""
+        def earliest(deadlines) -> int | None:
+            return min((deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns), default=None)
+
+        self.session_floor_ns = earliest(self._session_deadlines())
+        self.lock_floor_ns = earliest(self._lock_deadlines())
+        self.parked_floor_ns = earliest(deadline_ns for key in self.parked for deadline_ns in self._parked_deadlines_of(key))
+        self.leaders.pending_floor_ns = earliest(self.leaders.pending_deadlines())
+        self.dead_letters.retry_floor_ns = earliest(self.dead_letters.deadlines())
+
+    def _next_deadline(self, now_ns: int) -> int | None:
+        floors = [floor for floor in (self.session_floor_ns, self.lock_floor_ns, self.parked_floor_ns,
+                                      self.leaders.pending_floor_ns, self.dead_letters.retry_floor_ns)
+                  if floor is not None]
+        floors += [deadline_ns for deadline_ns in self._step_deadlines() if deadline_ns > now_ns]
+        return min(floors, default=None)
 
     def tick(self, now_ns: int) -> list[Effect]:
+        self.step_ns = now_ns
         effects = self._expire_members(now_ns)
         for group in self.groups.values():
             for share_partition in group.partitions.values():
@@ -187,6 +244,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
         effects += self._answer_waiting_heartbeats(now_ns)
         effects += self._refresh_waiting(now_ns)
         effects += self.leaders.refresh_if_due(any(group.members for group in self.groups.values()), now_ns)
+        self._set_floors(now_ns)
         return self._finish(effects, now_ns)
 
     def delete(self, group_id: str) -> tuple[int, str] | None:
@@ -304,6 +362,13 @@ class ShareGroups(ShareMembership, ShareDelivery):
         """Archived records may move the start offset, which makes room for parked acquires."""
         key = (item.group_id, item.topic, item.partition)
         return self._serve_parked(key, now_ns) if key in self.parked else []
+
+
+def _earlier(floor_ns: int | None, deadline_ns: int | None, now_ns: int) -> int | None:
+    """A floor lowered by a deadline ahead of now (one at or before now is not a deadline)."""
+    if deadline_ns is None or deadline_ns <= now_ns or (floor_ns is not None and floor_ns <= deadline_ns):
+        return floor_ns
+    return deadline_ns
 
 
 def _partition_key(group_id: str, share_partition: SharePartition) -> str:

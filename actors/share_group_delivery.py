@@ -46,7 +46,7 @@ class Refusal(NamedTuple):
 
 class ShareDelivery:
     """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `parked`, `limits`,
-    `leaders`, `persist`, `_settle` and `_touch`."""
+    `leaders`, `persist`, `_settle`, `_parked_floor_for` and `_touch`."""
 
     # ------------------------------------------------------------------ acquire
 
@@ -71,6 +71,7 @@ class ShareDelivery:
         wait_ms = min(request.max_wait_ms, self.limits.share_acquire_wait_max_ms)
         key = (group.group_id, request.topic, request.partition)
         self.parked.setdefault(key, []).append(ParkedAcquire(sender, request, now_ns + wait_ms * MS))
+        self._parked_floor_for(key)
         return effects
 
     def _share_partition_for(self, request: ShareAcquireRequest | ShareAcknowledgeRequest,
@@ -188,7 +189,10 @@ class ShareDelivery:
 
     def _on_list_offsets(self, key: tuple[str, int], response: ListOffsetsResponse, now_ns: int) -> list[Effect]:
         if response.error != ErrorCode.NONE or (response.topic, response.partition) != key:
-            return self.leaders.high_watermark_refused(key, now_ns)  # refused, or about another partition
+            refused = self.leaders.high_watermark_refused(key, now_ns)  # refused, or about another partition
+            for parked_key in [parked_key for parked_key in self.parked if parked_key[1:] == key]:
+                self._parked_floor_for(parked_key)  # when its high watermark may be read again
+            return refused
         grew = self.leaders.observe_high_watermark(key, response)
         effects: list[Effect] = []
         for group in self.groups.values():
@@ -199,8 +203,11 @@ class ShareDelivery:
             self._settle(group.group_id, share_partition)
             if (group.group_id, *key) in self.parked:
                 effects += self._serve_parked((group.group_id, *key), now_ns)
-        if not grew and any(parked_key[1:] == key for parked_key in self.parked):
+        waiting = [parked_key for parked_key in self.parked if parked_key[1:] == key]
+        if not grew and waiting:
             effects.append(SetTimer(REFRESH_TIMER, now_ns + self.limits.share_high_watermark_refresh_ms * MS))
+        for parked_key in waiting:
+            self._parked_floor_for(parked_key)  # when its high watermark may be read again
         return effects
 
     def _refresh_waiting(self, now_ns: int) -> list[Effect]:

@@ -53,8 +53,8 @@ class ShareGroup:
 
 class ShareMembership:
     """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `state`, `limits`,
-    `rng`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `_settle` and
-    `_serve_group_parked`."""
+    `rng`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `session_floor_ns`,
+    `_settle` and `_serve_group_parked`."""
 
     def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
         problem = self._check_heartbeat(request)
@@ -122,6 +122,9 @@ class ShareMembership:
         member.topics = sorted(set(request.topics))
         member.session_timeout_ms = request.session_timeout_ms
         member.last_seen_ns = now_ns
+        ends_ns = now_ns + member.session_timeout_ms * MS + 1
+        if self.session_floor_ns is None or ends_ns < self.session_floor_ns:
+            self.session_floor_ns = ends_ns  # (a heartbeat only moves a session's end later)
         return member
 
     def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,

@@ -80,6 +80,9 @@ class PartitionLeaders:
         self.metadata_wanted: set[str] = set()
         self.last_metadata_ns = 0
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
+        # No request in flight times out before this (a lower bound between the coordinator's
+        # ticks, which set it exactly; None: nothing in flight).
+        self.pending_floor_ns: int | None = None
 
     @property
     def coordinator(self) -> str:
@@ -120,10 +123,13 @@ class PartitionLeaders:
         self.metadata_correlation = send.message.correlation_id
         return [send]
 
-    def deadlines(self, members: bool):
-        """When `refresh_if_due` and `overdue` have something to do."""
+    def pending_deadlines(self):
+        """When each request in flight times out (`overdue`)."""
         for outbound in self.pending.values():
             yield outbound.deadline_ns
+
+    def metadata_deadlines(self, members: bool):
+        """When `refresh_if_due` has something to do."""
         if members:
             yield self.last_metadata_ns + METADATA_REFRESH_MS * MS + 1
         if self.metadata_wanted and not self.metadata_correlation:
@@ -203,6 +209,8 @@ class PartitionLeaders:
         message = msgspec.structs.replace(message, correlation_id=self.correlation)
         deadline = now_ns + self.limits.share_request_timeout_ms * MS
         self.pending[self.correlation] = Outbound(kind, key, endpoint, deadline)
+        if self.pending_floor_ns is None or deadline < self.pending_floor_ns:
+            self.pending_floor_ns = deadline
         return Send(endpoint, message)
 
     def answered(self, correlation: int, response: Any) -> Outbound | None:

@@ -168,9 +168,11 @@ class SharePartition:
         record.delivery_count += 1
         return record.delivery_count
 
-    def next_available_ns(self) -> int:
-        """When the next record released with a delay becomes available again (0: none waits)."""
-        return min((self.records[offset].available_at_ns for offset in self.available), default=0)
+    def next_available_ns(self, after_ns: int) -> int:
+        """When the next record released with a delay becomes available again, after `after_ns`
+        (0: none waits that long)."""
+        return min((at for at in (self.records[offset].available_at_ns for offset in self.available) if at > after_ns),
+                   default=0)
 
     def can_acquire(self, now_ns: int) -> bool:
         """Would `acquire` change anything now (a record to lock or to dead-letter)?"""

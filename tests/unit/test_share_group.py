@@ -424,6 +424,36 @@ def test_a_delayed_release_is_not_redelivered_before_its_delay(world):
     assert acquired_offsets(response) == [(0, 2)]
 
 
+def test_a_parked_acquire_gets_a_delayed_release_the_moment_its_delay_ends(world):
+    """The release is the only thing due before the parked acquire's own end: the coordinator must
+    wake for it (a floor lowered when the release was made), not for the acquire's 5 s wait."""
+    world.produce("orders", ["x"])
+    a = world.join("a", ["orders"]).member_id
+    b = world.join("b", ["orders"]).member_id
+    world.acquire_now("a", a, "orders")
+    world.acquire("b", b, "orders", wait_ms=5_000)
+    world.harness.run()
+    world.harness.deliver(GROUP, ShareAcknowledgeRequest(
+        correlation_id=world.next_id(), group_id="g", member_id=a, topic="orders", partition=0,
+        acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="release", delay_ms=333)]), "a")
+    released_ns = world.harness.now_ns
+    world.harness.advance_to(released_ns + 333 * MS - 1)
+    assert world.acquired("b") == []
+    world.harness.advance_to(released_ns + 333 * MS)
+    (response,) = world.acquired("b")
+    assert acquired_offsets(response) == [(0, 2)]
+
+
+def test_a_share_member_that_stops_heartbeating_is_removed_when_its_session_ends_to_the_millisecond(world):
+    gone = world.join("gone", ["orders"]).member_id
+    member = world.group.share.groups["g"].members[gone]
+    ends_ns = member.last_seen_ns + member.session_timeout_ms * MS
+    world.harness.advance_to(ends_ns)
+    assert gone in world.group.share.groups["g"].members
+    world.harness.advance_to(ends_ns + 1)
+    assert gone not in world.group.share.groups["g"].members, "kept a member past its session"
+
+
 def test_after_a_coordinator_crash_locks_are_void_counts_kept_and_accepted_records_stay_done(world):
     world.produce("orders", ["a", "b", "c"])
     member = world.join("a", ["orders"]).member_id
