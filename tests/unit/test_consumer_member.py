@@ -733,3 +733,56 @@ def test_a_member_that_stops_polling_leaves_when_max_poll_interval_passes_to_the
     assert stage.member.state == "stable"
     stage.harness.advance_to(polled_ns + 1_000 * MS + 1)
     assert stage.harness.received(GROUPS, LeaveGroupRequest), "still in the group past max_poll_interval_ms"
+
+
+def rejoin_as(stage: Stage, member_id: str, generation: int) -> None:
+    """The coordinator forgot the member: it rejoins alone and becomes `member_id`, stable again."""
+    stage.heartbeat_answer(ErrorCode.UNKNOWN_MEMBER_ID)
+    stage.command("revoked")  # the shell answers the revocation of what was lost
+    join = stage.to_groups(JoinGroupRequest)
+    assert join.member_id == ""
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation, protocol_name="range",
+                                   leader=member_id, member_id=member_id,
+                                   members=[GroupMember(member_id=member_id, metadata=join.protocols[0].metadata)]))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=sync.assignments[0].assignment))
+    fetch = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[
+        OffsetEntry(topic="orders", partition=partition, offset=10) for partition in (0, 1)]))
+    assert (stage.member.state, stage.member.member_id) == ("stable", member_id)
+
+
+def test_a_late_fenced_answer_to_a_commit_sent_under_an_old_member_id_does_not_stop_the_member():
+    """A static member commits as c1-m; the coordinator forgets it and it rejoins as c1-n; then the
+    old commit's answer comes: FENCED_INSTANCE_ID, about c1-m. The commit failed; the member holds
+    the instance as c1-n and carries on (the simulator's seed 32126 of its network-fault sweep)."""
+    stage = Stage(instance="host-1")
+    stage.joined_alone()
+    stage.command("commit", offsets=[("orders", 0, 15, "")])
+    old_commit = stage.to_groups(OffsetCommitRequest)
+    assert old_commit.member_id == "c1-m"
+
+    rejoin_as(stage, "c1-n", generation=2)
+    effects = stage.answer(OffsetCommitResponse(
+        correlation_id=old_commit.correlation_id, error=ErrorCode.FENCED_INSTANCE_ID,
+        error_message="instance host-1 belongs to member c1-n now"))
+
+    [(_, _, error)] = notices(effects, "result")
+    assert error.code == ErrorCode.FENCED_INSTANCE_ID, "the commit itself failed"
+    assert stage.member.state == "stable" and stage.notified("fatal") == []
+    stage.harness.advance(HEARTBEAT_MS)
+    assert stage.to_groups(HeartbeatRequest).member_id == "c1-n"
+
+
+def test_a_fenced_answer_to_a_commit_under_the_current_member_id_is_fatal():
+    stage = Stage(instance="host-1")
+    stage.joined_alone()
+    stage.command("commit", offsets=[("orders", 0, 15, "")])
+    commit = stage.to_groups(OffsetCommitRequest)
+
+    stage.answer(OffsetCommitResponse(correlation_id=commit.correlation_id, error=ErrorCode.FENCED_INSTANCE_ID,
+                                      error_message="a newer instance joined"))
+
+    assert stage.member.state == "fenced"
+    [error] = stage.notified("fatal")
+    assert error.code == ErrorCode.FENCED_INSTANCE_ID
