@@ -92,6 +92,7 @@ class SharePartition:
         self.high_watermark = -1
         self.records: dict[int, InFlightRecord] = {}
         self.available: SortedSet = SortedSet()
+        self.last_available_at_ns = 0  # the latest time a delayed release was set to end
         self.next_lock_deadline_ns: int | None = None  # no lock expires before this
         self.new_dead_letters: list[int] = []  # offsets that became dead-lettering, for the writer
         self.changed = False  # a change `stored()` would show, not yet persisted
@@ -171,6 +172,8 @@ class SharePartition:
     def next_available_ns(self, after_ns: int) -> int:
         """When the next record released with a delay becomes available again, after `after_ns`
         (0: none waits that long)."""
+        if self.last_available_at_ns <= after_ns:
+            return 0  # every delay set so far has ended
         return min((at for at in (self.records[offset].available_at_ns for offset in self.available) if at > after_ns),
                    default=0)
 
@@ -276,6 +279,7 @@ class SharePartition:
             return
         record.state = AVAILABLE
         record.available_at_ns = now_ns + delay_ms * MS if delay_ms > 0 else 0
+        self.last_available_at_ns = max(self.last_available_at_ns, record.available_at_ns)
         self.available.add(offset)
         self.changed = True
 
@@ -346,6 +350,7 @@ class SharePartition:
                     (record.delivery_count, record.last_error, record.first_delivery_ms, available_at_ms,
                      record.reason, record.dead_lettered_ms) = rest
                     record.available_at_ns = available_at_ms * MS
+                    restored.last_available_at_ns = max(restored.last_available_at_ns, record.available_at_ns)
                 if record.state == AVAILABLE:
                     restored.available.add(offset)
                 elif record.state == DEAD_LETTERING:
