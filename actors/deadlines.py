@@ -1,9 +1,9 @@
 """One timer at an actor's next deadline, instead of a periodic tick.
 
 A client's work, and the group coordinator's, falls due at known times: a request's timeout, a
-retry's backoff, a session's end, a lock's expiry, the next heartbeat. Each is wanted where it is born (`want(deadline_ns)`), and the
-handler that saw it born ends with `arm(now_ns)`: the timer is set at the earliest deadline
-wanted, unless it is already set at or before it. So the timer never fires after a deadline it
+retry's backoff, a session's end, a lock's expiry, the next heartbeat. Each is wanted where it is
+born (`want(deadline_ns)`), and the handler that saw it born ends with `arm(now_ns)`: the timer is
+set at the earliest deadline wanted, unless it is already set at or before it. So the timer never fires after a deadline it
 was told of; it may fire before one that no longer matters (the answer came), which costs one
 wake that finds nothing due. When it fires (`fired()`), the actor does what is due and wants every
 deadline still ahead again. An actor with nothing pending sets no timer at all: an idle client

@@ -2,8 +2,9 @@
 take, with membership, delivery, leaders and dead-lettering in their own modules.
 
 `ShareGroups` is attached to the `GroupCoordinator` (actors/group_coordinator.py), which hands it
-every message it does not handle itself and its timer (at `deadlines()`). Per-record delivery state lives in
-`SharePartition` (actors/share_partition.py); this module owns what spans share-partitions:
+every message it does not handle itself, and its timer's fire at their next deadline. Per-record
+delivery state lives in `SharePartition` (actors/share_partition.py); this module owns what spans
+share-partitions:
 
 - Membership (actors/share_group_membership.py) is soft state: a member heartbeats; after its
   session timeout it is removed and every lock it held is released (records available, counts
@@ -221,7 +222,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
         self.session_floor_ns = earliest(self._session_deadlines())
         self.lock_floor_ns = earliest(self._lock_deadlines())
-        self.parked_floor_ns = earliest(deadline_ns for key in self.parked for deadline_ns in self._parked_deadlines_of(key))
+        self.parked_floor_ns = earliest(deadline_ns for key in self.parked
+                                        for deadline_ns in self._parked_deadlines_of(key))
         self.leaders.pending_floor_ns = earliest(self.leaders.pending_deadlines())
         self.dead_letters.retry_floor_ns = earliest(self.dead_letters.deadlines())
 
