@@ -101,11 +101,6 @@ class DeadLetterWriter:
         # ticks, which set it exactly; None: none waits).
         self.retry_floor_ns: int | None = None
 
-    def busy(self) -> bool:
-        """Records on their way to a dead-letter topic (a step may be waiting for its retry time)."""
-        return bool(self.unrouted or self.creating or any(
-            target.stage or target.queue or target.pending or target.fetching for target in self.targets.values()))
-
     def deadlines(self):
         """When a write waiting for its retry time may go (see `advance`)."""
         for target in self.targets.values():
