@@ -26,6 +26,14 @@ from collections.abc import Iterable
 from actors.effects import Effect, SetTimer
 
 
+def lowered(floor_ns: int | None, deadline_ns: int | None, now_ns: int) -> int | None:
+    """A floor (no deadline of its kind before it; None: none pending) lowered by a deadline just
+    born. One at or before now is not a deadline ahead: it leaves the floor as it is."""
+    if deadline_ns is None or deadline_ns <= now_ns or (floor_ns is not None and floor_ns <= deadline_ns):
+        return floor_ns
+    return deadline_ns
+
+
 class DeadlineTimer:
     __slots__ = ("name", "armed_ns", "wanted_ns", "seen_ns")
 

@@ -29,6 +29,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.dead_letter_records import DeadLetterItem, dead_letter_batch, source_records
+from actors.deadlines import lowered
 from actors.effects import Effect, Trace
 from actors.errors import RETRIABLE, ErrorCode
 from actors.messages import (
@@ -109,8 +110,7 @@ class DeadLetterWriter:
 
     def _retry_later(self, target: DeadLetterTarget, now_ns: int) -> None:
         target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
-        if self.retry_floor_ns is None or target.retry_at_ns < self.retry_floor_ns:
-            self.retry_floor_ns = target.retry_at_ns
+        self.retry_floor_ns = lowered(self.retry_floor_ns, target.retry_at_ns, now_ns)
 
     def load(self) -> None:
         for key, value in self.groups.state.items("share-dlq/"):

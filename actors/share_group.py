@@ -37,6 +37,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.dead_letter_records import DeadLetterItem
+from actors.deadlines import lowered
 from actors.effects import AfterFlush, Effect, Send
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -127,17 +128,17 @@ class ShareGroups(ShareMembership, ShareDelivery):
         by the deadlines it made (a lock taken, a delayed release an acquire waits for)."""
         self.dead_letters.enqueue(group_id, share_partition)
         self.persist(group_id, share_partition)
-        self.lock_floor_ns = _earlier(self.lock_floor_ns, share_partition.next_lock_deadline_ns, self.step_ns)
+        self.lock_floor_ns = lowered(self.lock_floor_ns, share_partition.next_lock_deadline_ns, self.step_ns)
         key = (group_id, share_partition.topic, share_partition.partition)
         if key in self.parked:
-            self.parked_floor_ns = _earlier(self.parked_floor_ns, share_partition.next_available_ns(self.step_ns),
+            self.parked_floor_ns = lowered(self.parked_floor_ns, share_partition.next_available_ns(self.step_ns),
                                             self.step_ns)
 
     def _parked_floor_for(self, key: tuple[str, str, int]) -> None:
         """Lower the parked floor by one waiting partition's deadlines (an acquire just parked, a
         high-watermark read answered or refused)."""
         for deadline_ns in self._parked_deadlines_of(key):
-            self.parked_floor_ns = _earlier(self.parked_floor_ns, deadline_ns, self.step_ns)
+            self.parked_floor_ns = lowered(self.parked_floor_ns, deadline_ns, self.step_ns)
 
     def _finish(self, effects: list[Effect], now_ns: int) -> list[Effect]:
         effects += self.dead_letters.advance(now_ns)
@@ -364,13 +365,6 @@ class ShareGroups(ShareMembership, ShareDelivery):
         """Archived records may move the start offset, which makes room for parked acquires."""
         key = (item.group_id, item.topic, item.partition)
         return self._serve_parked(key, now_ns) if key in self.parked else []
-
-
-def _earlier(floor_ns: int | None, deadline_ns: int | None, now_ns: int) -> int | None:
-    """A floor lowered by a deadline ahead of now (one at or before now is not a deadline)."""
-    if deadline_ns is None or deadline_ns <= now_ns or (floor_ns is not None and floor_ns <= deadline_ns):
-        return floor_ns
-    return deadline_ns
 
 
 def _partition_key(group_id: str, share_partition: SharePartition) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.deadlines import lowered
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -122,9 +123,8 @@ class ShareMembership:
         member.topics = sorted(set(request.topics))
         member.session_timeout_ms = request.session_timeout_ms
         member.last_seen_ns = now_ns
-        ends_ns = now_ns + member.session_timeout_ms * MS + 1
-        if self.session_floor_ns is None or ends_ns < self.session_floor_ns:
-            self.session_floor_ns = ends_ns  # (a heartbeat only moves a session's end later)
+        # (A heartbeat only moves a session's end later: the floor stays below it.)
+        self.session_floor_ns = lowered(self.session_floor_ns, now_ns + member.session_timeout_ms * MS + 1, now_ns)
         return member
 
     def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,

@@ -32,6 +32,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.controller_endpoints import ControllerEndpoints
+from actors.deadlines import lowered
 from actors.effects import Effect, Send
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -209,8 +210,7 @@ class PartitionLeaders:
         message = msgspec.structs.replace(message, correlation_id=self.correlation)
         deadline = now_ns + self.limits.share_request_timeout_ms * MS
         self.pending[self.correlation] = Outbound(kind, key, endpoint, deadline)
-        if self.pending_floor_ns is None or deadline < self.pending_floor_ns:
-            self.pending_floor_ns = deadline
+        self.pending_floor_ns = lowered(self.pending_floor_ns, deadline, now_ns)
         return Send(endpoint, message)
 
     def answered(self, correlation: int, response: Any) -> Outbound | None:

@@ -3,7 +3,7 @@ and what its coverage check reports, including after a clock stepped back."""
 
 from __future__ import annotations
 
-from actors.deadlines import DeadlineTimer
+from actors.deadlines import DeadlineTimer, lowered
 from actors.effects import SetTimer
 
 
@@ -62,3 +62,11 @@ def test_a_clock_stepped_back_does_not_make_a_deadline_that_fell_due_look_missed
     timer.arm(600)  # a step after the clock went back
     assert timer.uncovered([800, 2_000]) is None
     assert timer.uncovered([1_500]) == 1_500, "a deadline past every time seen is still checked"
+
+
+def test_a_floor_is_lowered_only_by_a_deadline_ahead_of_now_and_before_it():
+    assert lowered(None, 500, 100) == 500
+    assert lowered(700, 500, 100) == 500
+    assert lowered(400, 500, 100) == 400, "a later deadline leaves the floor"
+    assert lowered(700, 90, 100) == 700, "a deadline already due is not one ahead"
+    assert lowered(700, None, 100) == 700
