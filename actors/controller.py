@@ -63,8 +63,7 @@ class Controller:
 
     def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
                  coordinator_factory: Callable[[ReplicatedState], "Coordinator"], endpoint: str = "", pid: int = 0,
-                 bootstrap: list[tuple[str, Any]] | None = None, name: str = "", rejoining: bool = False,
-                 on_rejoined: Callable[[], None] | None = None) -> None:
+                 bootstrap: list[tuple[str, Any]] | None = None, name: str = "") -> None:
         self.name = name or f"controller/{config.node_id}"
         self.node = config.node_id
         self.endpoint = endpoint or config.voters[config.node_id]
@@ -83,9 +82,7 @@ class Controller:
         self._activate_wanted = False
         self._now = 0
         self.applied: list[RaftEntry] | None = None  # set to a list to observe applied entries (the simulator)
-        self.on_rejoined = on_rejoined  # clears the durable "rejoining" mark (transport/actor_main.py)
-        self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft",
-                             rejoining=rejoining)
+        self.raft = RaftNode(config=config, log=log, state_machine=self, rng=rng, name=f"{self.name}/raft")
 
     # ------------------------------------------------------------------ the actor contract
 
@@ -160,9 +157,6 @@ class Controller:
     # ------------------------------------------------------------------ leadership
 
     def _after_raft(self, effects: list[Effect], now_ns: int) -> list[Effect]:
-        if not self.raft.rejoining and self.on_rejoined is not None:
-            self.on_rejoined()
-            self.on_rejoined = None
         if self.coordinator is not None and (self.raft.role is not Role.LEADER or self.raft.term != self.active_term):
             effects += self._deactivate("leadership lost")
         if self.rebuilding and self.raft.role is Role.LEADER and self.raft.applied_index >= self.raft.log.last_index:
@@ -307,6 +301,6 @@ class Controller:
             role=raft.role.value, term=raft.term, leader=leader,
             leader_endpoint=raft.config.voters.get(leader, "") if leader else "",
             commit_index=raft.commit_index, applied_index=raft.applied_index, last_index=raft.log.last_index,
-            active=self.coordinator is not None,
+            active=self.coordinator is not None, rejoining=raft.rejoining,
             followers={peer: progress.match_index for peer, progress in sorted(raft.progress.items())},
             voters=dict(raft.config.voters))

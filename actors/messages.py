@@ -388,6 +388,7 @@ class ControllerStatusResponse(Message, kw_only=True):
     applied_index: int = 0
     last_index: int = 0
     active: bool = False  # leads and has applied its own term's no-op: it decides
+    rejoining: bool = False  # lost its log and is not yet caught up: it neither votes nor campaigns
     followers: dict[int, int] = {}  # leader only: voter -> match index
     voters: dict[int, str] = {}
 

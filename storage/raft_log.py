@@ -11,7 +11,9 @@ What it owns: two files in one directory.
 - `raft.snapshot`, replaced atomically the same way: `magic u32 | crc32 u32 | length u64 | body`
   with body = msgpack [index, term, voters, data].
 
-The hard state lives in the header slots beside the journal length it covers. `flush()` writes the
+The hard state lives in the header slots beside the journal length it covers, and so does the
+*rejoining* mark of a voter that lost its log (docs/raft.md §7): it is created with the journal
+that replaces a lost one, and lost only with it. `flush()` writes the
 new records and slot A in one fdatasync, then slot B (a copy of A) in a second one, so on open:
 both slots equal means that flush completed and every byte below its length is durable; A one
 sequence ahead of B means a flush was cut short, and B (the last completed flush) is the truth
@@ -22,8 +24,8 @@ are cut (a torn tail) and counted in `recovery`. Nothing flushed is ever silentl
 
 Invariants: entries are contiguous from `first_index` to `last_index`; an index at or below the
 commit index is never replaced; the snapshot, when there is one, agrees with the log at its index
-(same term); `needs_flush` is true whenever the term, the vote or an entry changed since the last
-flush (the commit index rides along with the next flush but never asks for one, as etcd's
+(same term); `needs_flush` is true whenever the term, the vote, an entry or the rejoining mark
+changed since the last flush (the commit index rides along with the next flush but never asks for one, as etcd's
 HardState.Commit does not: it can be recomputed from a leader).
 """
 
@@ -36,8 +38,8 @@ from storage.errors import FsyncFailed, LogClosed
 from storage.fs import FileHandle, FileSystem, OsFileSystem
 from storage.raft_records import (  # noqa: F401 (the names callers use come from here)
     ENTRY_COMMAND, ENTRY_NOOP, HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot,
-    HardState, RaftEntry, RaftLogRecovery, SnapshotMeta, Slot, count_records, decode_slot, decode_snapshot,
-    encode_entry_record, encode_slot, encode_snapshot, parse_record,
+    HardState, RaftEntry, RaftLogRecovery, SnapshotMeta, Slot, choose_slot, count_records, decode_snapshot,
+    encode_entry_record, encode_slot, encode_snapshot, parse_record, rejoining_on_disk,
 )
 
 
@@ -55,6 +57,7 @@ class RaftLog:
         self._term = 0
         self._vote = 0
         self._commit = 0
+        self._rejoining = False
         self._sequence = 0
         self._dirty = False
         self._flushed_commit = 0
@@ -68,24 +71,27 @@ class RaftLog:
         self.written_from = 1 << 62
 
     @classmethod
-    def open(cls, directory: str, *, fs: FileSystem | None = None) -> "RaftLog":
+    def open(cls, directory: str, *, fs: FileSystem | None = None, rejoining_if_created: bool = False) -> "RaftLog":
+        """The log in `directory`; a journal created now (there was none) carries the rejoining
+        mark from its first byte when `rejoining_if_created`, so no crash can leave it unmarked."""
         log = cls(fs if fs is not None else OsFileSystem(), directory)
-        log._recover()
+        log._recover(rejoining_if_created)
         return log
 
     # ------------------------------------------------------------------ recovery
 
-    def _recover(self) -> None:
+    def _recover(self, rejoining_if_created: bool) -> None:
         self._fs.make_directory(self.directory)
         if not self._fs.exists(self._log_path):
             if self._fs.exists(self._snapshot_path):
                 raise CorruptRaftLog(f"{self._log_path}: missing beside a snapshot; the term and vote it "
                                      "held are lost, so this node must not vote again as the same voter")
-            initial = Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0)
+            initial = Slot(0, HEADER_BYTES, 1, 0, 0, 0, 0, rejoining=rejoining_if_created)
             self._fs.write_file_atomic(self._log_path, encode_slot(initial) * 2)
         handle, data = self._open_journal()
-        slot, confirmed = self._choose_slot(data)
+        slot, confirmed = choose_slot(data, self._log_path)
         self._sequence = slot.sequence
+        self._rejoining = slot.rejoining
         self._base = slot.base_index
         self._term, self._vote, self._commit = slot.term, slot.vote, slot.commit
         self._flushed_commit = slot.commit
@@ -121,21 +127,6 @@ class RaftLog:
         except OSError as error:
             handle.close()
             raise CorruptRaftLog(f"{self._log_path}: cannot be read ({error.strerror or error})") from None
-
-    def _choose_slot(self, data: bytes) -> tuple[Slot, int]:
-        """The slot of the last completed flush and the journal length it confirms."""
-        a = decode_slot(data[:SLOT_BYTES])
-        b = decode_slot(data[SLOT_BYTES:HEADER_BYTES])
-        if a is None and b is None:
-            raise CorruptRaftLog(f"{self._log_path}: neither header slot is readable ({len(data)} bytes)")
-        if a is None or b is None:
-            only = a if b is None else b
-            return only, only.length
-        if a.sequence == b.sequence:
-            return b, b.length
-        if a.sequence == b.sequence + 1:
-            return b, b.length  # the flush writing A never finished: B is the last one that did
-        raise CorruptRaftLog(f"{self._log_path}: header slots disagree (sequences {a.sequence} and {b.sequence})")
 
     def _replay(self, data: bytes, confirmed: int) -> int:
         """Rebuild the entries; return where the valid journal ends."""
@@ -240,6 +231,20 @@ class RaftLog:
     @property
     def hard_state(self) -> HardState:
         return HardState(self._term, self._vote, self._commit)
+
+    @property
+    def rejoining(self) -> bool:
+        """Whether this voter's log was lost while its quorum had formed and it has not yet been
+        caught up: it must neither vote nor campaign (actors/raft/node.py)."""
+        return self._rejoining
+
+    def set_rejoining(self, rejoining: bool) -> None:
+        """Set or clear the mark; durable with the next flush (until then a restart still finds
+        it set, which only keeps the voter waiting longer)."""
+        if rejoining != self._rejoining:
+            self._check_open()
+            self._rejoining = rejoining
+            self._dirty = True
 
     @property
     def needs_flush(self) -> bool:
@@ -386,7 +391,8 @@ class RaftLog:
 
     def _current_slot(self, length: int) -> Slot:
         snapshot_index = self.snapshot.index if self.snapshot is not None else 0
-        return Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index)
+        return Slot(self._sequence, length, self._base, self._term, self._vote, self._commit, snapshot_index,
+                    self._rejoining)
 
     def close(self) -> None:
         """Flush and close; a log already closed by a failure only gives its file back."""
@@ -416,5 +422,6 @@ class _FailOnFsync:
         elif kind is not None and self._any_error:
             self._log._closed_reason = f"rewriting the journal failed ({error}); the raft log must be reopened"
         return False
+
 
 

@@ -2,7 +2,9 @@
 
 A journal record is `length u32 | crc32(body) u32 | body`, body = the msgpack of one `RaftEntry`
 (array-like); a header slot is 64 bytes: magic, sequence, journal length, base index, term, vote,
-commit, snapshot index, then a CRC of those; a snapshot file is `magic u32 | crc32 u32 |
+commit, snapshot index, then a CRC of those. The magic also says whether the voter is *rejoining*
+(its log was lost while its quorum had formed, so it holds no vote it can trust: docs/raft.md §7),
+so that mark is lost only with the journal itself, and a lost journal is marked again; a snapshot file is `magic u32 | crc32 u32 |
 length u64 | body`, body = msgpack [index, term, voters, data]. Every decoder here checks lengths
 and CRCs before it believes anything, and says what is wrong in a ValueError (records: the
 caller decides whether that is a torn tail or damage) or a `CorruptRaftSnapshot`.
@@ -10,6 +12,7 @@ caller decides whether that is a torn tail or damage) or a `CorruptRaftSnapshot`
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
@@ -26,6 +29,7 @@ ENTRY_COMMAND = 0  # an opaque command for the state machine
 ENTRY_NOOP = 1  # appended by each new leader (Raft §5.4.2, §8): commits the entries of earlier terms
 
 _MAGIC = 0x52414654  # "RAFT"
+_MAGIC_REJOINING = 0x5241464A  # "RAFJ": the same slot, of a voter that must not vote until caught up
 _SNAPSHOT_MAGIC = 0x52534E31  # "RSN1"
 # magic, sequence, journal length, base index, term, vote, commit, snapshot index
 _SLOT = struct.Struct("<IQQQQqQQ")
@@ -99,10 +103,11 @@ class Slot(NamedTuple):
     vote: int
     commit: int
     snapshot_index: int
+    rejoining: bool = False
 
 
 def encode_slot(slot: Slot) -> bytes:
-    body = _SLOT.pack(_MAGIC, *slot)
+    body = _SLOT.pack(_MAGIC_REJOINING if slot.rejoining else _MAGIC, *slot[:-1])
     return (body + _CRC.pack(crc32(body))).ljust(SLOT_BYTES, b"\0")
 
 
@@ -113,7 +118,33 @@ def decode_slot(raw: bytes) -> Slot | None:
     if crc != crc32(raw[: _SLOT.size]):
         return None
     magic, *fields = _SLOT.unpack_from(raw)
-    return Slot(*fields) if magic == _MAGIC else None
+    if magic != _MAGIC and magic != _MAGIC_REJOINING:
+        return None
+    return Slot(*fields, rejoining=magic == _MAGIC_REJOINING)
+
+
+def choose_slot(data: bytes, path: str) -> tuple[Slot, int]:
+    """The slot of the last completed flush in a journal's first bytes, and the length it confirms."""
+    a = decode_slot(data[:SLOT_BYTES])
+    b = decode_slot(data[SLOT_BYTES:HEADER_BYTES])
+    if a is None and b is None:
+        raise CorruptRaftLog(f"{path}: neither header slot is readable ({len(data)} bytes)")
+    if a is None or b is None:
+        only = a if b is None else b
+        return only, only.length
+    if a.sequence == b.sequence:
+        return b, b.length
+    if a.sequence == b.sequence + 1:
+        return b, b.length  # the flush writing A never finished: B is the last one that did
+    raise CorruptRaftLog(f"{path}: header slots disagree (sequences {a.sequence} and {b.sequence})")
+
+
+def rejoining_on_disk(directory: str) -> bool:
+    """Whether the journal in `directory`, as its last completed flush left it, carries the
+    rejoining mark (for operators and tests watching a voter from outside its process)."""
+    path = os.path.join(directory, LOG_NAME)
+    with open(path, "rb") as handle:
+        return choose_slot(handle.read(HEADER_BYTES), path)[0].rejoining
 
 
 def parse_record(view: memoryview, position: int) -> tuple[int, RaftEntry]:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import msgspec
 
 from actors.messages import TopicConfig
-from transport.actor_spec import REJOINING_MARK, ActorSpec, RefusedToStart
+from transport.actor_spec import LEGACY_REJOINING_MARK, ActorSpec, RefusedToStart
 
 
 def log_config_for(config: TopicConfig) -> Any:
@@ -109,7 +109,7 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
     bootstrap: list[tuple[str, Any]] = []
     if empty and not quorum_formed(spec, directory):  # checked before anything is written
         bootstrap = _first_metadata(spec, fs)
-    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
+    log = _open_voter_log(spec, fs, directory, empty)
     config = _raft_config(spec)
     rng = random.Random(incarnation)
 
@@ -118,8 +118,7 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
                            cluster_id=spec.cluster_id)
 
     return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
-                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name, rejoining=rejoining,
-                      on_rejoined=rejoined)
+                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
 
 
 def voter_log_missing(raft_directory: str) -> bool:
@@ -131,30 +130,25 @@ def voter_log_missing(raft_directory: str) -> bool:
     return not os.path.exists(os.path.join(raft_directory, LOG_NAME))
 
 
-def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> tuple[Any, bool, Any]:
-    """(raft log, rejoining, what to call once caught up) of a voter of either quorum.
+def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> Any:
+    """The raft log of a voter of either quorum.
 
     A voter that comes back empty to a quorum that had formed (its disk was lost) must not vote
-    until a leader has caught it up (docs/raft.md §7); the mark survives its crashes."""
+    until a leader has caught it up (docs/raft.md §7). Its new journal is created with the
+    rejoining mark in its header, so the mark survives its crashes and is lost only with the
+    journal, which marks it again. A mark from before the header held it (a file `rejoining`
+    beside `raft/`) moves into the header, durably, before the file goes."""
     from storage.raft_log import RaftLog
 
-    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs)
-    mark = os.path.join(directory, REJOINING_MARK)
-    if empty and quorum_formed(spec, directory) and not os.path.exists(mark):
-        with open(mark, "wb") as handle:
-            handle.write(b"this voter lost its log: it votes again once a leader has caught it up\n")
-            os.fsync(handle.fileno())
+    log = RaftLog.open(os.path.join(directory, "raft"), fs=fs,
+                       rejoining_if_created=empty and quorum_formed(spec, directory))
+    legacy_mark = os.path.join(directory, LEGACY_REJOINING_MARK)
+    if os.path.exists(legacy_mark):
+        log.set_rejoining(True)
+        log.flush()
+        os.unlink(legacy_mark)
         fs.sync_directory(directory)
-    rejoining = os.path.exists(mark)
-
-    def rejoined() -> None:
-        try:
-            os.unlink(mark)
-            fs.sync_directory(directory)
-        except OSError:
-            pass  # still marked: after a restart it waits to be caught up once more, which is safe
-
-    return log, rejoining, rejoined if rejoining else None
+    return log
 
 
 def quorum_formed(spec: ActorSpec, directory: str) -> bool:
@@ -203,7 +197,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
             bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
         elif not spec.reset_group_state:
             check_group_state_present(spec.data_dir, legacy, -1)
-    log, rejoining, rejoined = _open_voter_log(spec, fs, directory, empty)
+    log = _open_voter_log(spec, fs, directory, empty)
     rng = random.Random(incarnation)
 
     def group_coordinator(state: Any) -> Any:
@@ -212,8 +206,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
                                 rng=random.Random(rng.getrandbits(64)))
 
     return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
-                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name,
-                            rejoining=rejoining, on_rejoined=rejoined)
+                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
 
 
 def check_group_state_present(data_dir: str, path: str, size: int) -> None:

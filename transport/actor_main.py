@@ -34,7 +34,6 @@ import zmq
 from storage.errors import StorageFull
 from transport.actor_build import METADATA_BOOTSTRAP_LOCK, build_kind, log_config_for
 from transport.actor_spec import (
-    REJOINING_MARK,
     ActorSpec,
     RefusedToStart,
     actor_directory,
@@ -45,7 +44,7 @@ from transport.trace_file import TraceFile
 
 __all__ = [  # names other modules import from here, some of them defined in actor_spec.py and actor_build.py
     "EXIT_CRASHED", "EXIT_DISK_FULL", "EXIT_PARENT_GONE", "EXIT_REFUSED", "METADATA_BOOTSTRAP_LOCK", "PROFILE_ENV",
-    "REJOINING_MARK", "ActorSpec", "RefusedToStart", "TraceFile", "build_actor", "controller_directory",
+    "ActorSpec", "RefusedToStart", "TraceFile", "build_actor", "controller_directory",
     "log_config_for", "main", "replica_directory",
 ]
 

@@ -64,7 +64,9 @@ def actor_directory(spec: ActorSpec) -> str:
     return os.path.join(spec.data_dir, spec.kind)
 
 
-REJOINING_MARK = "rejoining"
+# Where a voter's rejoining mark was kept before its journal's header held it (storage/raft_records.py):
+# a file of this name beside `raft/`, read once and moved into the header.
+LEGACY_REJOINING_MARK = "rejoining"
 
 
 def controller_directory(data_dir: str, node: int) -> str:

@@ -53,7 +53,7 @@ NEVER = -(1 << 62)
 
 class RaftNode(ElectionRules, LeaderRules, FollowerRules):
     def __init__(self, *, config: RaftConfig, log: RaftLog, state_machine: StateMachine, rng: "random.Random",
-                 name: str = "raft", rejoining: bool = False) -> None:
+                 name: str = "raft") -> None:
         self.config = config.check()
         self.id = config.node_id
         self.name = name
@@ -80,7 +80,8 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.counters: dict[str, int] = {}
         # A voter whose log was lost while the quorum had formed (docs/raft.md §7): it neither
         # votes nor campaigns until it holds what was committed when a leader first reached it.
-        self.rejoining = rejoining
+        # The mark lives in the log's header (storage/raft_records.py), so it survives crashes.
+        self.rejoining = log.rejoining
         self.rejoin_commit = 0
         self._out: list[Any] = []  # messages and state-machine effects of this step
         self._early: list[Any] = []  # timers and traces: never wait for a flush
@@ -197,6 +198,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             self.rejoin_commit = max(told, 1)
         if self.commit_index >= self.rejoin_commit:
             self.rejoining = False
+            self.log.set_rejoining(False)  # durable with this step's flush
             self._count("rejoined")
             self._early.append(Trace("raft_rejoined", {"node": self.id, "term": self.term,
                                                        "commit_index": self.commit_index}))

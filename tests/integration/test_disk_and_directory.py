@@ -33,10 +33,11 @@ from railmq.admin import Admin
 from railmq.cluster import LocalCluster
 from railmq.producer import Producer
 from storage.directory import DirectoryInUse
+from storage.raft_log import rejoining_on_disk
 from tests.conftest import TEST_LIMITS
 from tests.helpers import wait_for
 from tests.integration.test_storage_faults import read_all
-from transport.actor_main import REJOINING_MARK, controller_directory
+from transport.actor_main import controller_directory
 from transport.supervisor import ActorStartFailed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -143,10 +144,10 @@ def test_a_voter_that_lost_its_log_waits_to_be_caught_up_and_loses_nothing(fresh
     shutil.rmtree(controller_directory(data_dir, 2))
 
     cluster = fresh_cluster(data_dir=data_dir)
-    mark = os.path.join(controller_directory(data_dir, 2), REJOINING_MARK)
+    raft = os.path.join(controller_directory(data_dir, 2), "raft")
     with Admin(cluster.bootstrap) as admin:
         admin.wait_for_leaders(topic, timeout_s=30)
-        wait_for(lambda: not os.path.exists(mark), 20, "the wiped voter to be caught up")
+        wait_for(lambda: not rejoining_on_disk(raft), 20, "the wiped voter to be caught up")
         wait_for(lambda: len({entry.commit_index for entry in admin.quorum_status()}) == 1, 10,
                  "every voter at the same commit index")
         admin.create_topic(unique_name(), partitions=1, replication_factor=3)

@@ -19,8 +19,9 @@ from railmq.admin import Admin
 from railmq.lag import GroupAdminClient
 from railmq.consumer import Consumer
 from railmq.producer import Producer
+from storage.raft_log import rejoining_on_disk
 from tests.helpers import read_values, wait_for
-from transport.actor_main import REJOINING_MARK, controller_directory
+from transport.actor_main import controller_directory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -72,8 +73,8 @@ def test_a_lost_node_comes_back_empty_and_the_cluster_loses_nothing(fresh_cluste
         wait_for(back_in_sync, 60, f"node {node}'s replicas back in the ISR with the whole log")
         assert topic in admin.list_topics()
     for kind in ("controller", "group-coordinator"):
-        mark = os.path.join(cluster.data_dir, f"node-{node}", kind, REJOINING_MARK)
-        wait_for(lambda mark=mark: os.path.isdir(os.path.dirname(mark)) and not os.path.exists(mark), 30,
+        raft = os.path.join(cluster.data_dir, f"node-{node}", kind, "raft")
+        wait_for(lambda raft=raft: os.path.exists(os.path.join(raft, "raft.log")) and not rejoining_on_disk(raft), 30,
                  f"the wiped {kind} voter of node {node} to be caught up")
     assert os.path.isdir(os.path.join(controller_directory(cluster.data_dir, node), "raft"))
     with open(cluster.trace_path, encoding="utf-8") as handle:

@@ -157,6 +157,61 @@ def test_a_flush_cut_between_its_two_slot_writes_falls_back_to_the_last_complete
     assert again.last_index == 2  # its records are an unconfirmed tail, kept because they check out
 
 
+
+# ---------------------------------------------------------------------------- the rejoining mark
+
+
+def test_a_journal_made_for_a_lost_one_is_marked_from_its_first_byte(fs):
+    log = RaftLog.open(DIRECTORY, fs=fs, rejoining_if_created=True)
+    assert log.rejoining and not log.needs_flush  # the creating write held it: no flush to wait for
+    fs.crash()
+    assert reopen(fs).rejoining
+    assert rejoining_on_disk_of(fs)
+
+
+def test_an_existing_journal_is_never_marked_by_opening_it(fs):
+    reopen(fs).close()
+    assert not RaftLog.open(DIRECTORY, fs=fs, rejoining_if_created=True).rejoining
+
+
+def test_the_mark_survives_compaction_and_a_crash_and_clears_only_once_flushed(fs):
+    log = RaftLog.open(DIRECTORY, fs=fs, rejoining_if_created=True)
+    log.append(entries(1, [1, 1, 1]))
+    log.set_commit(3)
+    log.save_snapshot(SnapshotMeta(index=2, term=1, voters=[1, 2, 3]), b"state@2", keep_from=3)  # rewrites
+    fs.crash()
+    log = reopen(fs)
+    assert log.rejoining
+    log.set_rejoining(False)
+    assert log.needs_flush
+    fs.crash()  # before the flush: still marked, which only keeps it waiting longer
+    log = reopen(fs)
+    assert log.rejoining
+    log.set_rejoining(False)
+    log.flush()
+    fs.crash()
+    assert not reopen(fs).rejoining
+
+
+def test_a_flush_clearing_the_mark_cut_between_its_slots_leaves_it_marked(fs):
+    log = RaftLog.open(DIRECTORY, fs=fs, rejoining_if_created=True)
+    log.append(entries(1, [1]))
+    log.flush()
+    slot_b = fs.read_file(LOG_PATH)[SLOT_BYTES:HEADER_BYTES]
+    log.set_rejoining(False)
+    log.flush()
+    content = bytearray(fs.read_file(LOG_PATH))
+    content[SLOT_BYTES:HEADER_BYTES] = slot_b  # slot A cleared the mark, slot B never got its copy
+    fs.set_content(LOG_PATH, bytes(content))
+    assert reopen(fs).rejoining
+
+
+def rejoining_on_disk_of(fs: MemoryFileSystem) -> bool:
+    """What `rejoining_on_disk` decides, on the memory disk's bytes (it reads real files)."""
+    from storage.raft_records import choose_slot
+
+    return choose_slot(fs.read_file(LOG_PATH)[:HEADER_BYTES], LOG_PATH)[0].rejoining
+
 def test_snapshots_compact_the_log_and_survive_a_restart(fs):
     log = reopen(fs)
     log.append(entries(1, [1, 1, 2, 2, 2]))

@@ -80,10 +80,12 @@ class Net:
 
     def restart(self, node: int, *, rejoining: bool = False) -> RaftNode:
         log = RaftLog.open(DIRECTORY, fs=self.fs[node])
+        if rejoining:  # what transport/actor_build.py does for a voter whose log was lost
+            log.set_rejoining(True)
         machine = DigestStateMachine()
         self.incarnations[node] += 1
         raft = RaftNode(config=self.config(node), log=log, state_machine=machine,
-                        rng=random.Random(self.rng.getrandbits(32)), name=f"raft-{node}", rejoining=rejoining)
+                        rng=random.Random(self.rng.getrandbits(32)), name=f"raft-{node}")
         self.nodes[node], self.machines[node] = raft, machine
         self.timers[node] = {}
         self.apply(node, raft.start(self.now_ns))

@@ -141,7 +141,8 @@ def test_a_controller_whose_snapshot_holds_no_map_refuses_to_start(tmp_path, act
 @pytest.mark.parametrize("leftover", ["raft.log.tmp", "raft.snapshot.tmp", "notes.txt"])
 def test_a_voter_whose_journal_is_lost_beside_a_leftover_file_still_waits_to_be_caught_up(
         tmp_path, actor_locks, leftover):
-    from transport.actor_main import REJOINING_MARK, ActorSpec, build_actor, controller_directory
+    from storage.raft_log import rejoining_on_disk
+    from transport.actor_main import ActorSpec, build_actor, controller_directory
 
     spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
                      nodes=[1, 2, 3], voters={1: "tcp://127.0.0.1:1", 2: "tcp://127.0.0.1:2", 3: "tcp://127.0.0.1:3"},
@@ -152,7 +153,7 @@ def test_a_voter_whose_journal_is_lost_beside_a_leftover_file_still_waits_to_be_
         handle.write(b"half of a rewrite the crash interrupted")
     actor, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
     assert actor.raft.rejoining, "a voter that lost its vote must not vote until a leader caught it up"
-    assert os.path.exists(os.path.join(directory, REJOINING_MARK))
+    assert rejoining_on_disk(os.path.join(directory, "raft"))
 
 
 # ---------------------------------------------------------------------------- what the group coordinator reads back
@@ -281,3 +282,65 @@ def test_a_lock_file_replaced_by_a_directory_refuses_the_start_naming_it(tmp_pat
     spec = ActorSpec(kind="group-coordinator", name="group-coordinator", cluster_id="c1", data_dir=str(tmp_path))
     with pytest.raises(RefusedToStart, match=LOCK_NAME):
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+
+
+
+def _wiped_voter_spec(tmp_path, *, quorum_formed: bool):
+    from transport.actor_main import ActorSpec
+
+    return ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1, 2, 3], voters={1: "tcp://127.0.0.1:1", 2: "tcp://127.0.0.1:2", 3: "tcp://127.0.0.1:3"},
+                     quorum_formed=quorum_formed)
+
+
+def _stop_voter(actor) -> None:
+    """What the process's exit does: the log closed, the directory lock given back."""
+    from transport import actor_main
+
+    actor.raft.log.close()
+    actor_main._LOCKS.pop().release()
+
+
+def test_a_rejoining_voter_stays_rejoining_whatever_is_lost_beside_its_journal(tmp_path, actor_locks):
+    """The mark that keeps a wiped voter from voting lives in its journal's header: losing any
+    other file of its directory (and restarting where nothing says the quorum had formed) must not
+    turn it into a voter that trusts its empty vote."""
+    from storage.raft_records import LOG_NAME
+    from storage.directory import LOCK_NAME
+    from transport.actor_main import build_actor, controller_directory
+
+    actor, _ = build_actor(_wiped_voter_spec(tmp_path, quorum_formed=True), "tcp://127.0.0.1:1", incarnation=1)
+    assert actor.raft.rejoining
+    _stop_voter(actor)
+    directory = controller_directory(str(tmp_path), 1)
+    kept = {os.path.join(directory, "raft", LOG_NAME), os.path.join(directory, LOCK_NAME)}
+    lost = [os.path.join(root, name) for root, _, files in os.walk(directory) for name in files]
+    for path in set(lost) - kept:
+        os.remove(path)
+
+    rebuilt, _ = build_actor(_wiped_voter_spec(tmp_path, quorum_formed=False), "tcp://127.0.0.1:1", incarnation=2)
+    assert rebuilt.raft.rejoining, "a voter still catching up forgot that it lost its vote"
+    from railmq.cli_health import quorum_facts
+
+    assert quorum_facts([rebuilt.status()])["voters"][0]["rejoining"], "operators cannot see it waiting"
+
+
+def test_a_mark_kept_in_the_old_file_moves_into_the_journal(tmp_path, actor_locks):
+    """A directory written before the header held the mark: the file `rejoining` beside `raft/`
+    still keeps the voter from voting, and after the move only the journal holds it."""
+    from storage.raft_log import rejoining_on_disk
+    from transport.actor_main import build_actor, controller_directory
+    from transport.actor_spec import LEGACY_REJOINING_MARK
+
+    spec = _wiped_voter_spec(tmp_path, quorum_formed=False)
+    first, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
+    assert not first.raft.rejoining  # a new voter of a new cluster
+    _stop_voter(first)
+    directory = controller_directory(str(tmp_path), 1)
+    with open(os.path.join(directory, LEGACY_REJOINING_MARK), "wb") as handle:
+        handle.write(b"this voter lost its log: it votes again once a leader has caught it up\n")
+
+    rebuilt, _ = build_actor(spec, "tcp://127.0.0.1:1", incarnation=2)
+    assert rebuilt.raft.rejoining
+    assert rejoining_on_disk(os.path.join(directory, "raft"))
+    assert not os.path.exists(os.path.join(directory, LEGACY_REJOINING_MARK))
