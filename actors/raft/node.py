@@ -82,7 +82,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         # votes nor campaigns until it holds what was committed when a leader first reached it.
         # The mark lives in the log's header (storage/raft_records.py), so it survives crashes.
         self.rejoining = log.rejoining
-        self.rejoin_commit = 0
+        self.rejoin_term = self.rejoin_commit = 0
         self._out: list[Any] = []  # messages and state-machine effects of this step
         self._early: list[Any] = []  # timers and traces: never wait for a flush
         snapshot = log.snapshot
@@ -188,15 +188,22 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             self._check_rejoined(message)
 
     def _check_rejoined(self, message: RaftAppendRequest | RaftSnapshotRequest) -> None:
-        """A rejoining voter is a full voter again once its commit index reaches what the leader
-        had committed when it first heard from one: from then on its log holds every entry a
-        majority without it might have committed while its copy was gone."""
+        """A rejoining voter is a full voter again once its log holds every entry that may have
+        been committed with the acknowledgements it lost, which takes both of:
+
+        - its commit index reaches what this term's leader had committed when it first heard from
+          it (entries of this term, which that leader committed itself);
+        - the entry at its commit index is of the leader's term. Its log then equals the leader's
+          up to there, and the leader holds every entry committed in earlier terms, all before
+          its own term's first entry. Without this, a new leader that had not yet learned how far
+          its predecessor committed would let the voter back in short of an entry the voter's lost
+          copy had helped commit (tests/unit/test_raft_rejoin.py)."""
         if message.source != self.leader_id:
             return
-        if not self.rejoin_commit:
+        if self.rejoin_term != self.term:  # a new leader: what it had committed when it first reached us
             told = message.leader_commit if isinstance(message, RaftAppendRequest) else message.snapshot_index
-            self.rejoin_commit = max(told, 1)
-        if self.commit_index >= self.rejoin_commit:
+            self.rejoin_term, self.rejoin_commit = self.term, max(told, 1)
+        if self.commit_index >= self.rejoin_commit and self.log.term_at(self.commit_index) == self.term:
             self.rejoining = False
             self.log.set_rejoining(False)  # durable with this step's flush
             self._count("rejoined")

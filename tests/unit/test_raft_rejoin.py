@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from actors.raft import Role
+from actors.raft_messages import RaftAppendResponse
 from storage.memory import MemoryFileSystem
 from tests.unit.raft_harness import Net
 
@@ -92,3 +93,44 @@ def test_a_leader_repairs_a_follower_that_lost_what_it_had_acknowledged():
     assert not net.nodes[2].rejoining, "the wiped voter was never caught up"
     assert net.commands(2)[:3] == [b"acknowledged-%d" % index for index in range(3)]
     assert net.nodes[2].counters.get("protocol_violation_committed_entry_disputed", 0) == 0
+
+
+def test_a_new_leader_that_lags_its_predecessors_commit_cannot_let_a_wiped_voter_back_short_of_it():
+    """Voter 3 leads term 1 and commits entry 3 with voter 1's acknowledgement (voter 2 is cut
+    off), but dies before voter 1 hears that entry 3 committed, and loses its disk. Voter 1 wins
+    term 2 with voter 2's vote, believing the commit index is 2. Were voter 3 a full voter again
+    once its commit index reached that 2, it would lack entry 3; with voter 1 dead, voters 2 and 3
+    would elect a leader without it. It must wait for an entry of voter 1's own term to commit."""
+    net = Net(3, pre_vote=True, check_quorum=False, append_entries_max=1)
+    net.campaign(3)
+    net.deliver()
+    assert net.nodes[3].role is Role.LEADER
+    net.cut.update({(2, 1), (1, 2), (2, 3), (3, 2)})
+    net.propose(3, b"acknowledged-0")
+    net.deliver()
+    net.propose(3, b"acknowledged-1")
+    while not (net.queue and isinstance(net.queue[0][2], RaftAppendResponse)):
+        net.deliver_one()
+    net.deliver_one()  # voter 1's acknowledgement: voter 3 commits entry 3 ...
+    net.take()  # ... and dies before anything it says next arrives
+    assert (net.nodes[3].commit_index, net.nodes[1].commit_index) == (3, 2)
+    net.crash(3)
+    net.fs[3] = MemoryFileSystem()
+    net.heal()
+    net.campaign(1)
+    while net.nodes[1].role is not Role.LEADER:
+        net.deliver_one()
+    net.take()  # its first appends to voter 2 are lost, and voter 2 is cut off again
+    net.cut.update({(2, 1), (1, 2)})
+    net.restart(3, rejoining=True)
+    while net.nodes[3].commit_index < 2:
+        net.fire(1, "raft/heartbeat")
+        while net.queue and net.nodes[3].commit_index < 2:
+            net.deliver_one()
+    assert net.nodes[3].rejoining, "back as a full voter at the new leader's lagging commit index"
+    net.deliver()  # voter 1's term-2 entry commits with voter 3's acknowledgement: now it may vote
+    assert not net.nodes[3].rejoining and net.nodes[3].log.last_index >= 3
+    net.crash(1)
+    net.heal()
+    net.run_for(2_000)  # voters 2 and 3 elect one of them; the harness checks leader completeness
+    assert b"acknowledged-1" in net.commands(2) and b"acknowledged-1" in net.commands(3)
