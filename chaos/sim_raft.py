@@ -15,7 +15,11 @@ decides everything, so a failure replays from its seed. Faults, during `duration
   its disk kept (RaftLog.open), with a new incarnation;
 - disks: `AfterFlush` is not instant here: the flush completes a random 0.1-5 ms later (now and
   then 50 ms), and the guarded effects go out only then, so "reply only after the vote is
-  durable" is tested against crashes in between.
+  durable" is tested against crashes in between;
+- lost disks (`wipe`, on when listed in `faults`): a voter crashes and comes back with an empty
+  disk, so its journal is created again with the rejoining mark (docs/raft.md §7), as
+  transport/actor_build.py creates it for a voter whose quorum had formed. Its votes and
+  acknowledgements before the loss are void, which is what the mark must make harmless.
 
 A client proposes a command every few milliseconds to the voter it believes leads, following
 NOT_CONTROLLER hints. After every step, chaos.sim_raft_checks.SafetyChecker checks election
@@ -59,7 +63,7 @@ class RaftSimConfig:
     heartbeat_interval_ms: int = 30
     propose_interval_ms: tuple[int, int] = (5, 40)
     fault_interval_ms: tuple[int, int] = (100, 600)
-    faults: tuple[str, ...] = ("crash", "partition", "network", "disk")
+    faults: tuple[str, ...] = ("crash", "partition", "network", "disk")  # and "wipe" (not by default)
     restart_delay_ms: tuple[int, int] = (20, 800)
     heal_after_ms: tuple[int, int] = (100, 1200)
     drop_probability: float = 0.02
@@ -97,6 +101,8 @@ class Voter:
     promised_vote: tuple[int, int] = (0, 0)  # (term, candidate) of the last vote it granted
     promised_match: int = 0  # the match index of the last append it acknowledged
     durable_up: tuple[int, int] = (0, 0)  # (last term, last index) of the log its disk holds
+    durable_rejoining: bool = False  # its disk holds the rejoining mark
+    wiped: bool = False  # its disk was lost: the next boot creates the journal marked rejoining
     leader_commit_checked: int = 0
 
 
@@ -136,6 +142,8 @@ class RaftSimulation(FaultRules):
         self.checker = SafetyChecker()
         self.steps = 0
         self.elections = 0
+        self.wipes = 0
+        self.wipe_at_commit = 0  # a leader to wipe when its commit index next moves
         self.proposal_sequence = 0
         self.client_target = 1
         self.trace: list[str] = []
@@ -157,9 +165,11 @@ class RaftSimulation(FaultRules):
         voter = self.voters[node]
         voter.incarnation += 1
         voter.timers, voter.held, voter.flush_due = {}, [], False
-        log = RaftLog.open(DIRECTORY, fs=voter.fs)
+        log = RaftLog.open(DIRECTORY, fs=voter.fs, rejoining_if_created=voter.wiped)
+        voter.wiped = False
         check_promises(self.checker, voter, log)
         voter.durable_up = (log.last_term, log.last_index)
+        voter.durable_rejoining = log.rejoining
         voter.leader_commit_checked = 0
         voter.machine = DigestStateMachine(keep_commands=False)
         config = RaftConfig(node_id=node, voters=self.endpoints, **self.raft_config)
@@ -260,9 +270,13 @@ class RaftSimulation(FaultRules):
         log = raft.log
         if not log.needs_flush:
             voter.durable_up = (log.last_term, log.last_index)
+            voter.durable_rejoining = log.rejoining
         if raft.role is Role.LEADER and raft.commit_index > voter.leader_commit_checked:
             voter.leader_commit_checked = raft.commit_index
             check_commit_survives(self.checker, self.voters, voter.node_id, raft)
+            if self.wipe_at_commit == voter.node_id and self.faulty:
+                self.wipe_at_commit = 0
+                self.queue.push(self.queue.now_ns + int(self.rng.uniform(0.0, 1.0) * MS), "wipe-now", voter.node_id)
 
     def _on_event(self, kind: str, payload) -> None:
         self.fingerprint.update(f"{self.queue.now_ns}:{kind};".encode())
@@ -291,6 +305,8 @@ class RaftSimulation(FaultRules):
         elif kind == "restart":
             if self.voters[payload].raft is None:
                 self.boot(payload)
+        elif kind == "wipe-now":
+            self._wipe_now(payload)
         elif kind == "crash-now":
             if self.voters[payload].raft is not None:
                 self.crash(payload)
@@ -411,7 +427,7 @@ def _without_faults(queue: EventQueue) -> EventQueue:
     now_ns = clean.now_ns = queue.now_ns
     while queue:
         at_ns, kind, payload = queue.pop()
-        if kind not in ("fault", "restart", "heal", "crash-now", "isolate"):
+        if kind not in ("fault", "restart", "heal", "crash-now", "isolate", "wipe-now"):
             clean.push(at_ns, kind, payload)
     clean.now_ns = now_ns
     return clean

@@ -193,18 +193,28 @@ def check_commit_survives(checker: SafetyChecker, voters: dict, node: int, leade
     its log at least as up to date as theirs, the entry could be lost (Figure 8). Votes are judged
     on logs alone, each elector's the durable one it would have after a crash (`durable_up`), so
     this can only over-report; correct Raft never trips it (the entry of the leader's term that
-    commits sits on a majority whose logs are more up to date than any log lacking it)."""
+    commits sits on a majority whose logs are more up to date than any log lacking it). A voter
+    marked rejoining (its disk was lost) refuses every vote and never campaigns, so it elects
+    nobody and is elected by nobody."""
     index = leader.commit_index
     term = leader.log.term_at(index)
     for rival, voter in voters.items():
-        if rival == node or not _lacks(voter, index, term):
-            continue
+        if rival == node or not _lacks(voter, index, term) or _refuses_votes(voter):
+            continue  # (a voter marked rejoining does not campaign either)
         up = (voter.raft.log.last_term, voter.raft.log.last_index) if voter.raft is not None else voter.durable_up
-        electors = [other for other, elector in voters.items() if other == rival or elector.durable_up <= up]
+        electors = [other for other, elector in voters.items()
+                    if other == rival or (elector.durable_up <= up and not _refuses_votes(elector))]
         if len(electors) >= len(voters) // 2 + 1:
             checker.fail(f"controller-{node} committed index {index} (term {term}) in term {leader.term}, but "
                          f"controller-{rival}, which lacks it, could still be elected by {electors}")
             return
+
+
+def _refuses_votes(voter) -> bool:
+    """Marked rejoining: running, as it stands now; down, as its disk will bring it back."""
+    if voter.raft is not None:
+        return voter.raft.rejoining
+    return voter.wiped or voter.durable_rejoining
 
 
 def _lacks(voter, index: int, term: int) -> bool:

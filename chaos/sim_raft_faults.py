@@ -8,7 +8,12 @@ Every `fault_interval_ms` one of the configured faults strikes:
   or only what it receives), or the voters split into a minority and a majority; each cut heals
   on its own after `heal_after_ms`, so cuts overlap and heal one by one;
 - `network`: message loss, duplication and delay are scaled (0x, 1x, 5x or 20x) for a while;
-- `disk`: a voter's disk stalls: its pending and next flushes wait 20-200 ms.
+- `disk`: a voter's disk stalls: its pending and next flushes wait 20-200 ms;
+- `wipe` (only when configured): a voter crashes and restarts with an empty disk; half the time
+  it is the leader, struck within 1 ms of its commit index moving, so its followers may not yet
+  know how far it committed. Never while
+  another voter is still rejoining (a majority of lost logs cannot be recovered from: the quorum
+  would wait, by design).
 
 And elections are struck on purpose (`election_strike_probability`): within 3 ms of becoming
 leader a voter may crash or be cut off (before its first appends leave), and within 3 ms of a
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 from actors.raft.roles import Role
 from chaos.sim_network import MS
+from storage.memory import MemoryFileSystem
 
 
 class FaultRules:
@@ -65,12 +71,35 @@ class FaultRules:
             self.network_scale = self.rng.choice((0.0, 1.0, 5.0, 20.0))
             self._note(f"network faults x{self.network_scale}")
             self.queue.push(self.queue.now_ns + self.rng.randint(*c.heal_after_ms) * MS, "heal", ())
+        elif kind == "wipe":
+            self._wipe(nodes, leader)
         elif kind == "disk":
             node = self.rng.choice(nodes)
             self._note(f"controller-{node}'s disk stalls")
             self.voters[node].flush_due = True  # its next flushes wait for this slow one
             self.queue.push(self.queue.now_ns + int(self.rng.uniform(20, 200) * MS), "flush",
                             (node, self.voters[node].incarnation))
+
+    def _wipe(self, nodes: list[int], leader: int) -> None:
+        if leader and self.rng.random() < 0.5:
+            self.wipe_at_commit = leader  # struck when its commit index next moves (chaos/sim_raft.py _check)
+        else:
+            self._wipe_now(self.rng.choice(nodes))
+
+    def _wipe_now(self, node: int) -> None:
+        if self.voters[node].raft is None or any(
+                voter.wiped or voter.durable_rejoining or (voter.raft is not None and voter.raft.rejoining)
+                for voter in self.voters.values()):
+            return  # one lost log at a time
+        voter = self.voters[node]
+        self.crash(node)
+        self._note(f"controller-{node}'s disk is lost")
+        voter.fs = MemoryFileSystem()
+        voter.wiped = True
+        # Its promises went with the disk: the rejoining mark must make that harmless.
+        voter.promised_vote, voter.promised_match, voter.durable_up = (0, 0), 0, (0, 0)
+        self.wipes += 1
+        self.queue.push(self.queue.now_ns + self.rng.randint(*self.config.restart_delay_ms) * MS, "restart", node)
 
     def _partition(self, nodes: list[int], leader: int) -> None:
         if self.rng.random() < 0.6:

@@ -29,11 +29,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="quiet leaders heartbeat this often (default 0: never slower)")
     parser.add_argument("--disconnect-on-crash", action="store_true",
                         help="a crashed voter's peers see its connection drop")
+    parser.add_argument("--lost-disks", action="store_true",
+                        help="add the wipe fault: voters lose their disks and come back rejoining")
     args = parser.parse_args(argv)
     if args.idle_heartbeat_ms < 0:
         parser.error("--idle-heartbeat-ms must be >= 0")
     config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
                            disconnect_on_crash=args.disconnect_on_crash)
+    if args.lost_disks:
+        config = replace(config, faults=config.faults + ("wipe",))
     if args.idle_heartbeat_ms:  # gaps between proposals, or no leader is ever quiet
         config = replace(config, propose_interval_ms=(5, 600))
     seeds = range(args.seed, args.seed + max(1, args.sweep))
