@@ -76,6 +76,7 @@ class RaftAppendRequest(RaftMessage, kw_only=True):
     # longer while the quorum is quiet (RaftConfig.idle_heartbeat_interval_ms). A claim: the
     # follower never waits longer than its own configuration allows.
     heartbeat_ms: NonNegative = 0
+    sequence: NonNegative = 0  # the leader's count of requests sent; the answer echoes it
 
 
 class RaftAppendResponse(RaftMessage, kw_only=True):
@@ -90,6 +91,7 @@ class RaftAppendResponse(RaftMessage, kw_only=True):
     hint_index: NonNegative = 0
     hint_term: NonNegative = 0
     log_lost: bool = False  # a refusal from a voter that lost its log (docs/raft.md §7): forget its match
+    sequence: NonNegative = 0  # the request's: the leader discards acknowledgements its lost log sent
 
 
 class RaftSnapshotRequest(RaftMessage, kw_only=True):
@@ -101,6 +103,7 @@ class RaftSnapshotRequest(RaftMessage, kw_only=True):
     snapshot_term: NonNegative
     voters: list[VoterId] = []
     data: bytes = b""
+    sequence: NonNegative = 0  # as an append's
 
 
 RAFT_MESSAGE_TYPES: tuple[type[RaftMessage], ...] = (

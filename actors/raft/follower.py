@@ -57,7 +57,7 @@ class FollowerRules:
             return
         if request.prev_log_index < self.commit_index:
             # An old append (reordered or duplicated): all it could say is already committed here.
-            self._answer_append(request.source, success=True, match_index=self.commit_index)
+            self._answer_append(request, success=True, match_index=self.commit_index)
             return
         if self.log.term_at(request.prev_log_index) != request.prev_log_term:
             self._refuse_append(request)
@@ -71,7 +71,7 @@ class FollowerRules:
         commit = min(request.leader_commit, last_new)
         if commit > self.commit_index:
             self._commit_to(commit)
-        self._answer_append(request.source, success=True, match_index=last_new)
+        self._answer_append(request, success=True, match_index=last_new)
 
     def _refuse_append(self, request: RaftAppendRequest) -> None:
         if request.prev_log_index <= self.commit_index and not self.rejoining:
@@ -88,22 +88,23 @@ class FollowerRules:
                 break
             index -= 1
         self._count("appends_refused")
-        self._answer_append(request.source, success=False, reject_index=request.prev_log_index,
+        self._answer_append(request, success=False, reject_index=request.prev_log_index,
                             hint_index=index, hint_term=self.log.term_at(index) or 0, log_lost=self.rejoining)
 
-    def _answer_append(self, leader: int, **fields) -> None:
-        self._send(leader, RaftAppendResponse(source=self.id, destination=leader, term=self.term, **fields))
+    def _answer_append(self, request: RaftAppendRequest | RaftSnapshotRequest, **fields) -> None:
+        self._send(request.source, RaftAppendResponse(source=self.id, destination=request.source, term=self.term,
+                                                      sequence=request.sequence, **fields))
 
     def _on_snapshot_request(self, request: RaftSnapshotRequest, now_ns: int) -> None:
         if not self._follow(request.source, now_ns):
             return
         index = request.snapshot_index
         if index <= self.commit_index:
-            self._answer_append(request.source, success=True, match_index=self.commit_index)
+            self._answer_append(request, success=True, match_index=self.commit_index)
             return
         if self.log.term_at(index) == request.snapshot_term:
             self._commit_to(index)
-            self._answer_append(request.source, success=True, match_index=index)
+            self._answer_append(request, success=True, match_index=index)
             return
         if sorted(request.voters) != sorted(self.config.voters):
             self._count("dropped_snapshot_of_other_voters")
@@ -115,4 +116,4 @@ class FollowerRules:
         self._count("snapshots_installed")
         self._early.append(Trace("raft_snapshot_installed", {"node": self.id, "index": index,
                                                              "term": request.snapshot_term}))
-        self._answer_append(request.source, success=True, match_index=index)
+        self._answer_append(request, success=True, match_index=index)

@@ -83,6 +83,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         # The mark lives in the log's header (storage/raft_records.py), so it survives crashes.
         self.rejoining = log.rejoining
         self.rejoin_term = self.rejoin_commit = 0
+        self.sequence_sent = 0  # appends and snapshots sent (replication.py `_next_sequence`)
         self._out: list[Any] = []  # messages and state-machine effects of this step
         self._early: list[Any] = []  # timers and traces: never wait for a flush
         snapshot = log.snapshot

@@ -29,7 +29,7 @@ class ReplicationState(str, Enum):
 
 class Progress:
     __slots__ = ("match_index", "next_index", "state", "inflight", "probe_sent", "recent_active",
-                 "snapshot_index", "snapshot_sent_ns", "match_at_last_heartbeat", "commit_told")
+                 "snapshot_index", "snapshot_sent_ns", "match_at_last_heartbeat", "commit_told", "acks_from")
 
     def __init__(self, next_index: int) -> None:
         self.match_index = 0
@@ -42,6 +42,7 @@ class Progress:
         self.snapshot_sent_ns = 0
         self.match_at_last_heartbeat = 0
         self.commit_told = 0  # the highest commit index an append let this follower reach
+        self.acks_from = 0  # acknowledgements of requests sent before this sequence are void
 
     def __repr__(self) -> str:
         return (f"Progress({self.state.value}, match={self.match_index}, next={self.next_index}, "
@@ -63,8 +64,11 @@ class Progress:
             self.become_replicate()
         return moved
 
-    def forget_match(self, held: int) -> None:
-        """The follower lost its log: it holds at most `held`, whatever it acknowledged before."""
+    def forget_match(self, held: int, next_sequence: int) -> None:
+        """The follower lost its log: it holds at most `held`, whatever it acknowledged before,
+        and only answers to requests from `next_sequence` on can say what it holds now (an
+        acknowledgement its lost log sent may still be on its way)."""
+        self.acks_from = next_sequence
         self.match_index = min(self.match_index, held)
         self.match_at_last_heartbeat = min(self.match_at_last_heartbeat, held)
         self.commit_told = min(self.commit_told, held)

@@ -70,6 +70,11 @@ class LeaderRules:
             self.idle = False
             self._set_timer(HEARTBEAT_TIMER, now_ns + self._heartbeat_ns)
 
+    def _next_sequence(self) -> int:
+        """Numbers every append and snapshot this node sends, so an answer says which it answers."""
+        self.sequence_sent += 1
+        return self.sequence_sent
+
     def _announced_ms(self) -> int:
         config = self.config
         return config.idle_heartbeat_interval_ms if self.idle else config.heartbeat_interval_ms
@@ -94,7 +99,8 @@ class LeaderRules:
             entries = self.log.entries(progress.next_index, config.append_entries_max, config.append_bytes_max)
         self._send(peer, RaftAppendRequest(source=self.id, destination=peer, term=self.term, prev_log_index=previous,
                                            prev_log_term=previous_term, entries=entries,
-                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms()))
+                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms(),
+                                           sequence=self._next_sequence()))
         progress.told(self.commit_index, entries[-1].index if entries else previous)
         if entries:
             progress.sent(entries[-1].index, self.config.inflight_appends_max)
@@ -111,7 +117,8 @@ class LeaderRules:
             return
         self._send(peer, RaftAppendRequest(source=self.id, destination=peer, term=self.term,
                                            prev_log_index=progress.match_index, prev_log_term=previous_term,
-                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms()))
+                                           leader_commit=self.commit_index, heartbeat_ms=self._announced_ms(),
+                                           sequence=self._next_sequence()))
         progress.told(self.commit_index, progress.match_index)
 
     def _send_snapshot(self, peer: int, progress: Progress, now_ns: int) -> None:
@@ -122,7 +129,8 @@ class LeaderRules:
         self._count("snapshots_sent")
         self._send(peer, RaftSnapshotRequest(source=self.id, destination=peer, term=self.term,
                                              snapshot_index=snapshot.index, snapshot_term=snapshot.term,
-                                             voters=list(snapshot.voters), data=self.log.snapshot_data))
+                                             voters=list(snapshot.voters), data=self.log.snapshot_data,
+                                             sequence=self._next_sequence()))
 
     # ------------------------------------------------------------------ answers
 
@@ -139,6 +147,9 @@ class LeaderRules:
         if response.match_index > self.log.last_index:
             self._count("dropped_match_past_log_end")
             return
+        if response.sequence < progress.acks_from:
+            self._count("acks_void_after_log_lost")  # sent by the log the follower has since lost
+            return
         if progress.matched(response.match_index):
             self._maybe_commit(now_ns)
         self._continue_transfer(peer, now_ns)
@@ -151,7 +162,7 @@ class LeaderRules:
             # A voter whose disk was wiped: what it acknowledged is gone. Its match index goes
             # back to what it holds (the commit index never does), and it is repaired from there.
             self._count("follower_logs_lost")
-            progress.forget_match(response.hint_index)
+            progress.forget_match(response.hint_index, self.sequence_sent + 1)
         if progress.state is ReplicationState.REPLICATE:
             if response.reject_index <= progress.match_index:
                 self._count("stale_append_refusals")

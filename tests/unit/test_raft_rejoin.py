@@ -134,3 +134,31 @@ def test_a_new_leader_that_lags_its_predecessors_commit_cannot_let_a_wiped_voter
     net.heal()
     net.run_for(2_000)  # voters 2 and 3 elect one of them; the harness checks leader completeness
     assert b"acknowledged-1" in net.commands(2) and b"acknowledged-1" in net.commands(3)
+
+
+def test_an_acknowledgement_sent_before_the_disk_was_lost_counts_for_nothing_once_the_leader_knows():
+    """Voter 3 acknowledges entry 2 and loses its disk before the leader reads that answer; the
+    leader hears first from the new, empty voter 3 (its log is lost), then the old answer arrives.
+    Counted, it would commit entry 2 on the leader alone."""
+    net = Net(3, pre_vote=True, check_quorum=False)
+    net.campaign(1)
+    net.deliver()
+    net.cut.update({(2, 1), (1, 2)})  # voter 2 hears nothing more
+    net.propose(1, b"held-only-by-the-leader")
+    while not any(isinstance(message, RaftAppendResponse) for _, _, message in net.queue):
+        net.deliver_one()  # the append reaches voter 3 ...
+    stale = net.take(RaftAppendResponse)  # ... and its acknowledgement is slow
+    assert [answer.match_index for answer in stale if answer.success] == [2]
+    net.crash(3)
+    net.fs[3] = MemoryFileSystem()
+    net.restart(3, rejoining=True)
+    net.fire(1, "raft/heartbeat")
+    net.deliver()
+    assert net.nodes[1].counters.get("follower_logs_lost", 0) >= 1
+    assert net.nodes[1].commit_index == 1 and net.nodes[1].progress[3].match_index <= net.nodes[3].log.last_index
+    match_before = net.nodes[1].progress[3].match_index
+    for answer in stale:
+        net.step(1, answer)  # the answer of voter 3's lost log, late
+    assert net.nodes[1].progress[3].match_index == match_before, "a lost log's acknowledgement counted"
+    assert net.nodes[1].commit_index == 1, "committed on the leader alone"
+    assert net.nodes[1].counters.get("acks_void_after_log_lost", 0) == len(stale)
