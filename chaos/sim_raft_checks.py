@@ -73,6 +73,9 @@ class SafetyChecker:
         self.entries: dict[tuple[int, int], bytes] = {}  # (index, term) -> data
         self.previous_terms: dict[tuple[int, int], int] = {}  # (index, term) -> the term before it
         self.committed: dict[int, RaftEntry] = {}  # index -> the entry committed (or applied) there
+        # index -> the term in which it was first seen committed: the committing leader's, as its
+        # own step is checked first (a follower learns of a commit from that leader, in its term).
+        self.commit_terms: dict[int, int] = {}
         self.digests: dict[int, bytes] = {0: b""}  # index -> the digest of the history up to it
         self.commit_seen: dict[tuple[int, int], int] = {}  # (node, incarnation) -> its commit index
         self.completeness_checked: dict[tuple[int, int], int] = {}  # (node, term) -> index checked up to
@@ -89,7 +92,7 @@ class SafetyChecker:
             if other != node_id:
                 self.fail(f"two leaders in term {node.term}: {other} and {node_id} (at {now_ns / 1e9:.3f} s)")
         self._check_log_matching(node_id, node.log)
-        self._check_applied(node_id, machine)
+        self._check_applied(node_id, machine, node.term)
         key = (node_id, incarnation)
         seen = self.commit_seen.get(key, 0)
         if node.commit_index < seen:
@@ -125,27 +128,30 @@ class SafetyChecker:
         for index in range(max(previous_commit + 1, log.first_index), node.commit_index + 1):
             entry = log.entry(index)
             known = self.committed.setdefault(index, entry)
+            self.commit_terms.setdefault(index, node.term)
             if known != entry:
                 self.fail(f"node {node_id} committed {entry} where {known} was committed")
                 return
 
     def _check_leader_completeness(self, node_id: int, node) -> None:
         """Every entry committed in an earlier term is in this leader's log (checked once per
-        index per leadership: at election for what was committed before, later for the rest)."""
+        index per leadership: at election for what was committed before, later for the rest).
+        Committed in an earlier term, not of one: an entry of term 2 that the leader of term 4
+        commits need not be in the log of a stale leader of term 3 (Raft §5.4's property)."""
         log = node.log
         key = (node_id, node.term)
         newest = max(self.committed, default=0)
         checked = self.completeness_checked.get(key, 0)
         for index in range(max(checked + 1, log.first_index), newest + 1):
             committed = self.committed.get(index)
-            if committed is None or committed.term >= node.term:
+            if committed is None or self.commit_terms[index] >= node.term:
                 continue
             if index > log.last_index or log.entry(index) != committed:
                 self.fail(f"leader completeness: node {node_id} leads term {node.term} without committed {committed}")
                 break
         self.completeness_checked[key] = newest
 
-    def _check_applied(self, node_id: int, machine: DigestStateMachine) -> None:
+    def _check_applied(self, node_id: int, machine: DigestStateMachine, term: int) -> None:
         restored = getattr(machine, "restored", None)
         if restored is not None:
             del machine.restored
@@ -157,6 +163,7 @@ class SafetyChecker:
         digest = self.digests.get(machine.applied[0].index - 1)
         for entry in machine.applied:
             committed = self.committed.setdefault(entry.index, entry)
+            self.commit_terms.setdefault(entry.index, term)
             if committed != entry:
                 self.fail(f"state machine safety: node {node_id} applied {entry} where {committed} was applied")
                 break
