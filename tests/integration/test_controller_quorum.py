@@ -154,6 +154,7 @@ def test_cluster_info_shows_every_voter_the_leader_and_the_lag(fresh_cluster):
         managed = cluster.actor(f"controller/{node}")
         assert (voter["pid"], voter["endpoint"]) == (managed.pid, managed.endpoint)
         assert voter["lag_entries"] is not None and voter["lag_entries"] >= 0
+        assert voter["rejoining"] is False  # no voter of a new cluster lost its log
     assert quorum["leader"] == int(active.rsplit("/", 1)[1]) and quorum["active"]
     assert voters[quorum["leader"]]["role"] == "leader" and voters[quorum["leader"]]["term"] == quorum["term"]
     table = subprocess.run([sys.executable, "-m", "railmq.cli", "cluster", "info", "-b", cluster.bootstrap],
