@@ -276,7 +276,8 @@ class RaftSimulation(FaultRules):
             check_commit_survives(self.checker, self.voters, voter.node_id, raft)
             if self.wipe_at_commit == voter.node_id and self.faulty:
                 self.wipe_at_commit = 0
-                self.queue.push(self.queue.now_ns + int(self.rng.uniform(0.0, 1.0) * MS), "wipe-now", voter.node_id)
+                strike_ns = self.queue.now_ns + int(self.rng.uniform(0.0, 1.0) * MS)
+                self.queue.push(strike_ns, "wipe-now", voter.node_id)
 
     def _on_event(self, kind: str, payload) -> None:
         self.fingerprint.update(f"{self.queue.now_ns}:{kind};".encode())

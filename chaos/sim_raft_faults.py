@@ -99,7 +99,8 @@ class FaultRules:
         # Its promises went with the disk: the rejoining mark must make that harmless.
         voter.promised_vote, voter.promised_match, voter.durable_up = (0, 0), 0, (0, 0)
         self.wipes += 1
-        self.queue.push(self.queue.now_ns + self.rng.randint(*self.config.restart_delay_ms) * MS, "restart", node)
+        restart_ns = self.queue.now_ns + self.rng.randint(*self.config.restart_delay_ms) * MS
+        self.queue.push(restart_ns, "restart", node)
 
     def _partition(self, nodes: list[int], leader: int) -> None:
         if self.rng.random() < 0.6:

@@ -74,7 +74,8 @@ def quorum_facts(status: list[ControllerStatusResponse]) -> dict[str, Any] | Non
         if leader is not None and reachable:
             lag = leader.last_index - (entry.last_index if match is None else match)
         voters.append({"node": entry.node or None, "endpoint": entry.endpoint, "pid": entry.pid or None,
-                       "role": entry.role, "active": entry.active, "rejoining": entry.rejoining, "term": entry.term if reachable else None,
+                       "role": entry.role, "active": entry.active, "rejoining": entry.rejoining,
+                       "term": entry.term if reachable else None,
                        "commit_index": entry.commit_index if reachable else None,
                        "applied_index": entry.applied_index if reachable else None, "lag_entries": lag})
     return {"leader": leader.node if leader is not None else None,
@@ -128,7 +129,8 @@ def run_info(args: argparse.Namespace) -> int:
         console.print("controller: a single coordinator (no quorum)")
         return EXIT_OK
     voters = [[str(v["node"] or "-"), v["endpoint"], str(v["pid"] or "-"),
-               v["role"] + (" (active)" if v["active"] else "") + (" (rejoining)" if v["rejoining"] else ""), "-" if v["term"] is None else str(v["term"]),
+               v["role"] + (" (active)" if v["active"] else "") + (" (rejoining)" if v["rejoining"] else ""),
+               "-" if v["term"] is None else str(v["term"]),
                "-" if v["commit_index"] is None else str(v["commit_index"]),
                "-" if v["lag_entries"] is None else str(v["lag_entries"])] for v in quorum["voters"]]
     leader = f"controller {quorum['leader']} leads term {quorum['term']}" if quorum["leader"] else "no leader"

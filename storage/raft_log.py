@@ -13,20 +13,20 @@ What it owns: two files in one directory.
 
 The hard state lives in the header slots beside the journal length it covers, and so does the
 *rejoining* mark of a voter that lost its log (docs/raft.md §7): it is created with the journal
-that replaces a lost one, and lost only with it. `flush()` writes the
-new records and slot A in one fdatasync, then slot B (a copy of A) in a second one, so on open:
-both slots equal means that flush completed and every byte below its length is durable; A one
-sequence ahead of B means a flush was cut short, and B (the last completed flush) is the truth
-while the bytes past B's length are an unconfirmed tail; one slot unreadable means the other one
-stands (a torn slot write, or one rotten sector). A record failing its checks below the confirmed
+that replaces a lost one, and lost only with it. `flush()` writes the new records and slot A in
+one fdatasync, then slot B (a copy of A) in a second one, so on open: both slots equal means that
+flush completed and every byte below its length is durable; A one sequence ahead of B means a
+flush was cut short, and B (the last completed flush) is the truth while the bytes past B's length
+are an unconfirmed tail; one slot unreadable means the other one stands (a torn slot write, or one
+rotten sector). A record failing its checks below the confirmed
 length is damage and raises `CorruptRaftLog`; past it, the first bad record and everything after
 are cut (a torn tail) and counted in `recovery`. Nothing flushed is ever silently dropped.
 
 Invariants: entries are contiguous from `first_index` to `last_index`; an index at or below the
 commit index is never replaced; the snapshot, when there is one, agrees with the log at its index
 (same term); `needs_flush` is true whenever the term, the vote, an entry or the rejoining mark
-changed since the last flush (the commit index rides along with the next flush but never asks for one, as etcd's
-HardState.Commit does not: it can be recomputed from a leader).
+changed since the last flush (the commit index rides along with the next flush but never asks for
+one, as etcd's HardState.Commit does not: it can be recomputed from a leader).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class RaftLog:
         self.written_from = 1 << 62
 
     @classmethod
-    def open(cls, directory: str, *, fs: FileSystem | None = None, rejoining_if_created: bool = False) -> "RaftLog":
+    def open(cls, directory: str, *, fs: FileSystem | None = None,
+             rejoining_if_created: bool = False) -> "RaftLog":
         """The log in `directory`; a journal created now (there was none) carries the rejoining
         mark from its first byte when `rejoining_if_created`, so no crash can leave it unmarked."""
         log = cls(fs if fs is not None else OsFileSystem(), directory)

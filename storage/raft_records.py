@@ -4,10 +4,11 @@ A journal record is `length u32 | crc32(body) u32 | body`, body = the msgpack of
 (array-like); a header slot is 64 bytes: magic, sequence, journal length, base index, term, vote,
 commit, snapshot index, then a CRC of those. The magic also says whether the voter is *rejoining*
 (its log was lost while its quorum had formed, so it holds no vote it can trust: docs/raft.md §7),
-so that mark is lost only with the journal itself, and a lost journal is marked again; a snapshot file is `magic u32 | crc32 u32 |
-length u64 | body`, body = msgpack [index, term, voters, data]. Every decoder here checks lengths
-and CRCs before it believes anything, and says what is wrong in a ValueError (records: the
-caller decides whether that is a torn tail or damage) or a `CorruptRaftSnapshot`.
+so that mark is lost only with the journal itself, and a lost journal is marked again. A snapshot
+file is `magic u32 | crc32 u32 | length u64 | body`, body = msgpack [index, term, voters, data].
+Every decoder here checks lengths and CRCs before it believes anything, and says what is wrong in
+a ValueError (records: the caller decides whether that is a torn tail or damage) or a
+`CorruptRaftSnapshot`.
 """
 
 from __future__ import annotations

@@ -92,8 +92,9 @@ class FollowerRules:
                             hint_index=index, hint_term=self.log.term_at(index) or 0, log_lost=self.rejoining)
 
     def _answer_append(self, request: RaftAppendRequest | RaftSnapshotRequest, **fields) -> None:
-        self._send(request.source, RaftAppendResponse(source=self.id, destination=request.source, term=self.term,
-                                                      sequence=request.sequence, **fields))
+        leader = request.source
+        self._send(leader, RaftAppendResponse(source=self.id, destination=leader, term=self.term,
+                                              sequence=request.sequence, **fields))
 
     def _on_snapshot_request(self, request: RaftSnapshotRequest, now_ns: int) -> None:
         if not self._follow(request.source, now_ns):

@@ -79,8 +79,8 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.transfer_deadline_ns = 0
         self.counters: dict[str, int] = {}
         # A voter whose log was lost while the quorum had formed (docs/raft.md §7): it neither
-        # votes nor campaigns until it holds what was committed when a leader first reached it.
-        # The mark lives in the log's header (storage/raft_records.py), so it survives crashes.
+        # votes nor campaigns until a leader has caught it up (`_check_rejoined`). The mark lives
+        # in the log's header (storage/raft_records.py), so it survives crashes.
         self.rejoining = log.rejoining
         self.rejoin_term = self.rejoin_commit = 0
         self.sequence_sent = 0  # appends and snapshots sent (replication.py `_next_sequence`)

@@ -74,8 +74,10 @@ def test_a_lost_node_comes_back_empty_and_the_cluster_loses_nothing(fresh_cluste
         assert topic in admin.list_topics()
     for kind in ("controller", "group-coordinator"):
         raft = os.path.join(cluster.data_dir, f"node-{node}", kind, "raft")
-        wait_for(lambda raft=raft: os.path.exists(os.path.join(raft, "raft.log")) and not rejoining_on_disk(raft), 30,
-                 f"the wiped {kind} voter of node {node} to be caught up")
+
+        def caught_up(raft: str = raft) -> bool:
+            return os.path.exists(os.path.join(raft, "raft.log")) and not rejoining_on_disk(raft)
+        wait_for(caught_up, 30, f"the wiped {kind} voter of node {node} to be caught up")
     assert os.path.isdir(os.path.join(controller_directory(cluster.data_dir, node), "raft"))
     with open(cluster.trace_path, encoding="utf-8") as handle:
         rejoined = {event["actor"] for event in map(json.loads, handle) if event["event"] == "raft_rejoined"}
