@@ -17,6 +17,11 @@ coordinator first and the replicas in a
 random order over more than the coordinator's grace: the restart in which an election that
 trusted whoever reports first (or last) would pick the damaged replica.
 
+A controller can lose its disk too (`lose_voter_disk`, the fault `voter-disk`, only when named):
+it crashes, every file of its Raft directory is gone, and it comes back with a new journal marked
+*rejoining* (docs/raft.md §7), as transport/actor_build.py opens one for a voter whose quorum had
+formed. One lost log at a time: never while another controller is still rejoining.
+
 The promise checked: no acknowledged write is lost while a majority of its replicas keep their data.
 So at most one replica of a partition is damaged at a time: a partition gets a new disk fault only
 once its last damaged replica has reported healthy again (its `storage-repaired` or
@@ -34,8 +39,9 @@ import random
 from typing import TYPE_CHECKING
 
 from chaos.sim_faults import STOP_WAIT_MAX_MS
-from chaos.sim_hosts import REPLICA_DIRECTORY
+from chaos.sim_hosts import CONTROLLER_DIRECTORY, LOST_DISK, REPLICA_DIRECTORY
 from chaos.sim_network import MS
+from storage.raft_records import HEADER_BYTES, LOG_NAME, choose_slot
 from storage.segment import parse_segment_file_name
 
 if TYPE_CHECKING:
@@ -166,6 +172,20 @@ class DiskFaults:
             sim.queue.push(sim.now_ns + delay_ms * MS, "call", lambda member=member: sim.restart(member))
         return fault
 
+    def lose_voter_disk(self) -> str | None:
+        """A controller loses its disk and restarts; returns its name, or None when none may."""
+        sim = self.sim
+        voters = [host for host in sim.controller_hosts() if host.kind == "controller"]
+        if not voters or any(_rejoining(host) for host in voters):
+            return None
+        host = self.rng.choice(voters)
+        sim.crash(host.name)  # it restarts after the usual delay
+        for path in host.fs.durable_paths(CONTROLLER_DIRECTORY + "/"):
+            host.fs.destroy(path)
+        host.state[LOST_DISK] = True
+        sim.note(f"{host.name}'s disk is lost")
+        return host.name
+
     def _damage(self, host: "Host", fault: str) -> bool:
         fs = host.fs
         files = fs.durable_paths(REPLICA_DIRECTORY + "/")
@@ -190,3 +210,14 @@ class DiskFaults:
             path = self.rng.choice(segments)
             fs.corrupt(path, self.rng.randrange(len(fs.durable_content(path))))
         return True
+
+
+def _rejoining(host: "Host") -> bool:
+    """A controller that lost its disk and is not caught up yet: running, as it says; down, as its
+    disk will bring it back."""
+    if host.state.get(LOST_DISK):
+        return True
+    if host.alive:
+        return host.actor.raft.rejoining
+    journal = host.fs.durable_content(f"{CONTROLLER_DIRECTORY}/{LOG_NAME}")
+    return bool(journal) and choose_slot(journal[:HEADER_BYTES], LOG_NAME)[0].rejoining

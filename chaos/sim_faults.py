@@ -12,6 +12,8 @@ role, then a process of that role):
     partition    one process cut off both ways or one way, or the nodes split in two
     network      drops, duplicates and slow messages for a while
     disk         a replica loses or damages flushed data (chaos/sim_disk.py)
+    voter-disk   (only when named) a controller loses its disk and comes back marked rejoining
+                 (chaos/sim_disk.py `lose_voter_disk`)
     clock        the process's clock jumps, staying within `clock_skew_max_ms` of the true time
     slow-disk    each flush of the process takes 5-200 ms for a while: it is busy (handles
                  nothing) meanwhile, and what an AfterFlush guards waits for it; a flush the
@@ -229,6 +231,9 @@ class Faults:
         elif kind == "disk":
             done = sim.disk.inject()
             line.update(target=sim.disk.injected[-1][0] if done else "", fault=done or "none")
+        elif kind == "voter-disk":
+            lost = sim.disk.lose_voter_disk()
+            line.update(target=lost or "", fault="voter-disk" if lost else "none")
         elif kind == "pause":
             host = sim.hosts[target]
             host.paused_until_ns = max(host.paused_until_ns, sim.now_ns + duration_ms * MS)

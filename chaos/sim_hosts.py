@@ -133,7 +133,9 @@ def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limi
         from actors.raft import RaftConfig
         from storage.raft_log import RaftLog
 
-        log = RaftLog.open(CONTROLLER_DIRECTORY, fs=host.fs)
+        # A voter whose disk was lost comes back marked rejoining, as transport/actor_build.py opens it.
+        log = RaftLog.open(CONTROLLER_DIRECTORY, fs=host.fs,
+                           rejoining_if_created=host.state.pop(LOST_DISK, False))
         config = RaftConfig(node_id=node, voters=voters, election_timeout_ms=limits.controller_election_timeout_ms,
                             heartbeat_interval_ms=limits.controller_heartbeat_interval_ms,
                             idle_heartbeat_interval_ms=limits.controller_idle_heartbeat_interval_ms)
@@ -151,6 +153,7 @@ def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limi
 
 
 CONTROLLER_DIRECTORY = "/controller/raft"
+LOST_DISK = "lost-disk"  # in a host's state: its disk was lost since it last started
 
 
 def group_coordinator_factory(coordinator: str, limits: Limits) -> ActorFactory:

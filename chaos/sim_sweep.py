@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from chaos import simulator
+from chaos.sim_config import OPTIONAL_FAULT_KINDS
 from chaos.simulator import FAULT_KINDS, SimConfig, SimulationFailed, SimulationResult, simulate
 
 # What every seed is held to (chaos/simulator.py and chaos/sim_checks.py run these).
@@ -125,9 +126,10 @@ def parse_faults(text: str) -> tuple[str, ...]:
     if text in ("", "none"):
         return ()
     kinds = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
+    unknown = [kind for kind in kinds if kind not in FAULT_KINDS + OPTIONAL_FAULT_KINDS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; choose from "
+                                         f"{', '.join(FAULT_KINDS + OPTIONAL_FAULT_KINDS)}")
     return kinds
 
 
@@ -141,7 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=0,
                         help="end the faulty phase after about this many steps (0: no limit)")
     parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
-                        help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}) or 'none'")
+                        help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}; also "
+                             f"{','.join(OPTIONAL_FAULT_KINDS)}, only when named) or 'none'")
     parser.add_argument("--variant", default="",
                         help="run with one deliberately broken rule (chaos/sim_variants.py names them)")
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")

@@ -115,6 +115,35 @@ def test_the_quorum_simulation_runs_three_controllers_and_checks_them():
     assert sim.coordinator() is not None and not result.problems
 
 
+LOST_VOTER_DISKS = SimConfig(controllers=3, faults=("crash", "pause", "partition", "network", "disk", "clock",
+                                                     "slow-disk", "flush-crash", "voter-disk", "voter-disk"))
+
+
+@pytest.mark.timeout(300)
+def test_controllers_that_lose_their_disks_keep_every_promise():
+    """The whole cluster with controllers losing their disks (one at a time): every check of the
+    run holds (acknowledged writes, metadata, the quorum's safety after every step), and the lost
+    voters really come back marked rejoining, refuse votes and are caught up."""
+    from chaos.simulator import Simulator
+
+    failures, lost, counters = {}, 0, {}
+    for seed in range(3001, 3021):
+        sim = Simulator(seed, LOST_VOTER_DISKS)
+        result = sim.run()
+        if result.problems:
+            failures[seed] = result.problems[:2]
+        lost += sum(1 for line in result.history if line.get("fault") == "voter-disk")
+        for host in sim.hosts.values():
+            if host.kind == "controller" and host.alive:
+                for name in ("rejoined", "votes_refused_rejoining", "follower_logs_lost"):
+                    counters[name] = counters.get(name, 0) + host.actor.raft.counters.get(name, 0)
+    assert not failures, (f"failing seeds (replay: python -m chaos.simulator --controllers 3 "
+                          f"--faults {','.join(LOST_VOTER_DISKS.faults)} --seed N): {failures}")
+    assert lost >= 20, f"only {lost} controller disks lost in 20 seeds"
+    assert all(counters.get(name, 0) > 0 for name in ("rejoined", "votes_refused_rejoining", "follower_logs_lost")), (
+        counters)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
 def test_regression_seeds_pass(seed):
