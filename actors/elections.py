@@ -6,7 +6,9 @@ process exit). The rules:
 
 1. An ISR member stays while it is live with the incarnation it joined with, or after it
    restarted from a *clean* shutdown with its storage intact (it lost nothing: KIP-966's
-   clean-shutdown rule). It leaves the ISR when it is dead, when it restarted uncleanly (its
+   clean-shutdown rule) and its log reaching every high watermark another live ISR member has
+   seen (every ISR member holds that much; a shorter log is a directory put back from an older
+   copy, whose own checkpoints agree with it — unless an unclean election rewrote the history). It leaves the ISR when it is dead, when it restarted uncleanly (its
    unflushed tail may be gone, its memory certainly is), and at once when it reports **lost or
    damaged data** — flushed offsets missing or refused as corrupt, or an empty directory where it
    held data before (docs/architecture.md, "Storage faults"). A damaged replica is never eligible
@@ -229,10 +231,21 @@ def _classify(record: PartitionRecord, views: dict[int, ReplicaView], incarnatio
         elif known == 0 or known == view.incarnation:
             standing[node] = CURRENT
         elif view.clean:
-            standing[node] = CLEAN
+            standing[node] = CLEAN if view.log_end_offset >= _seen_committed_by_others(node, record, views) else LOST
         else:
             standing[node] = UNCLEAN
     return standing
+
+
+def _seen_committed_by_others(node: int, record: PartitionRecord, views: dict[int, ReplicaView]) -> int:
+    """The highest high watermark another live ISR member reported. Every ISR member holds at
+    least that: a leader moves its high watermark only once the whole ISR has fetched past it, and
+    a replica joins the ISR caught up. Not after an unclean election (0): the checkpoints may
+    still name offsets of the history it dropped."""
+    if record.last_unclean_epoch >= 0:
+        return 0
+    return max((views[other].high_watermark for other in record.isr
+                if other != node and other in views and views[other].reported and views[other].live), default=0)
 
 
 def lost_data(node: int, record: PartitionRecord, view: ReplicaView) -> bool:

@@ -200,6 +200,29 @@ def test_after_a_clean_full_restart_every_member_stays_and_the_best_leads():
     assert decision.record.leader == 1
 
 
+def test_a_clean_restart_from_an_older_copy_of_the_directory_does_not_keep_a_member_in_the_isr():
+    """Node 1's directory was put back from an older copy, taken after an earlier clean shutdown:
+    its checkpoints agree with its shorter log, so nothing in it looks damaged. But nodes 2 and 3
+    saw offset 100 committed, which every ISR member must hold; kept in the ISR, node 1 would lead
+    (first in replica order) once node 2 dies, and the followers would cut what it lacks."""
+    views = full_restart({1: 50, 2: 100, 3: 100}, epochs={1: 3, 2: 4, 3: 4}, high_watermarks={1: 40, 2: 100, 3: 100})
+
+    decision = decide(record(), views)
+
+    assert 1 not in decision.record.isr and decision.record.leader in (2, 3)
+    after = decide(decision.record, {**views, decision.record.leader: views[decision.record.leader]._replace(live=False)})
+    assert after is None or after.record.leader != 1, "a replica lacking committed offsets was elected"
+
+
+def test_a_clean_restart_behind_what_an_isr_member_saw_committed_counts_unless_an_unclean_election_reset_it():
+    """After an unclean election the surviving checkpoints may name offsets nobody holds any more:
+    there the shorter log is the history, and the member stays."""
+    views = full_restart({1: 100, 2: 100, 3: 80}, high_watermarks={1: 100, 2: 100, 3: 80})
+    assert 3 not in decide(record(), views).record.isr
+    decision = decide(record(last_unclean_epoch=2), views)
+    assert decision.record.isr == [1, 2, 3]
+
+
 def test_after_a_full_restart_where_everyone_lost_data_the_partition_stays_offline():
     views = full_restart({1: 10, 2: 20, 3: 30}, damaged=[1, 2, 3], clean=False)
 
