@@ -206,18 +206,18 @@ def check_commit_survives(checker: SafetyChecker, voters: dict, node: int, leade
     index = leader.commit_index
     term = leader.log.term_at(index)
     for rival, voter in voters.items():
-        if rival == node or not _lacks(voter, index, term) or _refuses_votes(voter):
+        if rival == node or not _lacks(voter, index, term) or marked_rejoining(voter):
             continue  # (a voter marked rejoining does not campaign either)
         up = (voter.raft.log.last_term, voter.raft.log.last_index) if voter.raft is not None else voter.durable_up
         electors = [other for other, elector in voters.items()
-                    if other == rival or (elector.durable_up <= up and not _refuses_votes(elector))]
+                    if other == rival or (elector.durable_up <= up and not marked_rejoining(elector))]
         if len(electors) >= len(voters) // 2 + 1:
             checker.fail(f"controller-{node} committed index {index} (term {term}) in term {leader.term}, but "
                          f"controller-{rival}, which lacks it, could still be elected by {electors}")
             return
 
 
-def _refuses_votes(voter) -> bool:
+def marked_rejoining(voter) -> bool:
     """Marked rejoining: running, as it stands now; down, as its disk will bring it back."""
     if voter.raft is not None:
         return voter.raft.rejoining

@@ -87,10 +87,12 @@ class FaultRules:
             self._wipe_now(self.rng.choice(nodes))
 
     def _wipe_now(self, node: int) -> None:
+        # One lost log at a time, judged by memory and disk alike: a voter caught up in memory but
+        # whose disk still holds the mark would come back rejoining if it crashed now.
         if self.voters[node].raft is None or any(
                 voter.wiped or voter.durable_rejoining or (voter.raft is not None and voter.raft.rejoining)
                 for voter in self.voters.values()):
-            return  # one lost log at a time
+            return
         voter = self.voters[node]
         self.crash(node)
         self._note(f"controller-{node}'s disk is lost")
