@@ -284,7 +284,6 @@ def test_a_lock_file_replaced_by_a_directory_refuses_the_start_naming_it(tmp_pat
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
 
 
-
 def _wiped_voter_spec(tmp_path, *, quorum_formed: bool):
     from transport.actor_main import ActorSpec
 
@@ -305,8 +304,9 @@ def test_a_rejoining_voter_stays_rejoining_whatever_is_lost_beside_its_journal(t
     """The mark that keeps a wiped voter from voting lives in its journal's header: losing any
     other file of its directory (and restarting where nothing says the quorum had formed) must not
     turn it into a voter that trusts its empty vote."""
-    from storage.raft_records import LOG_NAME
+    from railmq.cli_health import quorum_facts
     from storage.directory import LOCK_NAME
+    from storage.raft_records import LOG_NAME
     from transport.actor_main import build_actor, controller_directory
 
     actor, _ = build_actor(_wiped_voter_spec(tmp_path, quorum_formed=True), "tcp://127.0.0.1:1", incarnation=1)
@@ -320,8 +320,6 @@ def test_a_rejoining_voter_stays_rejoining_whatever_is_lost_beside_its_journal(t
 
     rebuilt, _ = build_actor(_wiped_voter_spec(tmp_path, quorum_formed=False), "tcp://127.0.0.1:1", incarnation=2)
     assert rebuilt.raft.rejoining, "a voter still catching up forgot that it lost its vote"
-    from railmq.cli_health import quorum_facts
-
     assert quorum_facts([rebuilt.status()])["voters"][0]["rejoining"], "operators cannot see it waiting"
 
 
