@@ -190,7 +190,7 @@ VARIANT_SEARCH = {
     "commit-below-min-insync": (1000, 7),
     "retry-answered-at-once": (1005, 13),
     "fetch-before-flush": (1021, 33),
-    "restart-keeps-isr-seat": (1032, 47),
+    "restart-keeps-isr-seat": (1053, 73),  # 1032 until clean restarts were checked against watermarks
     "late-exit-notice-kills": (1016, 27),
     "follower-trusts-leader-watermark": (1001, 8),
     "follower-forgets-producers": (1025, 38),
