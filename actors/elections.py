@@ -4,15 +4,16 @@ The coordinator calls `reconcile` whenever anything it knows about a partition's
 changes (a heartbeat from a new incarnation or with new storage news, a session timeout, a
 process exit). The rules:
 
-1. An ISR member stays while it is live with the incarnation it joined with, or after it
-   restarted from a *clean* shutdown with its storage intact (it lost nothing: KIP-966's
-   clean-shutdown rule) and its log reaching every high watermark another live ISR member has
-   seen (every ISR member holds that much; a shorter log is a directory put back from an older
-   copy, whose own checkpoints agree with it — unless an unclean election rewrote the history). It leaves the ISR when it is dead, when it restarted uncleanly (its
-   unflushed tail may be gone, its memory certainly is), and at once when it reports **lost or
-   damaged data** — flushed offsets missing or refused as corrupt, or an empty directory where it
-   held data before (docs/architecture.md, "Storage faults"). A damaged replica is never eligible
-   to lead until it has repaired from a healthy leader and rejoined the ISR.
+1. An ISR member stays while it is live with the incarnation it joined with, or after it restarted
+   from a *clean* shutdown with its storage intact (it lost nothing: KIP-966's clean-shutdown
+   rule) and its log reaching every high watermark another live ISR member has seen (every ISR
+   member holds that much; a shorter log is a directory put back from an older copy, whose own
+   checkpoints agree with it — unless an unclean election rewrote the history). It leaves the ISR
+   when it is dead, when it restarted uncleanly (its unflushed tail may be gone, its memory
+   certainly is), and at once when it reports **lost or damaged data** — flushed offsets missing
+   or refused as corrupt, or an empty directory where it held data before (docs/architecture.md,
+   "Storage faults"). A damaged replica is never eligible to lead until it has repaired from a
+   healthy leader and rejoined the ISR.
 2. The ISR never becomes empty: its last member is the replica known to hold every acknowledged
    write. Who remains when every member would leave is decided on evidence, not on who reported
    last: while some member has not reported since this coordinator started (within its grace)
@@ -231,7 +232,8 @@ def _classify(record: PartitionRecord, views: dict[int, ReplicaView], incarnatio
         elif known == 0 or known == view.incarnation:
             standing[node] = CURRENT
         elif view.clean:
-            standing[node] = CLEAN if view.log_end_offset >= _seen_committed_by_others(node, record, views) else LOST
+            holds_committed = view.log_end_offset >= _seen_committed_by_others(node, record, views)
+            standing[node] = CLEAN if holds_committed else LOST
         else:
             standing[node] = UNCLEAN
     return standing

@@ -138,15 +138,21 @@ def test_a_controller_whose_snapshot_holds_no_map_refuses_to_start(tmp_path, act
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
 
 
+def _wiped_voter_spec(tmp_path, *, quorum_formed: bool):
+    from transport.actor_main import ActorSpec
+
+    voters = {node: f"tcp://127.0.0.1:{node}" for node in (1, 2, 3)}
+    return ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
+                     nodes=[1, 2, 3], voters=voters, quorum_formed=quorum_formed)
+
+
 @pytest.mark.parametrize("leftover", ["raft.log.tmp", "raft.snapshot.tmp", "notes.txt"])
 def test_a_voter_whose_journal_is_lost_beside_a_leftover_file_still_waits_to_be_caught_up(
         tmp_path, actor_locks, leftover):
     from storage.raft_log import rejoining_on_disk
-    from transport.actor_main import ActorSpec, build_actor, controller_directory
+    from transport.actor_main import build_actor, controller_directory
 
-    spec = ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
-                     nodes=[1, 2, 3], voters={1: "tcp://127.0.0.1:1", 2: "tcp://127.0.0.1:2", 3: "tcp://127.0.0.1:3"},
-                     quorum_formed=True)
+    spec = _wiped_voter_spec(tmp_path, quorum_formed=True)
     directory = controller_directory(str(tmp_path), 1)
     os.makedirs(os.path.join(directory, "raft"))
     with open(os.path.join(directory, "raft", leftover), "wb") as handle:
@@ -284,12 +290,6 @@ def test_a_lock_file_replaced_by_a_directory_refuses_the_start_naming_it(tmp_pat
         build_actor(spec, "tcp://127.0.0.1:1", incarnation=1)
 
 
-def _wiped_voter_spec(tmp_path, *, quorum_formed: bool):
-    from transport.actor_main import ActorSpec
-
-    return ActorSpec(kind="controller", name="controller/1", cluster_id="c1", data_dir=str(tmp_path), node=1,
-                     nodes=[1, 2, 3], voters={1: "tcp://127.0.0.1:1", 2: "tcp://127.0.0.1:2", 3: "tcp://127.0.0.1:3"},
-                     quorum_formed=quorum_formed)
 
 
 def _stop_voter(actor) -> None:

@@ -205,12 +205,14 @@ def test_a_clean_restart_from_an_older_copy_of_the_directory_does_not_keep_a_mem
     its checkpoints agree with its shorter log, so nothing in it looks damaged. But nodes 2 and 3
     saw offset 100 committed, which every ISR member must hold; kept in the ISR, node 1 would lead
     (first in replica order) once node 2 dies, and the followers would cut what it lacks."""
-    views = full_restart({1: 50, 2: 100, 3: 100}, epochs={1: 3, 2: 4, 3: 4}, high_watermarks={1: 40, 2: 100, 3: 100})
+    views = full_restart({1: 50, 2: 100, 3: 100}, epochs={1: 3, 2: 4, 3: 4},
+                         high_watermarks={1: 40, 2: 100, 3: 100})
 
     decision = decide(record(), views)
 
     assert 1 not in decision.record.isr and decision.record.leader in (2, 3)
-    after = decide(decision.record, {**views, decision.record.leader: views[decision.record.leader]._replace(live=False)})
+    leader = decision.record.leader
+    after = decide(decision.record, {**views, leader: views[leader]._replace(live=False)})
     assert after is None or after.record.leader != 1, "a replica lacking committed offsets was elected"
 
 
