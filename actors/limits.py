@@ -120,6 +120,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     runtime_batch_messages_max: int = 256
     # Outbound messages queued per peer socket (ZMQ_SNDHWM). A dead peer costs at most this.
     peer_send_queue_max: int = 1000
+    # Answers a ROUTER queues for one connection that does not read (ZMQ_SNDHWM; more are dropped).
+    # A legitimate peer has a handful of requests in flight; with the byte budget below, a peer
+    # that never reads costs at most this many answers under 4 KiB (transport/outbound.py).
+    router_send_queue_max: int = 256
     # Messages a ROUTER queues from one connection before libzmq stops reading it (ZMQ_RCVHWM):
     # legitimate peers have a handful of requests in flight (a producer 5 per partition, a follower
     # 1), and TCP flow control holds back a sender beyond it. With `frame_bytes_hard_max` this bounds

@@ -120,7 +120,7 @@ class Runtime(RuntimePeers):
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
-        router.setsockopt(zmq.SNDHWM, self.limits.peer_send_queue_max * 10)
+        router.setsockopt(zmq.SNDHWM, self.limits.router_send_queue_max)
         router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
         if port:
             router.bind(f"tcp://{host}:{port}")

@@ -4,8 +4,8 @@ monitors that tell the actor when a peer's connection drops.
 A mixin of `Runtime` (transport/runtime.py), which owns the ROUTER, the codec, the fault switch,
 the ring links, the outbound budget and the loop that calls back into the actor. A message on its
 way out passes the ring links (bulk records may go through shared memory instead), the outbound
-budget (a FetchResponse to a peer with too much unread is answered BUSY without its records) and
-the fault switch, in that order. Sending never blocks: a full queue drops the message and counts
+budget (an answer to a peer with too much unread is replaced by a small BUSY: a FetchResponse
+without its records, anything else an ErrorResponse) and the fault switch, in that order. Sending never blocks: a full queue drops the message and counts
 it, and an endpoint that is no address is dropped, not fatal (metadata names endpoints, and
 metadata is a claim). Peer sockets are bounded by `peer_sockets_max`: the oldest is closed first.
 Nothing here decides anything about the protocol.
@@ -20,7 +20,7 @@ import msgspec
 import zmq
 
 from actors.errors import ErrorCode
-from actors.messages import FetchResponse, Message, PeerDisconnected
+from actors.messages import ErrorResponse, FetchResponse, Message, PeerDisconnected
 from transport.outbound import TRACK_BYTES_MIN
 from transport.socket_watch import connect_monitored
 
@@ -39,9 +39,11 @@ class RuntimePeers:
             self.timing.answered(to, message)
         if self.ring_links is not None:
             message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
-        if isinstance(to, bytes) and type(message) is FetchResponse and not self.outbound.allows(to, len(message.records)):
-            message = self._withheld(to, message)
         frames = self.codec.encode(message)
+        if isinstance(to, bytes):
+            size = sum(map(len, frames))
+            if size >= TRACK_BYTES_MIN and not self.outbound.allows(to, size):
+                frames = self.codec.encode(self._withheld(to, message))
         peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
         delay = self.faults.outbound(peer_name)
         if delay is None:
@@ -52,12 +54,17 @@ class RuntimePeers:
             return
         self._transmit(to, frames)
 
-    def _withheld(self, to: bytes, message: FetchResponse) -> FetchResponse:
-        """The peer has not read what it was sent: it gets BUSY now and the records on a later fetch."""
+    def _withheld(self, to: bytes, message: Message) -> Message:
+        """The peer has not read what it was sent: it gets a small BUSY now instead of the answer
+        (a fetch's records come on a later fetch; any other request is asked again)."""
         self.count("answers_withheld_unread_backlog")
-        waiting = self.outbound.outstanding(to)
-        return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=(
-            f"{waiting} bytes of earlier answers to this connection are still unread; read them, then fetch again"))
+        text = (f"{self.outbound.outstanding(to)} bytes of earlier answers to this connection are still unread; "
+                "read them, then ask again")
+        if type(message) is FetchResponse:
+            return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=text)
+        correlation_id = getattr(message, "correlation_id", -1)
+        return ErrorResponse(correlation_id=correlation_id if type(correlation_id) is int else -1,
+                             error=ErrorCode.BUSY, error_message=text)
 
     def _transmit(self, to: str | bytes, frames: list) -> None:
         if isinstance(to, bytes):
@@ -72,17 +79,19 @@ class RuntimePeers:
                 self.count("dropped_out_bad_endpoint")
                 return
         tracker = None
-        if isinstance(to, bytes) and len(frames) > 2:
-            largest = max(range(2, len(frames)), key=lambda index: len(frames[index]))
-            if len(frames[largest]) >= TRACK_BYTES_MIN:
-                # Tracked on its own frame: a multipart send's tracker follows only its last frame.
+        if isinstance(to, bytes):
+            size = sum(map(len, frames)) - len(to)
+            if size >= TRACK_BYTES_MIN:
+                # Tracked on its own frame (a multipart send's tracker follows only its last frame):
+                # the whole message leaves libzmq's queue with it.
+                largest = max(range(1, len(frames)), key=lambda index: len(frames[index]))
                 frames = list(frames)
                 frames[largest] = zmq.Frame(frames[largest], copy=False, track=True)
                 tracker = frames[largest].tracker
         try:
             socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
             if tracker is not None:
-                self.outbound.track(to, tracker, len(frames[largest]))
+                self.outbound.track(to, tracker, size)
             self.count("messages_out")
         except zmq.Again:
             self.count("dropped_out_queue_full")

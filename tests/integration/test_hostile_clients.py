@@ -26,6 +26,7 @@ from actors.messages import (
 from railmq.admin import Admin
 from railmq.producer import Producer
 from storage.batch import CONTROL_FLAG
+from tests.conftest import TEST_LIMITS
 from tests.helpers import wait_for
 from tests.storage.test_batch_validation import forge
 from transport.codec import Codec
@@ -328,6 +329,65 @@ def test_a_client_that_never_reads_its_socket_costs_a_leader_a_bounded_number_of
 
     # 60 answers of 32 MiB each would be ~1.9 GiB; the per-peer budget is 64 MiB.
     assert grown_mb < 150, f"the leader grew by {grown_mb:.0f} MiB for a client that reads nothing"
+
+
+def test_many_small_answers_to_clients_that_never_read_cost_a_leader_a_bounded_number_of_bytes(
+        fresh_cluster, unique_name):
+    """Each answer a little under what used to be tracked (64 KiB), thousands of them, on several
+    connections: ZeroMQ's queue per peer counts messages, so without a byte count each connection
+    held ~430 MiB of unread answers and the leader grew by gigabytes."""
+    limits = msgspec.structs.replace(TEST_LIMITS, peer_outbound_bytes_max=8 * 2**20, outbound_bytes_max=32 * 2**20)
+    cluster = fresh_cluster(nodes=1, limits=limits)
+    topic = unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=1)
+        metadata = admin.wait_for_leaders(topic)
+    with Producer(cluster.bootstrap, acks=1, linger_ms=0) as producer:
+        for _ in range(200):
+            producer.send(topic, b"x" * 15_000, partition=0)
+            producer.flush(30)  # one record per batch: a fetch of 60,000 bytes answers ~45-60 KB
+    endpoint = metadata.partitions[0].leader_endpoint
+    leader = psutil.Process(actor_pid(cluster, cluster.replica_name(topic, 0, metadata.partitions[0].leader)))
+    before = leader.memory_info().rss
+    attackers: list[RawClient] = []
+
+    def attack(count: int) -> float:
+        for _ in range(count):
+            client = RawClient(endpoint)
+            attackers.append(client)
+            client.socket.setsockopt(zmq.RCVHWM, 1)
+            client.socket.setsockopt(zmq.RCVBUF, 4096)
+            for index in range(3000):
+                client.send_frames(CODEC.encode(FetchRequest(
+                    correlation_id=index + 1, topic=topic, partition=0, offset=index % 190,
+                    max_bytes=60_000, max_wait_ms=0)))
+        time.sleep(3)
+        return (leader.memory_info().rss - before) / 2**20
+
+    def served() -> bool:
+        reader = RawClient(endpoint)
+        try:
+            answer = reader.ask(FetchRequest(correlation_id=1, topic=topic, partition=0, offset=0, max_bytes=60_000))
+        finally:
+            reader.close()
+        return answer.error == ErrorCode.NONE and bool(answer.records)
+
+    try:
+        # Three connections fill their own budgets (8 MiB each), not the leader's (32 MiB).
+        grown_by_three = attack(3)
+        a_reader_is_served = served()
+        # Two more would take 40 MiB: the leader's budget holds.
+        grown_by_five = attack(2)
+    finally:
+        for client in attackers:
+            client.close()
+
+    # 15,000 answers of ~50 KB would be ~750 MB; besides the budgets, a peer that never reads holds
+    # at most `router_send_queue_max` answers under 4 KiB.
+    assert grown_by_three < 50, f"the leader grew by {grown_by_three:.0f} MiB for 3 clients that read nothing"
+    assert grown_by_five < 60, f"the leader grew by {grown_by_five:.0f} MiB for 5 clients that read nothing"
+    assert a_reader_is_served, "a client that reads was refused while the others held only their own budgets"
+    assert wait_for(served, timeout_s=10, what="a reader served once the clients that never read are gone")
 
 
 def test_a_client_cannot_pose_as_a_voter_of_the_controller_quorum(cluster):

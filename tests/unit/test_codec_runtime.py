@@ -19,12 +19,13 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.effects import AfterFlush, Notify, SetTimer
+from actors.effects import AfterFlush, Notify, Send, SetTimer
 from actors.errors import ErrorCode
 from actors.messages import (
-    INTERNAL_TYPES, ErrorResponse, FetchRequest, FetchResponse, Message, ProduceRequest, all_message_types,
-    wire_message_types,
+    INTERNAL_TYPES, ErrorResponse, FetchRequest, FetchResponse, Message, MetadataRequest, MetadataResponse,
+    ProduceRequest, TopicMetadata, all_message_types, wire_message_types,
 )
+from actors.limits import Limits
 from transport.codec import Codec, DecodeFailure
 from transport.runtime import Runtime
 from transport.timers import Timers
@@ -358,3 +359,54 @@ def test_an_actor_process_profiled_through_the_environment_leaves_a_pstats_file(
     [path] = tmp_path.iterdir()
     assert path.name.startswith("replica_t_0.") and path.suffix == ".prof"
     assert any(name == "run" for (_, _, name) in pstats.Stats(str(path)).stats)
+
+
+def test_answers_of_any_kind_to_a_peer_that_never_reads_are_bounded_in_bytes(zmq_context):
+    """Metadata answers of ~8 KiB each, to a peer that never reads: once its unread bytes reach the
+    peer's budget, each further answer is a small BUSY naming its request, not the answer; once the
+    peer has read, it is answered in full again."""
+    big = MetadataResponse(correlation_id=0, topics=[TopicMetadata(name=f"topic-{index:04d}-{'x' * 60}")
+                                                     for index in range(110)])
+    assert len(Codec().encode(big)[0]) > 8_000
+    actor = Recorder([], on_message=lambda message, sender: [
+        Send(sender, msgspec.structs.replace(big, correlation_id=message.correlation_id))])
+    limits = Limits(peer_outbound_bytes_max=256 * 1024, outbound_bytes_max=1024 * 1024)
+    runtime = Runtime(actor, identity="answers", context=zmq_context, limits=limits)
+    peer = zmq_context.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.setsockopt(zmq.RCVHWM, 1)
+    peer.setsockopt(zmq.RCVBUF, 4096)
+    peer.setsockopt(zmq.RCVTIMEO, 2_000)
+
+    def wake(times: int) -> None:
+        for _ in range(times):
+            runtime.step_until(time.time_ns() + 1_000_000)
+
+    try:
+        peer.connect(runtime.bind())
+        requests = 2_000  # ~16 MB of answers: far more than the kernel's socket buffers take
+        for index in range(requests):
+            peer.send_multipart(Codec().encode(MetadataRequest(correlation_id=index + 1)))
+            if index % 10 == 9:
+                wake(3)
+        wake(100)
+        unread = runtime.outbound.total_bytes
+        withheld = runtime.counters.get("answers_withheld_unread_backlog", 0)
+        answers = []
+        while peer.poll(500):
+            answers.append(Codec().decode(peer.recv_multipart()))
+            wake(1)
+        peer.send_multipart(Codec().encode(MetadataRequest(correlation_id=requests + 1)))
+        wake(20)
+        after_reading = Codec().decode(peer.recv_multipart())
+    finally:
+        peer.close(linger=0)
+        runtime.close()
+
+    assert unread <= limits.peer_outbound_bytes_max
+    assert withheld > requests // 2, f"only {withheld} of {requests} answers were withheld"
+    assert isinstance(answers[0], MetadataResponse) and answers[0].correlation_id == 1
+    busy = [answer for answer in answers if isinstance(answer, ErrorResponse)]
+    assert busy and all(answer.error == ErrorCode.BUSY and "unread" in answer.error_message for answer in busy)
+    assert {answer.correlation_id for answer in busy} <= set(range(2, requests + 1))
+    assert isinstance(after_reading, MetadataResponse) and after_reading.correlation_id == requests + 1
