@@ -31,6 +31,7 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.deadlines import DeadlineTimer
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
+from actors.group_membership_budget import MembershipBudget
 from actors.group_offsets import OffsetStore, check_entry, check_group_id
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
@@ -39,7 +40,7 @@ from actors.messages import (
     ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetEntry, OffsetFetchRequest,
     OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
-    ServiceHeartbeatResponse, Stop, SyncGroupRequest, TimerFired,
+    ServiceHeartbeatResponse, Stop, SyncGroupRequest, SyncGroupResponse, TimerFired,
 )
 from storage.errors import CorruptState
 
@@ -70,6 +71,7 @@ class GroupCoordinator:
         self.rng = rng or random.Random(incarnation)
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = OffsetStore(limits)
+        self.membership = MembershipBudget(limits)  # the bytes members hold, bounded
         from actors.share_group import ShareGroups  # share groups (KIP-932), loaded from the same state
         self.share: Any = _from_record("share-group/ and share-partition/", lambda: ShareGroups(
             state=state, coordinator=coordinator, limits=limits, rng=self.rng,
@@ -86,6 +88,8 @@ class GroupCoordinator:
             self.groups[group_id] = _from_record(key, lambda: ClassicGroup.from_record(group_id, value, delay_ms))
         for key, value in self.state.items("offset/"):
             self.offsets.load(*_from_record(key, lambda: _offset_from_record(key, value)))
+        for group in self.groups.values():
+            self.membership.measure(group)
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
@@ -108,6 +112,7 @@ class GroupCoordinator:
     def invariants(self) -> None:
         for group in self.groups.values():
             group.invariants()
+        self.membership.invariants(self.groups)
         if self.share is not None:
             self.share.invariants()  # share groups: their partitions' windows, locks and delivery counts
         # Every share deadline after a step that went to the share groups; after one that did not,
@@ -136,6 +141,9 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if group is not None:
                 self.timer.want_all(group.deadlines(), now_ns)
+                self.membership.measure_if_reshaped(group)
+            else:
+                self.membership.forget(group_id)
         self.touched.clear()
         return effects + self.timer.arm(now_ns)
 
@@ -150,7 +158,7 @@ class GroupCoordinator:
             case JoinGroupRequest():
                 return self._on_join(message, sender, now_ns)
             case SyncGroupRequest():
-                return self._with_group(message, sender, lambda group: group.sync(message, sender, now_ns))
+                return self._with_group(message, sender, lambda group: self._sync(group, message, sender, now_ns))
             case LeaveGroupRequest():
                 return self._with_group(message, sender, lambda group: group.leave(message, sender, now_ns))
             case TimerFired(name="tick"):
@@ -235,6 +243,8 @@ class GroupCoordinator:
         group = self.groups.get(request.group_id)
         if problem is None and group is not None and not request.member_id and len(group.members) >= limits.group_members_max:
             problem = (ErrorCode.BUSY, f"group {request.group_id!r} has its maximum of {limits.group_members_max} members")
+        if problem is None and (too_large := self.membership.refuse_join(group, request)) is not None:
+            problem = (ErrorCode.LIMIT_REACHED, too_large)
         if problem is not None:
             from actors.messages import JoinGroupResponse
 
@@ -244,7 +254,18 @@ class GroupCoordinator:
             group = self.groups[request.group_id] = self._new_group(request.group_id)
         before = group.record_version()
         member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
-        return self._persist(group, before, group.join(request, sender, now_ns, member_id))
+        effects = group.join(request, sender, now_ns, member_id)
+        self.membership.measure(group)  # a rejoin may change its subscription and nothing else
+        return self._persist(group, before, effects)
+
+    def _sync(self, group: ClassicGroup, request: SyncGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
+        too_large = self.membership.refuse_assignments(group, request)
+        if too_large is not None:
+            return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id, error=ErrorCode.LIMIT_REACHED,
+                                                   error_message=too_large))]
+        effects = group.sync(request, sender, now_ns)
+        self.membership.measure(group)
+        return effects
 
     def _on_tick(self, now_ns: int) -> list[Effect]:
         """Sessions, joins and share-group work that fell due. A coordinator with no member
@@ -383,6 +404,7 @@ class GroupCoordinator:
             return [Send(sender, DeleteGroupResponse(correlation_id=request.correlation_id, error=ErrorCode.NON_EMPTY_GROUP,
                                                      error_message=f"group {request.group_id!r} still has members"))]
         self.groups.pop(request.group_id, None)
+        self.membership.forget(request.group_id)
         for topic, partition in self.offsets.delete_group(request.group_id):
             self.state.delete(f"offset/{request.group_id}/{topic}/{partition}")
         self.state.delete(f"group/{request.group_id}")

@@ -164,6 +164,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     group_session_timeout_min_ms: int = 100
     group_session_timeout_max_ms: int = 300_000
     group_members_max: int = 1000
+    # Bytes of members (ids, subscription metadata, assignment; actors/group_membership_budget.py):
+    # one member (Kafka's message.max.bytes), one group (the leader's join answer carries every
+    # member's metadata, and a stable group's record is written at every generation) and every
+    # group of the coordinator. Beyond them a join or the leader's assignments get LIMIT_REACHED.
+    group_member_bytes_max: int = 1024 * 1024
+    group_membership_bytes_max: int = 8 * 1024 * 1024
+    groups_membership_bytes_max: int = 64 * 1024 * 1024
     # Classic groups per coordinator (members or commits make one): each costs its membership and
     # offsets in memory and in the state journal; a client inventing group ids stops here.
     groups_max: int = 1000

@@ -19,9 +19,9 @@ import zmq
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, LinkFault,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, PartitionState, ProduceRequest, ProduceResponse,
-    ReplicaHeartbeatResponse, TopicConfig,
+    ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, GroupProtocol,
+    JoinGroupRequest, LinkFault, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, PartitionState,
+    ProduceRequest, ProduceResponse, ReplicaHeartbeatResponse, TopicConfig,
 )
 from railmq.admin import Admin
 from railmq.producer import Producer
@@ -238,6 +238,25 @@ def test_a_client_posing_as_a_follower_cannot_move_the_high_watermark(cluster, u
             cluster.resume(name)
 
     assert all(isinstance(a, ErrorResponse) and a.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED for a in answers)
+
+
+def test_members_with_megabytes_of_subscription_metadata_are_refused_by_the_group_coordinator(cluster, unique_name):
+    """A 2 MiB subscription per member: without a byte bound each join was kept in memory (and in
+    the leader's join answer), up to 1,000 groups of 1,000 members."""
+    with Admin(cluster.bootstrap) as admin:
+        endpoint = wait_for(lambda: admin.metadata().group_coordinator_endpoint, timeout_s=20,
+                            what="a group coordinator in metadata")
+    client = RawClient(endpoint)
+    try:
+        answer = client.ask(JoinGroupRequest(correlation_id=1, group_id=unique_name(), client_id="bomb",
+                                             protocols=[GroupProtocol(name="range", metadata=bytes(2 * 2**20))]))
+        small = client.ask(JoinGroupRequest(correlation_id=2, group_id=unique_name(), client_id="fine",
+                                            protocols=[GroupProtocol(name="range", metadata=b"subscription")]))
+    finally:
+        client.close()
+
+    assert answer.error == ErrorCode.LIMIT_REACHED and "group_member_bytes_max" in answer.error_message
+    assert small.error == ErrorCode.NONE and small.member_id
 
 
 def test_a_client_posing_as_the_coordinator_changes_no_replica(cluster, unique_name):

@@ -13,10 +13,13 @@ import pytest
 from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
-from actors.messages import JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry
+from actors.messages import (
+    GroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MemberAssignment, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetEntry, SyncGroupRequest, SyncGroupResponse,
+)
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
-from tests.unit.actor_harness import Harness, only
+from tests.unit.actor_harness import Harness, messages, only
 
 GROUPS = "tcp://127.0.0.1:5/groups"
 
@@ -25,7 +28,8 @@ def coordinator(**limits) -> tuple[Harness, GroupCoordinator, MemoryFileSystem]:
     fs = MemoryFileSystem()
     harness = Harness()
     actor = GroupCoordinator(state=DurableState.open("/g/groups.state", fs=fs), coordinator="coordinator",
-                             endpoint=GROUPS, incarnation=1, limits=Limits(group_initial_rebalance_delay_ms=0, **limits),
+                             endpoint=GROUPS, incarnation=1,
+                             limits=Limits(**{"group_initial_rebalance_delay_ms": 0, **limits}),
                              rng=random.Random(1))
     harness.add(GROUPS, actor)
     return harness, actor, fs
@@ -103,3 +107,114 @@ def test_an_entry_railmq_could_not_have_made_is_refused(entry, code):
 
     assert answer.offsets[0].error == code
     assert actor.offsets.total_bytes == 0
+
+
+# ---------------------------------------------------------------------------- membership bytes
+
+
+def join(harness: Harness, group: str, client: str, metadata: bytes, member_id: str = "") -> list:
+    request = JoinGroupRequest(correlation_id=7, group_id=group, member_id=member_id, client_id=client,
+                               protocols=[GroupProtocol(name="range", metadata=metadata)])
+    return messages(harness.deliver(GROUPS, request, client), JoinGroupResponse)
+
+
+def membership_bytes(actor: GroupCoordinator) -> int:
+    """What the members of every group hold, counted from the members themselves."""
+    return sum(len(member.member_id) + len(member.instance_id or "") + len(member.client_id) + len(member.assignment)
+               + sum(len(protocol.name) + len(protocol.metadata) for protocol in member.protocols)
+               for group in actor.groups.values() for member in group.members.values())
+
+
+def test_joins_carrying_hundreds_of_kilobytes_each_stop_at_the_coordinators_membership_budget():
+    """The attack: members of invented groups, each with ~300 KB of subscription metadata. Without a
+    byte bound, 1,000 groups of 1,000 members could ask the coordinator to hold terabytes."""
+    harness, actor, _ = coordinator()
+    budget = actor.limits.groups_membership_bytes_max if hasattr(actor.limits, "groups_membership_bytes_max") \
+        else 64 * 2**20
+
+    answers = sum((join(harness, f"group-{index % 50}", f"client-{index}", bytes(300_000)) for index in range(260)), [])
+
+    refused = [answer for answer in answers if answer.error == ErrorCode.LIMIT_REACHED]
+    assert membership_bytes(actor) <= budget, f"members hold {membership_bytes(actor):,} bytes"
+    assert len(refused) >= 260 - budget // 300_000
+    assert all("groups_membership_bytes_max" in answer.error_message for answer in refused)
+
+
+def test_a_member_larger_than_group_member_bytes_max_is_refused_and_creates_no_group():
+    harness, actor, _ = coordinator(group_member_bytes_max=100_000)
+
+    [answer] = join(harness, "g", "big", bytes(100_001))
+
+    assert answer.error == ErrorCode.LIMIT_REACHED and "group_member_bytes_max" in answer.error_message
+    assert "g" not in actor.groups
+
+
+def test_one_groups_members_stop_at_the_groups_byte_budget_and_other_groups_still_join():
+    harness, actor, _ = coordinator(group_membership_bytes_max=1_000_000)
+
+    answers = [join(harness, "g", f"client-{index}", bytes(150_000)) for index in range(10)]
+    other = join(harness, "other", "client-other", bytes(150_000))
+
+    refused = [answer for answer in sum(answers, []) if answer.error == ErrorCode.LIMIT_REACHED]
+    assert len(actor.groups["g"].members) == 6 and len(refused) == 4
+    assert all("group_membership_bytes_max" in answer.error_message for answer in refused)
+    assert [answer.error for answer in other if answer.error == ErrorCode.LIMIT_REACHED] == []
+    assert "other" in actor.groups and actor.groups["other"].members
+
+
+def stable_group(harness: Harness, actor: GroupCoordinator, names: list[str]) -> tuple[str, dict[str, str]]:
+    """Members `names` of group g, joined and past the first rebalance's delay (the coordinator's
+    limits give it 100 ms); returns the leader's name and every member id (the leader has not synced)."""
+    for name in names:
+        join(harness, "g", name, name.encode())
+    harness.advance(150)
+    ids = {name: harness.received(name, JoinGroupResponse)[-1].member_id for name in names}
+    leader = next(name for name in names if ids[name] == actor.groups["g"].leader)
+    return leader, ids
+
+
+def sync(harness: Harness, actor: GroupCoordinator, leader: str, ids: dict[str, str], sizes: dict[str, int]) -> list:
+    request = SyncGroupRequest(correlation_id=9, group_id="g", generation=actor.groups["g"].generation,
+                               member_id=ids[leader], assignments=[
+                                   MemberAssignment(member_id=ids[name], assignment=bytes(size))
+                                   for name, size in sizes.items()])
+    return messages(harness.deliver(GROUPS, request, leader), SyncGroupResponse)
+
+
+def test_a_leaders_assignments_past_a_members_byte_bound_are_refused_and_the_group_keeps_none():
+    harness, actor, _ = coordinator(group_member_bytes_max=200_000, group_initial_rebalance_delay_ms=100)
+    leader, ids = stable_group(harness, actor, ["a", "b"])
+
+    [refused] = sync(harness, actor, leader, ids, {"a": 10, "b": 250_000})
+    answers = sync(harness, actor, leader, ids, {"a": 10, "b": 20})
+
+    assert refused.error == ErrorCode.LIMIT_REACHED and "group_member_bytes_max" in refused.error_message
+    assert {len(member.assignment) for member in actor.groups["g"].members.values()} == {10, 20}
+    assert [answer.error for answer in answers] == [ErrorCode.NONE]
+    assert actor.membership.total_bytes == membership_bytes(actor)
+
+
+def test_a_leaders_assignments_past_the_groups_byte_bound_are_refused():
+    harness, actor, _ = coordinator(group_membership_bytes_max=300_000, group_initial_rebalance_delay_ms=100)
+    leader, ids = stable_group(harness, actor, ["a", "b"])
+
+    [refused] = sync(harness, actor, leader, ids, {"a": 160_000, "b": 160_000})
+
+    assert refused.error == ErrorCode.LIMIT_REACHED and "group_membership_bytes_max" in refused.error_message
+    assert membership_bytes(actor) < 300_000
+
+
+def test_the_membership_count_follows_members_that_leave_or_expire_and_survives_a_restart():
+    harness, actor, fs = coordinator(group_initial_rebalance_delay_ms=100)
+    leader, ids = stable_group(harness, actor, ["a", "b", "c"])
+    sync(harness, actor, leader, ids, {"a": 1000, "b": 2000, "c": 3000})
+    counted, held = actor.membership.total_bytes, membership_bytes(actor)
+
+    restarted = GroupCoordinator(state=DurableState.open("/g/groups.state", fs=fs), coordinator="coordinator",
+                                 endpoint=GROUPS, incarnation=2, limits=actor.limits, rng=random.Random(2))
+    harness.deliver(GROUPS, LeaveGroupRequest(correlation_id=10, group_id="g", member_id=ids["c"]), "c")
+    harness.advance(60_000)  # every session expires
+
+    assert counted == held > 6000
+    assert restarted.membership.total_bytes == counted
+    assert actor.membership.total_bytes == membership_bytes(actor) == 0

@@ -1,0 +1,118 @@
+"""The bytes classic-group members make the group coordinator hold, and the bounds on them.
+
+A member brings its ids, its subscription metadata and, once the leader has synced, its
+assignment. The coordinator keeps them in memory, answers the group's leader with every member's
+metadata in one JoinGroupResponse, and stores a stable group's members in one record of its state,
+written again at every generation. A request is one frame of up to 32 MiB, and a coordinator holds
+up to `groups_max` groups of `group_members_max` members: counted in members alone, that is
+terabytes. So the bytes are bounded:
+
+- one member: `group_member_bytes_max` (1 MiB, Kafka's message.max.bytes);
+- one group: `group_membership_bytes_max` (8 MiB: the leader's join answer stays well within a
+  frame, and the record written at every generation stays small);
+- every group together: `groups_membership_bytes_max` (64 MiB, as for committed offsets).
+
+A join or a leader's assignments that would pass one is refused with LIMIT_REACHED naming it, and
+the group keeps what it held. A join is judged by an upper bound of what it adds (its member id's
+length is known only once it is made); each group's count is measured again after every join and
+sync and whenever its members, state or generation changed, so what members take away (leaving,
+expiring, a rebalance) is given back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actors.messages import GroupProtocol, JoinGroupRequest, SyncGroupRequest
+
+if TYPE_CHECKING:
+    from actors.classic_group import ClassicGroup, Member
+    from actors.limits import Limits
+
+MEMBER_ID_SUFFIX_BYTES = 13  # "-" and 12 hex digits after the client id (GroupCoordinator._on_join)
+
+
+def protocols_bytes(protocols: list[GroupProtocol]) -> int:
+    return sum(len(protocol.name) + len(protocol.metadata) for protocol in protocols)
+
+
+def member_bytes(member: "Member") -> int:
+    return (len(member.member_id) + len(member.instance_id or "") + len(member.client_id) + len(member.assignment)
+            + protocols_bytes(member.protocols))
+
+
+def _shape(group: "ClassicGroup") -> tuple:
+    return group.state, group.generation, len(group.members)
+
+
+class MembershipBudget:
+    def __init__(self, limits: "Limits") -> None:
+        self.limits = limits
+        self._groups: dict[str, tuple[tuple, int]] = {}  # group id -> (shape when measured, bytes)
+        self.total_bytes = 0
+
+    def group_bytes(self, group_id: str) -> int:
+        measured = self._groups.get(group_id)
+        return measured[1] if measured is not None else 0
+
+    def measure(self, group: "ClassicGroup") -> None:
+        size = sum(member_bytes(member) for member in group.members.values())
+        self.total_bytes += size - self.group_bytes(group.group_id)
+        self._groups[group.group_id] = (_shape(group), size)
+
+    def measure_if_reshaped(self, group: "ClassicGroup") -> None:
+        measured = self._groups.get(group.group_id)
+        if measured is None or measured[0] != _shape(group):
+            self.measure(group)
+
+    def forget(self, group_id: str) -> None:
+        self.total_bytes -= self.group_bytes(group_id)
+        self._groups.pop(group_id, None)
+
+    def invariants(self, groups: dict[str, "ClassicGroup"]) -> None:
+        """Every group's count covers what its members hold (only joins and syncs add bytes, and
+        both are measured), and the bounds hold."""
+        limits = self.limits
+        assert self.total_bytes <= limits.groups_membership_bytes_max, f"members hold {self.total_bytes:,} bytes"
+        for group_id, group in groups.items():
+            held = sum(member_bytes(member) for member in group.members.values())
+            assert held <= self.group_bytes(group_id) <= limits.group_membership_bytes_max, (
+                f"group {group_id!r}: members hold {held:,} bytes, counted {self.group_bytes(group_id):,}")
+
+    def refuse_join(self, group: "ClassicGroup | None", request: JoinGroupRequest) -> str | None:
+        """Why this join would pass a bound, or None."""
+        known = group.members.get(request.member_id) if group is not None and request.member_id else None
+        if known is not None:  # a rejoin: only its subscription changes
+            before = member_bytes(known)
+            after = before - protocols_bytes(known.protocols) + protocols_bytes(request.protocols)
+        else:
+            before = 0
+            after = (len(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES + len(request.client_id)
+                     + len(request.group_instance_id or "") + protocols_bytes(request.protocols))
+        return self._refuse(request.group_id, after, after - before, "a member with its ids and subscription")
+
+    def refuse_assignments(self, group: "ClassicGroup", request: SyncGroupRequest) -> str | None:
+        """Why the leader's assignments would pass a bound, or None (also for a sync that
+        carries none, or comes from another member: those assign nothing)."""
+        if not request.assignments or request.member_id != group.leader:
+            return None
+        given = {entry.member_id: len(entry.assignment) for entry in request.assignments}
+        largest, added = 0, 0
+        for member in group.members.values():
+            size = given.get(member.member_id, 0)
+            largest = max(largest, member_bytes(member) - len(member.assignment) + size)
+            added += size - len(member.assignment)
+        return self._refuse(group.group_id, largest, added, "a member with its assignment")
+
+    def _refuse(self, group_id: str, member_size: int, added: int, what: str) -> str | None:
+        limits = self.limits
+        if member_size > limits.group_member_bytes_max:
+            return (f"{what} would take {member_size:,} bytes; group_member_bytes_max is "
+                    f"{limits.group_member_bytes_max:,}")
+        if self.group_bytes(group_id) + added > limits.group_membership_bytes_max:
+            return (f"group {group_id!r} would hold {self.group_bytes(group_id) + added:,} bytes of members; "
+                    f"group_membership_bytes_max is {limits.group_membership_bytes_max:,}")
+        if self.total_bytes + added > limits.groups_membership_bytes_max:
+            return (f"the coordinator's groups would hold {self.total_bytes + added:,} bytes of members; "
+                    f"groups_membership_bytes_max is {limits.groups_membership_bytes_max:,}")
+        return None
