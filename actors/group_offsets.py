@@ -27,6 +27,11 @@ def entry_bytes(group_id: str, entry: OffsetEntry) -> int:
     return ENTRY_OVERHEAD_BYTES + len(group_id) + len(entry.topic) + len(entry.metadata)
 
 
+def is_topic_name(name: str, limits: Limits) -> bool:
+    """A name a topic could have (topic_admin refuses to create any other)."""
+    return bool(TOPIC_NAME.match(name)) and len(name) <= limits.topic_name_length_max and name not in (".", "..")
+
+
 def check_group_id(group_id: str) -> str | None:
     if not group_id or len(group_id) > GROUP_ID_LENGTH_MAX or "/" in group_id:
         return f"group id must be 1..{GROUP_ID_LENGTH_MAX} characters without '/'"
@@ -35,7 +40,7 @@ def check_group_id(group_id: str) -> str | None:
 
 def check_entry(entry: OffsetEntry, limits: Limits) -> tuple[ErrorCode, str] | None:
     """Why one commit entry cannot be stored, or None."""
-    if not TOPIC_NAME.match(entry.topic) or len(entry.topic) > limits.topic_name_length_max:
+    if not is_topic_name(entry.topic, limits):
         return ErrorCode.INVALID_REQUEST, f"{entry.topic[:60]!r} is not a topic name"
     if not 0 <= entry.partition < limits.partitions_per_topic_max:
         return ErrorCode.INVALID_REQUEST, f"partition {entry.partition} is outside 0..{limits.partitions_per_topic_max - 1}"

@@ -167,7 +167,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes of members (ids, subscription metadata, assignment; actors/group_membership_budget.py):
     # one member (Kafka's message.max.bytes), one group (the leader's join answer carries every
     # member's metadata, and a stable group's record is written at every generation) and every
-    # group of the coordinator. Beyond them a join or the leader's assignments get LIMIT_REACHED.
+    # group of the coordinator (share groups' members, their ids and subscriptions, have a budget
+    # of the same size of their own). Beyond them a join, a leader's assignments or a share
+    # member's heartbeat get LIMIT_REACHED.
     group_member_bytes_max: int = 1024 * 1024
     group_membership_bytes_max: int = 8 * 1024 * 1024
     groups_membership_bytes_max: int = 64 * 1024 * 1024

@@ -64,6 +64,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.groups: dict[str, ShareGroup] = {}
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
         self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
+        self.members_bytes = 0  # ids and subscriptions of every member (ShareMemberState.held_bytes)
         self.wrote = False  # something was put during this step: replies wait for the flush
         # Share-partitions changed during this step, put once at its end (`_finish`): a step that
         # acquires, acknowledges and serves parked acquires changes one window several times.
@@ -300,10 +301,14 @@ class ShareGroups(ShareMembership, ShareDelivery):
         parked = sum(len(waiting) for waiting in self.parked.values())
         assert parked <= self.limits.share_acquires_parked_max, f"{parked} parked acquires"
         assert not self.unpersisted, "a share-partition changed in a step that ended without putting it"
+        held = 0
         for group in self.groups.values():
             assert len(group.members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
+            held += sum(member.held_bytes() for member in group.members.values())
             for share_partition in group.partitions.values():
                 share_partition.invariants(group.members)  # and no lock is held by a departed member
+        assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
+            f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
         self.dead_letters.invariants()
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:

@@ -24,6 +24,7 @@ from actors.actor import MS
 from actors.deadlines import lowered
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
+from actors.group_offsets import is_topic_name
 from actors.limits import Limits
 from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
 from actors.share_partition import SharePartition
@@ -35,6 +36,10 @@ HEARTBEAT_METADATA_WAIT_MS = 1000
 
 class ShareMemberState:
     __slots__ = ("member_id", "client_id", "topics", "session_timeout_ms", "last_seen_ns")
+
+    def held_bytes(self) -> int:
+        """What this member makes the coordinator hold: its ids and its subscription."""
+        return len(self.member_id) + len(self.client_id) + sum(map(len, self.topics))
 
     def __init__(self, member_id: str, client_id: str) -> None:
         self.member_id = member_id
@@ -60,6 +65,8 @@ class ShareMembership:
     def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
         problem = self._check_heartbeat(request)
         group = self.groups.get(request.group_id)
+        if problem is None and not request.leaving:
+            problem = self._check_subscription(group, request)
         if problem is None and group is None:
             problem = self._create_group(request)
             group = self.groups.get(request.group_id)
@@ -75,6 +82,9 @@ class ShareMembership:
         request = msgspec.structs.replace(request, member_id=member.member_id)
         missing = [topic for topic in member.topics if topic not in self.leaders.topics]
         if missing:
+            # One waits per member: a newer heartbeat is the one its member waits for.
+            self.waiting_heartbeats = [entry for entry in self.waiting_heartbeats
+                                       if (entry[1].group_id, entry[1].member_id) != (group.group_id, member.member_id)]
             self.waiting_heartbeats.append((sender, request, now_ns))
             return self.leaders.request_metadata(missing, now_ns)
         return [Send(sender, self._heartbeat_answer(group, member, request))]
@@ -92,6 +102,25 @@ class ShareMembership:
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{request.group_id!r} is a classic consumer group"
         if len(request.topics) > limits.topics_max:
             return ErrorCode.INVALID_REQUEST, f"a member subscribes to at most {limits.topics_max} topics"
+        bad = next((topic for topic in request.topics if not is_topic_name(topic, limits)), None)
+        if bad is not None:
+            return ErrorCode.INVALID_REQUEST, f"{bad[:60]!r} is not a topic name"
+        return None
+
+    def _check_subscription(self, group: ShareGroup | None,
+                            request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
+        """Share members count against the same byte bound as classic ones
+        (`groups_membership_bytes_max`, actors/group_membership_budget.py): 10,000 topic names
+        of 249 characters, times 200 members of 1,000 groups, would be half a terabyte."""
+        known = group.members.get(request.member_id) if group is not None else None
+        before = known.held_bytes() if known is not None else 0
+        client_id = known.client_id if known is not None else request.client_id
+        member_id_bytes = len(request.member_id) if known is not None else len(request.client_id or "member") + 13
+        after = member_id_bytes + len(client_id) + sum(map(len, set(request.topics)))
+        limit = self.limits.groups_membership_bytes_max
+        if self.members_bytes - before + after > limit:
+            return ErrorCode.LIMIT_REACHED, (f"share members would hold {self.members_bytes - before + after:,} bytes; "
+                                             f"groups_membership_bytes_max is {limit:,}")
         return None
 
     def _create_group(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
@@ -120,7 +149,10 @@ class ShareMembership:
         if member is None:
             member_id = f"{request.client_id or 'member'}-{self.rng.getrandbits(48):012x}"
             member = group.members[member_id] = ShareMemberState(member_id, request.client_id)
+        else:
+            self.members_bytes -= member.held_bytes()
         member.topics = sorted(set(request.topics))
+        self.members_bytes += member.held_bytes()
         member.session_timeout_ms = request.session_timeout_ms
         member.last_seen_ns = now_ns
         # (A heartbeat only moves a session's end later: the floor stays below it.)
@@ -159,6 +191,7 @@ class ShareMembership:
 
     def _remove_member(self, group: ShareGroup, member_id: str, why: str, now_ns: int) -> list[Effect]:
         member = group.members.pop(member_id)
+        self.members_bytes -= member.held_bytes()
         for key, share_partition in group.partitions.items():
             if share_partition.release_member(member_id, now_ns):
                 self._settle(group.group_id, share_partition)
@@ -198,7 +231,6 @@ def check_settings(settings: ShareGroupSettings, limits: Limits) -> str | None:
     if settings.auto_offset_reset not in ("earliest", "latest"):
         return f"auto_offset_reset must be earliest or latest, not {settings.auto_offset_reset!r}"
     topic = settings.dead_letter_topic
-    if topic and (len(topic) > limits.topic_name_length_max or topic in (".", "..")
-                  or not all(character.isalnum() or character in "._-" for character in topic)):
+    if topic and not is_topic_name(topic, limits):
         return f"dead_letter_topic {topic!r} is not a valid topic name"
     return None

@@ -15,7 +15,8 @@ from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
     GroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MemberAssignment, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetEntry, SyncGroupRequest, SyncGroupResponse,
+    OffsetCommitResponse, OffsetEntry, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest,
+    SyncGroupResponse,
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
@@ -218,3 +219,54 @@ def test_the_membership_count_follows_members_that_leave_or_expire_and_survives_
     assert counted == held > 6000
     assert restarted.membership.total_bytes == counted
     assert actor.membership.total_bytes == membership_bytes(actor) == 0
+
+
+# ---------------------------------------------------------------------------- share members
+
+
+def share_heartbeat(harness: Harness, group: str, client: str, topics: list[str]) -> list:
+    request = ShareGroupHeartbeatRequest(correlation_id=11, group_id=group, client_id=client, topics=topics,
+                                         session_timeout_ms=30_000)
+    return messages(harness.deliver(GROUPS, request, client), ShareGroupHeartbeatResponse)
+
+
+def share_subscription_bytes(actor: GroupCoordinator) -> int:
+    return sum(len(member.member_id) + len(member.client_id) + sum(map(len, member.topics))
+               for group in actor.share.groups.values() for member in group.members.values())
+
+
+def test_share_members_subscribing_to_thousands_of_long_invented_topics_stop_at_the_membership_budget():
+    """~1 MB of topic names per member: without a byte bound, 1,000 share groups of 200 members
+    could ask the coordinator to hold hundreds of gigabytes."""
+    harness, actor, _ = coordinator(groups_membership_bytes_max=5_000_000)
+    topics = [f"{index:05d}-{'t' * 240}" for index in range(4000)]
+
+    answers = sum((share_heartbeat(harness, f"queue-{index % 5}", f"client-{index}", topics) for index in range(12)), [])
+
+    refused = [answer for answer in answers if answer.error == ErrorCode.LIMIT_REACHED]
+    assert share_subscription_bytes(actor) <= 5_000_000
+    assert len(refused) >= 12 - 5 and all("groups_membership_bytes_max" in answer.error_message for answer in refused)
+    assert len(actor.share.waiting_heartbeats) <= 5, "a heartbeat waiting for metadata per member at most"
+
+
+def test_a_share_member_naming_a_topic_that_cannot_exist_is_refused():
+    harness, actor, _ = coordinator()
+
+    [answer] = share_heartbeat(harness, "queue", "client", ["orders", "a/b" + "x" * 300])
+
+    assert answer.error == ErrorCode.INVALID_REQUEST and "topic" in answer.error_message
+    assert not any(group.members for group in actor.share.groups.values())
+
+
+def test_a_share_member_heartbeating_while_its_metadata_is_awaited_waits_once():
+    harness, actor, _ = coordinator()
+    [first] = share_heartbeat(harness, "queue", "client", ["orders"]) or [None]
+    member_id = next(iter(actor.share.groups["queue"].members))
+
+    for _ in range(50):
+        harness.deliver(GROUPS, ShareGroupHeartbeatRequest(
+            correlation_id=12, group_id="queue", member_id=member_id, client_id="client", topics=["orders"],
+            session_timeout_ms=30_000), "client")
+
+    assert first is None, "the topic's metadata is unknown: the heartbeat waits for it"
+    assert len(actor.share.waiting_heartbeats) == 1
