@@ -104,6 +104,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     scrub_pass_interval_ms: int = 600_000
 
     # --- requests ------------------------------------------------------------------------
+    # Idempotent producers a partition remembers (actors/producer_state.py): a producer id is a
+    # batch header's claim, so a client can invent any number; each costs up to ~1 KB with its
+    # last five batches, ~10 MB per replica at most. The least recently written is forgotten first
+    # (its retries are then new batches).
+    producer_ids_per_partition_max: int = 10_000
     # acks=all produce requests waiting for replication, per partition. Beyond it: BUSY.
     purgatory_produce_max: int = 10_000
     # Parked consumer fetches and ListOffsets long polls per partition. Beyond it: BUSY. Each

@@ -74,7 +74,7 @@ class PartitionReplica(FetchServing):
         self.follower: FollowerRole | None = None
         self.correlation = 0
         self.parked: list = []
-        self.producers = ProducerStateTable()
+        self.producers = ProducerStateTable(self.limits.producer_ids_per_partition_max)
         self.counters_appended = 0
         self.deferred: list[Effect] = []  # effects found while building an answer (damage a read met)
         self.armed: set[str] = set()  # timers that are set and will fire (see _arm_timers)

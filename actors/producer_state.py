@@ -8,19 +8,21 @@ replicate, so a new leader after a failover still recognises retries.
 
 Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer (Kafka's 5, which
 is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
-retention are unknown again. Exactly-once stops here: it is about the broker's log, not about
+retention are unknown again. A producer id is the batch header's claim, so a client can invent any
+number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1 KB each
+with five batches) and forgets the producer that wrote least recently first — an active producer keeps
+its dedup while an attacker's ids push each other out. (Kafka bounds the same with quotas on new
+producer ids, KIP-936.) Exactly-once stops here: it is about the broker's log, not about
 side effects a consumer performs (see docs/delivery.md).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import NamedTuple
 
 from actors.errors import ErrorCode
 
 BATCHES_REMEMBERED_MAX = 5
-PRODUCERS_MAX = 100_000  # producer ids remembered per partition; the oldest is forgotten first
 
 
 class BatchMark(NamedTuple):
@@ -35,7 +37,7 @@ class ProducerEntry:
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
-        self.batches: deque[BatchMark] = deque(maxlen=BATCHES_REMEMBERED_MAX)
+        self.batches: list[BatchMark] = []  # the last BATCHES_REMEMBERED_MAX, oldest first
 
 
 class Verdict(NamedTuple):
@@ -50,8 +52,9 @@ APPEND = Verdict(ErrorCode.NONE)
 
 
 class ProducerStateTable:
-    def __init__(self) -> None:
-        self._producers: dict[int, ProducerEntry] = {}
+    def __init__(self, producers_max: int) -> None:
+        self.producers_max = producers_max
+        self._producers: dict[int, ProducerEntry] = {}  # least recently written first
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -84,14 +87,17 @@ class ProducerStateTable:
         """Remember an appended batch (leader after append; follower after replication)."""
         if producer_id < 0:
             return
-        entry = self._producers.get(producer_id)
+        entry = self._producers.pop(producer_id, None)  # put back last: the most recent writer
         if entry is None or producer_epoch > entry.epoch:
-            if entry is None and len(self._producers) >= PRODUCERS_MAX:
+            if entry is None and len(self._producers) >= self.producers_max:
                 del self._producers[next(iter(self._producers))]
             entry = ProducerEntry(producer_epoch)
-            self._producers[producer_id] = entry
-        entry.batches.append(BatchMark(base_sequence, base_sequence + record_count - 1,
-                                       base_offset, base_offset + record_count - 1))
+        self._producers[producer_id] = entry
+        batches = entry.batches
+        batches.append(BatchMark(base_sequence, base_sequence + record_count - 1,
+                                 base_offset, base_offset + record_count - 1))
+        if len(batches) > BATCHES_REMEMBERED_MAX:
+            del batches[0]
 
     def truncate(self, end_offset: int) -> None:
         """Forget batches at or past `end_offset` (the log was truncated there)."""
@@ -101,5 +107,4 @@ class ProducerStateTable:
             if not kept:
                 del self._producers[producer_id]
                 continue
-            entry.batches.clear()
-            entry.batches.extend(kept)
+            entry.batches = kept
