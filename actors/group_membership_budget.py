@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from actors.classic_group import ClassicGroup, Member
     from actors.limits import Limits
 
-MEMBER_ID_SUFFIX_BYTES = 13  # "-" and 12 hex digits after the client id (GroupCoordinator._on_join)
+# "-" and 12 hex digits after the client id, in a classic or a share member's id
+# (GroupCoordinator._on_join, ShareMembership._member_for)
+MEMBER_ID_SUFFIX_BYTES = 13
 
 
 def protocols_bytes(protocols: list[GroupProtocol]) -> int:

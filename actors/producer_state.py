@@ -10,10 +10,10 @@ Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer 
 is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
 retention are unknown again. A producer id is the batch header's claim, so a client can invent any
 number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1 KB each
-with five batches) and forgets the producer that wrote least recently first — an active producer keeps
-its dedup while an attacker's ids push each other out. (Kafka bounds the same with quotas on new
-producer ids, KIP-936.) Exactly-once stops here: it is about the broker's log, not about
-side effects a consumer performs (see docs/delivery.md).
+with five batches) and forgets the producer that wrote least recently first, so an active
+producer keeps its dedup while an attacker's ids push each other out. (Kafka bounds the same with
+quotas on new producer ids, KIP-936.) Exactly-once stops here: it is about the broker's log, not
+about side effects a consumer performs (see docs/delivery.md).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from actors.actor import MS
 from actors.deadlines import lowered
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
+from actors.group_membership_budget import MEMBER_ID_SUFFIX_BYTES
 from actors.group_offsets import is_topic_name
 from actors.limits import Limits
 from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
@@ -115,7 +116,8 @@ class ShareMembership:
         known = group.members.get(request.member_id) if group is not None else None
         before = known.held_bytes() if known is not None else 0
         client_id = known.client_id if known is not None else request.client_id
-        member_id_bytes = len(request.member_id) if known is not None else len(request.client_id or "member") + 13
+        member_id_bytes = (len(request.member_id) if known is not None
+                           else len(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES)
         after = member_id_bytes + len(client_id) + sum(map(len, set(request.topics)))
         limit = self.limits.groups_membership_bytes_max
         if self.members_bytes - before + after > limit:

@@ -5,9 +5,9 @@ A mixin of `Runtime` (transport/runtime.py), which owns the ROUTER, the codec, t
 the ring links, the outbound budget and the loop that calls back into the actor. A message on its
 way out passes the ring links (bulk records may go through shared memory instead), the outbound
 budget (an answer to a peer with too much unread is replaced by a small BUSY: a FetchResponse
-without its records, anything else an ErrorResponse) and the fault switch, in that order. Sending never blocks: a full queue drops the message and counts
-it, and an endpoint that is no address is dropped, not fatal (metadata names endpoints, and
-metadata is a claim). Peer sockets are bounded by `peer_sockets_max`: the oldest is closed first.
+without its records, anything else an ErrorResponse) and the fault switch, in that order.
+Sending never blocks: a full queue drops the message and counts it, and an endpoint that is no
+address is dropped, not fatal (metadata names endpoints, and metadata is a claim). Peer sockets are bounded by `peer_sockets_max`: the oldest is closed first.
 Nothing here decides anything about the protocol.
 """
 
