@@ -109,6 +109,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # last five batches, ~10 MB per replica at most. The least recently written is forgotten first
     # (its retries are then new batches).
     producer_ids_per_partition_max: int = 10_000
+    # How far past the leader's clock a batch's newest timestamp may be (Kafka 4's
+    # message.timestamp.after.max.ms): time retention deletes a segment only once its newest
+    # record is older than retention_ms, so one record stamped years ahead would keep every later
+    # segment on disk for years. Beyond it: INVALID_TIMESTAMP. An hour covers clock skew.
+    record_timestamp_future_max_ms: int = 3_600_000
     # acks=all produce requests waiting for replication, per partition. Beyond it: BUSY.
     purgatory_produce_max: int = 10_000
     # Parked consumer fetches and ListOffsets long polls per partition. Beyond it: BUSY. Each

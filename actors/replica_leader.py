@@ -97,6 +97,11 @@ class LeaderRole:
             return replica.produce_error(request, sender, ErrorCode.MESSAGE_TOO_LARGE, str(error))
         except CorruptBatch as error:
             return replica.produce_error(request, sender, ErrorCode.CORRUPT_MESSAGE, str(error))
+        ahead_ms = header.max_timestamp_ms - now_ns // MS
+        if ahead_ms > replica.limits.record_timestamp_future_max_ms:
+            return replica.produce_error(request, sender, ErrorCode.INVALID_TIMESTAMP, (
+                f"the batch's newest timestamp {header.max_timestamp_ms} is {ahead_ms} ms in the future; at most "
+                f"{replica.limits.record_timestamp_future_max_ms} ms is accepted (record_timestamp_future_max_ms)"))
         verdict = replica.producers.check(header.producer_id, header.producer_epoch,
                                           header.base_sequence, header.record_count)
         if verdict.duplicate_of is not None:

@@ -385,6 +385,18 @@ def test_producer_state_is_rebuilt_from_the_log_so_a_new_replica_recognises_retr
     assert stage.log.log_end_offset == 2
 
 
+def test_a_batch_stamped_far_in_the_future_is_refused_so_it_cannot_hold_time_retention_back(stage):
+    """Time retention deletes the oldest segment once its newest record is older than retention_ms:
+    one record stamped in the year 2100 would keep that segment, and every later one, forever."""
+    year_2100_ms = 4_102_444_800_000
+    refused = only(stage.produce(batch(first_timestamp_ms=year_2100_ms)), ProduceResponse)
+    skewed = only(stage.produce(batch(first_timestamp_ms=LIMITS.record_timestamp_future_max_ms - 1)), ProduceResponse)
+
+    assert refused.error == ErrorCode.INVALID_TIMESTAMP and "future" in refused.error_message
+    assert skewed.error == ErrorCode.NONE, "a producer's clock a little ahead of the leader's is fine"
+    assert stage.log.log_end_offset == 1
+
+
 # ---------------------------------------------------------------------------- consumer fetch
 
 
