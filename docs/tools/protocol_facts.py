@@ -115,6 +115,8 @@ ERROR_WHEN = {
                                     "changes, replica heartbeats and fetches, exit notices, the fault switch) came "
                                     "without this cluster's authentication tag; or the fault switch is off because "
                                     "the cluster was not started for chaos. Nothing changed (docs/security.md).",
+    "INVALID_TIMESTAMP": "Produce: the batch's newest record is stamped more than `record_timestamp_future_max_ms` "
+                         "(1 hour) past the leader's clock. Not retried: fix the producer's clock or timestamps.",
     "TOPIC_ALREADY_EXISTS": "Create topic: the name is taken. Nothing changed.",
     "INVALID_PARTITIONS": "Create topic or grow: the count is outside 1..`partitions_per_topic_max`, or "
                           "a grow does not add partitions.",
