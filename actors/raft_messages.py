@@ -92,10 +92,16 @@ class RaftAppendResponse(RaftMessage, kw_only=True):
     hint_term: NonNegative = 0
     log_lost: bool = False  # a refusal from a voter that lost its log (docs/raft.md §7): forget its match
     sequence: NonNegative = 0  # the request's: the leader discards acknowledgements its lost log sent
+    # The answer to a chunk of the snapshot at `snapshot_index` that did not complete it: the
+    # follower holds that snapshot's first `snapshot_offset` bytes and wants the rest (0: none).
+    snapshot_index: NonNegative = 0
+    snapshot_offset: NonNegative = 0
 
 
 class RaftSnapshotRequest(RaftMessage, kw_only=True):
-    """The leader's snapshot, for a follower that needs entries the leader has compacted away."""
+    """The leader's snapshot, for a follower that needs entries the leader has compacted away,
+    in chunks of at most `snapshot_chunk_bytes` (the Raft paper's InstallSnapshot: `data` is the
+    snapshot's bytes from `offset`, and `done` says they are its last)."""
 
     PAYLOAD_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
@@ -104,6 +110,8 @@ class RaftSnapshotRequest(RaftMessage, kw_only=True):
     voters: list[VoterId] = []
     data: bytes = b""
     sequence: NonNegative = 0  # as an append's
+    offset: NonNegative = 0
+    done: bool = True
 
 
 RAFT_MESSAGE_TYPES: tuple[type[RaftMessage], ...] = (

@@ -83,6 +83,10 @@ class RaftSimConfig:
     # closed sockets. Neither draws from the seed's generator unless on, so histories are kept.
     idle_heartbeat_interval_ms: int = 0
     disconnect_on_crash: bool = False
+    # Snapshots in chunks of this many bytes (0: RaftConfig's default, larger than any snapshot
+    # here). The simulated state machine's snapshot is a few dozen bytes: a handful of bytes per
+    # chunk sends each in several. Drawn from nothing, so histories are kept.
+    snapshot_chunk_bytes: int = 0
     election_strike_probability: float = 0.25
     leader_strikes: tuple[str, ...] = ("crash-now", "isolate")  # what befalls a struck new leader
     steps_max: int = 200_000
@@ -157,7 +161,8 @@ class RaftSimulation(FaultRules):
                     idle_heartbeat_interval_ms=c.idle_heartbeat_interval_ms,
                     append_entries_max=pick(c.append_entries_max), inflight_appends_max=pick(c.inflight_appends_max),
                     snapshot_interval_entries=pick(c.snapshot_interval_entries),
-                    snapshot_trailing_entries=pick(c.snapshot_trailing_entries))
+                    snapshot_trailing_entries=pick(c.snapshot_trailing_entries),
+                    **({"snapshot_chunk_bytes": c.snapshot_chunk_bytes} if c.snapshot_chunk_bytes else {}))
 
     # ------------------------------------------------------------------ voters
 

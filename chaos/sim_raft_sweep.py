@@ -31,11 +31,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="a crashed voter's peers see its connection drop")
     parser.add_argument("--lost-disks", action="store_true",
                         help="add the wipe fault: voters lose their disks and come back rejoining")
+    parser.add_argument("--snapshot-chunk-bytes", type=int, default=0,
+                        help="send snapshots in chunks of this many bytes (default 0: one chunk)")
     args = parser.parse_args(argv)
     if args.idle_heartbeat_ms < 0:
         parser.error("--idle-heartbeat-ms must be >= 0")
+    if args.snapshot_chunk_bytes < 0:
+        parser.error("--snapshot-chunk-bytes must be >= 0")
     config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
-                           disconnect_on_crash=args.disconnect_on_crash)
+                           disconnect_on_crash=args.disconnect_on_crash, snapshot_chunk_bytes=args.snapshot_chunk_bytes)
     if args.lost_disks:
         config = replace(config, faults=config.faults + ("wipe",))
     if args.idle_heartbeat_ms:  # gaps between proposals, or no leader is ever quiet

@@ -63,9 +63,13 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
     # keeps this many trailing entries so a follower slightly behind gets entries, not a snapshot.
     snapshot_interval_entries: int = 1024
     snapshot_trailing_entries: int = 128
-    # The whole metadata of a large cluster fits well inside this; a snapshot travels in one
-    # message, which must also fit the codec's frame limit (32 MiB).
-    snapshot_bytes_max: int = 16 * 1024 * 1024
+    # A snapshot travels in chunks of this size (each one message, well within the codec's frame
+    # limit), so its size is bounded only by what a voter holds in memory anyway: every state the
+    # group coordinator's byte budgets admit (offsets, members, share groups) fits. A snapshot
+    # that had to fit one message (16 MiB) left a larger state never compacted, and the journal
+    # growing for as long as the state stayed that large.
+    snapshot_chunk_bytes: int = 1024 * 1024
+    snapshot_bytes_max: int = 1024 * 1024 * 1024
 
     def check(self) -> "RaftConfig":
         """Raise RaftConfigError naming the first thing that is wrong; return self."""
@@ -82,7 +86,7 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise RaftConfigError(f"idle_heartbeat_interval_ms ({self.idle_heartbeat_interval_ms}) must be 0 or at "
                                   f"least heartbeat_interval_ms ({self.heartbeat_interval_ms})")
         for name in ("append_entries_max", "append_bytes_max", "inflight_appends_max", "uncommitted_entries_max",
-                     "entry_bytes_max", "snapshot_interval_entries", "snapshot_bytes_max"):
+                     "entry_bytes_max", "snapshot_interval_entries", "snapshot_chunk_bytes", "snapshot_bytes_max"):
             if getattr(self, name) < 1:
                 raise RaftConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.snapshot_trailing_entries <= self.snapshot_interval_entries:

@@ -15,6 +15,10 @@ Rules (Raft §5.3, §7):
   what this leader has shown it to hold.
 - A snapshot replaces the log (and the state machine) unless the log already holds its last
   entry with the same term, in which case only the commit index moves and later entries stay.
+  It comes in chunks: each must continue what this follower holds of the same snapshot from the
+  same leader and term (else it is answered with how much it holds, and the leader goes on from
+  there); the snapshot is installed once its last chunk arrived, and never grows past
+  `snapshot_bytes_max` in memory.
 """
 
 from __future__ import annotations
@@ -91,6 +95,28 @@ class FollowerRules:
         self._answer_append(request, success=False, reject_index=request.prev_log_index,
                             hint_index=index, hint_term=self.log.term_at(index) or 0, log_lost=self.rejoining)
 
+    def _assemble_snapshot(self, request: RaftSnapshotRequest) -> bytes | None:
+        """The whole snapshot once `request` brought its last chunk; None until then (the chunk
+        is kept if it continues what is held, and answered with how much is held)."""
+        if request.offset == 0 and request.done:
+            self._snapshot_chunks = None
+            return bytes(request.data)
+        which = (request.source, request.term, request.snapshot_index, request.snapshot_term)
+        held = self._snapshot_chunks
+        if request.offset == 0:
+            held = self._snapshot_chunks = (which, bytearray())
+        if held is None or held[0] != which or request.offset != len(held[1]):
+            self._count("snapshot_chunks_out_of_place")
+            self._answer_append(request, snapshot_index=request.snapshot_index,
+                                snapshot_offset=len(held[1]) if held is not None and held[0] == which else 0)
+            return None
+        held[1].extend(request.data)
+        if not request.done:
+            self._answer_append(request, snapshot_index=request.snapshot_index, snapshot_offset=len(held[1]))
+            return None
+        self._snapshot_chunks = None
+        return bytes(held[1])
+
     def _answer_append(self, request: RaftAppendRequest | RaftSnapshotRequest, **fields) -> None:
         leader = request.source
         self._send(leader, RaftAppendResponse(source=self.id, destination=leader, term=self.term,
@@ -110,9 +136,12 @@ class FollowerRules:
         if sorted(request.voters) != sorted(self.config.voters):
             self._count("dropped_snapshot_of_other_voters")
             return
+        data = self._assemble_snapshot(request)
+        if data is None:
+            return
         meta = SnapshotMeta(index=index, term=request.snapshot_term, voters=sorted(request.voters))
-        self.log.install_snapshot(meta, bytes(request.data))
-        self.state_machine.restore(bytes(request.data), index)
+        self.log.install_snapshot(meta, data)
+        self.state_machine.restore(data, index)
         self.commit_index = self.applied_index = index
         self._count("snapshots_installed")
         self._early.append(Trace("raft_snapshot_installed", {"node": self.id, "index": index,

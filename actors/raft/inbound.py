@@ -30,7 +30,7 @@ def check_message(message: RaftMessage, config: RaftConfig) -> str | None:
     if isinstance(message, RaftSnapshotRequest):
         if message.snapshot_term > message.term:
             return "snapshot_term_past_term"
-        if len(message.data) > config.snapshot_bytes_max:
+        if len(message.data) > config.snapshot_chunk_bytes or message.offset + len(message.data) > config.snapshot_bytes_max:
             return "snapshot_too_large"
     if isinstance(message, RaftVoteRequest) and message.last_log_term > message.term:
         return "vote_log_term_past_term"

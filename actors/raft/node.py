@@ -84,6 +84,9 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self.rejoining = log.rejoining
         self.rejoin_term = self.rejoin_commit = 0
         self.sequence_sent = 0  # appends and snapshots sent (replication.py `_next_sequence`)
+        # The snapshot arriving in chunks (follower.py `_assemble_snapshot`): which one
+        # (leader, term, index, term of its last entry), and its bytes so far.
+        self._snapshot_chunks: tuple[tuple[int, int, int, int], bytearray] | None = None
         self._out: list[Any] = []  # messages and state-machine effects of this step
         self._early: list[Any] = []  # timers and traces: never wait for a flush
         snapshot = log.snapshot

@@ -121,16 +121,38 @@ class LeaderRules:
                                            sequence=self._next_sequence()))
         progress.told(self.commit_index, progress.match_index)
 
-    def _send_snapshot(self, peer: int, progress: Progress, now_ns: int) -> None:
+    def _send_snapshot(self, peer: int, progress: Progress, now_ns: int, offset: int = 0) -> None:
+        """The chunk of the snapshot from `offset` (the follower answers each chunk but the last
+        with how much it holds, and gets the next)."""
         snapshot = self.log.snapshot
         assert snapshot is not None, f"entry {progress.next_index - 1} is compacted but there is no snapshot"
         self._wake(now_ns)
         progress.become_snapshot(snapshot.index, now_ns)
-        self._count("snapshots_sent")
+        data = self.log.snapshot_data
+        end = min(len(data), offset + self.config.snapshot_chunk_bytes)
+        self._count("snapshots_sent" if offset == 0 else "snapshot_chunks_sent")
         self._send(peer, RaftSnapshotRequest(source=self.id, destination=peer, term=self.term,
                                              snapshot_index=snapshot.index, snapshot_term=snapshot.term,
-                                             voters=list(snapshot.voters), data=self.log.snapshot_data,
-                                             sequence=self._next_sequence()))
+                                             voters=list(snapshot.voters), data=data[offset:end],
+                                             sequence=self._next_sequence(), offset=offset, done=end == len(data)))
+
+    def _on_snapshot_chunk_answer(self, peer: int, progress: Progress, response: RaftAppendResponse,
+                                  now_ns: int) -> None:
+        """The follower holds the first `snapshot_offset` bytes of a snapshot: the next chunk, if
+        that is the snapshot it is being sent (else a stale answer, or the snapshot was replaced
+        by a newer one: that one from its start)."""
+        snapshot = self.log.snapshot
+        if progress.state is not ReplicationState.SNAPSHOT or snapshot is None \
+                or response.snapshot_index != progress.snapshot_index or response.sequence < progress.acks_from:
+            self._count("stale_snapshot_chunk_answers")
+            return
+        if snapshot.index != response.snapshot_index:
+            self._send_snapshot(peer, progress, now_ns)
+            return
+        if response.snapshot_offset >= len(self.log.snapshot_data):
+            self._count("stale_snapshot_chunk_answers")
+            return
+        self._send_snapshot(peer, progress, now_ns, response.snapshot_offset)
 
     # ------------------------------------------------------------------ answers
 
@@ -141,6 +163,9 @@ class LeaderRules:
         peer = response.source
         progress = self.progress[peer]
         progress.recent_active = True
+        if response.snapshot_index:
+            self._on_snapshot_chunk_answer(peer, progress, response, now_ns)
+            return
         if not response.success:
             self._on_append_refused(peer, progress, response, now_ns)
             return

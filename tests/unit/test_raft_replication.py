@@ -108,6 +108,60 @@ def test_a_follower_that_fell_behind_compaction_gets_the_snapshot():
     assert follower.log.snapshot.index == leader.log.snapshot.index or follower.log.snapshot.index >= 5
 
 
+def fall_behind_a_snapshot(net: Net, commands: list[bytes]) -> None:
+    """Node 1 leads; node 3, cut off, misses `commands`, which node 1 compacts into a snapshot."""
+    net.campaign(1)
+    net.deliver()
+    net.isolate(3)
+    for command in commands:
+        net.propose(1, command)
+    net.deliver()
+    assert net.nodes[1].log.snapshot is not None and net.nodes[1].log.first_index > 2
+
+
+def test_a_snapshot_larger_than_a_chunk_reaches_the_follower_in_chunks_of_at_most_that_size():
+    net = Net(3, snapshot_interval_entries=5, snapshot_trailing_entries=0, snapshot_chunk_bytes=32)
+    fall_behind_a_snapshot(net, [b"command-%02d" % number for number in range(12)])
+    net.heal()
+    net.run_for(500)
+
+    chunks = [message for _, message in net.sent if isinstance(message, RaftSnapshotRequest)]
+    snapshot = net.nodes[1].log.snapshot_data
+    assert len(snapshot) > 3 * 32 and len(chunks) >= len(snapshot) // 32
+    assert all(len(chunk.data) <= 32 for chunk in chunks)
+    assert net.nodes[3].counters["snapshots_installed"] == 1
+    assert net.commands(3) == net.commands(1) == [b"command-%02d" % number for number in range(12)]
+
+
+def test_a_chunk_that_does_not_follow_what_the_follower_holds_is_answered_with_what_it_holds():
+    net = Net(3, snapshot_interval_entries=5, snapshot_trailing_entries=0, snapshot_chunk_bytes=64)
+    fall_behind_a_snapshot(net, [b"command-%02d" % number for number in range(12)])
+    follower = net.nodes[3]
+    net.heal()
+    net.take()
+
+    net.step(3, RaftSnapshotRequest(source=1, destination=3, term=1, snapshot_index=12, snapshot_term=1,
+                                    voters=[1, 2, 3], data=b"x" * 64, offset=128, done=False))
+    [answer] = net.take(RaftAppendResponse)
+
+    assert (answer.snapshot_index, answer.snapshot_offset) == (12, 0), "it holds nothing of that snapshot"
+    assert follower.counters.get("snapshots_installed", 0) == 0
+
+
+def test_a_state_larger_than_one_message_is_still_compacted():
+    """A snapshot used to travel in one message, so a state past 16 MiB was never snapshotted and
+    the journal grew for as long as the state stayed that large."""
+    net = Net(3, snapshot_interval_entries=5, snapshot_trailing_entries=0)
+    fall_behind_a_snapshot(net, [bytes([number]) * 1_000_000 for number in range(25)])
+    net.heal()
+    net.run_for(2000)
+
+    assert len(net.nodes[1].log.snapshot_data) > 16 * 2**20
+    assert net.nodes[1].counters.get("snapshots_too_large", 0) == 0
+    assert net.nodes[3].counters["snapshots_installed"] == 1
+    assert net.commands(3) == net.commands(1)
+
+
 def test_a_snapshot_the_follower_already_covers_only_moves_its_commit_index():
     net = Net(3)
     net.campaign(1)
