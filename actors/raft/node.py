@@ -130,6 +130,10 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         assert (self.term, self.voted_for) == tuple(log.hard_state)[:2], f"{self.name}: term/vote not the log's"
         snapshot_index = log.snapshot.index if log.snapshot is not None else 0
         assert self.applied_index >= snapshot_index, f"{self.name}: applied below the snapshot"
+        if self._snapshot_chunks is not None:
+            (_, term, _, _), held = self._snapshot_chunks
+            assert term == self.term and len(held) <= self.config.snapshot_bytes_max, (
+                f"{self.name}: {len(held)} bytes of a snapshot of term {term} held in term {self.term}")
         if self.role is Role.LEADER:
             assert self.leader_id == self.id and self.voted_for == self.id, (
                 f"{self.name}: a leader that did not vote for itself")
@@ -301,6 +305,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
     def _set_term(self, term: int, *, vote: int) -> None:
         self.term, self.voted_for = term, vote
         self.log.set_hard_state(term, vote)
+        self._snapshot_chunks = None  # a snapshot arriving from an earlier term's leader: never finished
 
     # ------------------------------------------------------------------ commit and apply
 

@@ -29,7 +29,8 @@ class ReplicationState(str, Enum):
 
 class Progress:
     __slots__ = ("match_index", "next_index", "state", "inflight", "probe_sent", "recent_active",
-                 "snapshot_index", "snapshot_sent_ns", "match_at_last_heartbeat", "commit_told", "acks_from")
+                 "snapshot_index", "snapshot_sent_ns", "snapshot_sequence", "match_at_last_heartbeat", "commit_told",
+                 "acks_from")
 
     def __init__(self, next_index: int) -> None:
         self.match_index = 0
@@ -40,6 +41,7 @@ class Progress:
         self.recent_active = False  # heard from since the last check-quorum round
         self.snapshot_index = 0
         self.snapshot_sent_ns = 0
+        self.snapshot_sequence = 0  # of the last snapshot chunk sent: only its answer asks for the next
         self.match_at_last_heartbeat = 0
         self.commit_told = 0  # the highest commit index an append let this follower reach
         self.acks_from = 0  # acknowledgements of requests sent before this sequence are void

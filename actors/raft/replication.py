@@ -131,19 +131,23 @@ class LeaderRules:
         data = self.log.snapshot_data
         end = min(len(data), offset + self.config.snapshot_chunk_bytes)
         self._count("snapshots_sent" if offset == 0 else "snapshot_chunks_sent")
+        progress.snapshot_sequence = self._next_sequence()
         self._send(peer, RaftSnapshotRequest(source=self.id, destination=peer, term=self.term,
                                              snapshot_index=snapshot.index, snapshot_term=snapshot.term,
                                              voters=list(snapshot.voters), data=data[offset:end],
-                                             sequence=self._next_sequence(), offset=offset, done=end == len(data)))
+                                             sequence=progress.snapshot_sequence, offset=offset,
+                                             done=end == len(data)))
 
     def _on_snapshot_chunk_answer(self, peer: int, progress: Progress, response: RaftAppendResponse,
                                   now_ns: int) -> None:
         """The follower holds the first `snapshot_offset` bytes of a snapshot: the next chunk, if
-        that is the snapshot it is being sent (else a stale answer, or the snapshot was replaced
-        by a newer one: that one from its start)."""
+        this answers the last chunk sent (a duplicated or late answer would send a chunk twice)
+        of the snapshot it is being sent (else the snapshot was replaced by a newer one: that one
+        from its start)."""
         snapshot = self.log.snapshot
         if progress.state is not ReplicationState.SNAPSHOT or snapshot is None \
-                or response.snapshot_index != progress.snapshot_index or response.sequence < progress.acks_from:
+                or response.snapshot_index != progress.snapshot_index \
+                or response.sequence != progress.snapshot_sequence or response.sequence < progress.acks_from:
             self._count("stale_snapshot_chunk_answers")
             return
         if snapshot.index != response.snapshot_index:

@@ -8,6 +8,7 @@ import pytest
 
 from actors.raft import Role
 from actors.raft.replication import LeaderRules
+from actors.raft.roles import HEARTBEAT_TIMER
 from actors.raft_messages import RaftAppendRequest, RaftAppendResponse, RaftSnapshotRequest
 from storage.raft_log import RaftEntry
 from tests.unit.raft_harness import Net
@@ -146,6 +147,25 @@ def test_a_chunk_that_does_not_follow_what_the_follower_holds_is_answered_with_w
 
     assert (answer.snapshot_index, answer.snapshot_offset) == (12, 0), "it holds nothing of that snapshot"
     assert follower.counters.get("snapshots_installed", 0) == 0
+
+
+def test_a_repeated_answer_to_a_chunk_sends_the_next_chunk_once():
+    """A duplicated answer (the network repeats messages) must not send every later chunk twice."""
+    net = Net(3, snapshot_interval_entries=5, snapshot_trailing_entries=0, snapshot_chunk_bytes=32)
+    fall_behind_a_snapshot(net, [b"command-%02d" % number for number in range(12)])
+    net.heal()
+    net.fire(1, HEARTBEAT_TIMER)
+    [first] = [message for message in net.take(RaftSnapshotRequest) if message.destination == 3]
+    net.take()
+    net.step(3, first)
+    [answer] = net.take(RaftAppendResponse)
+
+    net.step(1, answer)
+    net.step(1, answer)
+
+    chunks = net.take(RaftSnapshotRequest)
+    assert (answer.snapshot_offset, [chunk.offset for chunk in chunks]) == (32, [32])
+    assert net.nodes[1].counters["stale_snapshot_chunk_answers"] == 1
 
 
 def test_a_state_larger_than_one_message_is_still_compacted():
