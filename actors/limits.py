@@ -201,6 +201,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # In-flight (acquired or available-for-redelivery) records per share-partition (KIP-932's
     # group.share.partition.max.record.locks is 200; more lets many members share one partition).
     share_records_in_flight_max: int = 2000
+    # The same over every share-partition of the coordinator: 10,000 share-partitions of 2,000
+    # would be 20 million records (~250 bytes each, and up to 1 KiB of error text). Past it an
+    # acquire gets only redeliveries, until records complete.
+    share_records_in_flight_total_max: int = 100_000
     share_fetch_records_max: int = 500
     # Share groups and their members per coordinator (KIP-932's group.share.max.groups is 10 and
     # group.share.max.size 200); each group costs its share-partitions' state in memory and on disk.

@@ -65,6 +65,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
         self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
         self.members_bytes = 0  # ids and subscriptions of every member (ShareMemberState.held_bytes)
+        # Records in flight over every share-partition (`share_records_in_flight_total_max`),
+        # counted again whenever a share-partition changed (`persist`, `put_many`).
+        self.records_in_flight = 0
         self.wrote = False  # something was put during this step: replies wait for the flush
         # Share-partitions changed during this step, put once at its end (`_finish`): a step that
         # acquires, acknowledges and serves parked acquires changes one window several times.
@@ -101,10 +104,17 @@ class ShareGroups(ShareMembership, ShareDelivery):
         for group in self.groups.values():
             for share_partition in group.partitions.values():
                 self.dead_letters.enqueue(group.group_id, share_partition)
+                self._count_records(share_partition)
+
+    def _count_records(self, share_partition: SharePartition) -> None:
+        size = len(share_partition.records)
+        self.records_in_flight += size - share_partition.counted_records
+        share_partition.counted_records = size
 
     def persist(self, group_id: str, share_partition: SharePartition) -> None:
         """Put the share-partition's change before anyone hears of it: at the end of this step,
         before the flush its replies wait for."""
+        self._count_records(share_partition)
         if share_partition.changed:
             self.unpersisted[(group_id, share_partition.topic, share_partition.partition)] = (group_id, share_partition)
             self.wrote = True
@@ -119,6 +129,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def put_many(self, items: list[tuple[str, Any]], touched: list[tuple[str, SharePartition]]) -> None:
         """Several changes that must survive a crash together (a dead-letter write's outcome)."""
         for group_id, share_partition in touched:
+            self._count_records(share_partition)
             items.append((_partition_key(group_id, share_partition), share_partition.stored()))
             share_partition.changed = False
         self.state.put_many(items)
@@ -264,6 +275,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
                                                f"{busy[0][0]}/{busy[0][1]}; try again when that is done")
         for share_partition in group.partitions.values():
             self.unpersisted.pop((group_id, share_partition.topic, share_partition.partition), None)
+            self.records_in_flight -= share_partition.counted_records
             self.state.delete(_partition_key(group_id, share_partition))
         self.state.delete(f"share-group/{group_id}")
         del self.groups[group_id]
@@ -309,6 +321,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 share_partition.invariants(group.members)  # and no lock is held by a departed member
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
+        in_flight = sum(len(share_partition.records) for group in self.groups.values()
+                        for share_partition in group.partitions.values())
+        assert in_flight == self.records_in_flight, f"{in_flight} records in flight, counted {self.records_in_flight}"
         self.dead_letters.invariants()
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:

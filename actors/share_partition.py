@@ -91,6 +91,7 @@ class SharePartition:
         self.end_offset = -1
         self.high_watermark = -1
         self.records: dict[int, InFlightRecord] = {}
+        self.counted_records = 0  # len(records) as the coordinator's total last counted it
         self.available: SortedSet = SortedSet()
         self.last_available_at_ns = 0  # the latest time a delayed release was set to end
         self.next_lock_deadline_ns: int | None = None  # no lock expires before this
@@ -134,9 +135,10 @@ class SharePartition:
 
     # ------------------------------------------------------------------ acquire
 
-    def acquire(self, member_id: str, max_records: int, now_ns: int) -> Acquisition:
+    def acquire(self, member_id: str, max_records: int, now_ns: int, new_records_max: int = 1 << 62) -> Acquisition:
         """Lock up to `max_records` records to the member: redeliveries first (lowest offsets
-        first, once their delay has passed), then new offsets up to the high watermark."""
+        first, once their delay has passed), then at most `new_records_max` new offsets up to the
+        high watermark."""
         self._verified_holders = None
         self.expire_locks(now_ns)
         deadline = now_ns + self.settings.visibility_timeout_ms * MS
@@ -151,7 +153,7 @@ class SharePartition:
                 self._dead_letter(offset, record, MAX_ATTEMPTS, now_ns)
                 continue
             taken.append((offset, self._lock(record, member_id, deadline, now_ns)))
-        limit = self._new_limit()
+        limit = min(self._new_limit(), self.end_offset + new_records_max)
         while self.end_offset < limit and len(taken) < max_records:
             record = self.records[self.end_offset] = InFlightRecord()
             taken.append((self.end_offset, self._lock(record, member_id, deadline, now_ns)))

@@ -11,8 +11,10 @@ the same file system.
 from __future__ import annotations
 
 import random
+import sys
 from typing import Callable
 
+import msgspec
 import pytest
 
 from actors.coordinator import Coordinator
@@ -794,3 +796,32 @@ def test_a_share_groups_requests_to_the_controllers_follow_not_controller_hints(
     leaders.answered(again.message.correlation_id, ErrorResponse(
         correlation_id=again.message.correlation_id, error=Code.REQUEST_TIMED_OUT))
     assert leaders.coordinator != "tcp://c3", "a voter that did not answer is passed over"
+
+
+# ---------------------------------------------------------------------------- bounds
+
+
+def test_records_in_flight_over_every_share_partition_stop_at_the_coordinators_bound(monkeypatch):
+    """Each share-partition holds at most share_records_in_flight_max records in flight, but
+    share-partitions can be 10,000 (groups x partitions): 20 million records, gigabytes. Over
+    all of them the coordinator holds at most share_records_in_flight_total_max; past it only
+    redeliveries are handed out, until records complete."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS",
+                        msgspec.structs.replace(LIMITS, share_records_in_flight_total_max=30))
+    world = World()
+    world.create_topic("orders")
+    world.produce("orders", [f"v{index}" for index in range(50)])
+    first = world.join("a", ["orders"], group="g").member_id
+    second = world.join("b", ["orders"], group="h").member_id
+
+    taken_first = acquired_offsets(world.acquire_now("a", first, "orders", group="g", max_records=20))
+    capped = world.acquire_now("b", second, "orders", group="h", max_records=20)
+    world.answer("a", first, "orders", 0, 19, "accept")
+    freed = world.acquire_now("b", second, "orders", group="h", max_records=20)
+
+    assert len(taken_first) == 20
+    assert [offset for offset, _ in acquired_offsets(capped)] == list(range(10)), "only 10 more fit"
+    assert [offset for offset, _ in acquired_offsets(freed)] == list(range(10, 30)), "room again once accepted"
+    share = world.group.share
+    assert share.records_in_flight == sum(len(partition.records) for group in share.groups.values()
+                                          for partition in group.partitions.values()) <= 30
