@@ -59,7 +59,7 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class PartitionFetch:
     __slots__ = ("topic", "partition", "position", "reset", "paused", "session", "correlation", "sent_ns",
                  "retry_at_ns", "reset_correlation", "endpoint", "reported", "held", "asked", "reset_ns",
-                 "resetting_out_of_range", "failing", "epoch_floor", "floor_correlation")
+                 "resetting_out_of_range", "failing", "epoch_floor", "floor_correlation", "topic_id")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -87,6 +87,10 @@ class PartitionFetch:
         # `floor_correlation`) still names an older epoch: the topic was made again.
         self.epoch_floor = -1
         self.floor_correlation = 0
+        # The id of the topic the position belongs to (0: not known yet; the first fetch or
+        # reset sent adopts the metadata's). A topic deleted and made again under the same name
+        # has another id: the position means nothing there (consumer_client_fetch_loop.py).
+        self.topic_id = 0
 
 
 class ConsumerClient(FetchLoop, LeaderAnswers):
@@ -206,9 +210,11 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
 
     def assign(self, partitions: list[tuple[str, int]], now_ns: int,
                positions: dict[tuple[str, int], int] | None = None, epoch: int = 0,
-               leader_epochs: dict[tuple[str, int], int] | None = None) -> list[Effect]:
+               leader_epochs: dict[tuple[str, int], int] | None = None,
+               topic_ids: dict[tuple[str, int], int] | None = None) -> list[Effect]:
         """Replace the assignment. Kept partitions keep their position; new ones start from
-        `positions` (read under `leader_epochs`, when known) or from `auto_offset_reset`."""
+        `positions` (read under `leader_epochs` from the topics of `topic_ids`, when known) or
+        from `auto_offset_reset`."""
         wanted = set(partitions)
         for key in [key for key in self.fetches if key not in wanted]:
             fetch = self.fetches.pop(key)
@@ -223,6 +229,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
                 if position is not None and position >= 0:
                     fetch.position = position
                     fetch.epoch_floor = (leader_epochs or {}).get(key, -1)
+                    fetch.topic_id = (topic_ids or {}).get(key, 0)
                     fetch.floor_correlation = self.correlation
                     effects.append(Notify("position", (key[0], key[1], fetch.session, position)))
                 else:
@@ -239,7 +246,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
             return [Notify("partition-error", (topic, partition, RailmqError(
                 ErrorCode.INVALID_REQUEST, f"{topic}/{partition} is not assigned to this consumer")))]
         self._new_session(fetch, epoch)
-        fetch.position, fetch.reset = offset, None
+        fetch.position, fetch.reset, fetch.topic_id = offset, None, 0
         return [Notify("position", (topic, partition, fetch.session, offset))] + self._fetch_all(now_ns)
 
     def seek_reset(self, topic: str, partition: int, timestamp: int, now_ns: int, epoch: int) -> list[Effect]:
@@ -247,7 +254,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         if fetch is None:
             return []
         self._new_session(fetch, epoch)
-        fetch.position, fetch.reset = -1, timestamp
+        fetch.position, fetch.reset, fetch.topic_id = -1, timestamp, 0
         return self._fetch_all(now_ns)
 
     def _hold(self, topic: str, partition: int, session: tuple[int, int]) -> list[Effect]:
@@ -375,6 +382,12 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
         if metadata is None or not 0 <= partition < len(metadata.partitions):
             return floor
         return max(floor, metadata.partitions[partition].leader_epoch)
+
+    def position_topic_id(self, topic: str, partition: int) -> int:
+        """The id of the topic a partition's position was read from, for a commit of it (0:
+        unknown): the metadata's when no fetch has adopted one yet."""
+        fetch = self.fetches.get((topic, partition))
+        return fetch.topic_id if fetch is not None and fetch.topic_id else self._topic_id(topic)
 
     def _topic_id(self, topic: str) -> int:
         known = self.topics.get(topic)

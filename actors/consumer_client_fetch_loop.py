@@ -72,6 +72,16 @@ class FetchLoop:
             if not endpoint:
                 missing.add(fetch.topic)
                 continue
+            current = self._topic_id(fetch.topic)
+            if fetch.topic_id and current and fetch.topic_id != current:
+                # The topic was deleted and made again under its name: the position (committed or
+                # reached) is an offset of the old one, and would skip the new one's records.
+                effects.append(Trace("position-of-a-deleted-topic", {
+                    "topic": fetch.topic, "partition": fetch.partition, "position": fetch.position,
+                    "old_topic_id": fetch.topic_id, "topic_id": current}))
+                self._new_session(fetch)
+                fetch.position, fetch.reset, fetch.epoch_floor, fetch.topic_id = -1, self._default_reset(), -1, 0
+            fetch.topic_id = fetch.topic_id or current
             if fetch.position < 0:
                 if fetch.reset is None:
                     if not fetch.reported:

@@ -90,6 +90,7 @@ class AssignmentIntake:
             return []
         positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
         epochs = {(entry.topic, entry.partition): entry.leader_epoch for entry in response.offsets if entry.offset >= 0}
+        topic_ids = {(entry.topic, entry.partition): entry.topic_id for entry in response.offsets if entry.offset >= 0}
         self.owned = sorted(set(self.owned) | set(added))
-        effects = self.client.assign(self.owned, now_ns, positions, leader_epochs=epochs)
+        effects = self.client.assign(self.owned, now_ns, positions, leader_epochs=epochs, topic_ids=topic_ids)
         return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects

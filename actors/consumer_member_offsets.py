@@ -39,7 +39,8 @@ def _unconfirmed(asked: list[OffsetEntry], results: list[OffsetEntry]) -> list[t
 class MemberOffsets:
     def _commit(self, command: ClientCommand, now_ns: int) -> list[Effect]:
         offsets = [OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata,
-                               leader_epoch=self.client.known_leader_epoch(topic, partition))
+                               leader_epoch=self.client.known_leader_epoch(topic, partition),
+                               topic_id=self.client.position_topic_id(topic, partition))
                    for topic, partition, offset, metadata in command.arguments["offsets"]]
         if self.state not in ("stable", "revoking") or self.generation < 0:
             return [Notify("result", (command.token, None, RailmqError(

@@ -295,7 +295,8 @@ class GroupCoordinator:
         timestamp = now_ns // MS
         for entry in request.offsets:
             kept = OffsetEntry(topic=entry.topic, partition=entry.partition, offset=entry.offset,
-                               metadata=entry.metadata, commit_timestamp_ms=timestamp, leader_epoch=entry.leader_epoch)
+                               metadata=entry.metadata, commit_timestamp_ms=timestamp, leader_epoch=entry.leader_epoch,
+                               topic_id=entry.topic_id)
             invalid = check_entry(entry, self.limits)
             limit = None if invalid is not None else self.offsets.over_budget(request.group_id, kept)
             if invalid is not None or limit is not None:
@@ -305,7 +306,8 @@ class GroupCoordinator:
                 continue
             self.offsets.put(request.group_id, kept)
             self.state.put(f"offset/{request.group_id}/{entry.topic}/{entry.partition}",
-                           [entry.offset, entry.metadata, timestamp, entry.leader_epoch])
+                           [entry.offset, entry.metadata, timestamp, entry.leader_epoch,
+                            *([entry.topic_id] if entry.topic_id else [])])
             results.append(kept)
         if group is None and request.group_id in self.offsets:
             group = self.groups[request.group_id] = self._new_group(request.group_id)
@@ -422,11 +424,15 @@ def _from_record(key: str, build: Any) -> Any:
 
 def _offset_from_record(key: str, value: Any) -> tuple[str, OffsetEntry]:
     """(group id, entry) of an `offset/<group>/<topic>/<partition>` record `[offset, metadata, ms,
-    leader epoch]` (without the epoch, as records were written before epochs were kept: -1)."""
+    leader epoch, topic id]` (without the topic id, 0, as records were written before ids were
+    kept or when the committer knew none; without the epoch too, -1, before epochs were kept)."""
     group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
-    offset, metadata, timestamp, leader_epoch = value if len(value) == 4 else [*value, -1]
+    offset, metadata, timestamp, leader_epoch, topic_id = [*value, -1, 0][:5] if len(value) == 3 else \
+        [*value, 0][:5]
     if not (partition.isdigit() and type(offset) is int and offset >= 0 and isinstance(metadata, str)
-            and type(timestamp) is int and type(leader_epoch) is int and leader_epoch >= -1):
-        raise ValueError(f"not [offset >= 0, metadata, timestamp, epoch >= -1] for a numbered partition: {value!r:.80}")
+            and type(timestamp) is int and type(leader_epoch) is int and leader_epoch >= -1
+            and type(topic_id) is int and topic_id >= 0 and 3 <= len(value) <= 5):
+        raise ValueError(f"not [offset >= 0, metadata, timestamp, epoch >= -1, topic id >= 0] for a numbered "
+                         f"partition: {value!r:.80}")
     return group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset, metadata=metadata,
-                                 commit_timestamp_ms=timestamp, leader_epoch=leader_epoch)
+                                 commit_timestamp_ms=timestamp, leader_epoch=leader_epoch, topic_id=topic_id)

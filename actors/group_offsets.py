@@ -48,6 +48,8 @@ def check_entry(entry: OffsetEntry, limits: Limits) -> tuple[ErrorCode, str] | N
         return ErrorCode.INVALID_REQUEST, f"offset {entry.offset} is negative"
     if entry.leader_epoch < -1:
         return ErrorCode.INVALID_REQUEST, f"leader epoch {entry.leader_epoch} is neither an epoch nor -1 (unknown)"
+    if entry.topic_id < 0:
+        return ErrorCode.INVALID_REQUEST, f"topic id {entry.topic_id} is negative"
     if len(entry.metadata) > limits.offset_metadata_length_max:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE, (
             f"metadata of {len(entry.metadata)} characters is above offset_metadata_length_max "

@@ -602,6 +602,10 @@ class OffsetEntry(msgspec.Struct, omit_defaults=True, kw_only=True):
     # The leader epoch the offset was read under (KIP-320; -1: unknown). A consumer starting from
     # it fetches with metadata no older than that epoch, never at a deposed leader.
     leader_epoch: int = -1
+    # The id of the topic the offset was read from (0: unknown). A topic deleted and made again
+    # under the same name has another id: the old offsets mean nothing in it, and a consumer
+    # starts there from auto_offset_reset instead.
+    topic_id: int = 0
 
 
 class OffsetCommitRequest(Message, kw_only=True):

@@ -284,3 +284,42 @@ def test_a_group_coordinator_kill_neither_rebalances_nor_redelivers(cluster, adm
         for member in members:
             member.close()
     assert sum(committed.values()) == 400, f"the last commits cover everything consumed: {committed}"
+
+
+def test_a_topic_deleted_and_made_again_under_its_name_is_read_from_its_start_not_from_the_old_offsets(
+        cluster, admin, unique_name):
+    """The group committed offset 30 of the old topic. The new one, under the same name, got 40
+    records while the group was away: resuming at 30 skipped 30 records it never delivered."""
+    topic, group = unique_name(), unique_name()
+    admin.create_topic(topic, partitions=1)
+    produce(cluster.bootstrap, topic, 30, 1)
+    with Consumer(cluster.bootstrap, group_id=group, client_id="before", **GROUP_OPTIONS) as consumer:
+        consumer.subscribe([topic])
+        assert len(drain(consumer, 30)) == 30
+        consumer.commit()
+    admin.delete_topic(topic)
+    wait_for(lambda: topic not in [known.name for known in admin.metadata().topics], timeout_s=20,
+             what="the topic gone from metadata")
+    wait_for(lambda: _created(admin, topic), timeout_s=30, what="the topic made again")
+    admin.wait_for_leaders(topic)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        for index in range(40):
+            producer.send(topic, f"new-{index}", partition=0)
+        producer.flush(30)
+
+    with Consumer(cluster.bootstrap, group_id=group, client_id="after", **GROUP_OPTIONS) as consumer:
+        consumer.subscribe([topic])
+        records = drain(consumer, 40, timeout_s=20)
+
+    assert [record.value.decode() for record in records] == [f"new-{index}" for index in range(40)]
+
+
+def _created(admin: Admin, topic: str) -> bool:
+    """Create `topic`; False while its deletion is still being carried out (asked again)."""
+    try:
+        admin.create_topic(topic, partitions=1)
+    except RailmqError as error:
+        if "exists" in str(error):
+            return False
+        raise
+    return True

@@ -478,3 +478,44 @@ def test_after_every_step_the_timer_is_at_or_before_every_deadline_ahead():
     stage.metadata(partitions=2)
     stage.harness.advance(500)
     assert checked > 10
+
+
+# ---------------------------------------------------------------------------- a topic made again
+
+
+def test_a_committed_offset_of_a_topic_deleted_and_made_again_is_not_used():
+    """The group committed offset 30 of the topic with id 4711; `orders` now has id 9000 (deleted
+    and made again): fetching from 30 would skip the new topic's first 30 records."""
+    stage = Stage(auto_offset_reset="earliest")
+    stage.topic_id = 9000
+    stage.consumer.assign([("orders", 0)], 0, {("orders", 0): 30}, topic_ids={("orders", 0): 4711})
+    stage.metadata()
+
+    reset = only(stage.sent(ListOffsetsRequest), ListOffsetsRequest)
+    assert reset.timestamp_ms == -2, "from the new topic's start (auto_offset_reset=earliest)"
+    assert [trace for trace in stage.harness.trace_events("position-of-a-deleted-topic")] == [{
+        "topic": "orders", "partition": 0, "position": 30, "old_topic_id": 4711, "topic_id": 9000}]
+
+
+def test_a_committed_offset_of_the_same_topic_is_used_and_commits_carry_its_id():
+    stage = Stage(auto_offset_reset="earliest")
+    stage.consumer.assign([("orders", 0)], 0, {("orders", 0): 30}, topic_ids={("orders", 0): 4711})
+    stage.metadata()
+
+    fetch = only(stage.sent(FetchRequest), FetchRequest)
+    assert (fetch.offset, fetch.topic_id) == (30, 4711)
+    assert stage.consumer.position_topic_id("orders", 0) == 4711
+
+
+def test_a_running_consumer_whose_topic_is_made_again_starts_over_in_the_new_one():
+    stage = Stage(auto_offset_reset="earliest")
+    first = stage.assigned_at(10)
+    stage.answer_fetch(first, stamped(10, 3), high_watermark=13)
+    second = only(stage.sent(FetchRequest), FetchRequest)
+    stage.harness.deliver(CONSUMER, MetadataResponse(correlation_id=0, topics=[TopicMetadata(
+        name="orders", topic_id=9000, partitions=[PartitionMetadata(partition=0, leader=1, leader_endpoint=LEADER,
+                                                                     leader_epoch=0)])]), BOOTSTRAP)
+    stage.answer_fetch(second, b"", high_watermark=0)
+
+    assert only(stage.sent(ListOffsetsRequest), ListOffsetsRequest).timestamp_ms == -2
+    assert stage.consumer.position_topic_id("orders", 0) == 9000

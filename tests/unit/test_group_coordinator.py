@@ -509,3 +509,33 @@ def test_a_session_deadline_the_coordinator_timer_would_miss_breaks_its_invarian
     stage.coordinator.timer.armed_ns = member.last_heartbeat_ns + member.session_timeout_ms * MS + 2
     with pytest.raises(AssertionError, match="timer would fire after"):
         stage.coordinator.invariants()
+
+
+def test_a_committed_offset_keeps_the_id_of_its_topic_through_a_restart_and_old_records_read_as_unknown(stage):
+    generation = stage.stable("a")
+    request = OffsetCommitRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
+                                  member_id=stage.ids["a"], offsets=[
+                                      OffsetEntry(topic="orders", partition=0, offset=42, topic_id=4711)])
+    assert only(flushed(stage.ask("a", request)), OffsetCommitResponse).error == ErrorCode.NONE
+    stage.coordinator.state.put("offset/old/orders/0", [7, "", 1_000, 3])  # written before topic ids were kept
+    stage.coordinator.state.flush()
+
+    stage.restart()
+    fetched = only(stage.ask("admin", OffsetFetchRequest(correlation_id=stage.next_correlation(), group_id="g")),
+                   OffsetFetchResponse)
+    old = only(stage.ask("admin", OffsetFetchRequest(correlation_id=stage.next_correlation(), group_id="old")),
+               OffsetFetchResponse)
+
+    assert [(entry.offset, entry.topic_id) for entry in fetched.offsets] == [(42, 4711)]
+    assert [(entry.offset, entry.leader_epoch, entry.topic_id) for entry in old.offsets] == [(7, 3, 0)]
+
+
+def test_a_negative_topic_id_is_refused(stage):
+    generation = stage.stable("a")
+    request = OffsetCommitRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
+                                  member_id=stage.ids["a"], offsets=[
+                                      OffsetEntry(topic="orders", partition=0, offset=42, topic_id=-5)])
+
+    [entry] = only(stage.ask("a", request), OffsetCommitResponse).offsets
+
+    assert entry.error == ErrorCode.INVALID_REQUEST
