@@ -38,7 +38,7 @@ import msgspec
 from actors.actor import MS
 from actors.dead_letter_records import DeadLetterItem
 from actors.deadlines import lowered
-from actors.effects import AfterFlush, Effect, Send
+from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.limits import Limits
 from actors.messages import (
@@ -329,8 +329,39 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.dead_letters.on_metadata(response)
         self.leaders.observe_metadata(response)
-        effects = self._answer_waiting_heartbeats(now_ns, {topic.name for topic in response.topics})
+        effects: list[Effect] = []
+        for topic in response.topics:
+            if topic.error == ErrorCode.NONE and topic.topic_id:
+                effects += self._start_again_where_made_again(topic.name, topic.topic_id)
+        effects += self._answer_waiting_heartbeats(now_ns, {topic.name for topic in response.topics})
         return effects + self._refresh_waiting(now_ns)
+
+    def _start_again_where_made_again(self, topic: str, topic_id: int) -> list[Effect]:
+        """`topic` was deleted and made again under its name (metadata names another id): the
+        windows of its share-partitions are offsets of the old topic, and kept they would skip
+        the new one's first records. Each starts again as a new share-partition
+        (auto_offset_reset); the old one's locks are void. One still dead-lettering a record
+        waits for that write to finish (exactly once) and starts again at a later metadata."""
+        effects: list[Effect] = []
+        for group in self.groups.values():
+            for key, share_partition in list(group.partitions.items()):
+                if key[0] != topic or share_partition.topic_id == topic_id:
+                    continue
+                if not share_partition.topic_id:  # stored before ids were kept: this topic's, as far as known
+                    share_partition.topic_id, share_partition.changed = topic_id, True
+                    self.persist(group.group_id, share_partition)
+                    continue
+                if any(record.state == DEAD_LETTERING for record in share_partition.records.values()):
+                    continue
+                fresh = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
+                fresh.topic_id, fresh.changed = topic_id, True
+                self.records_in_flight -= share_partition.counted_records
+                self.leaders.watches.pop(key, None)
+                self.persist(group.group_id, fresh)
+                effects.append(Trace("share-partition-of-a-deleted-topic", {
+                    "group": group.group_id, "topic": topic, "partition": key[1], "old_topic_id": share_partition.topic_id,
+                    "topic_id": topic_id, "start_offset": share_partition.start_offset}))
+        return effects
 
     # ------------------------------------------------------------------ answers to the coordinator's requests
 

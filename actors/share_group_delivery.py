@@ -96,6 +96,7 @@ class ShareDelivery:
             return Refusal(ErrorCode.BUSY, (
                 f"the coordinator holds its maximum of {self.limits.share_partitions_max} share-partitions"))
         share_partition = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
+        share_partition.topic_id = metadata.topic_id
         watch = self.leaders.watches.get(key)
         if watch is not None and watch.high_watermark >= 0:
             share_partition.observe_log(watch.log_start_offset, watch.high_watermark)

@@ -180,7 +180,9 @@ class PartitionLeaders:
             return self.refresh_leaders(key[0], now_ns)
         watch.sent_ns = now_ns
         known = watch.high_watermark
+        metadata = self.topics.get(key[0])
         request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1,
+                                     topic_id=metadata.topic_id if metadata is not None else 0,
                                      wait_past_offset=known, max_wait_ms=self._high_watermark_wait_ms() if known >= 0 else 0)
         send = self.send_request("list-offsets", key, endpoint, request, now_ns)
         watch.correlation = send.message.correlation_id

@@ -91,6 +91,10 @@ class SharePartition:
         self.end_offset = -1
         self.high_watermark = -1
         self.records: dict[int, InFlightRecord] = {}
+        # The id of the topic the window's offsets belong to (0: unknown, stored before ids were
+        # kept). A topic deleted and made again under the same name has another: the window then
+        # starts again (ShareGroups._start_again_where_made_again).
+        self.topic_id = 0
         self.counted_records = 0  # len(records) as the coordinator's total last counted it
         self.available: SortedSet = SortedSet()
         self.last_available_at_ns = 0  # the latest time a delayed release was set to end
@@ -334,7 +338,10 @@ class SharePartition:
             else:
                 runs.append([offset, offset, *key])
                 previous_key = key
-        return {"start": self.start_offset, "end": self.end_offset, "runs": runs}
+        stored: dict[str, Any] = {"start": self.start_offset, "end": self.end_offset, "runs": runs}
+        if self.topic_id:
+            stored["topic_id"] = self.topic_id
+        return stored
 
     @classmethod
     def restore(cls, topic: str, partition: int, settings: ShareGroupSettings, limits: Limits,
@@ -342,6 +349,7 @@ class SharePartition:
         """The share-partition as stored, every lock void (its records available again)."""
         restored = cls(topic, partition, settings, limits)
         restored.start_offset, restored.end_offset = int(stored["start"]), int(stored["end"])
+        restored.topic_id = int(stored.get("topic_id", 0))
         for run in stored["runs"]:
             first, last, code, *rest = run
             for offset in range(first, last + 1):

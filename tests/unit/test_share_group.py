@@ -22,7 +22,8 @@ from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
-    ClientCommand, CreateTopicRequest, CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse,
+    ClientCommand, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DescribeGroupRequest,
+    DescribeGroupResponse,
     DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest,
     JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, PeerDisconnected, ProduceRequest, ProduceResponse,
     ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
@@ -825,3 +826,43 @@ def test_records_in_flight_over_every_share_partition_stop_at_the_coordinators_b
     share = world.group.share
     assert share.records_in_flight == sum(len(partition.records) for group in share.groups.values()
                                           for partition in group.partitions.values()) <= 30
+
+
+def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start():
+    """The share group had delivered offsets 0..29 of the old topic. The new one got 40 records:
+    its window must start again (auto_offset_reset=earliest), not at 30."""
+    world = World()
+    world.create_topic("orders")
+    world.produce("orders", [f"old-{index}" for index in range(30)])
+    member = world.join("a", ["orders"]).member_id
+    assert len(acquired_offsets(world.acquire_now("a", member, "orders", max_records=30))) == 30
+    world.answer("a", member, "orders", 0, 29, "accept")
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"), PRODUCER)
+    for key in [key for key in world.replicas if key[0] == "orders"]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+    world.create_topic("orders")
+    world.produce("orders", [f"new-{index}" for index in range(40)])
+
+    offsets: set[int] = set()
+    for _ in range(30):  # the leader of the old topic is gone: the coordinator's request to it times out first
+        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
+        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
+        world.settle(300)
+        offsets |= {offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)}
+        if len(offsets) >= 40:
+            break
+
+    assert sorted(offsets) == list(range(40)), "every record of the new topic, from its start"
+    assert world.harness.trace_events("share-partition-of-a-deleted-topic")
+
+
+def test_a_share_partition_keeps_the_id_of_its_topic_through_a_coordinator_crash(world):
+    world.produce("orders", ["a", "b"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    topic_id = world.coordinator.topics["orders"].topic_id
+
+    world.crash_group_coordinator()
+
+    assert world.group.share.groups["g"].partitions[("orders", 0)].topic_id == topic_id != 0
