@@ -356,7 +356,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 fresh = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
                 fresh.topic_id, fresh.changed = topic_id, True
                 self.records_in_flight -= share_partition.counted_records
-                self.leaders.watches.pop(key, None)
+                self.leaders.forget_watch(key)
                 self.persist(group.group_id, fresh)
                 effects.append(Trace("share-partition-of-a-deleted-topic", {
                     "group": group.group_id, "topic": topic, "partition": key[1], "old_topic_id": share_partition.topic_id,

@@ -169,6 +169,13 @@ class PartitionLeaders:
             return []
         return self._refresh_watch(key, watch, now_ns)
 
+    def forget_watch(self, key: tuple[str, int]) -> None:
+        """The partition's topic was made again: what was read of the old one's bounds means
+        nothing, and an answer still to come speaks of the old topic (it is dropped as late)."""
+        watch = self.watches.pop(key, None)
+        if watch is not None and watch.correlation:
+            self.pending.pop(watch.correlation, None)
+
     def refresh_high_watermark(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
         return self._refresh_watch(key, self.watches.setdefault(key, PartitionWatch()), now_ns)
 

@@ -25,7 +25,8 @@ from actors.messages import (
     ClientCommand, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DescribeGroupRequest,
     DescribeGroupResponse,
     DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest,
-    JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, PeerDisconnected, ProduceRequest, ProduceResponse,
+    JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    PeerDisconnected, ProduceRequest, ProduceResponse,
     ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
     ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired,
     TopicConfig,
@@ -866,3 +867,25 @@ def test_a_share_partition_keeps_the_id_of_its_topic_through_a_coordinator_crash
     world.crash_group_coordinator()
 
     assert world.group.share.groups["g"].partitions[("orders", 0)].topic_id == topic_id != 0
+
+
+def test_an_answer_about_the_old_topic_arriving_after_it_was_made_again_is_dropped():
+    world = World()
+    world.create_topic("orders")
+    member = world.join("a", ["orders"]).member_id
+    world.acquire("a", member, "orders", wait_ms=5_000)  # nothing to acquire: parked, the leader's
+    world.settle(100)                                      # high watermark is read in a long poll
+    leaders = world.group.share.leaders
+    in_flight = leaders.watches[("orders", 0)].correlation
+    assert in_flight in leaders.pending
+    old = world.group.share.groups["g"].partitions[("orders", 0)]
+    changed = msgspec.structs.replace(leaders.topics["orders"], topic_id=old.topic_id + 1)
+
+    [ask] = [effect.message for effect in leaders.request_metadata(["orders"], world.harness.now_ns)
+             if isinstance(getattr(effect, "message", None), MetadataRequest)]
+    world.harness.deliver(GROUP, MetadataResponse(correlation_id=ask.correlation_id, topics=[changed]), COORDINATOR)
+    world.harness.deliver(GROUP, ListOffsetsResponse(correlation_id=in_flight, topic="orders", partition=0,
+                                                     offset=2, high_watermark=2, log_start_offset=0), "leader")
+
+    fresh = world.group.share.groups["g"].partitions[("orders", 0)]
+    assert fresh is not old and fresh.topic_id == old.topic_id + 1 and not fresh.initialized
