@@ -17,27 +17,24 @@ from dataclasses import replace
 
 from chaos.sim_raft import RaftSimConfig, simulate_raft
 from chaos.sim_raft_variants import RAFT_VARIANTS, broken_raft
+from railmq.cli_common import non_negative_int, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Simulate a Raft controller quorum under faults.")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sweep", type=int, default=0, help="run this many seeds from --seed on")
-    parser.add_argument("--voters", type=int, default=3)
+    parser.add_argument("--seed", type=non_negative_int, default=1)
+    parser.add_argument("--sweep", type=non_negative_int, default=0, help="run this many seeds from --seed on")
+    parser.add_argument("--voters", type=positive_int, default=3)
     parser.add_argument("--variant", choices=RAFT_VARIANTS)
-    parser.add_argument("--idle-heartbeat-ms", type=int, default=0,
+    parser.add_argument("--idle-heartbeat-ms", type=non_negative_int, default=0,
                         help="quiet leaders heartbeat this often (default 0: never slower)")
     parser.add_argument("--disconnect-on-crash", action="store_true",
                         help="a crashed voter's peers see its connection drop")
     parser.add_argument("--lost-disks", action="store_true",
                         help="add the wipe fault: voters lose their disks and come back rejoining")
-    parser.add_argument("--snapshot-chunk-bytes", type=int, default=0,
+    parser.add_argument("--snapshot-chunk-bytes", type=non_negative_int, default=0,
                         help="send snapshots in chunks of this many bytes (default 0: one chunk)")
     args = parser.parse_args(argv)
-    if args.idle_heartbeat_ms < 0:
-        parser.error("--idle-heartbeat-ms must be >= 0")
-    if args.snapshot_chunk_bytes < 0:
-        parser.error("--snapshot-chunk-bytes must be >= 0")
     config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
                            disconnect_on_crash=args.disconnect_on_crash, snapshot_chunk_bytes=args.snapshot_chunk_bytes)
     if args.lost_disks:

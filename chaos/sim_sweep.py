@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from chaos import simulator
 from chaos.sim_config import OPTIONAL_FAULT_KINDS
 from chaos.simulator import FAULT_KINDS, SimConfig, SimulationFailed, SimulationResult, simulate
+from railmq.cli_common import non_negative_int, positive_int
 
 # What every seed is held to (chaos/simulator.py and chaos/sim_checks.py run these).
 CHECKS = (
@@ -135,12 +136,13 @@ def parse_faults(text: str) -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
-    parser.add_argument("--seed", type=int, default=1, help="the seed of one run (default 1)")
-    parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds starting at --seed")
+    parser.add_argument("--seed", type=non_negative_int, default=1, help="the seed of one run (default 1)")
+    parser.add_argument("--seeds", type=non_negative_int, default=0, help="sweep this many seeds starting at --seed")
     parser.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3, 5),
                         help="0: one coordinator process (the default sweep); N: a controller quorum of N voters")
-    parser.add_argument("--duration-ms", type=int, default=SimConfig.duration_ms, help="simulated time with faults")
-    parser.add_argument("--steps", type=int, default=0,
+    parser.add_argument("--duration-ms", type=positive_int, default=SimConfig.duration_ms,
+                        help="simulated time with faults")
+    parser.add_argument("--steps", type=non_negative_int, default=0,
                         help="end the faulty phase after about this many steps (0: no limit)")
     parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
                         help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}; also "

@@ -453,3 +453,32 @@ def test_a_producers_writes_out_of_send_order_are_a_problem():
     sim.history.append(sent("p:k:4", 9))
     _check_send_order(sim, "t")
     assert sim.problems and "out of send order" in sim.problems[0]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--seeds", "-5"], "must be zero or more"),
+    (["--seed", "-2"], "must be zero or more"),
+    (["--duration-ms", "-5"], "must be a positive integer"),
+    (["--steps", "-1"], "must be zero or more"),
+])
+def test_the_simulators_bad_flags_are_refused_before_anything_runs(argv, words, capsys):
+    from chaos.sim_sweep import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+
+    assert exited.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sweep", "-1"], "must be zero or more"),
+    (["--voters", "0"], "must be a positive integer"),
+    (["--snapshot-chunk-bytes", "-1"], "must be zero or more"),
+])
+def test_the_raft_simulations_bad_flags_are_refused(argv, words, capsys):
+    from chaos.sim_raft_sweep import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+
+    assert exited.value.code == 2 and words in capsys.readouterr().err
