@@ -178,3 +178,13 @@ def test_railmq_size_refuses_conflicting_rates(capsys):
     with pytest.raises(SystemExit) as refused:
         cli.main(["size", "--crash-probability", "1.5"])
     assert refused.value.code == 2
+
+
+@pytest.mark.parametrize("flag", ["--headroom", "--peak", "--message-bytes", "--retention-days", "--outage-minutes"])
+@pytest.mark.parametrize("value", ["inf", "nan", "1e999"])
+def test_railmq_size_refuses_a_quantity_that_is_not_a_finite_number(flag, value, capsys):
+    """--headroom inf ended in an OverflowError traceback."""
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["size", "--simulate-messages", "0", flag, value])
+
+    assert refused.value.code == 2 and "positive" in capsys.readouterr().err
