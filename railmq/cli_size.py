@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 import msgspec
 
-from railmq.cli_common import EXIT_OK, UsageError, non_negative_int, positive_int
+from railmq.cli_common import EXIT_OK, UsageError, non_negative_int, positive_float, positive_int
 from railmq.sizing import SimulatedDuplicates, SizingError, SizingInputs, report_dict, size
 from railmq.sizing_text import backlog_lines, capacity_lines, duplicates_lines, hot_lines, remap_lines
 
@@ -29,16 +28,6 @@ from railmq.sizing_text import backlog_lines, capacity_lines, duplicates_lines, 
 # per-message figure) in about ten seconds on a 2-core machine; scaled to --duplicates-messages.
 SIMULATED_MESSAGES_DEFAULT = 100_000
 SIMULATED_MESSAGES_MAX = 10_000_000
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text!r}")
-    return value
 
 
 def probability(text: str) -> float:

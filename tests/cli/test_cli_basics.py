@@ -220,3 +220,11 @@ def test_the_node_commands_of_docs_deploy_md_are_valid_command_lines():
     for line in lines:
         args = cli.parse(cli.build_parser(), shlex.split(line)[1:])
         assert args.handler.__name__ == "run_node" and args.node >= 1, line
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf"])
+def test_railmq_down_refuses_a_timeout_that_is_not_a_positive_finite_number(value, capsys):
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["down", "--timeout", value, "--data-dir", "/nonexistent"])
+
+    assert refused.value.code == 2 and "--timeout" in capsys.readouterr().err
