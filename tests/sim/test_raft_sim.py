@@ -51,24 +51,35 @@ def test_a_sweep_of_200_seeds_of_3_and_5_voters_finds_no_violation():
 QUIET = RaftSimConfig(voters=3, idle_heartbeat_interval_ms=400, disconnect_on_crash=True, propose_interval_ms=(5, 600))
 
 
+def run_and_count(runs: list[tuple[RaftSimConfig, range]]) -> tuple[dict, dict[str, int], int]:
+    """Every seed of each (config, seeds): the failing ones' first problems by (voters, seed),
+    every voter's counters summed, and how many disks were lost."""
+    from chaos.sim_raft import RaftSimulation
+
+    failures: dict = {}
+    totals: dict[str, int] = {}
+    wipes = 0
+    for config, seeds in runs:
+        for seed in seeds:
+            simulation = RaftSimulation(seed, config)
+            result = simulation.run()
+            if result.problems:
+                failures[(config.voters, seed)] = result.problems[:3]
+            wipes += simulation.wipes
+            for voter in simulation.voters.values():
+                for name, count in voter.raft.counters.items():
+                    totals[name] = totals.get(name, 0) + count
+    return failures, totals, wipes
+
+
 @pytest.mark.timeout(240)
 def test_quiet_leaders_and_dropped_connections_keep_every_property():
     """Leaders that slow to a 400 ms heartbeat when quiet (every append naming the interval) and
     followers that campaign at once when a crashed leader's connection drops: the same faults,
     the same checks, and a leader again within the same bound after the heal. Both must really
     happen: quiet periods begin, and dropped connections start campaigns."""
-    from chaos.sim_raft import RaftSimulation
+    failures, totals, _ = run_and_count([(QUIET, range(3001, 3101))])
 
-    totals: dict[str, int] = {}
-    failures = {}
-    for seed in range(3001, 3101):
-        simulation = RaftSimulation(seed, QUIET)
-        result = simulation.run()
-        if result.problems:
-            failures[seed] = result.problems[:3]
-        for voter in simulation.voters.values():
-            for name, count in voter.raft.counters.items():
-                totals[name] = totals.get(name, 0) + count
     assert not failures, ("failing seeds (replay with python -m chaos.sim_raft --seed N --idle-heartbeat-ms 400 "
                           f"--disconnect-on-crash): {failures}")
     for counter in ("quiet_periods", "leader_disconnected", "check_quorum_step_downs"):
@@ -93,28 +104,16 @@ def test_lost_disks_keep_every_property():
     and come back marked rejoining: the same checks hold after every step, and a leader is elected
     again after the heal. The rule must really be exercised: disks are lost, wiped voters refuse
     votes and skip campaigns, leaders repair their lost logs, and they become full voters again."""
-    from chaos.sim_raft import RaftSimulation
+    failures, totals, wipes = run_and_count([(WIPES, range(1, 201)),
+                                             (RaftSimConfig(voters=5, faults=WIPES.faults), range(1001, 1051))])
 
-    totals: dict[str, int] = {}
-    failures, wipes = {}, 0
-    for config, seeds in ((WIPES, range(1, 201)), (RaftSimConfig(voters=5, faults=WIPES.faults), range(1001, 1051))):
-        for seed in seeds:
-            simulation = RaftSimulation(seed, config)
-            result = simulation.run()
-            if result.problems:
-                failures[(config.voters, seed)] = result.problems[:2]
-            wipes += simulation.wipes
-            for voter in simulation.voters.values():
-                for name, count in voter.raft.counters.items():
-                    totals[name] = totals.get(name, 0) + count
     assert not failures, f"failing (voters, seed): {failures}"
     assert wipes >= 200, f"only {wipes} disks lost"
     for counter in ("votes_refused_rejoining", "campaigns_skipped_rejoining", "follower_logs_lost", "rejoined"):
         assert totals.get(counter, 0) > 0, f"{counter} never happened: {totals}"
 
 
-CHUNKED = RaftSimConfig(voters=3, snapshot_chunk_bytes=8, snapshot_interval_entries=(8, 32),
-                        faults=("crash", "wipe", "partition", "network", "disk"))
+CHUNKED = RaftSimConfig(voters=3, snapshot_chunk_bytes=8, snapshot_interval_entries=(8, 32), faults=WIPES.faults)
 
 
 @pytest.mark.timeout(240)
@@ -122,18 +121,8 @@ def test_snapshots_sent_in_chunks_keep_every_property():
     """Every snapshot in chunks of 8 bytes, under crashes, lost disks, partitions and a lossy,
     duplicating, reordering network: chunks are lost, repeated and met by newer snapshots, and the
     same checks hold after every step."""
-    from chaos.sim_raft import RaftSimulation
+    failures, totals, _ = run_and_count([(CHUNKED, range(1, 151))])
 
-    totals: dict[str, int] = {}
-    failures = {}
-    for seed in range(1, 151):
-        simulation = RaftSimulation(seed, CHUNKED)
-        result = simulation.run()
-        if result.problems:
-            failures[seed] = result.problems[:2]
-        for voter in simulation.voters.values():
-            for name, count in voter.raft.counters.items():
-                totals[name] = totals.get(name, 0) + count
     assert not failures, f"failing seeds: {failures}"
     for counter in ("snapshot_chunks_sent", "snapshots_installed", "snapshot_chunks_out_of_place"):
         assert totals.get(counter, 0) > 0, f"{counter} never happened: {totals}"
