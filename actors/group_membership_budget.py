@@ -7,9 +7,10 @@ written again at every generation. A request is one frame of up to 32 MiB, and a
 up to `groups_max` groups of `group_members_max` members: counted in members alone, that is
 terabytes. So the bytes are bounded:
 
-- one member: `group_member_bytes_max` (1 MiB, Kafka's message.max.bytes);
-- one group: `group_membership_bytes_max` (8 MiB: the leader's join answer stays well within a
-  frame, and the record written at every generation stays small);
+- one member: `group_member_bytes_max` (256 KiB);
+- one group: `group_membership_bytes_max` (768 KiB: a stable group's record, written at every
+  generation, is one entry of the group quorum's Raft log, at most 1 MiB, as Kafka's group
+  metadata must fit one 1 MB record; it also keeps the leader's join answer small);
 - every group together: `groups_membership_bytes_max` (64 MiB, as for committed offsets).
 
 A join or a leader's assignments that would pass one is refused with LIMIT_REACHED naming it, and

@@ -175,13 +175,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     group_session_timeout_max_ms: int = 300_000
     group_members_max: int = 1000
     # Bytes of members (ids, subscription metadata, assignment; actors/group_membership_budget.py):
-    # one member (Kafka's message.max.bytes), one group (the leader's join answer carries every
-    # member's metadata, and a stable group's record is written at every generation) and every
-    # group of the coordinator (share groups' members, their ids and subscriptions, have a budget
-    # of the same size of their own). Beyond them a join, a leader's assignments or a share
-    # member's heartbeat get LIMIT_REACHED.
-    group_member_bytes_max: int = 1024 * 1024
-    group_membership_bytes_max: int = 8 * 1024 * 1024
+    # one member, one group and every group of the coordinator (share groups' members, their ids
+    # and subscriptions, have a budget of the same size of their own). A stable group is stored
+    # as one record, proposed as one entry of the group quorum's Raft log (`entry_bytes_max`,
+    # 1 MiB, as Kafka's group metadata must fit one 1 MB record): with the record's own overhead,
+    # the largest group these admit fits (tests/unit/test_group_limits.py). Beyond them a join,
+    # a leader's assignments or a share member's heartbeat get LIMIT_REACHED.
+    group_member_bytes_max: int = 256 * 1024
+    group_membership_bytes_max: int = 768 * 1024
     groups_membership_bytes_max: int = 64 * 1024 * 1024
     # Classic groups per coordinator (members or commits make one): each costs its membership and
     # offsets in memory and in the state journal; a client inventing group ids stops here.

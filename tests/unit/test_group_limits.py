@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from actors.errors import ErrorCode
@@ -127,17 +128,17 @@ def membership_bytes(actor: GroupCoordinator) -> int:
 
 
 def test_joins_carrying_hundreds_of_kilobytes_each_stop_at_the_coordinators_membership_budget():
-    """The attack: members of invented groups, each with ~300 KB of subscription metadata. Without a
+    """The attack: members of invented groups, each with ~200 KB of subscription metadata. Without a
     byte bound, 1,000 groups of 1,000 members could ask the coordinator to hold terabytes."""
     harness, actor, _ = coordinator()
     budget = actor.limits.groups_membership_bytes_max if hasattr(actor.limits, "groups_membership_bytes_max") \
         else 64 * 2**20
 
-    answers = sum((join(harness, f"group-{index % 50}", f"client-{index}", bytes(300_000)) for index in range(260)), [])
+    answers = sum((join(harness, f"group-{index}", f"client-{index}", bytes(200_000)) for index in range(400)), [])
 
     refused = [answer for answer in answers if answer.error == ErrorCode.LIMIT_REACHED]
     assert membership_bytes(actor) <= budget, f"members hold {membership_bytes(actor):,} bytes"
-    assert len(refused) >= 260 - budget // 300_000
+    assert len(refused) >= 400 - budget // 200_000
     assert all("groups_membership_bytes_max" in answer.error_message for answer in refused)
 
 
@@ -270,3 +271,30 @@ def test_a_share_member_heartbeating_while_its_metadata_is_awaited_waits_once():
 
     assert first is None, "the topic's metadata is unknown: the heartbeat waits for it"
     assert len(actor.share.waiting_heartbeats) == 1
+
+
+def test_the_largest_group_the_budget_admits_fits_one_entry_of_the_group_quorums_log():
+    """A stable group is stored as one record, proposed as one Raft entry: a record past
+    `entry_bytes_max` is refused there, the group coordinator rebuilds, and the group never gets
+    stable. So the budget must refuse such a group at its join or sync instead."""
+    from actors.classic_group import STABLE, ClassicGroup, Member
+    from actors.group_membership_budget import member_bytes
+    from actors.raft import RaftConfig
+
+    limits = Limits()
+    count = limits.group_members_max
+    group = ClassicGroup("g" * 255, generation=2**31)
+    for index in range(count):
+        member = Member(f"client-{index:04d}-{index:012x}", f"instance-{index}", f"client-{index:04d}", 300_000,
+                        300_000, [], 0)
+        room = limits.group_membership_bytes_max // count - member_bytes(member)
+        member.protocols = [GroupProtocol(name="cooperative-sticky", metadata=bytes(room // 2))]
+        member.assignment = bytes(room - room // 2 - len("cooperative-sticky"))
+        group.members[member.member_id] = member
+    group.state, group.leader, group.protocol_name = STABLE, next(iter(group.members)), "cooperative-sticky"
+
+    held = sum(member_bytes(member) for member in group.members.values())
+    record = msgspec.msgpack.encode([[0, f"group/{group.group_id}", group.record()]])
+
+    assert limits.group_membership_bytes_max - count <= held <= limits.group_membership_bytes_max
+    assert len(record) <= RaftConfig(node_id=1, voters={1: "a"}).entry_bytes_max, f"{len(record):,} bytes"
