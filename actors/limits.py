@@ -225,8 +225,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # a lock table that holds the share-partition's start offset back meanwhile.
     share_release_delay_max_ms: int = 3_600_000
     # The error text kept per record (the dead-letter header `railmq.dlq.last_error`); longer text
-    # is cut, so a chatty stack trace cannot bloat the coordinator's state.
-    share_error_text_bytes_max: int = 1024
+    # is cut, so a chatty stack trace cannot bloat the coordinator's state. A share-partition is
+    # stored as one record, one entry of the group quorum's Raft log (at most 1 MiB): with every
+    # record in flight released with its own text, 1 KiB each made ~2.1 MB, which the quorum
+    # refused; 256 bytes make ~0.6 MB (tests/unit/test_share_partition.py).
+    share_error_text_bytes_max: int = 256
     # Acknowledgement ranges in one request (a member acknowledges at most what it holds).
     share_acknowledgements_per_request_max: int = 2000
     # Acquires waiting for records (long poll) over the whole coordinator. Beyond it: BUSY.

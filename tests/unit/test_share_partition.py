@@ -421,3 +421,27 @@ def test_group_settings_outside_their_bounds_are_refused(bad):
 
     assert check_settings(ShareGroupSettings(**bad), Limits()) is not None
     assert check_settings(ShareGroupSettings(), Limits()) is None
+
+
+def test_the_largest_share_partition_the_limits_admit_fits_one_entry_of_the_group_quorums_log():
+    """A share-partition is stored as one record, proposed as one Raft entry: every record in
+    flight released with the longest error text (each text its own, so no two runs merge) must
+    fit, or the quorum refuses the entry and the coordinator rebuilds, again and again."""
+    import msgspec
+
+    from actors.raft import RaftConfig
+
+    limits = Limits()
+    window = limits.share_records_in_flight_max
+    share_partition = make(limits=limits, log_start=10**12, high_watermark=10**12 + window, attempts=100)
+    share_partition.acquire("member-" + "m" * 40, window, 0)
+    for offset in range(10**12, 10**12 + window):
+        text = f"{offset}: " + "e" * limits.share_error_text_bytes_max
+        share_partition.acknowledge("member-" + "m" * 40, ShareAcknowledgement(
+            first_offset=offset, last_offset=offset, kind="release", error=text, delay_ms=3_600_000), 0)
+
+    key = "share-partition/" + "g" * 255 + "/" + "t" * 249 + "/999"
+    record = msgspec.msgpack.encode([[0, key, share_partition.stored()]])
+
+    assert len(share_partition.records) == window
+    assert len(record) <= RaftConfig(node_id=1, voters={1: "a"}).entry_bytes_max, f"{len(record):,} bytes"
