@@ -32,7 +32,7 @@ from actors.deadlines import DeadlineTimer
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.group_membership_budget import MembershipBudget
-from actors.group_offsets import OffsetStore, check_entry, check_group_id
+from actors.group_offsets import OffsetStore, check_entry, check_group_id, entry_bytes
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
@@ -321,6 +321,11 @@ class GroupCoordinator:
             return ErrorCode.INVALID_REQUEST, invalid
         if len(request.offsets) > self.limits.group_offsets_max:
             return ErrorCode.LIMIT_REACHED, f"a commit holds at most {self.limits.group_offsets_max} entries"
+        size = sum(entry_bytes(request.group_id, entry) for entry in request.offsets)
+        if size > self.limits.group_commit_bytes_max:
+            return ErrorCode.LIMIT_REACHED, (f"a commit of {size:,} bytes of offsets is more than "
+                                             f"group_commit_bytes_max ({self.limits.group_commit_bytes_max:,}); "
+                                             "commit in smaller requests")
         if group is None and len(self.groups) >= self.limits.groups_max:
             return ErrorCode.LIMIT_REACHED, (f"the coordinator holds its maximum of {self.limits.groups_max} groups "
                                              "(groups_max); delete groups that are no longer used")

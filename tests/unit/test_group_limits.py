@@ -7,12 +7,15 @@ adversarial test made: 3,000 commits grew the coordinator from 25 to 287 MB and 
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
+from itertools import accumulate
 
 import msgspec
 import pytest
 
 from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
+from actors.group_offsets import entry_bytes
 from actors.limits import Limits
 from actors.messages import (
     GroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MemberAssignment, OffsetCommitRequest,
@@ -298,3 +301,27 @@ def test_the_largest_group_the_budget_admits_fits_one_entry_of_the_group_quorums
 
     assert limits.group_membership_bytes_max - count <= held <= limits.group_membership_bytes_max
     assert len(record) <= RaftConfig(node_id=1, voters={1: "a"}).entry_bytes_max, f"{len(record):,} bytes"
+
+
+def test_one_commit_is_bounded_in_bytes_so_it_fits_one_entry_of_the_group_quorums_log():
+    """300 offsets with 4,000 bytes of metadata each were one 1.2 MB entry: the group quorum
+    refused it, answered NOT_COORDINATOR and stopped deciding while it rebuilt. Such a commit is
+    refused as a whole (commit in smaller requests), and the largest one admitted fits."""
+    from actors.raft import RaftConfig
+
+    harness, actor, _ = coordinator()
+    too_large = commit(harness, "g", [OffsetEntry(topic="t", partition=partition, offset=1, metadata="m" * 4000)
+                                      for partition in range(300)])
+    entries = [OffsetEntry(topic=f"{partition:05d}" + "t" * 244, partition=999, offset=2**62, metadata="m" * 4000,
+                           leader_epoch=2**31, topic_id=2**62, commit_timestamp_ms=2**62) for partition in range(1000)]
+    sizes = list(accumulate(entry_bytes("g" * 255, entry) for entry in entries))
+    largest = entries[:bisect_right(sizes, actor.limits.group_commit_bytes_max)]
+    admitted = commit(harness, "g" * 255, largest)
+    operations = [[0, f"offset/{'g' * 255}/{entry.topic}/{entry.partition}",
+                   [entry.offset, entry.metadata, entry.commit_timestamp_ms, entry.leader_epoch, entry.topic_id]]
+                  for entry in largest]
+
+    assert too_large.error == ErrorCode.LIMIT_REACHED and "group_commit_bytes_max" in too_large.error_message
+    assert "g" not in actor.offsets
+    assert admitted.error == ErrorCode.NONE and all(entry.error == ErrorCode.NONE for entry in admitted.offsets)
+    assert len(msgspec.msgpack.encode(operations)) <= RaftConfig(node_id=1, voters={1: "a"}).entry_bytes_max
