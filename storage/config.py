@@ -40,12 +40,17 @@ class LogConfig(msgspec.Struct, frozen=True):
     # One sparse index entry per this many bytes of batches: a lookup walks at most this far.
     index_interval_bytes: int = 4096
     batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT
+    # Segment files open at once (storage/segment_files.py): the rest are opened when read, so a
+    # log of any number of segments needs this many descriptors, not one per segment.
+    open_segments_max: int = 64
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= 0 or self.segment_ms <= 0:
             raise ValueError("segment_bytes and segment_ms must be positive")
-        if self.flush_interval_ms <= 0 or self.index_interval_bytes <= 0 or self.batch_bytes_max <= 0:
-            raise ValueError("flush_interval_ms, index_interval_bytes and batch_bytes_max must be positive")
+        if self.flush_interval_ms <= 0 or self.index_interval_bytes <= 0 or self.batch_bytes_max <= 0 \
+                or self.open_segments_max <= 0:
+            raise ValueError("flush_interval_ms, index_interval_bytes, batch_bytes_max and open_segments_max "
+                             "must be positive")
         if self.retention_bytes is not None and self.retention_bytes < 0:
             raise ValueError("retention_bytes must be >= 0 or None")
 

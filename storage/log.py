@@ -34,6 +34,7 @@ from storage.fs import Buffer, FileSystem, OsFileSystem
 from storage.reader import gather, locate, refuse_rest
 from storage.recovery import logger, recover
 from storage.segment import Segment, segment_file_name
+from storage.segment_files import SegmentFiles
 from storage.truncation import ShrinkOperations
 
 __all__ = ["AppendResult", "FlushPolicy", "LogConfig", "PartitionLog", "RecoveryReport"]
@@ -43,6 +44,7 @@ class PartitionLog(ShrinkOperations):
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, checkpoint: RecoveryPointFile,
                  epochs: LeaderEpochCache, now_ms: int) -> None:
         self._fs = fs
+        self._files = SegmentFiles(fs, config.open_segments_max)  # segments' files, a bounded number open
         self._directory = directory
         self._config = config
         self._checkpoint = checkpoint
@@ -75,13 +77,15 @@ class PartitionLog(ShrinkOperations):
             trusted = fs.exists(epochs_path)
         except EpochCheckpointCorrupt as error:
             epochs, trusted, problem = LeaderEpochCache(fs, epochs_path), False, str(error)
+        files = SegmentFiles(fs, config.open_segments_max)
         try:
-            recovered = recover(fs, directory, config, checkpoint.point, epochs, epochs_trusted=trusted,
+            recovered = recover(files, directory, config, checkpoint.point, epochs, epochs_trusted=trusted,
                                 now_ms=now_ms)
         except BaseException:
             checkpoint.close()
             raise
         log = cls(fs, directory, config, checkpoint, epochs, now_ms)
+        log._files = files
         log.recovery = recovered.report
         if problem is None and not trusted and epochs.entries:
             problem = "the file was missing"
@@ -271,7 +275,7 @@ class PartitionLog(ShrinkOperations):
         return segment
 
     def _roll(self, base_offset: int, now_ms: int) -> Segment:
-        handle = self._fs.open(f"{self._directory}/{segment_file_name(base_offset)}", create=True)
+        handle = self._files.open(f"{self._directory}/{segment_file_name(base_offset)}", create=True)
         segment = Segment(base_offset, handle, index_interval_bytes=self._config.index_interval_bytes,
                           created_ms=now_ms, batch_bytes_max=self._config.batch_bytes_max)
         self._segments.append(segment)
