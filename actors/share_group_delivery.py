@@ -175,11 +175,17 @@ class ShareDelivery:
                                                           partition=request.partition))]
         group, share_partition = found
         self._touch(group, request.member_id, now_ns)
-        if len(request.acknowledgements) > self.limits.share_acknowledgements_per_request_max:
+        limits = self.limits
+        # A member acknowledges at most what it can hold: ranges that overlap or repeat (2,000
+        # renewals of the same 2,000 records were 0.4 s of the coordinator every group shares).
+        covered = sum(max(0, entry.last_offset - entry.first_offset + 1) for entry in request.acknowledgements)
+        if len(request.acknowledgements) > limits.share_acknowledgements_per_request_max \
+                or covered > limits.share_records_in_flight_max:
             return [Send(sender, ShareAcknowledgeResponse(
                 correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, topic=request.topic,
                 partition=request.partition, error_message=(
-                    f"at most {self.limits.share_acknowledgements_per_request_max} acknowledgements per request")))]
+                    f"at most {limits.share_acknowledgements_per_request_max} acknowledgements covering at most "
+                    f"{limits.share_records_in_flight_max} offsets per request (asked: {covered} offsets)")))]
         results = [share_partition.acknowledge(request.member_id, acknowledgement, now_ns)
                    for acknowledgement in request.acknowledgements]
         self._settle(group.group_id, share_partition)

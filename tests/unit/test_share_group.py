@@ -889,3 +889,27 @@ def test_an_answer_about_the_old_topic_arriving_after_it_was_made_again_is_dropp
 
     fresh = world.group.share.groups["g"].partitions[("orders", 0)]
     assert fresh is not old and fresh.topic_id == old.topic_id + 1 and not fresh.initialized
+
+
+def test_one_acknowledgement_request_covers_at_most_what_a_member_can_hold():
+    """2,000 ranges, each renewing the same 2,000 held records, were 8 million steps of the one
+    group coordinator every group shares (seconds of CPU per request of ~50 KB). A request naming
+    more offsets than a share-partition can hold in flight is refused whole, and changes nothing."""
+    monkey_limits = msgspec.structs.replace(LIMITS, share_records_in_flight_max=200)
+    world = World()
+    world.group.share.limits = monkey_limits
+    world.create_topic("orders")
+    world.produce("orders", [f"v{index}" for index in range(200)])
+    member = world.join("a", ["orders"]).member_id
+    held = world.acquire_now("a", member, "orders", max_records=200)
+    assert len(acquired_offsets(held)) == 200
+    renew = ShareAcknowledgement(first_offset=0, last_offset=199, kind="renew")
+
+    world.harness.deliver(GROUP, ShareAcknowledgeRequest(
+        correlation_id=world.next_id(), group_id="g", member_id=member, topic="orders", partition=0,
+        acknowledgements=[renew] * 2), "a")
+    answer = world.harness.take("a", ShareAcknowledgeResponse)[-1]
+    within = world.answer("a", member, "orders", 0, 199, "renew")
+
+    assert answer.error == ErrorCode.INVALID_REQUEST and "offsets" in answer.error_message and not answer.results
+    assert within.error == ErrorCode.NONE
