@@ -234,6 +234,9 @@ class GroupCoordinator:
         elif request.group_id not in self.groups and len(self.groups) >= limits.groups_max:
             problem = (ErrorCode.LIMIT_REACHED, f"the coordinator holds its maximum of {limits.groups_max} groups "
                                                 "(groups_max); delete groups that are no longer used")
+        elif len(request.protocols) > limits.group_protocols_max:
+            problem = (ErrorCode.INVALID_REQUEST, f"a member names at most {limits.group_protocols_max} assignors "
+                                                  f"(group_protocols_max), not {len(request.protocols)}")
         elif not limits.group_session_timeout_min_ms <= request.session_timeout_ms <= limits.group_session_timeout_max_ms:
             problem = (ErrorCode.INVALID_SESSION_TIMEOUT, (
                 f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."

@@ -182,6 +182,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # the largest group these admit fits (tests/unit/test_group_limits.py). Beyond them a join,
     # a leader's assignments or a share member's heartbeat get LIMIT_REACHED.
     group_member_bytes_max: int = 256 * 1024
+    # Assignors one member names in a join (a consumer names a handful): choosing the group's
+    # protocol compares every name with every member's, and 6,000 names each (three members) made
+    # one rebalance 2.8 s of the coordinator's CPU. Beyond it: INVALID_REQUEST.
+    group_protocols_max: int = 32
     group_membership_bytes_max: int = 768 * 1024
     groups_membership_bytes_max: int = 64 * 1024 * 1024
     # Classic groups per coordinator (members or commits make one): each costs its membership and

@@ -325,3 +325,22 @@ def test_one_commit_is_bounded_in_bytes_so_it_fits_one_entry_of_the_group_quorum
     assert "g" not in actor.offsets
     assert admitted.error == ErrorCode.NONE and all(entry.error == ErrorCode.NONE for entry in admitted.offsets)
     assert len(msgspec.msgpack.encode(operations)) <= RaftConfig(node_id=1, voters={1: "a"}).entry_bytes_max
+
+
+def test_a_join_names_at_most_group_protocols_max_assignors():
+    """Three members naming 6,000 assignors each made one rebalance 2.8 s of the group
+    coordinator's CPU (choosing the protocol compares every name with every member's), and 20,000
+    fit a member's bytes. A consumer names a handful of assignors."""
+    harness, actor, _ = coordinator()
+
+    answers = join_with(harness, "g", "many", [GroupProtocol(name=f"p{index:05d}") for index in range(6000)])
+    few = join_with(harness, "other", "few", [GroupProtocol(name=name) for name in ("cooperative-sticky", "range")])
+
+    assert [answer.error for answer in answers] == [ErrorCode.INVALID_REQUEST]
+    assert "group_protocols_max" in answers[0].error_message and "g" not in actor.groups
+    assert [answer.error for answer in few if answer.error] == []
+
+
+def join_with(harness: Harness, group: str, client: str, protocols: list[GroupProtocol]) -> list:
+    request = JoinGroupRequest(correlation_id=8, group_id=group, client_id=client, protocols=protocols)
+    return messages(harness.deliver(GROUPS, request, client), JoinGroupResponse)
