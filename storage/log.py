@@ -42,9 +42,9 @@ __all__ = ["AppendResult", "FlushPolicy", "LogConfig", "PartitionLog", "Recovery
 
 class PartitionLog(ShrinkOperations):
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, checkpoint: RecoveryPointFile,
-                 epochs: LeaderEpochCache, now_ms: int) -> None:
+                 epochs: LeaderEpochCache, now_ms: int, files: SegmentFiles) -> None:
         self._fs = fs
-        self._files = SegmentFiles(fs, config.open_segments_max)  # segments' files, a bounded number open
+        self._files = files  # the segments' files, a bounded number of them open
         self._directory = directory
         self._config = config
         self._checkpoint = checkpoint
@@ -84,8 +84,7 @@ class PartitionLog(ShrinkOperations):
         except BaseException:
             checkpoint.close()
             raise
-        log = cls(fs, directory, config, checkpoint, epochs, now_ms)
-        log._files = files
+        log = cls(fs, directory, config, checkpoint, epochs, now_ms, files)
         log.recovery = recovered.report
         if problem is None and not trusted and epochs.entries:
             problem = "the file was missing"

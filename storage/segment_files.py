@@ -11,7 +11,9 @@ first. The active segment, written at every append, stays open.
 Closing loses nothing: the bytes written are the file's, in the page cache (or the memory file
 system's file), and `sync()` on a file opened again makes them durable as `fdatasync` on any
 descriptor of the file does. A segment's size is kept here while its file is closed: nothing else
-writes a segment file.
+writes a segment file. A file that cannot be opened again (deleted under the running replica)
+raises its OSError as a read of a failing disk (EIO) does: the replica stops, and its recovery
+finds what is missing.
 """
 
 from __future__ import annotations
