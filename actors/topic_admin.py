@@ -12,7 +12,6 @@ Segment sizes, flush policy and the batch size are fixed: they are baked into op
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -20,12 +19,12 @@ import msgspec
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.elections import PartitionRecord
 from actors.errors import ErrorCode
+from actors.group_offsets import is_topic_name
 from actors.messages import (
     AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest, CreatePartitionsResponse,
     CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, TopicConfig,
 )
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 FLUSH_POLICIES = ("every_batch", "interval", "never")
 ALTERABLE = ("retention_ms", "retention_bytes", "min_insync_replicas", "unclean_leader_election")
 
@@ -65,8 +64,7 @@ class TopicAdmin:
 
     def _check_new_topic(self, request: CreateTopicRequest) -> tuple[ErrorCode, str] | None:
         limits = self.limits
-        if not TOPIC_NAME.match(request.name) or len(request.name) > limits.topic_name_length_max \
-                or request.name in (".", ".."):
+        if not is_topic_name(request.name, limits):
             return ErrorCode.INVALID_REQUEST, (
                 f"topic name {request.name!r} must be 1-{limits.topic_name_length_max} characters of "
                 "letters, digits, '.', '_' or '-'")

@@ -19,7 +19,7 @@ finds what is missing.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from storage.fs import Buffer, FileHandle, FileSystem
 
@@ -91,36 +91,29 @@ class SegmentFile:
             self._handle.close()
             self._handle = None
 
-    def append(self, data: Buffer) -> None:
+    def _write(self, write: Callable[[FileHandle], None]) -> None:
+        """A change to the file; the size kept here follows it, also when it fails (a full disk
+        rolls a write back)."""
         handle = self._file()
         try:
-            handle.append(data)
+            write(handle)
         finally:
             self._size = handle.size
+
+    def append(self, data: Buffer) -> None:
+        self._write(lambda handle: handle.append(data))
 
     def append_parts(self, parts: Sequence[Buffer]) -> None:
-        handle = self._file()
-        try:
-            handle.append_parts(parts)
-        finally:
-            self._size = handle.size
+        self._write(lambda handle: handle.append_parts(parts))
 
     def write_at(self, position: int, data: Buffer) -> None:
-        handle = self._file()
-        try:
-            handle.write_at(position, data)
-        finally:
-            self._size = handle.size
+        self._write(lambda handle: handle.write_at(position, data))
+
+    def truncate(self, length: int) -> None:
+        self._write(lambda handle: handle.truncate(length))
 
     def read_at(self, position: int, length: int) -> bytes:
         return self._file().read_at(position, length)
-
-    def truncate(self, length: int) -> None:
-        handle = self._file()
-        try:
-            handle.truncate(length)
-        finally:
-            self._size = handle.size
 
     def sync(self) -> None:
         self._file().sync()
