@@ -10,7 +10,8 @@ placement, elections and the ISR is the same code with or without a quorum (docs
   builds the `Coordinator` from the committed map, as a restarted coordinator does from its file,
   with the same election grace for liveness (soft state, rebuilt from heartbeats).
 - **Deciding.** The coordinator's writes go to the working map; at the end of each step they
-  become one Raft command. What the coordinator guarded with `AfterFlush(state, ...)` — state
+  become one Raft command (or, past `entry_bytes_max`, its parts, applied together with the last:
+  actors/replicated_state.py). What the coordinator guarded with `AfterFlush(state, ...)` — state
   pushes, admin replies, ISR answers — is held until that command is applied *at the index and
   term it was proposed at*; an entry of another term there means the proposal died with this
   leadership, and the held effects are dropped — the answers among them replaced by the quorum's
@@ -249,19 +250,20 @@ class Controller:
 
     def _hold(self, effects: list[Effect], now_ns: int, asker: tuple[Any, int] | None = None) -> list[Effect]:
         effects = [self._with_quorum(effect) for effect in effects]
-        command = self.state.take_command()
-        if command is None:
+        commands = self.state.take_commands(self.raft.config.entry_bytes_max)
+        if not commands:
             if self.last_proposed > self.raft.applied_index and self.last_proposed in self.held:
                 self.held[self.last_proposed][1].extend(effects)
                 if asker is not None:
                     self.askers.setdefault(self.last_proposed, set()).add(asker)
                 return []
             return effects  # everything this step revealed is committed already
-        index, term = self.raft.log.last_index + 1, self.raft.term
+        # A step too large for one entry is proposed in parts; what it guards waits for the last.
+        index, term = self.raft.log.last_index + len(commands), self.raft.term
         self.held[index] = (term, effects)  # before proposing: one voter commits inside propose
         if asker is not None:
             self.askers[index] = {asker}
-        result = self.raft.propose(command, now_ns)
+        result = self.raft.propose_many(commands, now_ns)
         if isinstance(result, Proposed):
             self.last_proposed = result.index
             return result.effects

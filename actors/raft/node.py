@@ -145,21 +145,30 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
 
     def propose(self, data: bytes, now_ns: int) -> ProposeResult:
         """Append a command if this node is the active controller (see state_machine.py)."""
+        return self.propose_many([data], now_ns)
+
+    def propose_many(self, commands: list[bytes], now_ns: int) -> ProposeResult:
+        """Append commands at consecutive indexes, all of them or none (the parts of one step,
+        replicated_state.py); `Proposed` names the last one's index."""
         if self.role is not Role.LEADER:
             return NotController(self.leader_id, self.config.voters.get(self.leader_id, ""), self.term)
         if self.transfer_target:
             return ProposalRefused("BUSY", f"leadership is moving to controller {self.transfer_target}")
-        if len(data) > self.config.entry_bytes_max:
-            return ProposalRefused("TOO_LARGE", f"an entry of {len(data)} bytes exceeds entry_bytes_max "
-                                                f"({self.config.entry_bytes_max})")
-        if self.log.last_index - self.commit_index >= self.config.uncommitted_entries_max:
-            return ProposalRefused("BUSY", f"{self.config.uncommitted_entries_max} entries are not committed yet "
+        for data in commands:
+            if len(data) > self.config.entry_bytes_max:
+                return ProposalRefused("TOO_LARGE", f"an entry of {len(data)} bytes exceeds entry_bytes_max "
+                                                    f"({self.config.entry_bytes_max})")
+        if self.log.last_index - self.commit_index + len(commands) > self.config.uncommitted_entries_max:
+            return ProposalRefused("BUSY", f"{len(commands)} more entries would pass the "
+                                           f"{self.config.uncommitted_entries_max} that may be uncommitted "
                                            "(uncommitted_entries_max)")
-        entry = RaftEntry(index=self.log.last_index + 1, term=self.term, kind=ENTRY_COMMAND, data=bytes(data))
-        self.log.append([entry])
+        first = self.log.last_index + 1
+        entries = [RaftEntry(index=first + offset, term=self.term, kind=ENTRY_COMMAND, data=bytes(data))
+                   for offset, data in enumerate(commands)]
+        self.log.append(entries)
         self._broadcast_append(now_ns)
         self._maybe_commit(now_ns)
-        return Proposed(entry.index, entry.term, self._release())
+        return Proposed(entries[-1].index, self.term, self._release())
 
     def status(self) -> dict:
         """What `railmq cluster info` will show of this voter."""

@@ -16,6 +16,9 @@ Only the active controller (the leader) may propose. `RaftNode.propose` answers 
   On the wire this becomes Kafka's NOT_CONTROLLER (41) with the hint (docs/raft.md).
 - `ProposalRefused(reason, message)`: the leader cannot take it now (BUSY: too many uncommitted
   entries; TOO_LARGE: the entry exceeds entry_bytes_max).
+
+`RaftNode.propose_many` appends several commands at consecutive indexes, all of them or none, and
+answers the same with the last one's index (a step in parts: actors/replicated_state.py).
 """
 
 from __future__ import annotations

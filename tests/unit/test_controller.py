@@ -7,6 +7,7 @@ short by a snapshot, a malformed command in the log.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from actors.errors import ErrorCode
@@ -219,7 +220,7 @@ def test_the_working_map_is_the_committed_one_on_a_voter_that_does_not_lead():
     state.put_many([("partition/x/0", {}), ("partition/x/1", {})])
     assert [key for key, _ in state.items("partition/")] == ["partition/x/0", "partition/x/1"]
     assert "topic/x" not in state.committed
-    command = state.take_command()
+    [command] = state.take_commands(1024)
     state.apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND, data=command))
     state.deactivate()
     assert state.get("topic/x") == {"a": 1} and len(state) == 3
@@ -265,3 +266,146 @@ def test_a_group_voter_answers_no_read_from_a_commit_the_quorum_may_lose_and_ref
     net.heal()
     [new] = net.active()
     assert new != old and committed_offset(net, new, correlation_id=4) == 10
+
+
+# ---------------------------------------------------------------------------- a step past one entry
+
+
+def commit_many(net: ControllerNet, node: int, count: int, correlation_id: int, metadata_bytes: int = 200) -> None:
+    net.send(CLIENT, node, OffsetCommitRequest(correlation_id=correlation_id, group_id="g", offsets=[
+        OffsetEntry(topic="orders", partition=partition, offset=100 + partition, metadata="m" * metadata_bytes)
+        for partition in range(count)]))
+
+
+def stored_offsets(state: ReplicatedState) -> dict[int, int]:
+    return {int(key.rsplit("/", 1)[1]): value[0] for key, value in state.committed.items()
+            if key.startswith("offset/g/orders/")}
+
+
+def test_a_step_whose_changes_pass_one_entry_commits_in_parts_and_is_acknowledged():
+    """A step may change more than one entry of the log holds (a tick expiring locks in many
+    share-partitions at once). Proposed as one entry it was refused TOO_LARGE: the asker got
+    NOT_COORDINATOR, the coordinator rebuilt from the committed map and met the same step
+    again. It is proposed as consecutive entries, applied together with the last one."""
+    net = ControllerNet(groups=True, entry_bytes_max=4096)
+    active = net.run_until_active()
+    first_index = net.controllers[active].raft.log.last_index
+
+    commit_many(net, active, 40, correlation_id=1)  # ~10 KB of offsets: at least three entries
+    net.run_for(50)
+
+    [answer] = net.answers(CLIENT)
+    assert isinstance(answer, OffsetCommitResponse), answer
+    assert all(entry.error == ErrorCode.NONE for entry in answer.offsets)
+    assert net.active() == [active], "the coordinator stopped deciding"
+    assert net.controllers[active].raft.log.last_index - first_index >= 3
+    for controller in net.controllers.values():
+        assert stored_offsets(controller.state) == {partition: 100 + partition for partition in range(40)}
+    assert committed_offset(net, active, correlation_id=2) == 100
+
+
+def test_a_step_whose_last_part_is_lost_with_its_leader_commits_none_of_its_parts():
+    """The leader proposes a step's parts and dies after only the first reached the others. The
+    next leader's no-op follows that part: every voter drops it, none applies a half step, and
+    the asker was never told the commit succeeded."""
+    net = ControllerNet(groups=True, entry_bytes_max=4096, append_entries_max=1)
+    old = net.run_until_active()
+    commit_many(net, old, 5, correlation_id=1, metadata_bytes=10)
+    net.run_for(50)
+    assert stored_offsets(net.controllers[old].state) == {partition: 100 + partition for partition in range(5)}
+    first = net.controllers[old].raft.log.last_index + 1
+
+    commit_many(net, old, 40, correlation_id=2)
+    source, destination, request = net.queue.popleft()
+    net._apply(destination, net.controllers[old].handle(request, source, net.now_ns))
+    net.queue = type(net.queue)(item for item in net.queue
+                                if getattr(item[2], "entries", None) and item[2].entries[0].index == first)
+    assert net.queue, "the first part's appends were not sent"
+    net.cut.update((voter_endpoint(node), voter_endpoint(old)) for node in net.voters)  # it hears no answer
+    net.deliver()
+    net.crash(old)
+    net.heal()
+    net.run_for(3_000)
+
+    [new] = net.active()
+    log = net.controllers[new].raft.log
+    assert log.entry(first).term < log.entry(first + 1).term == net.controllers[new].raft.term, (
+        "the new leader's no-op does not follow the first part")
+    assert all(stored_offsets(net.controllers[node].state) == {p: 100 + p for p in range(5)}
+               for node in net.controllers), "a half step was applied"
+    assert all(controller.state.steps_dropped == 1 for controller in net.controllers.values())
+    assert not [a for a in net.answers(CLIENT) if isinstance(a, OffsetCommitResponse) and a.correlation_id == 2]
+    net.restart(old)
+    net.run_for(500)
+    assert stored_offsets(net.controllers[old].state) == {p: 100 + p for p in range(5)}
+    assert net.controllers[old].state.steps_dropped == 1
+
+
+def part_entries(operations: list, entry_bytes_max: int) -> list[RaftEntry]:
+    state = ReplicatedState()
+    state.activate()
+    for key, value in operations:
+        state.put(key, value)
+    commands = state.take_commands(entry_bytes_max)
+    return [RaftEntry(index=10 + number, term=1, kind=ENTRY_COMMAND, data=data)
+            for number, data in enumerate(commands)]
+
+
+OPERATIONS = [(f"offset/g/t/{index}", [index, "m" * 100]) for index in range(30)]
+
+
+def test_a_step_is_split_into_entries_that_each_fit_and_applied_only_with_its_last():
+    entries = part_entries(OPERATIONS, 1024)
+    state = ReplicatedState()
+
+    assert len(entries) >= 3 and all(len(entry.data) <= 1024 for entry in entries)
+    for entry in entries[:-1]:
+        state.apply(entry)
+        assert not state.committed, "a part was applied before its last part"
+    state.apply(entries[-1])
+    assert dict(state.committed) == dict(OPERATIONS)
+    assert part_entries(OPERATIONS[:3], 1024)[0].data == encode_command([[0, k, v] for k, v in OPERATIONS[:3]]), (
+        "a step that fits one entry is one plain command, as before")
+
+
+def test_a_snapshot_taken_between_parts_carries_them_to_the_voter_that_restores_it():
+    entries = part_entries(OPERATIONS, 1024)
+    state = ReplicatedState()
+    state.apply(entries[0])
+    restored = ReplicatedState()
+    restored.restore(state.snapshot(), entries[0].index)
+
+    for entry in entries[1:]:
+        restored.apply(entry)
+
+    assert dict(restored.committed) == dict(OPERATIONS)
+
+
+def test_an_entry_after_an_unfinished_step_drops_its_parts_on_every_voter():
+    from storage.raft_log import ENTRY_NOOP
+
+    entries = part_entries(OPERATIONS, 1024)
+    state = ReplicatedState()
+    state.apply(entries[0])
+    state.apply(entries[1])
+    state.apply(RaftEntry(index=entries[2].index, term=2, kind=ENTRY_NOOP, data=b""))
+    state.apply(RaftEntry(index=entries[2].index + 1, term=2, kind=ENTRY_COMMAND,
+                          data=encode_command([[0, "k", 1]])))
+
+    assert dict(state.committed) == {"k": 1}
+    assert state.snapshot() == msgspec.msgpack.encode({"k": 1}), "the dropped parts live on in the snapshot"
+
+
+def test_a_part_out_of_its_sequence_is_corruption_not_something_to_skip():
+    entries = part_entries(OPERATIONS, 1024)
+    state = ReplicatedState()
+    with pytest.raises(BadCommand):
+        state.apply(entries[1])  # a second part with no first before it
+    state = ReplicatedState()
+    state.apply(entries[0])
+    with pytest.raises(BadCommand):
+        state.apply(entries[2])  # a part skipped
+    for header in ([2, 0, 3], [2, 4, 3], [2, 1, 1], [2, "1", 3], [2, 1]):
+        with pytest.raises(BadCommand):
+            ReplicatedState().apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND,
+                                              data=encode_command([header, [0, "k", 1]])))

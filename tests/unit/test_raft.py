@@ -273,3 +273,21 @@ def test_a_restarted_voter_never_campaigns_at_once():
     net.crash(1)
     net.restart(1)
     assert net.nodes[1].election_deadline_ns > net.now_ns, "only a brand-new quorum skips the timeout"
+
+
+def test_a_step_proposed_in_parts_is_appended_whole_or_refused_whole():
+    net = Net(3, uncommitted_entries_max=3, entry_bytes_max=8)
+    net.campaign(1)
+    net.deliver()
+    net.isolate(1)
+    before = net.nodes[1].log.last_index
+
+    assert net.nodes[1].propose_many([b"a", b"b", b"x" * 9], net.now_ns).reason == "TOO_LARGE"
+    assert net.nodes[1].propose_many([b"a", b"b", b"c", b"d"], net.now_ns).reason == "BUSY"
+    assert net.nodes[1].log.last_index == before, "part of a refused step was appended"
+    result = net.nodes[1].propose_many([b"a", b"b", b"c"], net.now_ns)
+    assert isinstance(result, Proposed) and result.index == before + 3
+    net.apply(1, result.effects)
+    net.heal()
+    net.run_for(200)
+    assert all(net.commands(node) == [b"a", b"b", b"c"] for node in net.voters)
