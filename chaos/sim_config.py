@@ -77,6 +77,10 @@ class SimConfig:
     node_agents: bool = True  # replicas report through their node's agent (False: to the coordinator)
     trace_events_max: int = 60
     steps_max: int = 0  # end the faulty phase after this many steps (0: by duration only)
+    # The controllers' largest Raft entry (0: RaftConfig's 1 MiB). A few hundred bytes makes most
+    # metadata steps go in parts (actors/replicated_state.py), sent one append at a time, so a
+    # leader may die between them.
+    entry_bytes_max: int = 0
 
 
 @dataclass(frozen=True)

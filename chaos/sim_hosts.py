@@ -124,9 +124,10 @@ def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:
     return build
 
 
-def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limits: Limits) -> ActorFactory:
+def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limits: Limits,
+                       entry_bytes_max: int = 0) -> ActorFactory:
     """A voter of the controller quorum, as transport/actor_main.py builds it, over the host's
-    memory disk. What it applies is kept in `host.state["applied"]` for the Raft checker."""
+    memory disk (`entry_bytes_max`: see SimConfig). What it applies is kept in `host.state["applied"]` for the Raft checker."""
     def build(host: Host, incarnation: int) -> Any:
         from actors.controller import Controller
         from actors.coordinator import Coordinator
@@ -138,7 +139,10 @@ def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limi
                            rejoining_if_created=host.state.pop(LOST_DISK, False))
         config = RaftConfig(node_id=node, voters=voters, election_timeout_ms=limits.controller_election_timeout_ms,
                             heartbeat_interval_ms=limits.controller_heartbeat_interval_ms,
-                            idle_heartbeat_interval_ms=limits.controller_idle_heartbeat_interval_ms)
+                            idle_heartbeat_interval_ms=limits.controller_idle_heartbeat_interval_ms,
+                            # one part per append, one append in flight: a leader may die between parts
+                            **({"entry_bytes_max": entry_bytes_max, "append_bytes_max": entry_bytes_max,
+                                "inflight_appends_max": 1} if entry_bytes_max else {}))
         rng = random.Random(incarnation)
 
         def coordinator(state: Any) -> Any:

@@ -85,7 +85,8 @@ def seed_line(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the seeds `add_arguments` describes; 1 when any failed."""
     config = SimConfig(duration_ms=args.duration_ms, faults=args.faults, steps_max=args.steps,
-                       controllers=getattr(args, "controllers", 0))
+                       controllers=getattr(args, "controllers", 0),
+                       entry_bytes_max=getattr(args, "entry_bytes_max", 0))
     seeds = range(args.seed, args.seed + max(1, args.seeds))
     as_json = bool(getattr(args, "json", False))
     if not as_json and not args.quiet:
@@ -140,6 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=non_negative_int, default=0, help="sweep this many seeds starting at --seed")
     parser.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3, 5),
                         help="0: one coordinator process (the default sweep); N: a controller quorum of N voters")
+    parser.add_argument("--entry-bytes-max", type=non_negative_int, default=0,
+                        help="with --controllers: their largest Raft entry in bytes (0: 1 MiB); a few hundred "
+                             "makes most metadata changes commit in parts")
     parser.add_argument("--duration-ms", type=positive_int, default=SimConfig.duration_ms,
                         help="simulated time with faults")
     parser.add_argument("--steps", type=non_negative_int, default=0,

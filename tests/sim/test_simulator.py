@@ -144,6 +144,29 @@ def test_controllers_that_lose_their_disks_keep_every_promise():
         counters)
 
 
+# Controllers whose Raft entries hold 300 bytes: a topic's creation and most metadata steps are
+# proposed in parts (docs/raft.md §9), under every fault the quorum sweep has.
+PARTS_CONFIG = SimConfig(controllers=3, entry_bytes_max=300, duration_ms=4000, recovery_ms=4000)
+
+
+@pytest.mark.timeout(300)
+def test_metadata_steps_proposed_in_parts_keep_every_promise():
+    from chaos.simulator import Simulator
+
+    failures, in_parts = {}, 0
+    for seed in range(2100, 2120):
+        sim = Simulator(seed, PARTS_CONFIG)
+        result = sim.run()
+        if result.problems:
+            failures[seed] = result.problems[:2]
+        in_parts += sum(host.actor.state.steps_in_parts for host in sim.hosts.values()
+                        if host.kind == "controller" and host.alive)
+    assert not failures, (f"failing seeds (replay: python -m chaos.simulator --controllers 3 --entry-bytes-max 300 "
+                          f"--seed N): {failures}")
+    print(f"{in_parts} steps applied from parts")
+    assert in_parts >= 100, f"only {in_parts} steps were applied from parts"
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
 def test_regression_seeds_pass(seed):
