@@ -197,9 +197,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes of committed offsets over all groups (topic names and metadata strings are what
     # costs): 64 MiB in memory and the same in the journal, whatever clients commit.
     group_offsets_bytes_max: int = 64 * 1024 * 1024
-    # Bytes of offsets one commit request stores: a commit is one entry of the group quorum's
-    # Raft log (at most 1 MiB); a larger one was refused there, and the coordinator stopped
-    # deciding while it rebuilt (LIMIT_REACHED instead: commit in smaller requests).
+    # Bytes of offsets one commit request stores (LIMIT_REACHED: commit in smaller requests). Its
+    # offsets commit together: one entry of the group quorum's Raft log (at most 1 MiB), or the
+    # parts of one step past that (actors/replicated_state.py); this keeps one request's step small.
     group_commit_bytes_max: int = 768 * 1024
     # A new group waits this long for more members before the first rebalance completes
     # (Kafka's group.initial.rebalance.delay.ms is 3 s; short here so tests stay fast).
