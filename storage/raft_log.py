@@ -273,6 +273,11 @@ class RaftLog:
             raise IndexError(f"entry {index} is outside [{self._base}, {self.last_index}]")
         return self._entries[offset]
 
+    def data_bytes(self, first: int, last: int) -> int:
+        """The bytes of data the entries `first`..`last` (those held) carry."""
+        low, high = max(first - self._base, 0), max(last - self._base + 1, 0)
+        return sum(len(entry.data) for entry in self._entries[low:high])
+
     def entries(self, start: int, count_max: int, bytes_max: int) -> list[RaftEntry]:
         """Entries from `start` on: at most `count_max`, and `bytes_max` of data (at least one)."""
         offset = start - self._base

@@ -57,12 +57,22 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Entries past the commit index the leader accepts before refusing proposals with BUSY
     # (etcd-io/raft's MaxUncommittedEntriesSize): a leader that cannot commit does not grow forever.
     uncommitted_entries_max: int = 4096
+    # And bytes (etcd-io/raft's MaxUncommittedEntriesSize): 4,096 entries may be 4 GiB. A proposal
+    # with nothing uncommitted goes whatever its size, as in etcd, or a step that large never could.
+    uncommitted_bytes_max: int = 64 * 1024 * 1024
     # One metadata change is small; a proposal this large is a bug upstream.
     entry_bytes_max: int = 1024 * 1024
     # A snapshot is taken when this many entries were applied since the last one; the log then
     # keeps this many trailing entries so a follower slightly behind gets entries, not a snapshot.
     snapshot_interval_entries: int = 1024
     snapshot_trailing_entries: int = 128
+    # ... or when the entries applied since the last one hold this many bytes, or as many as that
+    # snapshot did, whichever is more (KRaft's metadata.log.max.record.bytes.between.snapshots,
+    # 20 MiB): 1,024 entries of up to 1 MiB each let a voter hold ~1 GiB of log in memory and in
+    # its journal. Growing with the snapshot keeps the cost of writing snapshots at most about
+    # that of the log itself; what the log holds stays at most about the state's own size.
+    snapshot_interval_bytes: int = 20 * 1024 * 1024
+    snapshot_trailing_bytes: int = 4 * 1024 * 1024  # trailing entries stop at this many bytes too
     # A snapshot travels in chunks of this size (each one message, well within the codec's frame
     # limit), so its size is bounded only by what a voter holds in memory anyway: every state the
     # group coordinator's byte budgets admit (offsets, members, share groups) fits. A snapshot
@@ -86,11 +96,14 @@ class RaftConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise RaftConfigError(f"idle_heartbeat_interval_ms ({self.idle_heartbeat_interval_ms}) must be 0 or at "
                                   f"least heartbeat_interval_ms ({self.heartbeat_interval_ms})")
         for name in ("append_entries_max", "append_bytes_max", "inflight_appends_max", "uncommitted_entries_max",
-                     "entry_bytes_max", "snapshot_interval_entries", "snapshot_chunk_bytes", "snapshot_bytes_max"):
+                     "uncommitted_bytes_max", "entry_bytes_max", "snapshot_interval_entries",
+                     "snapshot_interval_bytes", "snapshot_chunk_bytes", "snapshot_bytes_max"):
             if getattr(self, name) < 1:
                 raise RaftConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.snapshot_trailing_entries <= self.snapshot_interval_entries:
             raise RaftConfigError("snapshot_trailing_entries must be in [0, snapshot_interval_entries]")
+        if not 0 <= self.snapshot_trailing_bytes <= self.snapshot_interval_bytes:
+            raise RaftConfigError("snapshot_trailing_bytes must be in [0, snapshot_interval_bytes]")
         return self
 
     @property

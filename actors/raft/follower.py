@@ -143,6 +143,7 @@ class FollowerRules:
         self.log.install_snapshot(meta, data)
         self.state_machine.restore(data, index)
         self.commit_index = self.applied_index = index
+        self.applied_bytes = 0
         self._count("snapshots_installed")
         self._early.append(Trace("raft_snapshot_installed", {"node": self.id, "index": index,
                                                              "term": request.snapshot_term}))

@@ -91,6 +91,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self._early: list[Any] = []  # timers and traces: never wait for a flush
         snapshot = log.snapshot
         self.applied_index = 0
+        self.applied_bytes = 0  # data of the entries applied since the last snapshot
         if snapshot is not None:
             state_machine.restore(log.snapshot_data, snapshot.index)
             self.applied_index = snapshot.index
@@ -162,6 +163,10 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             return ProposalRefused("BUSY", f"{len(commands)} more entries would pass the "
                                            f"{self.config.uncommitted_entries_max} that may be uncommitted "
                                            "(uncommitted_entries_max)")
+        waiting = self.log.data_bytes(self.commit_index + 1, self.log.last_index)
+        if waiting and waiting + sum(map(len, commands)) > self.config.uncommitted_bytes_max:
+            return ProposalRefused("BUSY", f"{waiting:,} bytes of entries are not committed yet "
+                                           f"(uncommitted_bytes_max {self.config.uncommitted_bytes_max:,})")
         first = self.log.last_index + 1
         entries = [RaftEntry(index=first + offset, term=self.term, kind=ENTRY_COMMAND, data=bytes(data))
                    for offset, data in enumerate(commands)]
@@ -328,12 +333,16 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             entry = self.log.entry(self.applied_index + 1)
             self._out.extend(self.state_machine.apply(entry))
             self.applied_index = entry.index
+            self.applied_bytes += len(entry.data)
         self._maybe_snapshot()
 
     def _maybe_snapshot(self) -> None:
-        log = self.log
+        """A snapshot once `snapshot_interval_entries` were applied since the last one, or
+        `snapshot_interval_bytes` of them (at least as many as that snapshot holds)."""
+        log, config = self.log, self.config
         snapshot_index = log.snapshot.index if log.snapshot is not None else 0
-        if self.applied_index - snapshot_index < self.config.snapshot_interval_entries:
+        if (self.applied_index - snapshot_index < config.snapshot_interval_entries
+                and self.applied_bytes < max(config.snapshot_interval_bytes, len(log.snapshot_data))):
             return
         data = self.state_machine.snapshot()
         if len(data) > self.config.snapshot_bytes_max:
@@ -341,8 +350,13 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
             return
         meta = SnapshotMeta(index=self.applied_index, term=log.term_at(self.applied_index),
                             voters=sorted(self.config.voters))
-        keep_from = max(log.first_index, self.applied_index - self.config.snapshot_trailing_entries + 1)
+        keep_from = max(log.first_index, self.applied_index - config.snapshot_trailing_entries + 1)
+        trailing = log.data_bytes(keep_from, self.applied_index)
+        while keep_from <= self.applied_index and trailing > config.snapshot_trailing_bytes:
+            trailing -= len(log.entry(keep_from).data)
+            keep_from += 1
         log.save_snapshot(meta, data, keep_from)
+        self.applied_bytes = 0
         self._count("snapshots_taken")
 
     # ------------------------------------------------------------------ effects

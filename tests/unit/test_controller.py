@@ -409,3 +409,40 @@ def test_a_part_out_of_its_sequence_is_corruption_not_something_to_skip():
         with pytest.raises(BadCommand):
             ReplicatedState().apply(RaftEntry(index=1, term=1, kind=ENTRY_COMMAND,
                                               data=encode_command([header, [0, "k", 1]])))
+
+
+# ---------------------------------------------------------------------------- the log, bounded in bytes
+
+
+def held_bytes(controller) -> int:
+    log = controller.raft.log
+    return sum(len(log.entry(index).data) for index in range(log.first_index, log.last_index + 1))
+
+
+@pytest.mark.timeout(60)
+def test_the_log_a_voter_holds_is_bounded_in_bytes_not_only_in_entries():
+    """A client commits ~700 KB of offsets over and over (the same offsets: the state stays under
+    1 MiB). A snapshot every 1,024 entries let each voter keep ~700 MiB of entries in memory and in
+    its journal before the first one. A snapshot is also due once the entries since the last one
+    pass `snapshot_interval_bytes` (20 MiB, as KRaft's metadata.log.max.record.bytes.between.
+    snapshots) or the last snapshot's size, and trailing entries stop at `snapshot_trailing_bytes`."""
+    net = ControllerNet(groups=True)
+    active = net.run_until_active()
+    config = net.controllers[active].raft.config
+    bound = config.snapshot_interval_bytes + config.snapshot_trailing_bytes + config.entry_bytes_max
+
+    largest = 0
+    for number in range(60):
+        net.send(CLIENT, active, OffsetCommitRequest(correlation_id=number + 1, group_id="g", offsets=[
+            OffsetEntry(topic="orders", partition=partition, offset=number, metadata=f"{number:04d}" * 975)
+            for partition in range(180)]))
+        net.run_for(20)
+        largest = max([largest, *(held_bytes(controller) for controller in net.controllers.values())])
+
+    answers = net.answers(CLIENT)
+    assert len(answers) == 60 and all(isinstance(a, OffsetCommitResponse) for a in answers), answers[:1]
+    assert all(controller.raft.log.snapshot is not None for controller in net.controllers.values())
+    print(f"the most a voter held: {largest:,} bytes of entries")
+    assert largest <= bound, f"a voter held {largest:,} bytes of entries (bound {bound:,})"
+    assert all(stored_offsets(controller.state) == {partition: 59 for partition in range(180)}
+               for controller in net.controllers.values())

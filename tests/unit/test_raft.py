@@ -291,3 +291,21 @@ def test_a_step_proposed_in_parts_is_appended_whole_or_refused_whole():
     net.heal()
     net.run_for(200)
     assert all(net.commands(node) == [b"a", b"b", b"c"] for node in net.voters)
+
+
+def test_uncommitted_entries_are_bounded_in_bytes_but_one_step_alone_always_goes():
+    """A leader that cannot commit takes proposals until `uncommitted_bytes_max` bytes wait
+    (etcd-io/raft's MaxUncommittedEntriesSize), not 4,096 entries of up to 1 MiB each. One
+    proposal with nothing uncommitted goes whatever its size, or a step that large could never
+    be proposed."""
+    net = Net(3, uncommitted_bytes_max=100, entry_bytes_max=80)
+    net.campaign(1)
+    net.deliver()
+    net.isolate(1)
+
+    assert isinstance(net.propose(1, b"x" * 60), Proposed)
+    assert isinstance(net.propose(1, b"x" * 40), Proposed)
+    assert net.propose(1, b"x").reason == "BUSY"
+    net.heal()
+    net.run_for(200)
+    assert isinstance(net.nodes[1].propose_many([b"y" * 80, b"y" * 80], net.now_ns), Proposed)
