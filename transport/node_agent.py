@@ -228,7 +228,7 @@ class NodeAgent:
         fds, restart_due_ns = self.supervisor.watch()
         wait_ns = next_beat_ns - time.monotonic_ns()
         if restart_due_ns is not None:
-            wait_ns = min(wait_ns, restart_due_ns - time.time_ns())
+            wait_ns = min(wait_ns, restart_due_ns - time.monotonic_ns())
         if wait_ns <= 0:
             return
         poller = zmq.Poller()

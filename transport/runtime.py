@@ -12,8 +12,10 @@ What it never does: decide anything about the protocol. Bad frames are counted a
 an `ErrorResponse`; a broken invariant in the actor (an exception from `handle`) is a programmer
 error and stops the process loudly, so the supervisor restarts it from its durable state.
 
-Clock: actors get wall-clock nanoseconds (`time.time_ns`), because retention and timestamps
-compare against record times written by producers. Timers use the same clock.
+Clock: actors get wall-clock nanoseconds, because retention and timestamps compare against record
+times written by producers, and timers use the same clock; it is a `SteadyClock`
+(transport/clock.py), which never steps back when the machine's clock does, so a clock set back
+does not stall every timer for as long.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 from typing import Any, Callable
 
 import zmq
@@ -34,6 +35,7 @@ from actors.messages import (
     RuntimeStatsResponse, Stop, TimerFired,
 )
 from transport.auth import refusal
+from transport.clock import SteadyClock
 from transport.codec import Codec, DecodeFailure
 from transport.outbound import OutboundBudget
 from transport.faults import FaultSwitch
@@ -65,7 +67,7 @@ class Runtime(RuntimePeers):
         identity: str,
         limits: Limits = DEFAULT_LIMITS,
         context: zmq.Context | None = None,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] | None = None,
         rng: random.Random | None = None,
         on_notify: Callable[[str, Any], None] | None = None,
         on_trace: Callable[[str, dict], None] | None = None,
@@ -80,7 +82,7 @@ class Runtime(RuntimePeers):
         self.identity = identity
         self.limits = limits
         self.context = context or zmq.Context.instance()
-        self.clock = clock
+        self.clock = clock or SteadyClock()
         self.codec = Codec(limits.frame_bytes_max, secret=secret)
         # The fault switch obeys only the chaos harness of the cluster that started this actor
         # (an authenticated FaultControlRequest), and only when the cluster was started for chaos.

@@ -131,7 +131,7 @@ class Supervisor:
         managed.exit_code = None
         managed.refusal = ""
         managed.restart_at_ns = None
-        managed.started_ns = time.time_ns()
+        managed.started_ns = time.monotonic_ns()
         if self._doorbell is not None:
             try:
                 os.write(self._doorbell[1], b"x")
@@ -141,7 +141,7 @@ class Supervisor:
     def watch(self) -> tuple[list[int], int | None]:
         """What `poll` has to act on, for a caller that sleeps until then: the descriptors that
         become readable when there is something (a process's exit sentinel, the lifeline of one
-        not ready yet, the doorbell of a new process), and the wall-clock time of the next
+        not ready yet, the doorbell of a new process), and the monotonic time of the next
         restart due (None: none is scheduled). Sleeping on these instead of polling on a period
         is what lets an idle node cost nothing."""
         with self.lock:
@@ -220,7 +220,7 @@ class Supervisor:
         """Reap exited actors (scheduling restarts), start due restarts, notice readiness.
         Returns the actors that exited since the last call."""
         exited: list[ManagedActor] = []
-        now = time.time_ns()
+        now = time.monotonic_ns()  # restart delays are durations: a wall clock set back must not stretch them
         with self.lock:
             running = [managed for managed in self.actors.values() if managed.process is not None]
             # One select over every process's sentinel (readable once it has exited) and the
