@@ -444,6 +444,7 @@ class FetchRequest(Message, kw_only=True):
     last_fetched_epoch: int = -1  # followers: epoch of the last batch they hold (KIP-595 style)
     incarnation: int = 0  # followers: their process incarnation
     ring: str = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
+    ring_key: int = 0  # the key in that ring's header: proves the fetcher can map it (transport/ring_link.py)
     host: str = ""  # the fetcher's host identity: a ring is only usable on the same host
     repairing: bool = False  # followers: re-fetching data their disk lost (not ready for the ISR)
     # Followers: the high watermark they know. A parked follower fetch is answered as soon as the

@@ -42,6 +42,7 @@ from transport.ring_layout import (
     RingCorrupt,
     RingError,
     RingFull,
+    RingKeyMismatch,
     read_layout,
     record_footprint,
 )
@@ -50,7 +51,7 @@ from transport.shm import ProcessIdentity, attach_segment, list_segments, proces
 __all__ = [  # the ring's public names, some of them defined in transport/ring_layout.py and doorbell.py
     "DOORBELL_LINGER_MS", "DOORBELL_PEERS_MAX", "DOORBELL_QUEUE_MAX", "HEADER_BYTES", "RECORD_HEADER_BYTES",
     "Doorbell", "PeerGone", "RecordTooLarge", "RingBusy", "RingClosed", "RingCorrupt", "RingError", "RingFull",
-    "RingReader", "RingWriter", "ZmqDoorbell", "record_footprint", "unlink_orphaned_rings",
+    "RingKeyMismatch", "RingReader", "RingWriter", "ZmqDoorbell", "record_footprint", "unlink_orphaned_rings",
 ]
 
 

@@ -43,6 +43,7 @@ from transport.ring_layout import (
     EndWords,
     PeerGone,
     RingBusy,
+    RingKeyMismatch,
     RingClosed,
     RingCorrupt,
     RingError,
@@ -93,7 +94,7 @@ class RingEnd:
 
     def __init__(self, name: str, segment: SharedMemory, created: bool, doorbell: Doorbell | None,
                  liveness_check_interval_ms: int, clock_ns: Callable[[], int]) -> None:
-        self.capacity_bytes, self.payload_crc = read_layout(name, segment)
+        self.capacity_bytes, self.payload_crc, self.key = read_layout(name, segment)
         self.name = name
         self.created = created
         self.stats = RingStats()
@@ -136,20 +137,23 @@ class RingEnd:
     @classmethod
     def attach(cls, name: str, *, doorbell: Doorbell | None = None,
                liveness_check_interval_ms: int = LIVENESS_CHECK_INTERVAL_MS,
-               clock_ns: Callable[[], int] = time.monotonic_ns):
+               clock_ns: Callable[[], int] = time.monotonic_ns, key: int | None = None):
         """Map an existing ring and hold this end; a restarted process re-attaches this way.
 
         A writer carries on after the last published record (a record it was writing when it
         died is discarded); a reader starts at the first unreleased record, so records read
-        but not released before a crash are delivered again.
+        but not released before a crash are delivered again. With `key`, the end is held only
+        if it is the ring's (RingKeyMismatch, and the end stays free, otherwise).
         """
-        return cls._open(name, attach_segment(name), False, doorbell, liveness_check_interval_ms, clock_ns)
+        return cls._open(name, attach_segment(name), False, doorbell, liveness_check_interval_ms, clock_ns, key)
 
     @classmethod
-    def _open(cls, name, segment, created, doorbell, liveness_check_interval_ms, clock_ns):
+    def _open(cls, name, segment, created, doorbell, liveness_check_interval_ms, clock_ns, key=None):
         end = None
         try:
             end = cls(name, segment, created, doorbell, liveness_check_interval_ms, clock_ns)
+            if key is not None and key != end.key:
+                raise RingKeyMismatch(f"ring {name}: the key given is not the ring's")
             end._claim()
             return end
         except BaseException:

@@ -3,7 +3,8 @@ errors every part of the ring raises (transport/ring.py, transport/ring_end.py).
 
 Segment layout. Header fields are aligned u64 words, one cache line per owner:
 
-    word 0-3    magic, layout version, capacity in bytes, flags (bit 0: payload CRC)   fixed
+    word 0-4    magic, layout version, capacity in bytes, flags (bit 0: payload CRC),   fixed
+                the ring's key (random, from its creator: who can map the segment knows it)
     word 8-12   write position, writer pid, writer start ms, writer closed, writer wants doorbell
     word 16-20  read position,  reader pid, reader start ms, reader closed, reader wants doorbell
     byte 256    the writer's doorbell endpoint (64 bytes, NUL padded); byte 320: the reader's
@@ -23,6 +24,7 @@ used: the magic is written last when a segment is made, so whoever sees it sees 
 
 from __future__ import annotations
 
+import secrets
 import struct
 from multiprocessing.shared_memory import SharedMemory
 from typing import NamedTuple
@@ -39,7 +41,7 @@ RECORD_CHECKED = struct.Struct("<IIQ")  # the part of the record header its CRC 
 RECORD_ALIGN_BYTES = 8
 ENDPOINT_BYTES_MAX = 64
 
-_MAGIC, _VERSION, _CAPACITY, _FLAGS = 0, 1, 2, 3
+_MAGIC, _VERSION, _CAPACITY, _FLAGS, _KEY = 0, 1, 2, 3, 4
 
 
 class EndWords(NamedTuple):
@@ -75,6 +77,10 @@ class RingFull(RingError):
     """No room for the record before the deadline: the reader is behind (backpressure)."""
 
 
+class RingKeyMismatch(RingError):
+    """An end was to be held only by whoever knows the ring's key, and the key given is not it."""
+
+
 class RingCorrupt(RingError):
     """The segment's header or a record fails its check; the ring must be recreated."""
 
@@ -108,12 +114,13 @@ def write_layout(segment: SharedMemory, capacity_bytes: int, payload_crc: bool) 
     words[_VERSION] = LAYOUT_VERSION
     words[_CAPACITY] = capacity_bytes
     words[_FLAGS] = FLAG_PAYLOAD_CRC if payload_crc else 0
+    words[_KEY] = secrets.randbits(63) + 1
     words[_MAGIC] = RING_MAGIC  # last: whoever sees the magic sees the rest
     words.release()
 
 
-def read_layout(name: str, segment: SharedMemory) -> tuple[int, bool]:
-    """Check the fixed header and the positions; returns (capacity_bytes, payload_crc)."""
+def read_layout(name: str, segment: SharedMemory) -> tuple[int, bool, int]:
+    """Check the fixed header and the positions; returns (capacity_bytes, payload_crc, key)."""
     words = segment.buf[:HEADER_BYTES].cast("Q") if segment.size >= HEADER_BYTES else None
     try:
         if words is None or words[_MAGIC] != RING_MAGIC or words[_VERSION] != LAYOUT_VERSION:
@@ -123,7 +130,7 @@ def read_layout(name: str, segment: SharedMemory) -> tuple[int, bool]:
             raise RingCorrupt(f"segment {name} declares {capacity_bytes} bytes of capacity it lacks")
         if not 0 <= words[WRITER_WORDS.position] - words[READER_WORDS.position] <= capacity_bytes:
             raise RingCorrupt(f"segment {name} has positions out of order")
-        return capacity_bytes, bool(words[_FLAGS] & FLAG_PAYLOAD_CRC)
+        return capacity_bytes, bool(words[_FLAGS] & FLAG_PAYLOAD_CRC), words[_KEY]
     finally:
         if words is not None:
             words.release()

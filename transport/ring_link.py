@@ -33,7 +33,7 @@ import msgspec
 
 from actors.messages import FetchRequest, FetchResponse, MetadataResponse
 from transport.doorbell import NullDoorbell
-from transport.ring import PeerGone, RingClosed, RingCorrupt, RingError, RingReader, RingWriter
+from transport.ring import PeerGone, RingClosed, RingCorrupt, RingError, RingKeyMismatch, RingReader, RingWriter
 from transport.shm import segment_name
 
 log = logging.getLogger("railmq.ring_link")
@@ -82,7 +82,8 @@ class RingLinks:
         # An answer the ring cannot hold would go over ZeroMQ: ask for no more than it holds (the
         # leader still sends a first batch larger than that whole, over ZeroMQ).
         max_bytes = min(message.max_bytes, reader.record_bytes_max - CORRELATION.size)
-        return msgspec.structs.replace(message, ring=reader.name, host=self.host, max_bytes=max_bytes)
+        return msgspec.structs.replace(message, ring=reader.name, ring_key=reader.key, host=self.host,
+                                       max_bytes=max_bytes)
 
     def _reader_for(self, endpoint: str) -> RingReader | None:
         reader = self.readers.get(endpoint)
@@ -167,12 +168,24 @@ class RingLinks:
     # ------------------------------------------------------------------ leader side
 
     def _note_offer(self, fetcher: bytes, request: FetchRequest) -> None:
+        """A fetch offers its ring. The name is a claim any client can make (/dev/shm lists the
+        names, even to users who cannot map the segments): the offer must carry the key written
+        in the ring, which only a process that can map it knows, or the leader would write one
+        client's answers into another's ring and hold its writer end."""
         if request.host != self.host:
             self.count("ring_offers_other_host")
             return
-        if request.ring not in self.writers:
+        writer = self.writers.get(request.ring)
+        if writer is not None and writer.key != request.ring_key:
+            self.count("ring_offers_refused")
+            return
+        if writer is None:
             try:
-                self.writers[request.ring] = RingWriter.attach(request.ring, doorbell=self.doorbell)
+                self.writers[request.ring] = RingWriter.attach(request.ring, doorbell=self.doorbell,
+                                                               key=request.ring_key)
+            except RingKeyMismatch:
+                self.count("ring_offers_refused")
+                return
             except (OSError, RingError, ValueError) as error:
                 log.info("%s: cannot write ring %s (%s)", self.actor_id, request.ring, error)
                 self.count("ring_attach_failures")

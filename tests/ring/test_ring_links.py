@@ -65,3 +65,24 @@ def test_a_fetch_that_offers_a_ring_asks_for_no_more_than_the_ring_holds(links):
     assert request.max_bytes == reader.record_bytes_max - CORRELATION.size
     small, _, _ = fetch(fetcher, leader, 2, b"x", max_bytes=1000)
     assert small.max_bytes == 1000, "a smaller wish is kept"
+
+
+def test_a_fetch_naming_a_ring_it_cannot_map_gets_its_records_over_zeromq_and_leaves_the_ring_alone(links):
+    """`ring` in a fetch is a claim, and any client may make it. A process of another user cannot
+    map a fetcher's ring, but /dev/shm shows its name: named in its own fetch, it made the leader
+    attach as that ring's writer and write the hostile client's answers into it, and the leader the
+    ring was made for then found the writer end taken (RingBusy): replication fell back to ZeroMQ.
+    A fetch proves the ring is its own with the key its creator wrote in it."""
+    fetcher, leader = links
+    offered = fetcher.outgoing(LEADER, FetchRequest(correlation_id=1, topic="t", partition=0, offset=0, replica=2))
+    forged = FetchRequest(correlation_id=99, topic="t", partition=0, offset=0, ring=offered.ring, host=offered.host,
+                          ring_key=offered.ring_key ^ 1)
+
+    leader.incoming(b"attacker", forged)
+    sent = leader.divert(b"attacker", FetchResponse(correlation_id=99, records=b"z" * 100))
+
+    assert offered.ring_key, "the fetcher's offer carries no key"
+    assert sent.ring_bytes == -1 and sent.records == b"z" * 100
+    assert not leader.writers and leader.counters.get("ring_offers_refused") == 1
+    _, sent, seen = fetch(fetcher, leader, 2, b"c" * 100)
+    assert sent.ring_bytes == 100 and bytes(seen.records) == b"c" * 100, "the owner's fetches lost the ring"
