@@ -446,3 +446,43 @@ def test_the_log_a_voter_holds_is_bounded_in_bytes_not_only_in_entries():
     assert largest <= bound, f"a voter held {largest:,} bytes of entries (bound {bound:,})"
     assert all(stored_offsets(controller.state) == {partition: 59 for partition in range(180)}
                for controller in net.controllers.values())
+
+
+def test_voters_restored_from_snapshots_taken_between_parts_hold_the_same_map(monkeypatch):
+    """One entry per append: the commit index, and a snapshot every third entry, fall between a
+    step's parts again and again. A voter that was down catches up from them (the leader's
+    snapshot, then the rest of the step's parts), and one restarted replays its own."""
+    restored_between_parts = []
+    restore = ReplicatedState.restore
+
+    def counting_restore(state, data, index):
+        restore(state, data, index)
+        restored_between_parts.append(state.assembling is not None)
+
+    monkeypatch.setattr(ReplicatedState, "restore", counting_restore)
+    net = ControllerNet(groups=True, entry_bytes_max=1024, append_entries_max=1, snapshot_interval_entries=3,
+                        snapshot_trailing_entries=0)
+    active = net.run_until_active()
+    follower = next(node for node in net.voters if node != active)
+    net.crash(follower)
+    for number in range(6):
+        net.send(CLIENT, active, OffsetCommitRequest(correlation_id=number + 1, group_id="g", offsets=[
+            OffsetEntry(topic="orders", partition=partition, offset=number * 100 + partition, metadata="m" * 150)
+            for partition in range(20)]))
+        net.run_for(20)
+    assert all(isinstance(answer, OffsetCommitResponse) for answer in net.answers(CLIENT))
+    leader_state = net.controllers[active].state
+    assert leader_state.steps_in_parts == 6 and net.controllers[active].raft.counters.get("snapshots_taken", 0) >= 6
+
+    net.restart(follower)
+    other = next(node for node in net.voters if node not in (active, follower))
+    net.crash(other)
+    net.restart(other)
+    net.run_for(1_000)
+
+    expected = {partition: 500 + partition for partition in range(20)}
+    for node in net.voters:
+        assert stored_offsets(net.controllers[node].state) == expected, node
+        assert dict(net.controllers[node].state.committed) == dict(leader_state.committed)
+    assert net.controllers[follower].raft.counters.get("snapshots_installed", 0) >= 1
+    assert any(restored_between_parts), "no voter restored a snapshot taken between parts"
