@@ -87,6 +87,13 @@ class RaftSimConfig:
     # here). The simulated state machine's snapshot is a few dozen bytes: a handful of bytes per
     # chunk sends each in several. Drawn from nothing, so histories are kept.
     snapshot_chunk_bytes: int = 0
+    # The byte bounds (0: RaftConfig's, far above anything here). A few dozen bytes makes snapshots
+    # come by bytes applied (trailing entries kept for half as many bytes) and proposals refused
+    # BUSY by bytes uncommitted. Above 1, a proposal appends 1..n commands at once (propose_many,
+    # a step in parts), drawn from the seed's generator. The defaults keep the recorded histories.
+    snapshot_interval_bytes: int = 0
+    uncommitted_bytes_max: int = 0
+    commands_per_proposal_max: int = 1
     election_strike_probability: float = 0.25
     leader_strikes: tuple[str, ...] = ("crash-now", "isolate")  # what befalls a struck new leader
     steps_max: int = 200_000
@@ -162,7 +169,10 @@ class RaftSimulation(FaultRules):
                     append_entries_max=pick(c.append_entries_max), inflight_appends_max=pick(c.inflight_appends_max),
                     snapshot_interval_entries=pick(c.snapshot_interval_entries),
                     snapshot_trailing_entries=pick(c.snapshot_trailing_entries),
-                    **({"snapshot_chunk_bytes": c.snapshot_chunk_bytes} if c.snapshot_chunk_bytes else {}))
+                    **({"snapshot_chunk_bytes": c.snapshot_chunk_bytes} if c.snapshot_chunk_bytes else {}),
+                    **({"snapshot_interval_bytes": c.snapshot_interval_bytes,
+                        "snapshot_trailing_bytes": c.snapshot_interval_bytes // 2} if c.snapshot_interval_bytes else {}),
+                    **({"uncommitted_bytes_max": c.uncommitted_bytes_max} if c.uncommitted_bytes_max else {}))
 
     # ------------------------------------------------------------------ voters
 
@@ -342,11 +352,15 @@ class RaftSimulation(FaultRules):
         if voter.raft is None:
             self.client_target = self.rng.choice(list(self.voters))
             return
-        self.proposal_sequence += 1
-        result = voter.raft.propose(b"command-%d" % self.proposal_sequence, self.queue.now_ns)
+        count = self.rng.randint(1, c.commands_per_proposal_max) if c.commands_per_proposal_max > 1 else 1
+        commands = []
+        for _ in range(count):
+            self.proposal_sequence += 1
+            commands.append(b"command-%d" % self.proposal_sequence)
+        result = voter.raft.propose_many(commands, self.queue.now_ns)
         if isinstance(result, Proposed):
             if not self.faulty:
-                self.after_heal_proposals.append((result.index, result.term))
+                self.after_heal_proposals += [(result.index - back, result.term) for back in range(count)]
             self._apply(voter, result.effects)
             self._check(voter)
         elif isinstance(result, NotController) and result.leader_id:

@@ -34,9 +34,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the wipe fault: voters lose their disks and come back rejoining")
     parser.add_argument("--snapshot-chunk-bytes", type=non_negative_int, default=0,
                         help="send snapshots in chunks of this many bytes (default 0: one chunk)")
+    parser.add_argument("--snapshot-interval-bytes", type=non_negative_int, default=0,
+                        help="snapshot after this many bytes of entries (default 0: RaftConfig's 20 MiB)")
+    parser.add_argument("--uncommitted-bytes-max", type=non_negative_int, default=0,
+                        help="refuse proposals past this many uncommitted bytes (default 0: RaftConfig's 64 MiB)")
+    parser.add_argument("--commands-per-proposal", type=positive_int, default=1,
+                        help="propose up to this many commands at once, as a step in parts (default 1)")
     args = parser.parse_args(argv)
     config = RaftSimConfig(voters=args.voters, idle_heartbeat_interval_ms=args.idle_heartbeat_ms,
-                           disconnect_on_crash=args.disconnect_on_crash, snapshot_chunk_bytes=args.snapshot_chunk_bytes)
+                           disconnect_on_crash=args.disconnect_on_crash, snapshot_chunk_bytes=args.snapshot_chunk_bytes,
+                           snapshot_interval_bytes=args.snapshot_interval_bytes,
+                           uncommitted_bytes_max=args.uncommitted_bytes_max,
+                           commands_per_proposal_max=args.commands_per_proposal)
     if args.lost_disks:
         config = replace(config, faults=config.faults + ("wipe",))
     if args.idle_heartbeat_ms:  # gaps between proposals, or no leader is ever quiet

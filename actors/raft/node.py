@@ -165,6 +165,7 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
                                            "(uncommitted_entries_max)")
         waiting = self.log.data_bytes(self.commit_index + 1, self.log.last_index)
         if waiting and waiting + sum(map(len, commands)) > self.config.uncommitted_bytes_max:
+            self._count("proposals_refused_uncommitted_bytes")
             return ProposalRefused("BUSY", f"{waiting:,} bytes of entries are not committed yet "
                                            f"(uncommitted_bytes_max {self.config.uncommitted_bytes_max:,})")
         first = self.log.last_index + 1

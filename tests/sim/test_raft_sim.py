@@ -128,6 +128,22 @@ def test_snapshots_sent_in_chunks_keep_every_property():
         assert totals.get(counter, 0) > 0, f"{counter} never happened: {totals}"
 
 
+BYTE_BOUNDED = RaftSimConfig(voters=3, snapshot_interval_bytes=120, uncommitted_bytes_max=60,
+                             commands_per_proposal_max=4, snapshot_chunk_bytes=16, faults=WIPES.faults)
+
+
+@pytest.mark.timeout(240)
+def test_byte_bounds_and_proposals_of_several_entries_keep_every_property():
+    """Snapshots due by bytes applied, trailing entries cut by bytes, proposals refused by bytes
+    uncommitted, and proposals of up to four entries at once (a step in parts), under the same
+    faults as lost disks: the same checks hold after every step."""
+    failures, totals, _ = run_and_count([(BYTE_BOUNDED, range(1, 201))])
+
+    assert not failures, f"failing seeds: {failures}"
+    for counter in ("snapshots_taken", "snapshots_installed", "proposals_refused_uncommitted_bytes"):
+        assert totals.get(counter, 0) > 0, f"{counter} never happened: {totals}"
+
+
 @pytest.mark.timeout(60)
 def test_a_seed_replays_exactly():
     first, second = simulate_raft(17, THREE), simulate_raft(17, THREE)
