@@ -113,6 +113,7 @@ class GroupCoordinator:
         for group in self.groups.values():
             group.invariants()
         self.membership.invariants(self.groups)
+        self.offsets.invariants()
         if self.share is not None:
             self.share.invariants()  # share groups: their partitions' windows, locks and delivery counts
         # Every share deadline after a step that went to the share groups; after one that did not,
@@ -346,7 +347,11 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS, "the group is completing a rebalance; commit after it"
         return None
 
-    def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse | ErrorResponse:
+        if request.partitions is not None and len(request.partitions) > self.limits.group_offsets_max:
+            return ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, error_message=(
+                f"an offset fetch names at most group_offsets_max ({self.limits.group_offsets_max}) partitions, "
+                f"got {len(request.partitions)}"))
         stored = self.offsets.get(request.group_id, {})
         if request.partitions is None:
             entries = [stored[key] for key in sorted(stored)]

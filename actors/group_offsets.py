@@ -5,9 +5,10 @@ Kafka): the group id and topic name must be names railmq could have made, the pa
 a topic could have, the offset not negative, the metadata string within
 `offset_metadata_length_max` (OFFSET_METADATA_TOO_LARGE). Then the bounds, each with a typed
 LIMIT_REACHED answer naming it: at most `groups_max` classic groups, `group_offsets_max`
-partitions with a commit per group, and `group_offsets_bytes_max` bytes of committed state in all
-(topic names and metadata strings are what costs): a client that commits for thousands of made-up
-groups or topics fills a bounded store, not the coordinator's memory and disk.
+partitions with a commit per group, `offset_bytes_per_group_max` bytes of them in one group (its
+offsets are one answer, which must fit a frame) and `group_offsets_bytes_max` bytes of committed
+state in all (topic names and metadata strings are what costs): a client that commits for
+thousands of made-up groups or topics fills a bounded store, not the coordinator's memory and disk.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ class OffsetStore:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.by_group: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        self.group_bytes: dict[str, int] = {}
         self.total_bytes = 0
+
+    def invariants(self) -> None:
+        assert self.total_bytes == sum(self.group_bytes.values()), "the offsets' bytes do not add up"
+        assert self.group_bytes.keys() <= self.by_group.keys(), "bytes counted for a group without offsets"
 
     def load(self, group_id: str, entry: OffsetEntry) -> None:
         self._put(group_id, entry)
@@ -75,6 +81,9 @@ class OffsetStore:
         if old is None and len(stored) >= self.limits.group_offsets_max:
             return f"group {group_id!r} has commits for its maximum of {self.limits.group_offsets_max} partitions"
         grown = entry_bytes(group_id, entry) - (entry_bytes(group_id, old) if old is not None else 0)
+        if grown > 0 and self.group_bytes.get(group_id, 0) + grown > self.limits.offset_bytes_per_group_max:
+            return (f"group {group_id!r} holds its maximum of {self.limits.offset_bytes_per_group_max} bytes of "
+                    "committed offsets (offset_bytes_per_group_max); delete the offsets it no longer uses")
         if grown > 0 and self.total_bytes + grown > self.limits.group_offsets_bytes_max:
             return (f"committed offsets hold their maximum of {self.limits.group_offsets_bytes_max} bytes "
                     "(group_offsets_bytes_max); delete groups that are no longer used")
@@ -87,14 +96,21 @@ class OffsetStore:
         stored = self.by_group.setdefault(group_id, {})
         old = stored.get((entry.topic, entry.partition))
         if old is not None:
-            self.total_bytes -= entry_bytes(group_id, old)
+            self._count(group_id, -entry_bytes(group_id, old))
         stored[(entry.topic, entry.partition)] = entry
-        self.total_bytes += entry_bytes(group_id, entry)
+        self._count(group_id, entry_bytes(group_id, entry))
+
+    def _count(self, group_id: str, change: int) -> None:
+        self.total_bytes += change
+        held = self.group_bytes.get(group_id, 0) + change
+        if held:
+            self.group_bytes[group_id] = held
+        else:
+            self.group_bytes.pop(group_id, None)
 
     def delete_group(self, group_id: str) -> list[tuple[str, int]]:
         stored = self.by_group.pop(group_id, {})
-        for entry in stored.values():
-            self.total_bytes -= entry_bytes(group_id, entry)
+        self.total_bytes -= self.group_bytes.pop(group_id, 0)
         return list(stored)
 
     def delete_partitions(self, group_id: str, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -104,7 +120,7 @@ class OffsetStore:
         for key in partitions:
             entry = stored.pop(key, None)
             if entry is not None:
-                self.total_bytes -= entry_bytes(group_id, entry)
+                self._count(group_id, -entry_bytes(group_id, entry))
                 deleted.append(key)
         return deleted
 

@@ -197,6 +197,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes of committed offsets over all groups (topic names and metadata strings are what
     # costs): 64 MiB in memory and the same in the journal, whatever clients commit.
     group_offsets_bytes_max: int = 64 * 1024 * 1024
+    # ... and in one group: an OffsetFetch or DescribeGroup for all of them is one answer, which
+    # must stay under the 32 MiB a client decodes (frame_bytes_max). 10,000 partitions with 4 KiB
+    # of metadata each made a 44 MB answer nobody could read.
+    offset_bytes_per_group_max: int = 16 * 1024 * 1024
     # Bytes of offsets one commit request stores (LIMIT_REACHED: commit in smaller requests). Its
     # offsets commit together: one entry of the group quorum's Raft log (at most 1 MiB), or the
     # parts of one step past that (actors/replicated_state.py); this keeps one request's step small.

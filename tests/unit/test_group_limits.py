@@ -18,8 +18,9 @@ from actors.group_coordinator import GroupCoordinator
 from actors.group_offsets import entry_bytes
 from actors.limits import Limits
 from actors.messages import (
-    GroupProtocol, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MemberAssignment, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetEntry, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, GroupProtocol, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, MemberAssignment, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
+    OffsetFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest,
     SyncGroupResponse,
 )
 from storage.memory import MemoryFileSystem
@@ -344,3 +345,39 @@ def test_a_join_names_at_most_group_protocols_max_assignors():
 def join_with(harness: Harness, group: str, client: str, protocols: list[GroupProtocol]) -> list:
     request = JoinGroupRequest(correlation_id=8, group_id=group, client_id=client, protocols=protocols)
     return messages(harness.deliver(GROUPS, request, client), JoinGroupResponse)
+
+
+def fill_group(harness: Harness, group: str, count: int) -> list[OffsetCommitResponse]:
+    """`count` partitions of the largest entries a commit admits, committed in requests that fit."""
+    entries = [OffsetEntry(topic=f"{index:06d}" + "t" * 243, partition=index % 1000, offset=1, metadata="m" * 4096)
+               for index in range(count)]
+    return [commit(harness, group, entries[start:start + 150]) for start in range(0, count, 150)]
+
+
+@pytest.mark.timeout(120)
+def test_every_answer_about_one_group_fits_a_frame_a_client_accepts():
+    """One group may have commits for 10,000 partitions with 4 KiB of metadata each: ~43 MB. An
+    OffsetFetch for all of them (what `railmq groups describe` and lag views ask) was an answer
+    past the 32 MiB every client refuses to decode, so nobody could read that group's offsets.
+    One group's offsets are bounded in bytes so that the answer fits; an OffsetFetch naming more
+    partitions than a group may hold is refused instead of answered entry by entry."""
+    from transport.codec import Codec
+
+    harness, actor, _ = coordinator()
+    answers = fill_group(harness, "g", 10_000)
+    fetched = only(harness.deliver(GROUPS, OffsetFetchRequest(correlation_id=2, group_id="g"), "admin"),
+                   OffsetFetchResponse)
+    described = only(harness.deliver(GROUPS, DescribeGroupRequest(correlation_id=3, group_id="g"), "admin"),
+                     DescribeGroupResponse)
+    named = only(harness.deliver(GROUPS, OffsetFetchRequest(correlation_id=4, group_id="g", partitions=[
+        ("t" * 249, partition) for partition in range(actor.limits.group_offsets_max + 1)]), "admin"), ErrorResponse)
+
+    codec = Codec()
+    for answer in (fetched, described):
+        frames = codec.encode(answer)
+        assert sum(map(len, frames)) < codec.frame_bytes_max, f"{type(answer).__name__} of {sum(map(len, frames)):,} bytes"
+        codec.decode([bytes(frame) for frame in frames])
+    refused = [entry for answer in answers for entry in answer.offsets if entry.error != ErrorCode.NONE]
+    assert refused and all(entry.error == ErrorCode.LIMIT_REACHED for entry in refused)
+    assert "offset_bytes_per_group_max" in next(answer.error_message for answer in answers if answer.error_message)
+    assert named.error == ErrorCode.INVALID_REQUEST and "group_offsets_max" in named.error_message
