@@ -120,7 +120,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # follower has one seat besides (its newer fetch replaces its older).
     purgatory_fetch_max: int = 10_000
     fetch_wait_max_ms: int = 30_000
-    fetch_bytes_max: int = 64 * 1024 * 1024
+    # The most one fetch answer carries, whatever max_bytes asks (a first batch larger than
+    # max_bytes still goes whole: a topic's batch_bytes_max is at most this). The answer must fit
+    # the frame its client decodes (frame_bytes_max, 32 MiB): at 64 MiB, a consumer asking 48 MiB
+    # (Kafka's fetch.max.bytes is 50 MiB) got answers its codec dropped, and never read on.
+    fetch_bytes_max: int = 16 * 1024 * 1024
     # A whole multipart message larger than this is refused with MESSAGE_TOO_LARGE; libzmq drops
     # the connection of anything above `frame_bytes_hard_max` (ZMQ_MAXMSGSIZE) before we see it.
     frame_bytes_max: int = 32 * 1024 * 1024

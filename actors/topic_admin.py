@@ -78,6 +78,10 @@ class TopicAdmin:
         if not 1 <= request.replication_factor <= len(self.nodes):
             return ErrorCode.INVALID_REPLICATION_FACTOR, (
                 f"replication factor {request.replication_factor} needs 1..{len(self.nodes)} nodes")
+        if request.config.batch_bytes_max > limits.fetch_bytes_max:
+            return ErrorCode.INVALID_CONFIG, (
+                f"batch_bytes_max {request.config.batch_bytes_max} is above fetch_bytes_max "
+                f"({limits.fetch_bytes_max}): a batch is fetched whole, in one answer")
         return check_topic_config(request.config, request.replication_factor)
 
     def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:

@@ -199,6 +199,7 @@ def test_a_replication_factor_the_nodes_cannot_hold_is_refused(cluster, replicat
     {"min_insync_replicas": 4}, {"min_insync_replicas": 0}, {"flush_policy": "sometimes"},
     {"segment_bytes": 0}, {"segment_ms": -1}, {"flush_interval_ms": 0}, {"batch_bytes_max": 0},
     {"retention_ms": 0}, {"retention_bytes": -5},
+    {"batch_bytes_max": 16 * 1024 * 1024 + 1},  # a batch is fetched whole: it must fit one answer
 ])
 def test_an_invalid_topic_config_is_refused(cluster, config):
     response = cluster.create(replication_factor=3, **config)

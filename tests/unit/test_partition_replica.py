@@ -862,3 +862,24 @@ def test_heartbeats_report_the_position_every_interval(stage):
 
     beat = stage.harness.take(COORDINATOR, ReplicaHeartbeat)[-1]
     assert (beat.log_end_offset, beat.high_watermark, beat.leader_epoch, beat.partition_epoch) == (4, 4, 1, 1)
+
+
+def test_a_fetch_answer_fits_the_frame_its_client_decodes_whatever_max_bytes_it_asks():
+    """A consumer asking max_bytes of 48 MiB (Kafka's fetch.max.bytes is 50 MiB) was answered up
+    to fetch_bytes_max, 64 MiB: past the 32 MiB every client's codec decodes, so it dropped the
+    answer, asked again, and never read on. The leader caps an answer to what fits a frame."""
+    from transport.codec import Codec
+
+    stage = Stage(isr=(1,), min_insync_replicas=1)
+    payload = b"x" * (1 << 20)
+    big = bytes(encode_batch([(0, b"k", payload, None)], 1_000))
+    for _ in range(40):
+        stage.produce(big)
+
+    answer = only(stage.consumer_fetch(0, max_bytes=48 << 20), FetchResponse)
+
+    codec = Codec(LIMITS.frame_bytes_max)
+    frames = codec.encode(answer)
+    assert answer.error == ErrorCode.NONE and len(answer.records) > 0
+    assert sum(map(len, frames)) <= LIMITS.frame_bytes_max, f"an answer of {sum(map(len, frames)):,} bytes"
+    codec.decode([bytes(frame) for frame in frames])
