@@ -833,6 +833,7 @@ class SharePartitionDescription(msgspec.Struct, omit_defaults=True, kw_only=True
     end_offset: int = -1  # the first offset never acquired yet
     high_watermark: int = -1  # as the coordinator last read it
     records: list[ShareRecordRange] = []  # the in-flight window [start_offset, end_offset)
+    records_omitted: int = 0  # in-flight offsets at its end left out (the answer's byte bound)
 
 
 class DescribeSharePartitionsRequest(Message, kw_only=True):

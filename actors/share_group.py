@@ -305,9 +305,15 @@ class ShareGroups(ShareMembership, ShareDelivery):
             return DescribeSharePartitionsResponse(
                 correlation_id=request.correlation_id, error=ErrorCode.GROUP_ID_NOT_FOUND,
                 error_message=f"{request.group_id!r} is not a share group", group_id=request.group_id)
+        room = self.limits.share_describe_bytes_max
+        partitions = []
+        for _, share_partition in sorted(group.partitions.items()):
+            description, used = share_partition.describe(room)
+            partitions.append(description)
+            room -= used
         return DescribeSharePartitionsResponse(
             correlation_id=request.correlation_id, group_id=request.group_id, settings=group.settings,
-            partitions=[share_partition.describe() for _, share_partition in sorted(group.partitions.items())])
+            partitions=partitions)
 
     def invariants(self) -> None:
         parked = sum(len(waiting) for waiting in self.parked.values())

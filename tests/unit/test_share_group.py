@@ -913,3 +913,25 @@ def test_one_acknowledgement_request_covers_at_most_what_a_member_can_hold():
 
     assert answer.error == ErrorCode.INVALID_REQUEST and "offsets" in answer.error_message and not answer.results
     assert within.error == ErrorCode.NONE
+
+
+def test_a_description_of_share_partitions_stays_within_its_byte_bound(monkeypatch):
+    """Each in-flight record released with its own error text is a range of its own in a
+    description: 100,000 records in flight with 256-byte texts made an answer of ~40 MB, past the
+    32 MiB frame a client decodes. A description holds at most share_describe_bytes_max of ranges
+    and says how many in-flight offsets it leaves out."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(LIMITS, share_describe_bytes_max=4096))
+    world = World()
+    world.create_topic("orders")
+    world.produce("orders", [f"v{index}" for index in range(40)])
+    member_id = world.join("a", ["orders"]).member_id
+    assert len(acquired_offsets(world.acquire_now("a", member_id, "orders", max_records=40))) == 40
+    for offset in range(40):
+        world.answer("a", member_id, "orders", offset, offset, "release", error=f"{offset:03d}" + "e" * 200)
+
+    [partition] = world.describe().partitions
+
+    shown = sum(ranged.last_offset - ranged.first_offset + 1 for ranged in partition.records)
+    assert 0 < shown < 40 and partition.records_omitted == 40 - shown
+    assert partition.end_offset - partition.start_offset == 40
+    assert len(msgspec.msgpack.encode(partition.records)) <= 4096
