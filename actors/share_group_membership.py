@@ -110,15 +110,25 @@ class ShareMembership:
 
     def _check_subscription(self, group: ShareGroup | None,
                             request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
-        """Share members count against the same byte bound as classic ones
-        (`groups_membership_bytes_max`, actors/group_membership_budget.py): 10,000 topic names
-        of 249 characters, times 200 members of 1,000 groups, would be half a terabyte."""
+        """Share members count against the same byte bounds as classic ones
+        (actors/group_membership_budget.py): 10,000 topic names of 249 characters, times 200
+        members of 1,000 groups, would be half a terabyte (`groups_membership_bytes_max`); and
+        one member (`group_member_bytes_max`) and one group (`group_membership_bytes_max`), or a
+        DescribeGroup of 200 members with 150 KB client ids was ~60 MB, past a client's frame."""
         known = group.members.get(request.member_id) if group is not None else None
         before = known.held_bytes() if known is not None else 0
         client_id = known.client_id if known is not None else request.client_id
         member_id_bytes = (len(request.member_id) if known is not None
                            else len(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES)
         after = member_id_bytes + len(client_id) + sum(map(len, set(request.topics)))
+        if after > self.limits.group_member_bytes_max:
+            return ErrorCode.LIMIT_REACHED, (f"a share member of {after:,} bytes (ids and topic names); "
+                                             f"group_member_bytes_max is {self.limits.group_member_bytes_max:,}")
+        in_group = sum(member.held_bytes() for member in group.members.values()) if group is not None else 0
+        if in_group - before + after > self.limits.group_membership_bytes_max:
+            return ErrorCode.LIMIT_REACHED, (
+                f"share group {request.group_id!r} would hold {in_group - before + after:,} bytes of members; "
+                f"group_membership_bytes_max is {self.limits.group_membership_bytes_max:,}")
         limit = self.limits.groups_membership_bytes_max
         if self.members_bytes - before + after > limit:
             return ErrorCode.LIMIT_REACHED, (f"share members would hold {self.members_bytes - before + after:,} bytes; "

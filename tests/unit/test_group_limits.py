@@ -241,15 +241,15 @@ def share_subscription_bytes(actor: GroupCoordinator) -> int:
 
 
 def test_share_members_subscribing_to_thousands_of_long_invented_topics_stop_at_the_membership_budget():
-    """~1 MB of topic names per member: without a byte bound, 1,000 share groups of 200 members
-    could ask the coordinator to hold hundreds of gigabytes."""
-    harness, actor, _ = coordinator(groups_membership_bytes_max=5_000_000)
-    topics = [f"{index:05d}-{'t' * 240}" for index in range(4000)]
+    """~250 KB of topic names per member (as much as one member may hold): without a byte bound,
+    1,000 share groups of 200 members could ask the coordinator to hold tens of gigabytes."""
+    harness, actor, _ = coordinator(groups_membership_bytes_max=1_000_000)
+    topics = [f"{index:05d}-{'t' * 240}" for index in range(1000)]
 
     answers = sum((share_heartbeat(harness, f"queue-{index % 5}", f"client-{index}", topics) for index in range(12)), [])
 
     refused = [answer for answer in answers if answer.error == ErrorCode.LIMIT_REACHED]
-    assert share_subscription_bytes(actor) <= 5_000_000
+    assert share_subscription_bytes(actor) <= 1_000_000
     assert len(refused) >= 12 - 5 and all("groups_membership_bytes_max" in answer.error_message for answer in refused)
     assert len(actor.share.waiting_heartbeats) <= 5, "a heartbeat waiting for metadata per member at most"
 
@@ -381,3 +381,26 @@ def test_every_answer_about_one_group_fits_a_frame_a_client_accepts():
     assert refused and all(entry.error == ErrorCode.LIMIT_REACHED for entry in refused)
     assert "offset_bytes_per_group_max" in next(answer.error_message for answer in answers if answer.error_message)
     assert named.error == ErrorCode.INVALID_REQUEST and "group_offsets_max" in named.error_message
+
+
+def test_share_members_are_bounded_per_member_and_per_group_so_a_description_fits_a_frame():
+    """Share members counted only against the coordinator's total (64 MiB): 200 members of one
+    group with 100 KB client ids were admitted, and a DescribeGroup of that group (each member's id
+    and client id) was 40 MB, past the 32 MiB a client decodes. As for classic members, one share
+    member holds at most group_member_bytes_max and one group group_membership_bytes_max."""
+    from transport.codec import Codec
+
+    harness, actor, _ = coordinator()
+    [huge] = share_heartbeat(harness, "queue", "c" * 300_000, [])
+    answers = sum((share_heartbeat(harness, "queue", f"{index:03d}" + "c" * 100_000, [])
+                   for index in range(200)), [])
+    described = only(harness.deliver(GROUPS, DescribeGroupRequest(correlation_id=3, group_id="queue"), "admin"),
+                     DescribeGroupResponse)
+
+    assert huge.error == ErrorCode.LIMIT_REACHED and "group_member_bytes_max" in huge.error_message
+    admitted = [answer for answer in answers if answer.error == ErrorCode.NONE]
+    refused = [answer for answer in answers if answer.error != ErrorCode.NONE]
+    assert admitted and refused and all(answer.error == ErrorCode.LIMIT_REACHED and
+                                        "group_membership_bytes_max" in answer.error_message for answer in refused)
+    assert share_subscription_bytes(actor) <= actor.limits.group_membership_bytes_max
+    assert sum(map(len, Codec().encode(described))) < Codec().frame_bytes_max
