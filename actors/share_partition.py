@@ -389,7 +389,7 @@ class SharePartition:
                                                                   record.holder, record.last_error):
                 previous.last_offset = offset
                 continue
-            size = RANGE_OVERHEAD_BYTES + len(record.holder) + len(record.last_error.encode())
+            size = RANGE_OVERHEAD_BYTES + len(record.holder.encode()) + len(record.last_error.encode())
             if used + size > bytes_max:
                 omitted = self.end_offset - offset
                 break

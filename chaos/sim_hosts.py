@@ -127,7 +127,8 @@ def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:
 def controller_factory(node: int, voters: dict[int, str], nodes: list[int], limits: Limits,
                        entry_bytes_max: int = 0) -> ActorFactory:
     """A voter of the controller quorum, as transport/actor_main.py builds it, over the host's
-    memory disk (`entry_bytes_max`: see SimConfig). What it applies is kept in `host.state["applied"]` for the Raft checker."""
+    memory disk (`entry_bytes_max`: see SimConfig). What it applies is kept in
+    `host.state["applied"]` for the Raft checker."""
     def build(host: Host, incarnation: int) -> Any:
         from actors.controller import Controller
         from actors.coordinator import Coordinator

@@ -171,7 +171,8 @@ class RaftSimulation(FaultRules):
                     snapshot_trailing_entries=pick(c.snapshot_trailing_entries),
                     **({"snapshot_chunk_bytes": c.snapshot_chunk_bytes} if c.snapshot_chunk_bytes else {}),
                     **({"snapshot_interval_bytes": c.snapshot_interval_bytes,
-                        "snapshot_trailing_bytes": c.snapshot_interval_bytes // 2} if c.snapshot_interval_bytes else {}),
+                        "snapshot_trailing_bytes": c.snapshot_interval_bytes // 2}
+                       if c.snapshot_interval_bytes else {}),
                     **({"uncommitted_bytes_max": c.uncommitted_bytes_max} if c.uncommitted_bytes_max else {}))
 
     # ------------------------------------------------------------------ voters

@@ -137,7 +137,8 @@ class Simulator(ActorSteps, Delivery):
         if self.voters:
             for node in self.voters:
                 self._add(Host(f"controller/{node}", "controller", node,
-                               controller_factory(node, self.voters, nodes, limits, self.config.entry_bytes_max), fixed_endpoint=True))
+                               controller_factory(node, self.voters, nodes, limits, self.config.entry_bytes_max),
+                               fixed_endpoint=True))
         else:
             self._add(Host("coordinator", "coordinator", 0, coordinator_factory(nodes, limits), fixed_endpoint=True))
         self._add(Host("group-coordinator", "group-coordinator", 0,

@@ -43,10 +43,10 @@ from transport.ring_layout import (
     EndWords,
     PeerGone,
     RingBusy,
-    RingKeyMismatch,
     RingClosed,
     RingCorrupt,
     RingError,
+    RingKeyMismatch,
     read_layout,
     write_layout,
 )

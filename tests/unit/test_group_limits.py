@@ -375,7 +375,8 @@ def test_every_answer_about_one_group_fits_a_frame_a_client_accepts():
     codec = Codec()
     for answer in (fetched, described):
         frames = codec.encode(answer)
-        assert sum(map(len, frames)) < codec.frame_bytes_max, f"{type(answer).__name__} of {sum(map(len, frames)):,} bytes"
+        size = sum(map(len, frames))
+        assert size < codec.frame_bytes_max, f"{type(answer).__name__} of {size:,} bytes"
         codec.decode([bytes(frame) for frame in frames])
     refused = [entry for answer in answers for entry in answer.offsets if entry.error != ErrorCode.NONE]
     assert refused and all(entry.error == ErrorCode.LIMIT_REACHED for entry in refused)

@@ -918,9 +918,11 @@ def test_one_acknowledgement_request_covers_at_most_what_a_member_can_hold():
 def test_a_description_of_share_partitions_stays_within_its_byte_bound(monkeypatch):
     """Each in-flight record released with its own error text is a range of its own in a
     description: 100,000 records in flight with 256-byte texts, held by a member with a
-    200-character client id, made an answer of 56 MB, past the 32 MiB frame a client decodes. A description holds at most share_describe_bytes_max of ranges
-    and says how many in-flight offsets it leaves out."""
-    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(LIMITS, share_describe_bytes_max=4096))
+    200-character client id, made an answer of 56 MB, past the 32 MiB frame a client decodes. A
+    description holds at most share_describe_bytes_max of ranges and says how many in-flight
+    offsets it leaves out."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS",
+                        msgspec.structs.replace(LIMITS, share_describe_bytes_max=4096))
     world = World()
     world.create_topic("orders")
     world.produce("orders", [f"v{index}" for index in range(40)])
