@@ -246,8 +246,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # record in flight released with its own text, 1 KiB each made ~2.1 MB, which the quorum
     # refused; 256 bytes make ~0.6 MB (tests/unit/test_share_partition.py).
     share_error_text_bytes_max: int = 256
-    # Bytes of in-flight ranges one DescribeSharePartitions answer holds; past it a partition says
-    # how many offsets it leaves out. Each record released with its own text is a range of its
+    # Bytes of in-flight ranges one DescribeSharePartitions answer holds, and of members'
+    # partitions one share group's DescribeGroup lists; past it a partition or a member says how
+    # many it leaves out. Each record released with its own text is a range of its
     # own: 100,000 records in flight, held by a member with a 200-character client id, made an
     # answer of 56 MB, past the 32 MiB frame a client decodes.
     share_describe_bytes_max: int = 8 * 1024 * 1024

@@ -662,6 +662,7 @@ class MemberDescription(msgspec.Struct, omit_defaults=True, kw_only=True):
     group_instance_id: str | None = None
     client_id: str = ""
     assignment: list[tuple[str, int]] = []
+    assignment_omitted: int = 0  # share groups: partitions left out (the answer's byte bound)
     last_heartbeat_ms_ago: int = 0
     session_timeout_ms: int = 0
 

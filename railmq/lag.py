@@ -204,9 +204,10 @@ def _flag_hot(rows: list[PartitionLag], rule: HotRule) -> None:
 def _member_row(member: Any, rows: list[PartitionLag]) -> MemberLag:
     owned = [tuple(tp) for tp in member.assignment]
     lag = sum(row.lag_messages or 0 for row in rows if row.member_id == member.member_id)
+    # A share member whose partitions the answer left out (its byte bound) has some all the same.
     return MemberLag(member_id=member.member_id, client_id=member.client_id,
-                     group_instance_id=member.group_instance_id, partitions=owned, idle=not owned,
-                     lag_messages=lag)
+                     group_instance_id=member.group_instance_id, partitions=owned,
+                     idle=not owned and not member.assignment_omitted, lag_messages=lag)
 
 
 def plan_reset(target: ResetTarget, topic: str, partition: int, *, committed: int | None, earliest: int,

@@ -85,6 +85,15 @@ def test_group_lag_joins_commits_assignments_and_log_ends_per_partition():
     assert report.members[0].lag_messages == 30 and report.members[0].partitions == [("t", 0), ("t", 1)]
 
 
+def test_a_share_member_whose_partitions_the_answer_left_out_is_not_called_idle():
+    description = _description(kind="share", state="Stable", members=[
+        MemberDescription(member_id="a-1", client_id="a", assignment=[("t", 0)]),
+        MemberDescription(member_id="b-2", client_id="b", assignment=[], assignment_omitted=1)])
+    report = build_group_lag(description, {"t": 1}, {("t", 0): 5}, {}, now_ms=0)
+
+    assert [(member.member_id, member.idle) for member in report.members] == [("a-1", False), ("b-2", False)]
+
+
 def test_a_partition_without_a_commit_is_measured_from_where_the_reset_policy_starts_a_member():
     description = _description(offsets=[OffsetEntry(topic="t", partition=0, offset=4)])
     ends, starts = {("t", 0): 10, ("t", 1): 12}, {("t", 1): 2}

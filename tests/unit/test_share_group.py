@@ -937,3 +937,25 @@ def test_a_description_of_share_partitions_stays_within_its_byte_bound(monkeypat
     assert 0 < shown < 40 and partition.records_omitted == 40 - shown
     assert partition.end_offset - partition.start_offset == 40
     assert len(msgspec.msgpack.encode(partition.records)) <= 4096
+
+
+def test_a_share_groups_description_lists_members_partitions_within_its_byte_bound(monkeypatch):
+    """Every member of a share group is given every partition of its topics, and DescribeGroup
+    listed them per member: 200 members of a topic with 750 partitions and a 249-character name
+    made a 38 MB answer, past the 32 MiB frame a client decodes. Members' partitions are listed
+    while share_describe_bytes_max lasts; a member past it says how many it leaves out."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS",
+                        msgspec.structs.replace(LIMITS, share_describe_bytes_max=300))
+    world = World()
+    world.create_topic("orders", partitions=6)
+    members = [world.join(name, ["orders"]).member_id for name in ("a", "b", "c")]
+    world.harness.deliver(GROUP, DescribeGroupRequest(correlation_id=1, group_id="g"), "admin")
+
+    described = only(world.harness.received("admin"), DescribeGroupResponse)
+
+    assert sorted(member.member_id for member in described.members) == sorted(members)
+    listed = [member for member in described.members if member.assignment]
+    cut = [member for member in described.members if member.assignment_omitted]
+    assert listed and cut and len(listed) + len(cut) == 3
+    assert all(len(member.assignment) == 6 for member in listed)
+    assert all(member.assignment == [] and member.assignment_omitted == 6 for member in cut)
