@@ -44,16 +44,15 @@ from actors.limits import Limits
 from actors.messages import (
     CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse, DescribeSharePartitionsRequest,
     DescribeSharePartitionsResponse, ErrorResponse, FetchResponse, GroupSummary, InitProducerIdResponse,
-    ListOffsetsResponse, MemberDescription, MetadataResponse, OffsetEntry, PeerDisconnected, ProduceResponse,
+    ListOffsetsResponse, MetadataResponse, OffsetEntry, PeerDisconnected, ProduceResponse,
     ShareAcknowledgeRequest, ShareAcquireRequest, ShareGroupHeartbeatRequest, ShareGroupSettings, TimerFired,
 )
 from actors.share_dead_letters import DeadLetterWriter
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
 from actors.share_group_membership import HEARTBEAT_METADATA_WAIT_MS, ShareGroup, ShareMembership
 from actors.share_leaders import Outbound, PartitionLeaders
+from actors.share_descriptions import describe_members, describe_partitions
 from actors.share_partition import DEAD_LETTERING, SharePartition
-
-PARTITION_ENTRY_BYTES = 16  # one [topic, partition] of a described member, besides the topic's name
 
 
 class ShareGroups(ShareMembership, ShareDelivery):
@@ -290,19 +289,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
     def describe(self, request: DescribeGroupRequest, now_ns: int) -> DescribeGroupResponse:
         group = self.groups[request.group_id]
-        # Every member is given every partition of its topics: listed per member, while the
-        # answer's byte bound lasts (200 members of 750 partitions made 38 MB).
-        room = self.limits.share_describe_bytes_max
-        members = []
-        for _, member in sorted(group.members.items()):
-            partitions = self._partitions_of(member.topics)
-            size = sum(len(topic.encode()) + PARTITION_ENTRY_BYTES for topic, _ in partitions)
-            shown = size <= room
-            room -= size if shown else 0
-            members.append(MemberDescription(
-                member_id=member.member_id, client_id=member.client_id, assignment=partitions if shown else [],
-                assignment_omitted=0 if shown else len(partitions),
-                last_heartbeat_ms_ago=(now_ns - member.last_seen_ns) // MS, session_timeout_ms=member.session_timeout_ms))
+        members = describe_members([member for _, member in sorted(group.members.items())], self._partitions_of,
+                                   self.limits.share_describe_bytes_max, now_ns)
         offsets = [OffsetEntry(topic=topic, partition=partition, offset=share_partition.start_offset)
                    for (topic, partition), share_partition in sorted(group.partitions.items())
                    if share_partition.initialized]
@@ -316,12 +304,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
             return DescribeSharePartitionsResponse(
                 correlation_id=request.correlation_id, error=ErrorCode.GROUP_ID_NOT_FOUND,
                 error_message=f"{request.group_id!r} is not a share group", group_id=request.group_id)
-        room = self.limits.share_describe_bytes_max
-        partitions = []
-        for _, share_partition in sorted(group.partitions.items()):
-            description, used = share_partition.describe(room)
-            partitions.append(description)
-            room -= used
+        partitions = describe_partitions([share_partition for _, share_partition in sorted(group.partitions.items())],
+                                         self.limits.share_describe_bytes_max)
         return DescribeSharePartitionsResponse(
             correlation_id=request.correlation_id, group_id=request.group_id, settings=group.settings,
             partitions=partitions)

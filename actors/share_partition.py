@@ -39,19 +39,13 @@ from actors.actor import MS
 from actors.dead_letter_records import DeadLetterItem
 from actors.errors import ErrorCode
 from actors.limits import Limits
-from actors.messages import (
-    AcquiredRecords, ShareAcknowledgement, ShareAcknowledgementResult, ShareGroupSettings, SharePartitionDescription,
-    ShareRecordRange,
-)
+from actors.messages import AcquiredRecords, ShareAcknowledgement, ShareAcknowledgementResult, ShareGroupSettings
 
 AVAILABLE, ACQUIRED, ACCEPTED, DEAD_LETTERING, ARCHIVED = (
     "available", "acquired", "accepted", "dead-lettering", "archived")
 DONE = frozenset({ACCEPTED, ARCHIVED})
 REJECTED, MAX_ATTEMPTS = "rejected", "max-attempts"
 ACKNOWLEDGEMENT_KINDS = ("accept", "release", "reject", "renew")
-# The most one described range takes on the wire besides its member id and error text: its field
-# names, state and three 64-bit numbers (a description is bounded in bytes, Limits).
-RANGE_OVERHEAD_BYTES = 128
 # Stored state codes: a lock is never stored, so acquired and available records store alike.
 _CODE = {AVAILABLE: 0, ACQUIRED: 0, ACCEPTED: 1, DEAD_LETTERING: 2, ARCHIVED: 3}
 _STATE = {0: AVAILABLE, 1: ACCEPTED, 2: DEAD_LETTERING, 3: ARCHIVED}
@@ -375,31 +369,6 @@ class SharePartition:
 
     def held_by(self, member_id: str) -> int:
         return sum(1 for record in self.records.values() if record.state == ACQUIRED and record.holder == member_id)
-
-    def describe(self, bytes_max: int) -> tuple[SharePartitionDescription, int]:
-        """The in-flight window as ranges of like records, holding at most `bytes_max` of them
-        (the offsets past that are counted, not shown), and the bytes they took."""
-        ranges: list[ShareRecordRange] = []
-        used, omitted = 0, 0
-        for offset in range(self.start_offset, self.end_offset):
-            record = self.records[offset]
-            previous = ranges[-1] if ranges else None
-            if previous is not None and (previous.state, previous.delivery_count, previous.member_id,
-                                         previous.last_error) == (record.state, record.delivery_count,
-                                                                  record.holder, record.last_error):
-                previous.last_offset = offset
-                continue
-            size = RANGE_OVERHEAD_BYTES + len(record.holder.encode()) + len(record.last_error.encode())
-            if used + size > bytes_max:
-                omitted = self.end_offset - offset
-                break
-            used += size
-            ranges.append(ShareRecordRange(first_offset=offset, last_offset=offset, state=record.state,
-                                           delivery_count=record.delivery_count, member_id=record.holder,
-                                           last_error=record.last_error))
-        return SharePartitionDescription(topic=self.topic, partition=self.partition, start_offset=self.start_offset,
-                                         end_offset=self.end_offset, high_watermark=self.high_watermark,
-                                         records=ranges, records_omitted=omitted), used
 
     def invariants(self, members: Any = None) -> None:
         """`members`: the group's members, when the caller knows them; every lock holder is one.
