@@ -38,9 +38,8 @@ from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
     FetchResponse, GroupSummary, HeartbeatRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetEntry, OffsetFetchRequest,
-    OffsetFetchResponse, ProduceResponse, ServiceHeartbeat,
-    ServiceHeartbeatResponse, Stop, SyncGroupRequest, SyncGroupResponse, TimerFired,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetEntry, OffsetFetchRequest, ProduceResponse,
+    ServiceHeartbeat, ServiceHeartbeatResponse, Stop, SyncGroupRequest, SyncGroupResponse, TimerFired,
 )
 from storage.errors import CorruptState
 
@@ -155,7 +154,7 @@ class GroupCoordinator:
             case OffsetCommitRequest():
                 return self._on_commit(message, sender, now_ns)
             case OffsetFetchRequest():
-                return [Send(sender, self._fetch_offsets(message))]
+                return [Send(sender, self.offsets.answer_fetch(message))]
             case JoinGroupRequest():
                 return self._on_join(message, sender, now_ns)
             case SyncGroupRequest():
@@ -346,19 +345,6 @@ class GroupCoordinator:
         if group.state not in (PREPARING, "Stable"):
             return ErrorCode.REBALANCE_IN_PROGRESS, "the group is completing a rebalance; commit after it"
         return None
-
-    def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse | ErrorResponse:
-        if request.partitions is not None and len(request.partitions) > self.limits.group_offsets_max:
-            return ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, error_message=(
-                f"an offset fetch names at most group_offsets_max ({self.limits.group_offsets_max}) partitions, "
-                f"got {len(request.partitions)}"))
-        stored = self.offsets.get(request.group_id, {})
-        if request.partitions is None:
-            entries = [stored[key] for key in sorted(stored)]
-        else:
-            entries = [stored.get((topic, partition)) or OffsetEntry(topic=topic, partition=partition, offset=-1)
-                       for topic, partition in request.partitions]
-        return OffsetFetchResponse(correlation_id=request.correlation_id, offsets=entries)
 
     # ------------------------------------------------------------------ admin
 

@@ -17,7 +17,7 @@ import re
 
 from actors.errors import ErrorCode
 from actors.limits import Limits
-from actors.messages import OffsetEntry
+from actors.messages import ErrorResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 GROUP_ID_LENGTH_MAX = 255
@@ -123,6 +123,22 @@ class OffsetStore:
                 self._count(group_id, -entry_bytes(group_id, entry))
                 deleted.append(key)
         return deleted
+
+    def answer_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse | ErrorResponse:
+        """The committed offsets an OffsetFetch names (all of the group's for None; -1 for a
+        partition without one). It names at most `group_offsets_max` partitions: the answer
+        repeats each, and must fit a frame."""
+        if request.partitions is not None and len(request.partitions) > self.limits.group_offsets_max:
+            return ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, error_message=(
+                f"an offset fetch names at most group_offsets_max ({self.limits.group_offsets_max}) partitions, "
+                f"got {len(request.partitions)}"))
+        stored = self.by_group.get(request.group_id, {})
+        if request.partitions is None:
+            entries = [stored[key] for key in sorted(stored)]
+        else:
+            entries = [stored.get((topic, partition)) or OffsetEntry(topic=topic, partition=partition, offset=-1)
+                       for topic, partition in request.partitions]
+        return OffsetFetchResponse(correlation_id=request.correlation_id, offsets=entries)
 
     def get(self, group_id: str, default: dict | None = None) -> dict[tuple[str, int], OffsetEntry]:
         return self.by_group.get(group_id, {} if default is None else default)
