@@ -486,3 +486,22 @@ def test_voters_restored_from_snapshots_taken_between_parts_hold_the_same_map(mo
         assert dict(net.controllers[node].state.committed) == dict(leader_state.committed)
     assert net.controllers[follower].raft.counters.get("snapshots_installed", 0) >= 1
     assert any(restored_between_parts), "no voter restored a snapshot taken between parts"
+
+
+def test_an_operation_larger_than_an_entry_stays_whole_and_the_step_is_refused_too_large():
+    """Parts split a step between its operations, never one operation: a record larger than an
+    entry goes alone into a part that is still too large, and the leader refuses the step whole
+    (the per-record bounds keep every record the coordinators write under an entry)."""
+    from actors.replicated_state import split_command
+    from tests.unit.raft_harness import Net
+
+    operations = [[0, "small", "x" * 100], [0, "huge", "y" * 5000], [0, "other", "z" * 100]]
+    parts = split_command(operations, 1024)
+    net = Net(3, entry_bytes_max=1024)
+    net.campaign(1)
+    net.deliver()
+    before = net.nodes[1].log.last_index
+
+    assert len(parts) == 3 and [len(part) > 1024 for part in parts] == [False, True, False]
+    assert net.nodes[1].propose_many(parts, net.now_ns).reason == "TOO_LARGE"
+    assert net.nodes[1].log.last_index == before
