@@ -20,8 +20,10 @@ processes, directories — is removed even when it fails.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -47,12 +49,30 @@ def hosts(tmp_path):
         made.destroy()
 
 
+def _print_what_the_hosts_said(made: NamespaceHosts) -> None:
+    """Each host's log tail and the cluster's decisions in time order (elections, ISR changes,
+    controller terms)."""
+    for node in [*made.nodes, 4]:
+        path = made.log_path(node)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                print(f"--- host {node}'s log, last lines ---\n" + "".join(handle.readlines()[-40:]))
+    merged = os.path.join(made.base_dir, "trace.merged.jsonl")
+    made.merge_traces(merged)
+    wanted = ("elected", "isr", "leader", "term", "vote", "offline", "quorum", "fenced", "stale")
+    with open(merged, encoding="utf-8", errors="replace") as handle:
+        decisions = [line.rstrip() for line in handle if any(word in line[:200] for word in wanted)]
+    print(f"--- {len(decisions)} decisions in the hosts' traces, the last 200 ---")
+    print("\n".join(line[:400] for line in decisions[-200:]))
+
+
 class AckedLoad:
     """acks=all sends in a closed loop from the root namespace; what was acknowledged, kept."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.bootstrap, self.topic = bootstrap, topic
         self.acked: set[bytes] = set()
+        self.refusals: Counter[str] = Counter()  # why sends were not acknowledged, by error name
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -68,11 +88,25 @@ class AckedLoad:
                     try:
                         future.result(30)
                         self.acked.add(value)
-                    except (RailmqError, TimeoutError):
-                        pass  # not acknowledged: no promise to keep
+                    except RailmqError as error:  # not acknowledged: no promise to keep
+                        self.refusals[error.name] += 1
+                    except TimeoutError:
+                        self.refusals["timed out"] += 1
 
 
 def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_faults(hosts, unique_name):
+    loads: list[AckedLoad] = []
+    try:
+        _story(hosts, unique_name, loads)
+    except BaseException:
+        # Shown with the failure: a fresh CI machine keeps nothing else.
+        for load in loads:
+            print(f"acknowledged {len(load.acked)}; not acknowledged, by reason: {dict(load.refusals)}")
+        _print_what_the_hosts_said(hosts)
+        raise
+
+
+def _story(hosts: NamespaceHosts, unique_name, loads: list[AckedLoad]) -> None:
     hosts.identity()  # made in the first host's directory: every other host is given a copy
     hosts.start_node(1)
     hosts.start_node(2)
@@ -88,6 +122,7 @@ def test_a_cluster_across_hosts_keeps_every_acknowledged_write_through_network_f
         assert all(endpoint.startswith(f"tcp://{hosts.subnet}.") for endpoint in endpoints), (
             f"a replica advertised an address other hosts cannot reach: {endpoints}")
         load = AckedLoad(hosts.bootstrap, topic)
+        loads.append(load)
         load.thread.start()
         wait_for(lambda: len(load.acked) >= 200, 60, "acknowledged writes before the faults")
 
