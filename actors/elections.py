@@ -203,7 +203,12 @@ def reconcile(
         events.append(("leader-elected" if leader >= 0 else "partition-offline",
                        {"leader": leader, "leader_epoch": new.leader_epoch, "previous_leader": record.leader,
                         **({"reason": new.offline_reason} if leader < 0 else {})}))
-    if new.isr != record.isr or new.leader != record.leader or new.leader_epoch != record.leader_epoch:
+    # An ISR member's recorded process replaced by another counts as a change too: leaders fence
+    # the earlier one by it, and a state saying so must not be taken for an older one with the
+    # same epochs. (The first process seen, where none was known, fences nobody yet.)
+    replaced = any(record.isr_incarnations.get(node, 0) not in (0, incarnation)
+                   for node, incarnation in new.isr_incarnations.items())
+    if new.isr != record.isr or new.leader != record.leader or new.leader_epoch != record.leader_epoch or replaced:
         new.partition_epoch += 1
         if new.isr != record.isr:
             events.append(("isr-changed", {"isr": list(new.isr), "previous_isr": list(record.isr)}))

@@ -51,6 +51,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77  # a follower fetch from a process of an ISR member other than the one on record
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     UNKNOWN_TOPIC_ID = 100

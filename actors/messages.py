@@ -89,6 +89,10 @@ class PartitionState(msgspec.Struct, omit_defaults=True, kw_only=True):
     leader_incarnation: int = 0
     replicas: list[int] = []
     isr: list[int] = []
+    # The process incarnation of each ISR member as it joined (aligned with `isr`; 0: not known yet):
+    # a leader counts follower fetches of an ISR member only from that process (a replaced process
+    # that resumes is answered STALE_BROKER_EPOCH). Empty: none known.
+    isr_incarnations: list[int] = []
     config: TopicConfig = TopicConfig()
     # The latest leader epoch that began with an unclean election: a follower may truncate below
     # the high watermark it had seen only when this is newer than the epoch it saw it in.

@@ -109,12 +109,24 @@ class FetchServing:
             if request.replica not in self.state.replicas or request.replica == self.node:
                 return self._fetch_error(request, ErrorCode.INVALID_REQUEST,
                                          f"node {request.replica} is not a follower of this partition")
+            recorded = self._isr_incarnation(request.replica)
+            if recorded and request.incarnation != recorded:
+                return self._fetch_error(request, ErrorCode.STALE_BROKER_EPOCH, (
+                    f"node {request.replica} is in the ISR as process {recorded:x}, not {request.incarnation:x}: "
+                    "a replaced process's fetches do not count"))
             if request.offset < self.log.log_start_offset and request.last_fetched_epoch < 0:
                 return self._out_of_range(request)
             return None
         if not self.log.log_start_offset <= request.offset <= self.log.log_end_offset:
             return self._out_of_range(request)
         return None
+
+    def _isr_incarnation(self, node: int) -> int:
+        """The process of ISR member `node` the coordinator recorded (0: not a member, or not known)."""
+        state = self.state
+        if node not in state.isr or len(state.isr_incarnations) != len(state.isr):
+            return 0
+        return state.isr_incarnations[state.isr.index(node)]
 
     def _diverging(self, request: FetchRequest) -> EpochEndOffset | None:
         """KIP-595-style divergence check for a follower fetch (truncation by epoch)."""

@@ -151,6 +151,10 @@ ERROR_WHEN = {
                            "epoch (a zombie). Refresh metadata and retry.",
     "UNKNOWN_LEADER_EPOCH": "Fetch or ListOffsets with a `leader_epoch` newer than the replica's own: the fetcher heard "
                             "of an election the replica has not applied yet. Retry after a backoff.",
+    "STALE_BROKER_EPOCH": "A follower fetch from a process of an ISR member other than the one the coordinator "
+                          "recorded when it joined (a replaced process that resumed after a pause). Nothing it "
+                          "says is counted; a legitimately restarted follower is answered so until the state "
+                          "naming its new process reaches the leader, and retries after a backoff.",
     "FENCED_INSTANCE_ID": "A static member (`group_instance_id`) was replaced by a newer instance with the "
                           "same id. Fatal for the old instance.",
     "INVALID_RECORD": "Produce: the batch's header and CRC are fine but its payload is not what the header claims "

@@ -67,7 +67,8 @@ class Cluster:
             correlation_id=1, name="orders", partitions=1, replication_factor=3, config=self.config)),
             CreateTopicResponse)
         self.topic_id = created.topic.topic_id
-        self.logs = {node: open_memory_log(LogConfig(), fs=MemoryFileSystem()) for node in (1, 2, 3)}
+        self.disks = {node: MemoryFileSystem() for node in (1, 2, 3)}
+        self.logs = {node: open_memory_log(LogConfig(), fs=self.disks[node]) for node in (1, 2, 3)}
         self.generation = {node: 0 for node in (1, 2, 3)}
         self.replicas: dict[int, PartitionReplica] = {}
         for node in (1, 2, 3):
