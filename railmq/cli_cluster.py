@@ -29,6 +29,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from actors.errors import ErrorCode, RailmqError
+from actors.limits import NODES_MAX
 from railmq.admin import Admin
 from railmq import cli_console, cli_health
 from railmq.cli_common import (
@@ -51,10 +52,18 @@ DEMO_MESSAGES_PER_KEY = 6
 DEMO_READ_TIMEOUT_S = 10.0
 
 
+
+def node_count(text: str) -> int:
+    value = positive_int(text)
+    if value > NODES_MAX:
+        raise argparse.ArgumentTypeError(f"a cluster has at most {NODES_MAX} nodes, got {text!r}")
+    return value
+
 def register(commands: argparse._SubParsersAction) -> None:
     up = commands.add_parser("up", help="run a local cluster (foreground: Ctrl-C stops it; --detach: railmq down)",
                              description="Run a local cluster on this machine.")
-    up.add_argument("--nodes", type=positive_int, default=3, metavar="N", help="broker nodes (default 3)")
+    up.add_argument("--nodes", type=node_count, default=3, metavar="N",
+                    help=f"broker nodes, at most {NODES_MAX} (default 3)")
     up.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
                     help=f"where data lives (default {DATA_DIR_DEFAULT})")
     up.add_argument("--port", type=tcp_port, default=default_port(), metavar="P",

@@ -15,6 +15,7 @@ import re
 
 from rich.console import Console
 
+from actors.limits import NODE_ID_MAX
 from actors.messages import ControllerStatusRequest, ControllerStatusResponse
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, endpoint, positive_int, print_error
 
@@ -23,12 +24,20 @@ JOIN_TIMEOUT_MS = 5_000
 _TCP = re.compile(r"^tcp://(?P<host>[^:]+):(?P<port>\d+)$")
 
 
+
+def node_id(text: str) -> int:
+    value = positive_int(text)
+    if value > NODE_ID_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a node id is 1 to {NODE_ID_MAX} (Kafka's int32 node.id), got {text!r}")
+    return value
+
 def register(commands: argparse._SubParsersAction) -> None:
     from railmq.node import DEFAULT_NODE_PORT
 
     node = commands.add_parser("node", help="run one node of a cluster across machines (docs/deploy.md)",
                                description="Run one node: its controller, its group voter, its replicas.")
-    node.add_argument("--node", type=positive_int, required=True, metavar="N", help="this node's id")
+    node.add_argument("--node", type=node_id, required=True, metavar="N", help="this node's id")
     where = node.add_mutually_exclusive_group(required=True)
     where.add_argument("--voters", metavar="N=HOST,...",
                        help="every node and the address its peers reach it at, the same list on every node")

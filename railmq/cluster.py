@@ -33,7 +33,7 @@ import tempfile
 import time
 from typing import Any
 
-from actors.limits import Limits
+from actors.limits import NODES_MAX, Limits
 from storage.directory import ClusterIdentity, DirectoryLock
 from transport.actor_main import ActorSpec
 from transport.node_agent import NodeAgent, replica_actor_name
@@ -70,8 +70,8 @@ class LocalCluster:
                  log_level: str = "WARNING", cluster_id: str | None = None, shared_memory: bool = True,
                  fault_injection: bool = False, rebuild_metadata: bool = False,
                  controllers: int | None = None, reset_group_state: bool = False) -> None:
-        if nodes < 1:
-            raise ValueError("a cluster has at least one node")
+        if not 1 <= nodes <= NODES_MAX:
+            raise ValueError(f"a cluster has at least one node and at most {NODES_MAX}, got {nodes}")
         self.node_ids = list(range(1, nodes + 1))
         if controllers is None:
             controllers = 3 if nodes >= 3 else 1

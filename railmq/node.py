@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from actors.limits import Limits
+from actors.limits import NODE_ID_MAX, NODES_MAX, Limits
 from storage.directory import CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, DirectoryLock
 from transport.actor_main import ActorSpec
 from transport.node_agent import NodeAgent
@@ -48,13 +48,16 @@ def parse_voters(text: str) -> dict[int, str]:
     voters: dict[int, str] = {}
     for part in (piece.strip() for piece in text.split(",") if piece.strip()):
         node, separator, host = part.partition("=")
-        if not separator or not node.strip().isdigit() or int(node) < 1 or not host.strip():
-            raise NodeConfigError(f"{part!r} is not NODE=HOST (a node id of 1 or more, then its address)")
+        if not separator or not node.strip().isdigit() or not 1 <= int(node) <= NODE_ID_MAX or not host.strip():
+            raise NodeConfigError(
+                f"{part!r} is not NODE=HOST (a node id of 1 to {NODE_ID_MAX}, then its address)")
         if int(node) in voters:
             raise NodeConfigError(f"node {int(node)} is named twice in {text!r}")
         voters[int(node)] = host.strip()
     if not voters:
         raise NodeConfigError("--voters names no node")
+    if len(voters) > NODES_MAX:
+        raise NodeConfigError(f"--voters names {len(voters)} nodes; a cluster has at most {NODES_MAX}")
     return voters
 
 

@@ -228,3 +228,46 @@ def test_railmq_down_refuses_a_timeout_that_is_not_a_positive_finite_number(valu
         cli.main(["down", "--timeout", value, "--data-dir", "/nonexistent"])
 
     assert refused.value.code == 2 and "--timeout" in capsys.readouterr().err
+
+
+def test_railmq_up_refuses_more_nodes_than_a_cluster_may_have(capsys):
+    """65,536 nodes on one machine were taken, said "railmq is up", and no create was answered
+    in 336 s: every node's registration is a metadata write and every heartbeat names them all."""
+    from actors.limits import NODES_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["up", "--nodes", str(NODES_MAX + 1)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--nodes" in err and f"at most {NODES_MAX}" in err
+
+
+def test_a_local_cluster_of_more_nodes_than_the_bound_is_refused_before_anything_starts(tmp_path):
+    from actors.limits import NODES_MAX
+    from railmq.cluster import LocalCluster
+
+    with pytest.raises(ValueError, match=f"at most {NODES_MAX}"):
+        LocalCluster(nodes=NODES_MAX + 1, data_dir=str(tmp_path))
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("node", [str(2**31), str(10**23)])
+def test_railmq_node_refuses_a_node_id_past_kafkas_int32(node, capsys):
+    """A node id of 10**23 was taken and crashed the node with an OverflowError traceback when its
+    first process's specification was encoded."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(),
+                  ["node", "--node", node, "--voters", f"{node}=127.0.0.1", "--data-dir", "/x"])
+
+    assert refused.value.code == 2 and "--node" in capsys.readouterr().err
+
+
+def test_voters_past_the_id_range_or_the_node_bound_are_refused_naming_why():
+    from actors.limits import NODE_ID_MAX, NODES_MAX
+    from railmq.node import NodeConfigError, parse_voters
+
+    with pytest.raises(NodeConfigError, match="node id"):
+        parse_voters(f"{NODE_ID_MAX + 1}=10.0.0.1")
+    with pytest.raises(NodeConfigError, match=f"at most {NODES_MAX}"):
+        parse_voters(",".join(f"{node}=10.0.0.{node % 250}" for node in range(1, NODES_MAX + 2)))
+    assert parse_voters(f"1=10.0.0.1,{NODE_ID_MAX}=10.0.0.2") == {1: "10.0.0.1", NODE_ID_MAX: "10.0.0.2"}
