@@ -279,5 +279,51 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     share_dead_letter_writes_max: int = 64
     share_dead_letter_fetch_bytes_max: int = 4 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        problems = limit_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+# Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay.
+ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creation_grace_ms",
+                             "group_initial_rebalance_delay_ms"})
+# Answers whose size these bound must fit the frame every client decodes.
+ANSWER_BOUNDS = ("fetch_bytes_max", "replica_fetch_bytes_max", "offset_bytes_per_group_max",
+                 "group_membership_bytes_max", "share_describe_bytes_max", "share_dead_letter_fetch_bytes_max")
+# (smaller, larger, strictly): a heartbeat comes within its session, a range's least is at most its
+# most. (A bound past a larger one that also holds, a group's past the total, only never binds.)
+ORDERED = (
+    ("replica_heartbeat_interval_ms", "replica_session_timeout_ms", True),
+    ("replica_keepalive_interval_ms", "replica_keepalive_timeout_ms", True),
+    ("node_heartbeat_interval_ms", "node_session_timeout_ms", True),
+    ("controller_heartbeat_interval_ms", "controller_idle_heartbeat_interval_ms", False),
+    ("group_session_timeout_min_ms", "group_session_timeout_max_ms", False),
+    ("share_visibility_timeout_min_ms", "share_visibility_timeout_max_ms", False),
+    ("frame_bytes_max", "frame_bytes_hard_max", False),
+) + tuple((name, "frame_bytes_max", False) for name in ANSWER_BOUNDS)
+
+
+def limit_problems(limits: Limits) -> list[str]:
+    """What makes `limits` unable to work, each named: a timer of period 0 fires at once for
+    ever, a bound past the frame makes answers no client decodes, a session shorter than its
+    heartbeats ends between any two of them."""
+    problems = []
+    for name in Limits.__struct_fields__:
+        value = getattr(limits, name)
+        if isinstance(value, bool):
+            continue
+        if value < 0 or (value == 0 and name not in ZERO_MEANS_NONE):
+            problems.append(f"{name} must be positive{' or 0' if name in ZERO_MEANS_NONE else ''}, got {value}")
+    for smaller, larger, strictly in ORDERED:
+        low, high = getattr(limits, smaller), getattr(limits, larger)
+        if low > high or (strictly and low == high):
+            problems.append(f"{smaller} ({low}) must be {'below' if strictly else 'at most'} {larger} ({high})")
+    heartbeat, election = limits.controller_heartbeat_interval_ms, limits.controller_election_timeout_ms
+    if 0 < election <= 2 * heartbeat:
+        problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller heartbeat "
+                        f"intervals ({heartbeat} ms)")
+    return problems
+
 
 DEFAULT_LIMITS = Limits()

@@ -53,12 +53,30 @@ def test_a_limits_file_changes_only_what_it_names(tmp_path):
     ('{"replica_session_timeout_ms": "soon"}', "Expected `int`"),
     ("[1, 2]", "JSON object"),
     ("{", "not JSON"),
+    # Values of the right type that cannot work. Before they were checked, an interval of 0 was
+    # taken ("railmq node 1 is up") and its timers fired at once, over and over; a fetch bound of
+    # 100 GB let answers pass the frame every client decodes; a negative election timeout was
+    # found only by the controller's process, which exited with a traceback.
+    ('{"replica_heartbeat_interval_ms": 0}', "replica_heartbeat_interval_ms must be positive"),
+    ('{"controller_election_timeout_ms": -5}', "controller_election_timeout_ms must be positive"),
+    ('{"controller_election_timeout_ms": 100}', "more than two controller heartbeat intervals"),
+    ('{"fetch_bytes_max": 100000000000}', "fetch_bytes_max .* frame_bytes_max"),
+    ('{"replica_session_timeout_ms": 150}', "replica_heartbeat_interval_ms .* replica_session_timeout_ms"),
+    ('{"group_session_timeout_min_ms": 400000}', "group_session_timeout_min_ms .* group_session_timeout_max_ms"),
 ])
 def test_a_bad_limits_file_is_refused_naming_the_problem(tmp_path, text, problem):
     path = tmp_path / "limits.json"
     path.write_text(text)
     with pytest.raises(NodeConfigError, match=problem):
         load_limits(str(path))
+
+
+def test_every_problem_of_a_limits_object_is_named_at_once_and_a_grace_of_zero_is_allowed():
+    with pytest.raises(ValueError) as refused:
+        Limits(node_heartbeat_interval_ms=0, share_describe_bytes_max=1 << 40)
+    assert "node_heartbeat_interval_ms must be positive" in str(refused.value)
+    assert "share_describe_bytes_max" in str(refused.value)
+    assert Limits(coordinator_election_grace_ms=0, partition_creation_grace_ms=0).partition_creation_grace_ms == 0
 
 
 def test_the_command_refuses_a_missing_limits_file_before_it_starts(capsys, tmp_path):
