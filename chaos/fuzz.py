@@ -30,13 +30,13 @@ from typing import Any, Callable
 
 import msgspec
 
-from actors.effects import AfterFlush, Crash, Exit, SetTimer
+from actors.effects import AfterFlush, Crash, Exit, Send, SetTimer
 from actors.messages import TimerFired, wire_message_types
 from storage.batch import encode_batch, iter_batches, validate_producer_batch
 from transport.auth import refusal
 from transport.codec import Codec, DecodeFailure
 
-EDGE_INTS = (0, 1, -1, 2, 7, 100, 2**31 - 1, -(2**31), 2**62, 2**63 - 1, -(2**63))
+EDGE_INTS = (0, 1, -1, 2, 7, 100, 2**31 - 1, -(2**31), 2**62, 2**63 - 1, -(2**63), 2**63, 2**64 - 1)
 EDGE_STRINGS = ("", "orders", "g", "x" * 300, "../etc", "ü∂\u0000", "orders.dlq", "a/b")
 START_NS = 1_800_000_000 * 1_000_000_000
 
@@ -142,6 +142,8 @@ class Fuzzer:
                 self._apply(target, list(effect.effects))
             elif kind is SetTimer:
                 target.timers[effect.name] = effect.deadline_ns
+            elif kind is Send:
+                self.codec.encode(effect.message)  # what the runtime does next: it must not raise
             elif kind in (Crash, Exit):
                 target.restart()
                 return
