@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union
 
 import msgspec
 
-from actors.errors import ErrorCode
+from actors.errors import ErrorCode, RailmqError
 from actors.messages import CORRELATION_ID_MAX, INTERNAL_TYPES, Message, wire_message_types
 from transport.auth import TAG_BYTES, Signer, looks_like_tag
 
@@ -36,6 +36,14 @@ class DecodeFailure(Exception):
         super().__init__(message)
         self.code = code
         self.correlation_id = correlation_id
+
+
+class EncodeFailure(RailmqError):
+    """A message msgpack cannot carry (an int past 64 bits, a value of no wire type): the sender's
+    mistake, refused before anything is sent."""
+
+    def __init__(self, message: Any, error: Exception) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, f"{type(message).__name__} cannot be sent: {error}")
 
 
 class _Peek(msgspec.Struct):
@@ -96,12 +104,15 @@ class Codec:
         """Frames for one message; payload frames are the caller's buffers, not copies. A codec
         holding the cluster secret appends the authentication tag frame."""
         empties = self._empty_payloads.get(type(message))
-        if empties is None:
-            frames = [self._encoder.encode(message)]
-        else:
-            payloads = [getattr(message, name) for name in type(message).PAYLOAD_FIELDS]
-            header = msgspec.structs.replace(message, **empties)
-            frames = [self._encoder.encode(header), *payloads]
+        try:
+            if empties is None:
+                frames = [self._encoder.encode(message)]
+            else:
+                payloads = [getattr(message, name) for name in type(message).PAYLOAD_FIELDS]
+                header = msgspec.structs.replace(message, **empties)
+                frames = [self._encoder.encode(header), *payloads]
+        except (OverflowError, TypeError, msgspec.EncodeError) as error:
+            raise EncodeFailure(message, error) from None
         if self.signer is not None:
             frames.append(self.signer.tag(frames))
         return frames

@@ -14,16 +14,19 @@ Nothing here decides anything about the protocol.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 
 import msgspec
 import zmq
 
 from actors.errors import ErrorCode
-from actors.messages import ErrorResponse, FetchResponse, Message, PeerDisconnected
+from actors.messages import CORRELATION_ID_MAX, ErrorResponse, FetchResponse, Message, PeerDisconnected
+from transport.codec import EncodeFailure
 from transport.outbound import TRACK_BYTES_MIN
 from transport.socket_watch import connect_monitored
 
+log = logging.getLogger("railmq.runtime")
 _socket_numbers = itertools.count(1)
 
 
@@ -39,7 +42,14 @@ class RuntimePeers:
             self.timing.answered(to, message)
         if self.ring_links is not None:
             message = self.ring_links.divert(to, self.ring_links.outgoing(to, message))
-        frames = self.codec.encode(message)
+        try:
+            frames = self.codec.encode(message)
+        except EncodeFailure as failure:
+            self.count("messages_unencodable")
+            log.error("%s: %s", self.identity, failure)
+            if not isinstance(to, bytes):
+                return  # a request of ours: unsent, as if lost (its own timeout retries or gives up)
+            frames = self._unencodable(message, failure)
         if isinstance(to, bytes):
             size = sum(map(len, frames))
             if size >= TRACK_BYTES_MIN and not self.outbound.allows(to, size):
@@ -53,6 +63,15 @@ class RuntimePeers:
             self.faults.hold(self.clock() + delay, ("out", to, frames))
             return
         self._transmit(to, frames)
+
+    def _unencodable(self, message: Message, failure: EncodeFailure) -> list:
+        """An answer msgpack cannot carry (an int past 64 bits): a bug, never a reason to stop the
+        actor (its restart would meet the same request again). The asker gets a typed error now
+        instead of waiting out its timeout."""
+        correlation_id = getattr(message, "correlation_id", -1)
+        return self.codec.encode(ErrorResponse(
+            correlation_id=correlation_id if type(correlation_id) is int and 0 <= correlation_id <= CORRELATION_ID_MAX else -1,
+            error=ErrorCode.INVALID_REQUEST, error_message=str(failure)))
 
     def _withheld(self, to: bytes, message: Message) -> Message:
         """The peer has not read what it was sent: it gets a small BUSY now instead of the answer

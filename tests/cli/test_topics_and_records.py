@@ -123,6 +123,10 @@ def test_refused_requests_and_a_missing_cluster_are_one_line_errors(cluster, rai
     too_many = railmq("topics", "create", unique_name(), "--replication-factor", 2, "--min-insync", 3,
                       *bootstrap)
     assert too_many.returncode == 1 and too_many.stderr.startswith("error: INVALID_CONFIG: ")
+    # A number msgpack cannot hold: an OverflowError traceback from inside the codec, before.
+    unencodable = railmq("topics", "create", unique_name(), "--config", f"retention_ms={10**23}", *bootstrap)
+    assert unencodable.returncode == 1 and unencodable.stderr.startswith("error: INVALID_REQUEST: "), \
+        unencodable.stderr
     from tests.cli.conftest import free_port
 
     address = f"127.0.0.1:{free_port()}"

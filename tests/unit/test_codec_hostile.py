@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.errors import ErrorCode
+from actors.errors import ErrorCode, RailmqError
 from actors.messages import (CORRELATION_ID_MAX, ErrorResponse, FetchRequest, MetadataRequest, ProduceRequest,
                              ReplicaHeartbeatResponse)
 from transport.auth import TAG_BYTES, looks_like_tag, new_secret
@@ -207,3 +207,16 @@ def test_the_tag_covers_payload_lengths():
     codec.decode([header, b"abcd", tag])
 
     assert not codec.last_authenticated
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**23])
+def test_a_message_with_an_int_msgpack_cannot_hold_is_a_typed_error_not_an_overflow(value):
+    """`railmq topics create --config retention_ms=99999999999999999999999` ended in an
+    OverflowError traceback from inside the codec."""
+    request = FetchRequest(correlation_id=1, topic="t", partition=0, offset=value)
+
+    with pytest.raises(RailmqError) as refused:
+        Codec().encode(request)
+
+    assert refused.value.code == ErrorCode.INVALID_REQUEST and "FetchRequest" in str(refused.value)
+

@@ -410,3 +410,31 @@ def test_answers_of_any_kind_to_a_peer_that_never_reads_are_bounded_in_bytes(zmq
     assert busy and all(answer.error == ErrorCode.BUSY and "unread" in answer.error_message for answer in busy)
     assert {answer.correlation_id for answer in busy} <= set(range(2, requests + 1))
     assert isinstance(after_reading, MetadataResponse) and after_reading.correlation_id == requests + 1
+
+
+def test_an_answer_that_cannot_be_encoded_becomes_a_typed_error_and_the_actor_goes_on(zmq_context):
+    """An int past 64 bits in an answer raised OverflowError out of the codec and stopped the actor
+    (its supervisor restarts it, to meet the same request again); the asker waited out its timeout."""
+    journal: list = []
+    actor = Recorder(journal, on_message=lambda message, sender: [
+        Send(sender, FetchResponse(correlation_id=message.correlation_id, high_watermark=2**64 + message.offset))])
+    runtime = Runtime(actor, identity="unencodable", context=zmq_context)
+    peer = zmq_context.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.setsockopt(zmq.RCVTIMEO, 2_000)
+    peer.connect(runtime.bind())
+    try:
+        for correlation_id in (50, 51):
+            journal.clear()
+            exchange(runtime, peer, Codec().encode(FetchRequest(correlation_id=correlation_id, topic="orders",
+                                                                partition=0, offset=3)), journal)
+            deadline = time.monotonic() + 5.0
+            while not peer.poll(0) and time.monotonic() < deadline:
+                runtime.step()
+            reply = Codec().decode(peer.recv_multipart())
+            assert isinstance(reply, ErrorResponse) and reply.correlation_id == correlation_id
+            assert reply.error == ErrorCode.INVALID_REQUEST and "FetchResponse" in reply.error_message
+    finally:
+        peer.close(linger=0)
+        runtime.close()
+    assert runtime.counters["messages_unencodable"] == 2
