@@ -17,6 +17,7 @@ go out in sequence order, so order per partition holds across retries.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from typing import Any
 
@@ -192,14 +193,21 @@ class ProducerClient:
         batch = pending.batch
         key = (batch.topic, batch.partition)
         if pending.encoded is None:
+            sequence = self.next_sequence.get(key, 0) if self.settings.idempotent else pending.sequence
+            try:
+                pending.encoded = encode_batch(
+                    batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
+                    producer_id=self.producer_id if self.settings.idempotent else -1,
+                    producer_epoch=self.producer_epoch if self.settings.idempotent else -1,
+                    base_sequence=sequence)
+            except (OverflowError, UnicodeError, struct.error, ValueError, TypeError) as error:
+                # What the application passed cannot be written (a timestamp past 64 bits, a
+                # header name UTF-8 cannot hold): this batch fails, and takes no sequence numbers.
+                failure = RailmqError(ErrorCode.INVALID_RECORD, f"the batch cannot be encoded: {error}")
+                return [Notify("batch-done", (batch.batch_id, batch.partition, -1, failure))]
             if self.settings.idempotent:
-                pending.sequence = self.next_sequence.get(key, 0)
-                self.next_sequence[key] = pending.sequence + len(batch.records)
-            pending.encoded = encode_batch(
-                batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
-                producer_id=self.producer_id if self.settings.idempotent else -1,
-                producer_epoch=self.producer_epoch if self.settings.idempotent else -1,
-                base_sequence=pending.sequence)
+                pending.sequence = sequence
+                self.next_sequence[key] = sequence + len(batch.records)
             batch.records = []  # encoded now: let the tuples go
         self.correlation += 1
         pending.correlation_id = self.correlation

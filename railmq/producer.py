@@ -36,6 +36,7 @@ from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from transport.client_engine import ClientEngine
 
 RECORD_OVERHEAD_BYTES = 24  # msgpack framing of one record, roughly; used for batch sizing only
+TIMESTAMP_MAX_MS = 2**63 - 1  # a batch holds timestamps as int64
 
 
 class BufferFull(RailmqError):
@@ -143,6 +144,16 @@ class BatchSendFuture:
         return out
 
 
+def _checked_timestamp(timestamp_ms: Any) -> int:
+    """A record's timestamp as a batch holds it: an int64 of milliseconds, never negative (Kafka's
+    producer refuses a negative one at send)."""
+    timestamp = int(timestamp_ms)
+    if not 0 <= timestamp <= TIMESTAMP_MAX_MS:
+        raise RailmqError(ErrorCode.INVALID_TIMESTAMP,
+                          f"timestamp_ms must be 0 to {TIMESTAMP_MAX_MS} (milliseconds since 1970), got {timestamp_ms}")
+    return timestamp
+
+
 def _as_bytes(value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -205,6 +216,7 @@ class Producer:
         # key and value are already bytes, one lock, one tuple per record).
         if self._closed:
             raise ProducerClosed()
+        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
         if value.__class__ is not bytes and value is not None:
             value = _as_bytes(value)
         if key.__class__ is not bytes and key is not None:
@@ -229,7 +241,6 @@ class Producer:
             if not 0 <= partition < count:
                 raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                   f"{topic} has partitions 0..{count - 1}, not {partition}")
-        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
         wake = False
         with self._lock:
             if self._buffered_bytes + size > self.buffer_bytes_max:
@@ -261,7 +272,7 @@ class Producer:
         if self._closed:
             raise ProducerClosed()
         values = [v if v.__class__ is bytes or v is None else _as_bytes(v) for v in values]
-        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
         count = self._partition_counts.get(topic) or self._wait_for_topic(topic)
         if partition is not None and not 0 <= partition < count:
             raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has partitions 0..{count - 1}, not {partition}")

@@ -470,3 +470,26 @@ def test_a_deadline_the_timer_would_miss_breaks_the_invariants():
     stage.producer.timer.armed_ns = stage.harness.now_ns + 6_000 * MS  # as if the delivery deadline was never wanted
     with pytest.raises(AssertionError, match="timer would fire after"):
         stage.producer.invariants()
+
+
+@pytest.mark.parametrize("records", [
+    [(2**64, b"k", b"v", None)],  # a timestamp delta no varint holds
+    [(0, b"k", b"v", [("\ud800", b"x")])],  # a header name UTF-8 cannot encode
+])
+def test_a_batch_that_cannot_be_encoded_fails_alone_and_the_next_one_goes(records):
+    """Producer.send(timestamp_ms=10**30) stopped the producer's I/O thread with struct.error: the
+    batch and every later send on that producer were lost. Nothing an application passes may stop it."""
+    stage = Stage(idempotent=True)
+    stage.harness.codec = None  # the shell hands batches over in-process, never encoded
+    stage.harness.deliver(PRODUCER, SendBatch(batch_id=7, topic="orders", partition=0, records=records,
+                                              first_timestamp_ms=1_000, max_timestamp_ms=1_000,
+                                              deadline_ns=DELIVERY_TIMEOUT_MS * MS))
+    stage.metadata({0: 1})
+    stage.producer.producer_id, stage.producer.producer_epoch = 9, 0  # as if InitProducerId was answered
+    stage.send()
+    stage.harness.run()
+
+    failed = [payload for payload in stage.done() if payload[0] == 7]
+    assert len(failed) == 1 and failed[0][3].code == ErrorCode.INVALID_RECORD
+    request = only(stage.requests(), ProduceRequest)
+    assert verify_batch(request.batch).base_sequence == 0, "the failed batch took no sequence numbers"
