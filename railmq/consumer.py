@@ -35,10 +35,22 @@ from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition, de
 from transport.client_engine import ClientEngine
 
 Session = tuple[int, int]
+INT64_MAX = 2**63 - 1  # offsets and timestamps are int64, as in Kafka
 
 
 def _tp(value: Any) -> TopicPartition:
     return value if isinstance(value, TopicPartition) else TopicPartition(str(value[0]), int(value[1]))
+
+
+def _checked(value: int, what: str) -> int:
+    """An offset or a timestamp as the protocol carries it: an int64, never negative."""
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"{what} are 0 to {INT64_MAX} (an int64), got {value}")
+    return value
+
+
+def _checked_offsets(offsets: dict[Any, int] | None) -> dict[TopicPartition, int] | None:
+    return None if offsets is None else {_tp(key): _checked(offset, "offsets") for key, offset in offsets.items()}
 
 
 class Consumer(ClientShell):
@@ -149,13 +161,12 @@ class Consumer(ClientShell):
         """Commit (synchronously) the given next-offsets, or the current positions of every
         assigned partition. Raises ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID if this member was
         fenced: its partitions belong to someone else now."""
-        group = self._require_group()
-        group.commit({_tp(k): v for k, v in offsets.items()} if offsets is not None else None, metadata=metadata)
+        checked = _checked_offsets(offsets)
+        self._require_group().commit(checked, metadata=metadata)
 
     def commit_async(self, offsets: dict[Any, int] | None = None, *, metadata: str = "") -> None:
-        group = self._require_group()
-        group.commit({_tp(k): v for k, v in offsets.items()} if offsets is not None else None,
-                     metadata=metadata, asynchronous=True)
+        checked = _checked_offsets(offsets)
+        self._require_group().commit(checked, metadata=metadata, asynchronous=True)
 
     def committed(self, partitions: Iterable[Any]) -> dict[TopicPartition, int | None]:
         return self._require_group().committed([_tp(p) for p in partitions])
@@ -176,8 +187,7 @@ class Consumer(ClientShell):
     def seek(self, partition: Any, offset: int) -> None:
         tp = _tp(partition)
         self._require_assigned(tp)
-        if offset < 0:
-            raise ValueError(f"offsets are not negative, got {offset}")
+        _checked(offset, "offsets")
         epoch = self._next_seek_epoch(tp)
         with self._ready:
             self._positions[tp] = offset
@@ -244,7 +254,7 @@ class Consumer(ClientShell):
         out: dict[TopicPartition, tuple[int, int] | None] = {}
         for partition, timestamp in timestamps.items():
             tp = _tp(partition)
-            offset, found = self._list_offsets(tp, int(timestamp))
+            offset, found = self._list_offsets(tp, _checked(int(timestamp), "timestamps"))
             out[tp] = None if found < 0 else (offset, found)
         return out
 

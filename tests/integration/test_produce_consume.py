@@ -64,6 +64,25 @@ def test_headers_timestamps_and_null_values_survive(cluster, admin, unique_name)
     assert (second.key, second.value, second.timestamp_ms) == (None, b"\x00\xff", 5678)
 
 
+def test_a_timestamp_no_batch_can_hold_is_refused_at_send_and_the_producer_goes_on(cluster, admin, unique_name):
+    """`send(timestamp_ms=10**30)` was taken, and the producer's I/O thread died encoding it:
+    that send and every later one on the producer were lost (Kafka refuses a negative timestamp
+    at send, and a record's timestamp is an int64)."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    with Producer(cluster.bootstrap) as producer:
+        for timestamp in (10**30, 2**63, -1):
+            with pytest.raises(RailmqError) as refused:
+                producer.send(topic, b"x", timestamp_ms=timestamp)
+            assert refused.value.code == ErrorCode.INVALID_TIMESTAMP
+            with pytest.raises(RailmqError) as refused:
+                producer.send_batch(topic, [b"x"], timestamp_ms=timestamp)
+            assert refused.value.code == ErrorCode.INVALID_TIMESTAMP
+        producer.send(topic, b"after", timestamp_ms=2_000).result(10)
+    (record,) = consume_all(cluster.bootstrap, topic, 1, 1)
+    assert (record.value, record.timestamp_ms) == (b"after", 2_000)
+
+
 def test_unknown_topic_and_partition_are_typed_errors(cluster, admin, unique_name):
     with Producer(cluster.bootstrap, max_block_ms=3000) as producer:
         with pytest.raises(RailmqError) as unknown:
@@ -117,6 +136,17 @@ def test_offsets_seek_and_list_offsets(cluster, admin, unique_name):
             records += consumer.poll(200)
         assert [r.offset for r in records] == [7, 8, 9]
         consumer.seek_to_beginning()
+        assert consumer.position((topic, 0)) == 0
+        # Offsets and timestamps are int64s: a seek to 10**30 was taken, and every fetch after it
+        # failed to encode.
+        for value in (-5, 2**63, 10**30):
+            with pytest.raises(ValueError, match="offsets are 0 to"):
+                consumer.seek((topic, 0), value)
+            with pytest.raises(ValueError, match="timestamps are 0 to"):
+                consumer.offsets_for_times({(topic, 0): value})
+            for commit in (consumer.commit, consumer.commit_async):
+                with pytest.raises(ValueError, match="offsets are 0 to"):
+                    commit({(topic, 0): value})
         assert consumer.position((topic, 0)) == 0
 
 
