@@ -170,15 +170,20 @@ class Producer:
                  max_block_ms: int = 60_000, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100, max_in_flight: int = 5,
                  idempotent: bool = False, client_id: str = "producer", seed: int | None = None) -> None:
-        acks = -1 if acks == "all" else int(acks)
-        if acks not in (0, 1, -1):
+        if acks not in (0, 1, -1, "0", "1", "-1", "all"):
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        acks = -1 if acks == "all" else int(acks)
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError("an idempotent producer keeps 1..5 requests in flight per partition")
         for name, value in {"batch_bytes_max": batch_bytes_max, "buffer_bytes_max": buffer_bytes_max,
-                            "delivery_timeout_ms": delivery_timeout_ms, "max_in_flight": max_in_flight}.items():
+                            "delivery_timeout_ms": delivery_timeout_ms, "max_in_flight": max_in_flight,
+                            "request_timeout_ms": request_timeout_ms}.items():
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        for name, value in {"linger_ms": linger_ms, "max_block_ms": max_block_ms,
+                            "retry_backoff_ms": retry_backoff_ms}.items():
+            if value < 0:
+                raise ValueError(f"{name} must be 0 or more, got {value}")
         self.bootstrap = bootstrap
         self.linger_ns = linger_ms * 1_000_000
         self.batch_bytes_max = batch_bytes_max
