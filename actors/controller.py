@@ -78,6 +78,9 @@ class Controller:
         # proposal index -> the requests whose answers wait there, as (sender, correlation id):
         # answers that will never go out become refusals, so nobody waits out a timeout for them.
         self.askers: dict[int, set[tuple[Any, int]]] = {}
+        # Read answers held, in bytes, per proposal index and in all (`controller_held_bytes_max`).
+        self.read_bytes: dict[int, int] = {}
+        self.held_read_bytes = 0
         self.last_proposed = 0
         self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
         self._activate_wanted = False
@@ -108,6 +111,8 @@ class Controller:
         for index in self.held:
             assert index > self.raft.applied_index, f"{self.name}: effects held for applied index {index}"
         assert set(self.askers) <= set(self.held), f"{self.name}: askers of proposals no longer held"
+        assert set(self.read_bytes) <= set(self.held) and self.held_read_bytes == sum(self.read_bytes.values()), (
+            f"{self.name}: held read bytes {self.held_read_bytes} miscounted: {self.read_bytes}")
 
     def handle(self, message: Any, sender: Any, now_ns: int) -> list[Effect]:
         self._now = now_ns
@@ -138,6 +143,7 @@ class Controller:
         for index in sorted(index for index in self.held if index <= entry.index):
             term, effects = self.held.pop(index)
             askers = self.askers.pop(index, set())
+            self.held_read_bytes -= self.read_bytes.pop(index, 0)
             if index == entry.index and term == entry.term:
                 released.extend(effects)
             else:
@@ -193,6 +199,8 @@ class Controller:
         self.coordinator = None
         self.held.clear()
         self.askers.clear()
+        self.read_bytes.clear()
+        self.held_read_bytes = 0
         self.last_proposed = 0
         self.state.deactivate()
         return [Trace("controller-inactive", {"node": self.node, "term": self.raft.term, "reason": reason,
@@ -235,44 +243,83 @@ class Controller:
         reveals nothing it decided alone.)"""
         out: list[Effect] = []
         revealing: list[Effect] = []
+        reads: list[Effect] = []
         for effect in effects:
             if isinstance(effect, AfterFlush) and effect.store is self.state:
                 revealing += effect.effects
             elif isinstance(effect, Send) and self.HOLDS_READS:
                 revealing.append(effect)
+                reads.append(effect)
             elif isinstance(effect, Send):
                 out.append(self._with_quorum(effect))
             else:
                 out.append(effect)
         if revealing or self.state.pending:
-            out += self._hold(revealing, now_ns, asker)
+            out += self._hold(revealing, reads, now_ns, asker)
         return out
 
-    def _hold(self, effects: list[Effect], now_ns: int, asker: tuple[Any, int] | None = None) -> list[Effect]:
-        effects = [self._with_quorum(effect) for effect in effects]
+    def _hold(self, effects: list[Effect], reads: list[Effect], now_ns: int,
+              asker: tuple[Any, int] | None = None) -> list[Effect]:
         commands = self.state.take_commands(self.raft.config.entry_bytes_max)
+        if not commands and not (self.last_proposed > self.raft.applied_index and self.last_proposed in self.held):
+            return [self._with_quorum(effect) for effect in effects]  # all it revealed is committed already
+        effects, busy, size = self._within_budget(effects, reads, asker)
         if not commands:
-            if self.last_proposed > self.raft.applied_index and self.last_proposed in self.held:
-                self.held[self.last_proposed][1].extend(effects)
-                if asker is not None:
-                    self.askers.setdefault(self.last_proposed, set()).add(asker)
-                return []
-            return effects  # everything this step revealed is committed already
+            self.held[self.last_proposed][1].extend(effects)
+            self._count_read_bytes(self.last_proposed, size)
+            if asker is not None and not busy:
+                self.askers.setdefault(self.last_proposed, set()).add(asker)
+            return busy
         # A step too large for one entry is proposed in parts; what it guards waits for the last.
         index, term = self.raft.log.last_index + len(commands), self.raft.term
         self.held[index] = (term, effects)  # before proposing: one voter commits inside propose
-        if asker is not None:
+        self._count_read_bytes(index, size)
+        if asker is not None and not busy:
             self.askers[index] = {asker}
         result = self.raft.propose_many(commands, now_ns)
         if isinstance(result, Proposed):
             self.last_proposed = result.index
-            return result.effects
+            return busy + result.effects
         self.held.pop(index, None)
+        self.held_read_bytes -= self.read_bytes.pop(index, 0)
         askers = self.askers.pop(index, set())
         reason = result.message if not isinstance(result, NotController) else "not the leader"
         self.rebuilding = True
         return self._deactivate(f"a proposal was refused: {reason}") + self._refusals(
             effects, askers, f"its decision for this request could not be proposed ({reason})")
+
+    def _within_budget(self, effects: list[Effect], reads: list[Effect],
+                       asker: tuple[Any, int] | None) -> tuple[list[Effect], list[Effect], int]:
+        """(what to hold, what to send now, the bytes of reads held), each as it will be sent. Reads
+        past `controller_held_bytes_max` are not held: the asker's is answered BUSY at once, a push
+        is dropped (the next heartbeat or report brings it again). Answers to decisions always wait."""
+        if not reads:
+            return [self._with_quorum(effect) for effect in effects], [], 0
+        unread = {id(effect) for effect in reads}
+        budget = self.coordinator.limits.controller_held_bytes_max - self.held_read_bytes
+        held: list[Effect] = []
+        busy: list[Effect] = []
+        size = 0
+        for effect in effects:
+            if id(effect) not in unread:
+                held.append(self._with_quorum(effect))
+                continue
+            effect = self._with_quorum(effect)
+            encoded = len(msgspec.msgpack.encode(effect.message))
+            if size + encoded <= budget:
+                size += encoded
+                held.append(effect)
+            elif asker is not None and (effect.to, getattr(effect.message, "correlation_id", None)) == asker:
+                busy.append(Send(effect.to, ErrorResponse(
+                    correlation_id=asker[1], error=ErrorCode.BUSY,
+                    error_message=f"{self.name}: {self.held_read_bytes + size} bytes of answers already wait for "
+                                  "the quorum to commit; ask again")))
+        return held, busy, size
+
+    def _count_read_bytes(self, index: int, size: int) -> None:
+        if size:
+            self.read_bytes[index] = self.read_bytes.get(index, 0) + size
+            self.held_read_bytes += size
 
     def _with_quorum(self, effect: Effect) -> Effect:
         """Metadata answers name the quorum, so a client can find the next leader."""

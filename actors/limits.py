@@ -160,6 +160,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     outbound_bytes_max: int = 256 * 1024 * 1024
     # Distinct peers an actor keeps open sockets to.
     peer_sockets_max: int = 1024
+    # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last
+    # uncommitted proposal, to be sent once it commits (actors/controller.py). Counted in nothing,
+    # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a
+    # read is answered BUSY at once and the client asks again.
+    controller_held_bytes_max: int = 64 * 1024 * 1024
 
     # --- coordinator ---------------------------------------------------------------------
     topics_max: int = 10_000
