@@ -39,8 +39,8 @@ class DecodeFailure(Exception):
 
 
 class EncodeFailure(RailmqError):
-    """A message msgpack cannot carry (an int past 64 bits, a value of no wire type): the sender's
-    mistake, refused before anything is sent."""
+    """A message msgpack cannot carry (an int past 64 bits, a string UTF-8 cannot hold, a value of
+    no wire type): the sender's mistake, refused before anything is sent."""
 
     def __init__(self, message: Any, error: Exception) -> None:
         super().__init__(ErrorCode.INVALID_REQUEST, f"{type(message).__name__} cannot be sent: {error}")
@@ -111,7 +111,7 @@ class Codec:
                 payloads = [getattr(message, name) for name in type(message).PAYLOAD_FIELDS]
                 header = msgspec.structs.replace(message, **empties)
                 frames = [self._encoder.encode(header), *payloads]
-        except (OverflowError, TypeError, msgspec.EncodeError) as error:
+        except (OverflowError, TypeError, ValueError, msgspec.EncodeError) as error:  # ValueError: UnicodeEncodeError
             raise EncodeFailure(message, error) from None
         if self.signer is not None:
             frames.append(self.signer.tag(frames))

@@ -209,11 +209,13 @@ def test_the_tag_covers_payload_lengths():
     assert not codec.last_authenticated
 
 
-@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**23])
-def test_a_message_with_an_int_msgpack_cannot_hold_is_a_typed_error_not_an_overflow(value):
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**23, "\ud800"])
+def test_a_message_with_a_value_msgpack_cannot_hold_is_a_typed_error_not_an_overflow(value):
     """`railmq topics create --config retention_ms=99999999999999999999999` ended in an
-    OverflowError traceback from inside the codec."""
-    request = FetchRequest(correlation_id=1, topic="t", partition=0, offset=value)
+    OverflowError traceback from inside the codec (and a lone surrogate in a string, in a
+    UnicodeEncodeError)."""
+    request = (FetchRequest(correlation_id=1, topic=value, partition=0, offset=0) if isinstance(value, str)
+               else FetchRequest(correlation_id=1, topic="t", partition=0, offset=value))
 
     with pytest.raises(RailmqError) as refused:
         Codec().encode(request)
