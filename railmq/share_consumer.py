@@ -45,6 +45,8 @@ from storage.errors import StorageError
 from transport.client_engine import ClientEngine
 
 ACKNOWLEDGE_KINDS = ("accept", "release", "reject")
+ERROR_TEXT_CHARS_MAX = 1024  # an acknowledgement's error text is cut here (the coordinator keeps 256 bytes)
+DELAY_MS_MAX = 2**63 - 1  # the protocol carries it as an int64; the coordinator bounds it further
 # Outcomes of asynchronous acknowledgements kept for `acknowledgement_failures()`.
 FAILURES_KEPT_MAX = 10_000
 ANSWER_GRACE_S = 2.0
@@ -104,6 +106,12 @@ def _place(out: list[ShareRecord], records: list, header: Any, counts: dict[int,
         record.topic, record.partition, record.offset = topic, partition, header.base_offset + index
         record.delivery_count, record.lock_deadline_ms = count, lock_deadline_ms
         out.append(record)
+
+
+def _error_text(error: str) -> str:
+    """What a request can carry of an acknowledgement's error: the first ERROR_TEXT_CHARS_MAX
+    characters (a 40 MB text made a request no coordinator decodes), each UTF-8 can hold."""
+    return str(error)[:ERROR_TEXT_CHARS_MAX].encode("utf-8", "replace").decode("utf-8")
 
 
 class ShareConsumer(ClientShell):
@@ -221,15 +229,15 @@ class ShareConsumer(ClientShell):
         or reject (dead-letter it now). Sent with the next poll, or at once by `commit`."""
         if kind not in ACKNOWLEDGE_KINDS:
             raise ValueError(f"kind must be one of {', '.join(ACKNOWLEDGE_KINDS)}, not {kind!r}")
-        if delay_ms < 0 or (delay_ms and kind != "release"):
-            raise ValueError("delay_ms is for releases, and not negative")
+        if not 0 <= delay_ms <= DELAY_MS_MAX or (delay_ms and kind != "release"):
+            raise ValueError(f"delay_ms is for releases, 0 to {DELAY_MS_MAX}, got {delay_ms}")
         key = (record.topic, record.partition, record.offset)
         with self._ready:
             if key not in self._delivered:
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE, (
                     f"{record.topic}/{record.partition}@{record.offset} was not delivered to this member "
                     "or is already acknowledged"))
-            self._acknowledgements[key] = (kind, int(delay_ms), error, self._delivered[key].delivery_count)
+            self._acknowledgements[key] = (kind, int(delay_ms), _error_text(error), self._delivered[key].delivery_count)
 
     def renew(self, record: ShareRecord) -> int:
         """Extend this member's lock on a delivered record by the visibility timeout; returns the

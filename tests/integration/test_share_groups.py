@@ -191,7 +191,12 @@ def test_a_delayed_release_is_not_redelivered_before_its_delay(cluster, admin, u
     with ShareConsumer(cluster.bootstrap, group) as consumer:
         consumer.subscribe([topic])
         (record,) = poll_until(consumer, 1)
-        consumer.acknowledge(record, "release", delay_ms=1500, error="downstream busy")
+        # A delay past int64 was taken, and the acknowledgement request could never be encoded.
+        with pytest.raises(ValueError, match="delay_ms"):
+            consumer.acknowledge(record, "release", delay_ms=10**30)
+        # An error text of 40 MB made a request past the frame the coordinator decodes, and one with
+        # a lone surrogate a request that could not be encoded: both lost the acknowledgement.
+        consumer.acknowledge(record, "release", delay_ms=1500, error="\ud800 downstream busy " + "x" * (40 << 20))
         assert consumer.commit() == {(topic, 0, record.offset): ErrorCode.NONE}
         released_at = time.monotonic()
         (again,) = poll_until(consumer, 1)
