@@ -47,9 +47,12 @@ class RuntimePeers:
         except EncodeFailure as failure:
             self.count("messages_unencodable")
             log.error("%s: %s", self.identity, failure)
-            if not isinstance(to, bytes):
-                return  # a request of ours: unsent, as if lost (its own timeout retries or gives up)
             frames = self._unencodable(message, failure)
+            if not isinstance(to, bytes):
+                # A request of ours: unsent, and answered at the next wake-up as if its peer had
+                # refused it, so the actor's own error path fails it instead of waiting it out.
+                self.faults.hold(self.clock(), ("in", to, frames))
+                return
         if isinstance(to, bytes):
             size = sum(map(len, frames))
             if size >= TRACK_BYTES_MIN and not self.outbound.allows(to, size):
@@ -65,9 +68,9 @@ class RuntimePeers:
         self._transmit(to, frames)
 
     def _unencodable(self, message: Message, failure: EncodeFailure) -> list:
-        """An answer msgpack cannot carry (an int past 64 bits): a bug, never a reason to stop the
-        actor (its restart would meet the same request again). The asker gets a typed error now
-        instead of waiting out its timeout."""
+        """The refusal of a message msgpack cannot carry (an int past 64 bits): a bug or a caller's
+        mistake, never a reason to stop the actor (its restart would meet the same request again).
+        Whoever waits for its answer gets a typed error now instead of waiting out a timeout."""
         correlation_id = getattr(message, "correlation_id", -1)
         return self.codec.encode(ErrorResponse(
             correlation_id=correlation_id if type(correlation_id) is int and 0 <= correlation_id <= CORRELATION_ID_MAX else -1,

@@ -438,3 +438,26 @@ def test_an_answer_that_cannot_be_encoded_becomes_a_typed_error_and_the_actor_go
         peer.close(linger=0)
         runtime.close()
     assert runtime.counters["messages_unencodable"] == 2
+
+
+def test_a_request_that_cannot_be_encoded_is_refused_back_to_its_sender_at_the_next_wake_up(zmq_context):
+    """A client's request with an offset past int64 (a seek to 10**30) was dropped, and the client
+    waited for an answer that never came; now its actor gets INVALID_REQUEST as from the peer."""
+    journal: list = []
+    answers: list = []
+    clock = FakeClock(1_000)
+    peer = "tcp://127.0.0.1:1/nobody"
+    actor = Recorder(journal, on_start=[Send(peer, FetchRequest(correlation_id=60, topic="t", partition=0,
+                                                                offset=10**30))],
+                     on_message=lambda message, sender: answers.append(message) or [])
+    runtime = Runtime(actor, identity="asker", context=zmq_context, clock=clock)
+    try:
+        runtime.apply(actor.start(clock()))
+        runtime.step()
+    finally:
+        runtime.close()
+
+    [(kind, name, _, sender, _)] = journal
+    assert (kind, name, sender) == ("handle", "ErrorResponse", peer)
+    assert (answers[0].correlation_id, answers[0].error) == (60, ErrorCode.INVALID_REQUEST)
+    assert runtime.counters["messages_unencodable"] == 1
