@@ -285,7 +285,7 @@ class Controller:
         askers = self.askers.pop(index, set())
         reason = result.message if not isinstance(result, NotController) else "not the leader"
         self.rebuilding = True
-        return self._deactivate(f"a proposal was refused: {reason}") + self._refusals(
+        return busy + self._deactivate(f"a proposal was refused: {reason}") + self._refusals(
             effects, askers, f"its decision for this request could not be proposed ({reason})")
 
     def _within_budget(self, effects: list[Effect], reads: list[Effect],
