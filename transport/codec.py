@@ -43,7 +43,8 @@ class EncodeFailure(RailmqError):
     no wire type): the sender's mistake, refused before anything is sent."""
 
     def __init__(self, message: Any, error: Exception) -> None:
-        super().__init__(ErrorCode.INVALID_REQUEST, f"{type(message).__name__} cannot be sent: {error}")
+        self.detail = f"{type(message).__name__} cannot be sent: {error}"
+        super().__init__(ErrorCode.INVALID_REQUEST, self.detail)
 
 
 class _Peek(msgspec.Struct):

@@ -74,7 +74,7 @@ class RuntimePeers:
         correlation_id = getattr(message, "correlation_id", -1)
         return self.codec.encode(ErrorResponse(
             correlation_id=correlation_id if type(correlation_id) is int and 0 <= correlation_id <= CORRELATION_ID_MAX else -1,
-            error=ErrorCode.INVALID_REQUEST, error_message=str(failure)))
+            error=ErrorCode.INVALID_REQUEST, error_message=failure.detail))
 
     def _withheld(self, to: bytes, message: Message) -> Message:
         """The peer has not read what it was sent: it gets a small BUSY now instead of the answer

@@ -460,4 +460,5 @@ def test_a_request_that_cannot_be_encoded_is_refused_back_to_its_sender_at_the_n
     [(kind, name, _, sender, _)] = journal
     assert (kind, name, sender) == ("handle", "ErrorResponse", peer)
     assert (answers[0].correlation_id, answers[0].error) == (60, ErrorCode.INVALID_REQUEST)
+    assert answers[0].error_message.startswith("FetchRequest cannot be sent")  # said once, not "INVALID_REQUEST: "
     assert runtime.counters["messages_unencodable"] == 1
