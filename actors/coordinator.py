@@ -413,7 +413,8 @@ class Coordinator(TopicAdmin, NodeLiveness):
             leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
             leader_incarnation=record.leader_incarnation,
             replicas=list(topic_record.replicas[partition]), isr=list(record.isr),
-            isr_incarnations=[record.isr_incarnations.get(node, 0) for node in record.isr], config=topic_record.config,
+            isr_incarnations=[record.isr_incarnations.get(node, 0) for node in record.isr],
+            config=topic_record.config,
             last_unclean_epoch=record.last_unclean_epoch,
         )
 

@@ -150,7 +150,8 @@ def _checked_timestamp(timestamp_ms: Any) -> int:
     timestamp = int(timestamp_ms)
     if not 0 <= timestamp <= TIMESTAMP_MAX_MS:
         raise RailmqError(ErrorCode.INVALID_TIMESTAMP,
-                          f"timestamp_ms must be 0 to {TIMESTAMP_MAX_MS} (milliseconds since 1970), got {timestamp_ms}")
+                          f"timestamp_ms must be 0 to {TIMESTAMP_MAX_MS} (milliseconds since 1970), "
+                          f"got {timestamp_ms}")
     return timestamp
 
 

@@ -237,7 +237,8 @@ class ShareConsumer(ClientShell):
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE, (
                     f"{record.topic}/{record.partition}@{record.offset} was not delivered to this member "
                     "or is already acknowledged"))
-            self._acknowledgements[key] = (kind, int(delay_ms), _error_text(error), self._delivered[key].delivery_count)
+            self._acknowledgements[key] = (kind, int(delay_ms), _error_text(error),
+                                           self._delivered[key].delivery_count)
 
     def renew(self, record: ShareRecord) -> int:
         """Extend this member's lock on a delivered record by the visibility timeout; returns the

@@ -72,8 +72,10 @@ class RuntimePeers:
         mistake, never a reason to stop the actor (its restart would meet the same request again).
         Whoever waits for its answer gets a typed error now instead of waiting out a timeout."""
         correlation_id = getattr(message, "correlation_id", -1)
+        if type(correlation_id) is not int or not 0 <= correlation_id <= CORRELATION_ID_MAX:
+            correlation_id = -1
         return self.codec.encode(ErrorResponse(
-            correlation_id=correlation_id if type(correlation_id) is int and 0 <= correlation_id <= CORRELATION_ID_MAX else -1,
+            correlation_id=correlation_id,
             error=ErrorCode.INVALID_REQUEST, error_message=failure.detail))
 
     def _withheld(self, to: bytes, message: Message) -> Message:
