@@ -27,13 +27,16 @@ import random
 import threading
 import time
 from time import time_ns
-from typing import Any, Callable, NamedTuple
+from typing import Any
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import RefreshMetadata, SendBatch, TopicMetadata
 from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
+from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
 from transport.client_engine import ClientEngine
+
+__all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
 
 RECORD_OVERHEAD_BYTES = 24  # msgpack framing of one record, roughly; used for batch sizing only
 TIMESTAMP_MAX_MS = 2**63 - 1  # a batch holds timestamps as int64
@@ -47,101 +50,6 @@ class BufferFull(RailmqError):
 class ProducerClosed(RailmqError):
     def __init__(self) -> None:
         super().__init__(ErrorCode.INVALID_REQUEST, "the producer is closed")
-
-
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int  # -1 with acks=0
-    timestamp_ms: int
-
-
-class _Batch:
-    __slots__ = ("batch_id", "topic", "partition", "records", "size_bytes", "first_timestamp_ms",
-                 "max_timestamp_ms", "created_ns", "event", "base_offset", "error", "callbacks")
-
-    def __init__(self, batch_id: int, topic: str, partition: int, timestamp_ms: int, now_ns: int) -> None:
-        self.batch_id = batch_id
-        self.topic = topic
-        self.partition = partition
-        self.records: list = []
-        self.size_bytes = 0
-        self.first_timestamp_ms = timestamp_ms
-        self.max_timestamp_ms = timestamp_ms
-        self.created_ns = now_ns
-        self.event = threading.Event()
-        self.base_offset = -1
-        self.error: BaseException | None = None
-        self.callbacks: list | None = None
-
-
-class SendFuture:
-    """The outcome of one `send`: `result()` gives its RecordMetadata or raises its error."""
-
-    __slots__ = ("_batch", "_index", "_timestamp_ms")
-
-    def __init__(self, batch: _Batch, index: int, timestamp_ms: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp_ms = timestamp_ms
-
-    def done(self) -> bool:
-        return self._batch.event.is_set()
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        batch = self._batch
-        if not batch.event.wait(timeout):
-            raise TimeoutError(f"no acknowledgement within {timeout} s (the send is still in progress)")
-        if batch.error is not None:
-            raise batch.error
-        offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
-        return RecordMetadata(batch.topic, batch.partition, offset, self._timestamp_ms)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._batch.event.wait(timeout):
-            raise TimeoutError(f"no acknowledgement within {timeout} s")
-        return self._batch.error
-
-    def add_done_callback(self, callback: Callable[["SendFuture"], None]) -> None:
-        """Call `callback(future)` when done (in the producer's I/O thread, or now if done)."""
-        batch = self._batch
-        with _callback_lock:
-            if not batch.event.is_set():
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((callback, self))
-                return
-        callback(self)
-
-
-_callback_lock = threading.Lock()
-
-
-class BatchSendFuture:
-    """The outcome of one `send_batch`: done when every record has an outcome."""
-
-    __slots__ = ("_spans",)
-
-    def __init__(self, spans: list[tuple]) -> None:
-        self._spans = spans
-
-    def done(self) -> bool:
-        return all(batch.event.is_set() for batch, _, _ in self._spans)
-
-    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
-        """RecordMetadata per record, in the order given; raises the first error."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        out: list[RecordMetadata] = []
-        for batch, first, count in self._spans:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not batch.event.wait(remaining):
-                raise TimeoutError(f"no acknowledgement within {timeout} s (the send is still in progress)")
-            if batch.error is not None:
-                raise batch.error
-            base = batch.base_offset
-            out.extend(RecordMetadata(batch.topic, batch.partition, -1 if base < 0 else base + first + i,
-                                      batch.first_timestamp_ms) for i in range(count))
-        return out
 
 
 def _checked_timestamp(timestamp_ms: Any) -> int:
@@ -196,9 +104,9 @@ class Producer:
         self._metadata_arrived = threading.Condition(threading.Lock())
         self._partition_counts: dict[str, int] = {}
         self._topic_errors: dict[str, RailmqError] = {}
-        self._open: dict[tuple[str, int], _Batch] = {}
-        self._sealed: list[_Batch] = []
-        self._in_flight: dict[int, _Batch] = {}
+        self._open: dict[tuple[str, int], Batch] = {}
+        self._sealed: list[Batch] = []
+        self._in_flight: dict[int, Batch] = {}
         self._buffered_bytes = 0
         self._batch_ids = itertools.count(1)
         self._flush_all = False
@@ -258,7 +166,7 @@ class Producer:
                 batch = None
                 wake = True
             if batch is None:
-                batch = _Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
+                batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
                 self._open[(topic, partition)] = batch
                 wake = True
             records = batch.records
@@ -271,7 +179,7 @@ class Producer:
         return SendFuture(batch, len(records) - 1, timestamp)
 
     def send_batch(self, topic: str, values: list[Any], *, keys: list[Any] | None = None,
-                   partition: int | None = None, timestamp_ms: int | None = None) -> "BatchSendFuture":
+                   partition: int | None = None, timestamp_ms: int | None = None) -> BatchSendFuture:
         """Send many records in one call: the same semantics as calling `send` for each, in order,
         for a fraction of the per-record cost (no future per record). Records with keys go to
         their keys' partitions; keyless ones to `partition` or the sticky partition."""
@@ -320,7 +228,7 @@ class Producer:
             with self._lock:
                 batch = self._open.get((topic, partition))
                 if batch is None:
-                    batch = _Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
+                    batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
                     self._open[(topic, partition)] = batch
                 before = cumulative[index - 1] if index else 0
                 end = bisect_right(cumulative, before + limit - batch.size_bytes, lo=index)
@@ -366,7 +274,7 @@ class Producer:
                     f"and none freed within max_block_ms={int(self.max_block_s * 1000)}")
             self._space.wait(min(remaining, 0.05))
 
-    def _seal(self, batch: _Batch) -> None:
+    def _seal(self, batch: Batch) -> None:
         """Move an open batch to the sealed list (caller holds the lock)."""
         del self._open[(batch.topic, batch.partition)]
         self._sealed.append(batch)
@@ -471,7 +379,7 @@ class Producer:
         batch.base_offset = base_offset
         batch.error = error
         batch.records = []  # sent or failed: the values need not stay in memory
-        with _callback_lock:
+        with callback_lock:
             batch.event.set()
             callbacks = batch.callbacks or []
         for callback, future in callbacks:
