@@ -27,10 +27,11 @@ from actors.messages import (
     AlterIsrRequest, AlterIsrResponse, AlterTopicConfigRequest, CreatePartitionsRequest,
     CreateTopicRequest, DeleteTopicRequest,
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
-    MetadataResponse, NodeAssignmentsRequest, NodeAssignmentsResponse, NodeHeartbeat, PartitionMetadata,
-    PartitionState, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
-    ReplicaInfo, ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired, TopicMetadata,
+    NodeAssignmentsRequest, NodeHeartbeat,
+    PartitionState, ReplicaExited, ReplicaHeartbeat, ReplicaHeartbeatResponse,
+    ServiceHeartbeat, ServiceHeartbeatResponse, Stop, StorageReport, TimerFired,
 )
+from actors.cluster_views import ClusterViews
 from actors.node_liveness import NodeLiveness
 from actors.topic_admin import TopicAdmin, TopicRecord, check_topic_config, place_replicas  # noqa: F401 (re-exported)
 
@@ -66,7 +67,7 @@ PartitionKey = tuple[str, int]
 LIVENESS_CHECK_MAX_MS = 10_000  # the longest the coordinator goes without judging liveness again
 
 
-class Coordinator(TopicAdmin, NodeLiveness):
+class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
     def __init__(self, *, state: Any, nodes: list[int], rng: "random.Random",
                  limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "") -> None:
         self.name = name
@@ -423,51 +424,3 @@ class Coordinator(TopicAdmin, NodeLiveness):
             return ""
         live = self.liveness.get((topic, partition, record.leader))
         return live.endpoint if self._is_live(live, now_ns) else ""
-
-    def _topic_metadata(self, name: str, now_ns: int) -> TopicMetadata:
-        record = self.topics[name]
-        partitions = []
-        for partition, replicas in enumerate(record.replicas):
-            state = self.partitions[(name, partition)]
-            info = []
-            for node in replicas:
-                live = self.liveness.get((name, partition, node))
-                info.append(ReplicaInfo(node=node) if live is None else ReplicaInfo(
-                    node=node, endpoint=live.endpoint, pid=live.pid, alive=self._is_live(live, now_ns),
-                    log_start_offset=live.log_start_offset, log_end_offset=live.log_end_offset,
-                    high_watermark=live.high_watermark, storage=live.storage))
-            endpoint = self._leader_endpoint(name, partition, state, now_ns)
-            partitions.append(PartitionMetadata(
-                partition=partition, leader=state.leader, leader_endpoint=endpoint,
-                leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
-                replicas=list(replicas), isr=list(state.isr), replica_info=info,
-                error=ErrorCode.NONE if endpoint else ErrorCode.LEADER_NOT_AVAILABLE,
-                offline_reason=state.offline_reason, eligible_leader_replicas=sorted(state.elr),
-            ))
-        return TopicMetadata(name=name, topic_id=record.topic_id, config=record.config, partitions=partitions)
-
-    def _metadata(self, request: MetadataRequest, now_ns: int) -> MetadataResponse:
-        names = sorted(self.topics) if request.topics is None else request.topics
-        topics = [
-            self._topic_metadata(name, now_ns) if name in self.topics else TopicMetadata(
-                name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"topic {name!r} does not exist")
-            for name in names
-        ]
-        return MetadataResponse(
-            correlation_id=request.correlation_id, topics=topics, nodes=list(self.nodes), cluster_id=self.cluster_id,
-            group_coordinator_endpoint=self._service_endpoint("group-coordinator", now_ns),
-            group_coordinator_incarnation=self._service_incarnation("group-coordinator", now_ns),
-        )
-
-    def _assignments(self, request: NodeAssignmentsRequest) -> NodeAssignmentsResponse:
-        wanted = set(request.nodes)
-        replicas = [
-            ReplicaAssignment(topic=name, topic_id=record.topic_id, partition=partition, node=node, config=record.config,
-                              replicas=list(placed))
-            for name, record in sorted(self.topics.items())
-            for partition, placed in enumerate(record.replicas)
-            for node in placed if node in wanted
-        ]
-        return NodeAssignmentsResponse(correlation_id=request.correlation_id, replicas=replicas,
-                                       deleted_topic_ids=sorted(self.tombstones), cluster_id=self.cluster_id)
