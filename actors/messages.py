@@ -23,9 +23,11 @@ from typing import ClassVar
 import msgspec
 
 
+# Offsets, timestamps and durations travel as int64s (Kafka's); msgpack carries no larger int.
+INT64_MAX = 2**63 - 1
 # Correlation ids are non-negative 63-bit integers (0 marks an unsolicited push, -1 "unknown" in
 # an ErrorResponse); a peer's id outside that range is never echoed back.
-CORRELATION_ID_MAX = 2**63 - 1
+CORRELATION_ID_MAX = INT64_MAX
 
 
 class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):

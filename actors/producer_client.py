@@ -200,7 +200,7 @@ class ProducerClient:
                     producer_id=self.producer_id if self.settings.idempotent else -1,
                     producer_epoch=self.producer_epoch if self.settings.idempotent else -1,
                     base_sequence=sequence)
-            except (OverflowError, UnicodeError, struct.error, ValueError, TypeError) as error:
+            except (OverflowError, ValueError, TypeError, struct.error, msgspec.EncodeError) as error:
                 # What the application passed cannot be written (a timestamp past 64 bits, a
                 # header name UTF-8 cannot hold): this batch fails, and takes no sequence numbers.
                 failure = RailmqError(ErrorCode.INVALID_RECORD, f"the batch cannot be encoded: {error}")

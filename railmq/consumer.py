@@ -29,13 +29,12 @@ from typing import Any, Iterable
 
 from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import ClientCommand
+from actors.messages import INT64_MAX, ClientCommand
 from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix
 from transport.client_engine import ClientEngine
 
 Session = tuple[int, int]
-INT64_MAX = 2**63 - 1  # offsets and timestamps are int64, as in Kafka
 
 
 def _tp(value: Any) -> TopicPartition:

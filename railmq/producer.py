@@ -30,7 +30,7 @@ from time import time_ns
 from typing import Any
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import RefreshMetadata, SendBatch, TopicMetadata
+from actors.messages import INT64_MAX, RefreshMetadata, SendBatch, TopicMetadata
 from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
@@ -39,7 +39,6 @@ from transport.client_engine import ClientEngine
 __all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
 
 RECORD_OVERHEAD_BYTES = 24  # msgpack framing of one record, roughly; used for batch sizing only
-TIMESTAMP_MAX_MS = 2**63 - 1  # a batch holds timestamps as int64
 
 
 class BufferFull(RailmqError):
@@ -56,9 +55,9 @@ def _checked_timestamp(timestamp_ms: Any) -> int:
     """A record's timestamp as a batch holds it: an int64 of milliseconds, never negative (Kafka's
     producer refuses a negative one at send)."""
     timestamp = int(timestamp_ms)
-    if not 0 <= timestamp <= TIMESTAMP_MAX_MS:
+    if not 0 <= timestamp <= INT64_MAX:
         raise RailmqError(ErrorCode.INVALID_TIMESTAMP,
-                          f"timestamp_ms must be 0 to {TIMESTAMP_MAX_MS} (milliseconds since 1970), "
+                          f"timestamp_ms must be 0 to {INT64_MAX} (milliseconds since 1970), "
                           f"got {timestamp_ms}")
     return timestamp
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import ShareGroupSettings
+from actors.messages import INT64_MAX, ShareGroupSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord
@@ -46,7 +46,6 @@ from transport.client_engine import ClientEngine
 
 ACKNOWLEDGE_KINDS = ("accept", "release", "reject")
 ERROR_TEXT_CHARS_MAX = 1024  # an acknowledgement's error text is cut here (the coordinator keeps 256 bytes)
-DELAY_MS_MAX = 2**63 - 1  # the protocol carries it as an int64; the coordinator bounds it further
 # Outcomes of asynchronous acknowledgements kept for `acknowledgement_failures()`.
 FAILURES_KEPT_MAX = 10_000
 ANSWER_GRACE_S = 2.0
@@ -229,8 +228,8 @@ class ShareConsumer(ClientShell):
         or reject (dead-letter it now). Sent with the next poll, or at once by `commit`."""
         if kind not in ACKNOWLEDGE_KINDS:
             raise ValueError(f"kind must be one of {', '.join(ACKNOWLEDGE_KINDS)}, not {kind!r}")
-        if not 0 <= delay_ms <= DELAY_MS_MAX or (delay_ms and kind != "release"):
-            raise ValueError(f"delay_ms is for releases, 0 to {DELAY_MS_MAX}, got {delay_ms}")
+        if not 0 <= delay_ms <= INT64_MAX or (delay_ms and kind != "release"):
+            raise ValueError(f"delay_ms is for releases, 0 to {INT64_MAX}, got {delay_ms}")
         key = (record.topic, record.partition, record.offset)
         with self._ready:
             if key not in self._delivered:
