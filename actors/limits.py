@@ -160,6 +160,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     outbound_bytes_max: int = 256 * 1024 * 1024
     # Distinct peers an actor keeps open sockets to.
     peer_sockets_max: int = 1024
+    # Connections an actor accepts from processes that are not the cluster's (no valid tag has
+    # come on them): clients, or anyone. Past it the one quiet longest is closed
+    # (transport/connections.py). Each may hold up to `router_send_queue_max` small answers.
+    # Half the process's open-files limit if that is lower.
+    client_connections_max: int = 1024
     # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last
     # uncommitted proposal, to be sent once it commits (actors/controller.py). Counted in nothing,
     # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a

@@ -41,3 +41,33 @@ def read_values(bootstrap: str, topic: str, partitions: int, wanted: set[bytes],
         while not wanted <= seen and time.monotonic() < deadline:
             seen.update(record.value for record in consumer.poll(300))
     return seen
+
+
+def idle_zmtp_connection(endpoint: str):
+    """A plain TCP socket connected to a ZeroMQ endpoint (`tcp://host:port`) that has sent a whole
+    ZMTP 3.0 greeting and READY as a DEALER, so libzmq keeps it open, and nothing else: the cheapest
+    connection an attacker can hold (no ZeroMQ context, one descriptor)."""
+    import socket
+
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    connection = socket.create_connection((host, int(port)), timeout=5)
+    greeting = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + bytes(31)
+    ready = b"\x05READY" + b"\x0bSocket-Type" + (6).to_bytes(4, "big") + b"DEALER"
+    connection.sendall(greeting + bytes([0x04, len(ready)]) + ready)
+    return connection
+
+
+def closed_by_peer(connection) -> bool:
+    """Whether the other end of a plain socket has closed it (it only ever sends us a greeting)."""
+    connection.setblocking(False)
+    try:
+        while True:
+            data = connection.recv(65536)
+            if not data:
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+    finally:
+        connection.setblocking(True)

@@ -40,6 +40,7 @@ from transport.actor_spec import (
     controller_directory,
     replica_directory,
 )
+from transport.connections import raise_open_files_limit
 from transport.trace_file import TraceFile
 
 __all__ = [  # names other modules import from here, some of them defined in actor_spec.py and actor_build.py
@@ -134,7 +135,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
     exit_code = 0
     try:
-        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
+        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host, open_files=raise_open_files_limit())
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
         if spec.voters and spec.kind in ("controller", "group-coordinator") and spec.limits.voter_address_check:
             from transport.voter_address import raft_address_check

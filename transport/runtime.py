@@ -37,6 +37,7 @@ from actors.messages import (
 from transport.auth import refusal
 from transport.clock import SteadyClock
 from transport.codec import Codec, DecodeFailure
+from transport.connections import ConnectionTable, client_connections_bound, peer_of, shut_down
 from transport.outbound import OutboundBudget
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
@@ -101,6 +102,8 @@ class Runtime(RuntimePeers):
         self.peer_check: Callable[[Any, Any], bool] | None = None
         self.endpoint = ""
         self._router: zmq.Socket | None = None
+        self._router_monitor: zmq.Socket | None = None
+        self.connections: ConnectionTable | None = None  # the ROUTER's accepted connections
         self._dealers: dict[str, zmq.Socket] = {}
         self._socket_peer: dict[zmq.Socket, str] = {}
         self._monitors: dict[str, zmq.Socket] = {}
@@ -115,9 +118,11 @@ class Runtime(RuntimePeers):
 
     # ------------------------------------------------------------------ setup
 
-    def bind(self, port: int = 0, host: str = "127.0.0.1", advertise: str = "") -> str:
+    def bind(self, port: int = 0, host: str = "127.0.0.1", advertise: str = "", open_files: int = 0) -> str:
         """Bind the ROUTER on `host` (port 0: any free port) and return the endpoint others use:
-        `tcp://<advertise or host>:<port>` (a node behind another address names the one its peers reach)."""
+        `tcp://<advertise or host>:<port>` (a node behind another address names the one its peers reach).
+        `open_files`: the process's open-files limit, which bounds the connections it keeps from
+        clients to half of it (transport/connections.py); 0 leaves `client_connections_max` alone."""
         router = self.context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -130,6 +135,11 @@ class Runtime(RuntimePeers):
             port = router.bind_to_random_port(f"tcp://{host}")
         self._router = router
         self._watch.add_socket(router)
+        configured = self.limits.client_connections_max
+        self.connections = ConnectionTable(client_connections_bound(configured, open_files) if open_files else configured)
+        self._router_monitor = router.get_monitor_socket(
+            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED)
+        self._watch.add_socket(self._router_monitor)
         self.endpoint = f"tcp://{advertise or host}:{port}"
         return self.endpoint
 
@@ -182,6 +192,8 @@ class Runtime(RuntimePeers):
                 continue
             if socket is self._router:
                 self._drain(socket, from_router=True)
+            elif socket is self._router_monitor:
+                self._on_connection_events()
             elif socket in self._monitor_peer:
                 self._on_monitor_event(socket)
             else:
@@ -207,7 +219,10 @@ class Runtime(RuntimePeers):
                 frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            fd = -1
             if from_router:
+                fd = frames[0].get(zmq.SRCFD)
+                self.connections.active(fd)
                 sender: str | bytes = frames[0].bytes
                 peer_name = sender.decode("utf-8", "replace")
                 frames = frames[1:]
@@ -221,9 +236,25 @@ class Runtime(RuntimePeers):
             if delay > 0:
                 self.faults.hold(self.clock() + delay, ("in", sender, frames))
                 continue
-            self._deliver(sender, frames)
+            self._deliver(sender, frames, fd)
 
-    def _deliver(self, sender: str | bytes, frames: list) -> None:
+    def _on_connection_events(self) -> None:
+        """Record the ROUTER's accepted and closed connections; close the quietest of those not
+        the cluster's while there are more than the bound."""
+        table = self.connections
+        while True:
+            try:
+                event, value = _monitor_event(self._router_monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            if event == zmq.EVENT_ACCEPTED:
+                table.accepted(value, peer_of(value))
+            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                table.gone(value)
+        for fd, peer in table.excess():
+            self.count("connections_closed_over_limit" if shut_down(fd, peer) else "connections_forgotten")
+
+    def _deliver(self, sender: str | bytes, frames: list, fd: int = -1) -> None:
         try:
             message = self.codec.decode(frames)
         except DecodeFailure as failure:
@@ -233,6 +264,9 @@ class Runtime(RuntimePeers):
                     correlation_id=failure.correlation_id, error=failure.code, error_message=str(failure)))
             return
         authenticated = self.codec.last_authenticated
+        if authenticated and fd >= 0 and not self.connections.trust(fd):
+            self._on_connection_events()
+            self.connections.trust(fd)
         if isinstance(sender, bytes):
             self.timing.arrived(sender, message)
         if isinstance(message, RuntimeStatsRequest):
@@ -331,6 +365,10 @@ class Runtime(RuntimePeers):
         if self.trace_file is not None:
             counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)
+        if self.connections is not None:
+            counters["connections"] = len(self.connections)
+            counters["client_connections"] = self.connections.untrusted
+            counters["client_connections_max"] = self.connections.untrusted_max
         counters["requests_forgotten_unanswered"] = self.timing.forgotten
         return RuntimeStatsResponse(correlation_id=correlation_id, actor=self.identity, pid=os.getpid(),
                                     counters=counters, latency=self.timing.snapshot())
@@ -365,9 +403,20 @@ class Runtime(RuntimePeers):
             self.ring_links.close()
         for endpoint in list(self._dealers):
             self._close_dealer(endpoint)
+        if self._router_monitor is not None:
+            self._watch.remove(self._router_monitor)
+            self._router.disable_monitor()
+            self._router_monitor.close(linger=0)
+            self._router_monitor = None
         if self._router is not None:
             self._watch.remove(self._router)
             self._router.close(linger=0)
             self._router = None
         self._watch.close()
 
+
+
+def _monitor_event(frames: list[bytes]) -> tuple[int, int]:
+    """(event, value) of a socket monitor's message: frame 0 is a 16-bit event and a 32-bit value."""
+    head = frames[0]
+    return int.from_bytes(head[:2], "little"), int.from_bytes(head[2:6], "little")

@@ -27,7 +27,7 @@ from railmq.admin import Admin
 from railmq.producer import Producer
 from storage.batch import CONTROL_FLAG
 from tests.conftest import TEST_LIMITS
-from tests.helpers import wait_for
+from tests.helpers import closed_by_peer, idle_zmtp_connection, read_values, wait_for
 from tests.storage.test_batch_validation import forge
 from transport.codec import Codec
 
@@ -76,6 +76,42 @@ def topic_on(cluster, name: str, **config) -> object:
             admin.list_offsets(name, partition, -1)  # retried until the leader answers as the leader
         return wait_for(lambda: _all_reported(admin.describe_topic(name)), timeout_s=20,
                         what="every replica reporting")
+
+
+def test_a_flood_of_idle_connections_costs_a_leader_a_bounded_number_and_clients_still_get_in(
+        fresh_cluster, unique_name):
+    """Two local processes holding ~20,000 connections that had only sent a ZeroMQ greeting took a
+    leader to its open-files limit: a new producer's flush timed out, for as long as they held
+    them. The leader now keeps at most `client_connections_max` connections that no cluster process
+    made, closing the quietest; its followers' connections are the cluster's and stay."""
+    bound = 16
+    cluster = fresh_cluster(limits=msgspec.structs.replace(TEST_LIMITS, client_connections_max=bound))
+    topic = unique_name()
+    metadata = topic_on(cluster, topic, min_insync_replicas=3).partitions[0]
+    leader = psutil.Process(actor_pid(cluster, cluster.replica_name(topic, 0, metadata.leader)))
+    descriptors_before = leader.num_fds()
+    flood = [idle_zmtp_connection(metadata.leader_endpoint) for _ in range(8 * bound)]
+    try:
+        closed = wait_for(lambda: sum(map(closed_by_peer, flood)) >= 7 * bound and leader.num_fds(), timeout_s=30,
+                          what=f"the leader to close all but {bound} of {8 * bound} idle connections")
+        descriptors_flooded = leader.num_fds()
+        with Producer(cluster.bootstrap, acks="all", request_timeout_ms=5_000) as producer:
+            for index in range(50):
+                producer.send(topic, f"in-flood-{index}".encode(), partition=0)
+            producer.flush(30)
+        wanted = {f"in-flood-{index}".encode() for index in range(50)}
+        read = read_values(cluster.bootstrap, topic, 1, wanted, timeout_s=30)
+        with Admin(cluster.bootstrap) as admin:
+            after = admin.describe_topic(topic).partitions[0]
+    finally:
+        for connection in flood:
+            connection.close()
+
+    assert closed and descriptors_flooded <= descriptors_before + bound + 4, (
+        f"the leader holds {descriptors_flooded} descriptors, {descriptors_before} before the flood")
+    assert read >= wanted
+    assert (after.leader, sorted(after.isr)) == (metadata.leader, [1, 2, 3]), "a follower's connection was closed"
+    assert leader.is_running()
 
 
 def _all_reported(topic):

@@ -1,0 +1,181 @@
+"""The bound on connections from processes that are not the cluster's (transport/connections.py).
+
+An attacker's cheapest weapon against a leader is connections: a 64-byte greeting each, kept open
+forever. Without a bound, two local processes took a leader to its open-files limit and no new
+client could connect. Here: the table's rule, then a real runtime under a flood of idle
+connections, then the cluster processes' connections that the rule must never close.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import time
+
+import pytest
+import zmq
+
+from actors.limits import Limits
+from actors.messages import MetadataRequest
+from tests.helpers import closed_by_peer, idle_zmtp_connection, wait_for
+from tests.unit.test_codec_runtime import Recorder
+from transport.codec import Codec
+from transport.connections import ConnectionTable, client_connections_bound, raise_open_files_limit, shut_down
+from transport.runtime import Runtime
+
+SECRET = b"s" * 32
+
+
+def test_the_least_recently_active_untrusted_connections_are_the_ones_past_the_bound():
+    table = ConnectionTable(untrusted_max=2)
+    for fd in (10, 11, 12, 13):
+        table.accepted(fd, ("127.0.0.1", fd))
+    table.active(10)  # 10 spoke last: now 11, 12, 13, 10 from the quietest
+    table.trust(11)  # a cluster process: never closed, not counted against the bound
+
+    assert table.excess() == [(12, ("127.0.0.1", 12))]
+    assert table.excess() == []
+    assert (len(table), table.untrusted, table.closed_over_limit) == (3, 2, 1)
+
+
+def test_a_trusted_connection_is_never_closed_even_when_it_is_the_quietest():
+    table = ConnectionTable(untrusted_max=1)
+    table.accepted(5, "member")
+    table.trust(5)
+    for fd in (6, 7, 8):
+        table.accepted(fd, f"client-{fd}")
+
+    assert [fd for fd, _ in table.excess()] == [6, 7]
+    assert table.untrusted == 1
+
+
+def test_a_reused_descriptor_is_a_new_untrusted_connection_and_a_closed_one_is_forgotten():
+    table = ConnectionTable(untrusted_max=10)
+    table.accepted(5, "member")
+    table.trust(5)
+    table.accepted(5, "stranger")  # libzmq closed the member's connection and reused the number
+    table.accepted(6, "client")
+    table.gone(6)
+    table.gone(99)  # never seen: nothing happens
+
+    assert (len(table), table.untrusted) == (1, 1)
+
+
+def test_trust_on_a_descriptor_not_reported_yet_says_so_so_the_runtime_reads_the_reports_first():
+    table = ConnectionTable(untrusted_max=1)
+
+    assert table.trust(7) is False  # the message came before the monitor's report of its connection
+    table.accepted(7, "member")
+    assert table.trust(7) is True
+    table.accepted(8, "client")
+    table.accepted(9, "client")
+    assert [fd for fd, _ in table.excess()] == [8]
+
+
+def test_the_bound_is_half_the_open_files_limit_when_that_is_lower():
+    assert client_connections_bound(1024, 20_000) == 1024
+    assert client_connections_bound(1024, 1024) == 512
+    assert client_connections_bound(1024, 1) == 1
+
+
+def test_an_actor_raises_its_soft_open_files_limit_to_the_hard_one():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 512:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        in_force = raise_open_files_limit()
+        assert in_force > 256
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == in_force
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_shut_down_leaves_a_descriptor_alone_unless_it_still_goes_to_the_recorded_peer():
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, address = listener.accept()
+    try:
+        assert not shut_down(server.fileno(), ("127.0.0.1", 1))  # another peer: the number was reused
+        assert not closed_by_peer(client)
+        assert shut_down(server.fileno(), address)
+        assert wait_for(lambda: closed_by_peer(client), timeout_s=5, what="the connection to end")
+        with open(__file__, "rb") as not_a_socket:
+            assert not shut_down(not_a_socket.fileno(), address)
+    finally:
+        for each in (client, server, listener):
+            each.close()
+
+
+@pytest.fixture
+def bounded(zmq_context):
+    """A runtime around a Recorder that keeps at most 4 connections of strangers, with a thread-free
+    way to let it run: `settle(predicate)` steps it until the predicate holds."""
+    journal: list = []
+    runtime = Runtime(Recorder(journal), identity="bounded", context=zmq_context,
+                      limits=Limits(client_connections_max=4), secret=SECRET)
+    endpoint = runtime.bind()
+    opened: list = []
+
+    def settle(predicate, what: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+
+    try:
+        yield runtime, endpoint, journal, opened, settle
+    finally:
+        for each in opened:
+            each.close(linger=0) if isinstance(each, zmq.Socket) else each.close()
+        runtime.close()
+
+
+def test_a_flood_of_idle_connections_is_cut_to_the_bound_quietest_first(bounded):
+    runtime, endpoint, journal, opened, settle = bounded
+    flood = [idle_zmtp_connection(endpoint) for _ in range(12)]
+    opened.extend(flood)
+
+    settle(lambda: len(runtime.connections) == 4 and sum(map(closed_by_peer, flood)) == 8,
+           "the runtime to close all but 4 of 12 idle connections")
+
+    assert [closed_by_peer(each) for each in flood] == [True] * 8 + [False] * 4
+    assert runtime.counters["connections_closed_over_limit"] == 8
+
+
+def test_a_client_that_speaks_gets_in_while_strangers_sit_idle(bounded, zmq_context):
+    runtime, endpoint, journal, opened, settle = bounded
+    client = zmq_context.socket(zmq.DEALER)
+    opened.append(client)
+    client.connect(endpoint)
+    client.send_multipart(Codec().encode(MetadataRequest(correlation_id=1)))
+    settle(lambda: len(journal) == 1, "the client's first request")
+    flood = [idle_zmtp_connection(endpoint) for _ in range(6)]
+    opened.extend(flood)
+    # It spoke before the flood came, so it was the quietest: the first to go, then two strangers.
+    settle(lambda: runtime.counters.get("connections_closed_over_limit") == 3, "7 connections cut to 4")
+    assert [closed_by_peer(each) for each in flood] == [True] * 2 + [False] * 4
+    client.send_multipart(Codec().encode(MetadataRequest(correlation_id=2)))  # its DEALER reconnects
+
+    settle(lambda: len(journal) == 2, "the client's request after it reconnected")
+    settle(lambda: runtime.counters["connections_closed_over_limit"] == 4, "the bound after the reconnection")
+    assert [closed_by_peer(each) for each in flood] == [True] * 3 + [False] * 3
+    assert runtime.connections.untrusted == 4
+
+
+def test_a_cluster_process_connection_is_never_closed_by_the_bound(bounded, zmq_context):
+    runtime, endpoint, journal, opened, settle = bounded
+    member = zmq_context.socket(zmq.DEALER)
+    opened.append(member)
+    member.connect(endpoint)
+    member.send_multipart(Codec(secret=SECRET).encode(MetadataRequest(correlation_id=1)))
+    settle(lambda: len(journal) == 1, "the member's tagged request")
+    flood = [idle_zmtp_connection(endpoint) for _ in range(10)]
+    opened.extend(flood)
+
+    settle(lambda: sum(map(closed_by_peer, flood)) == 6, "the runtime to close 6 of 10 idle connections")
+    member.send_multipart(Codec(secret=SECRET).encode(MetadataRequest(correlation_id=2)))
+    settle(lambda: len(journal) == 2, "the member's second request")
+
+    assert runtime.counters.get("peer_disconnects", 0) == 0
+    assert (len(runtime.connections), runtime.connections.untrusted) == (5, 4)
