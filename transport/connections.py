@@ -29,10 +29,27 @@ with messages unread, and costs one connection kept past the bound.
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
+import secrets
 import socket
 from typing import Any
+
+ROUTING_ID_BYTES_MAX = 255  # libzmq refuses a longer ZMQ_ROUTING_ID
+_socket_numbers = itertools.count(1)
+
+
+def routing_id(identity: str) -> bytes:
+    """The routing id of a DEALER this process opens: its name (the fault switch matches peers by
+    name prefix; cut to fit for the longest topic names), its pid and socket number, and 8 random
+    bytes. A ROUTER hands a routing id over to the newest connection that claims it (so a peer
+    that reconnects before its old connection is seen dead gets its answers), so a guessable id
+    let any local process take a follower's connection: name, pid (from `ps`) and a small counter
+    were enough to make a partition with min ISR 3 acknowledge nothing while it kept doing so."""
+    suffix = f"|{os.getpid()}|{next(_socket_numbers)}|{secrets.token_hex(8)}".encode()
+    return identity.encode()[:ROUTING_ID_BYTES_MAX - len(suffix)] + suffix
+
 
 # Descriptors an actor needs besides its clients' connections: segment files and indexes opened
 # on demand, shared-memory rings, pipes, its own sockets to peers. A bound above half the

@@ -8,7 +8,6 @@ then closed so nothing stale is delivered to the next request. Not thread-safe: 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import ErrorResponse, Message
 from transport.codec import Codec, DecodeFailure
+from transport.connections import routing_id
 from transport.socket_watch import connect_monitored
 
 
@@ -48,7 +48,7 @@ class PeerDown(RequestTimeout):
         self.endpoint = endpoint
 
 
-_ids = itertools.count(1)
+_correlation_ids = itertools.count(1)
 
 
 class RpcClient:
@@ -66,7 +66,7 @@ class RpcClient:
             socket = self.context.socket(zmq.DEALER)
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 50)
-            socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_ids)}".encode())
+            socket.setsockopt(zmq.ROUTING_ID, routing_id(self.identity))
             self._monitors[endpoint] = connect_monitored(socket, endpoint, PEER_DOWN_EVENTS)
             self._sockets[endpoint] = socket
         return socket
@@ -88,7 +88,7 @@ class RpcClient:
         `authenticated_only`, a reply without this cluster's tag is ignored (a process that took
         over a dead actor's port cannot answer for it). With `fail_fast`, a connection refused or
         dropped before the answer raises `PeerDown` at once (the request is dropped with the socket)."""
-        correlation_id = next(_ids)
+        correlation_id = next(_correlation_ids)
         message = msgspec.structs.replace(message, correlation_id=correlation_id)
         socket = self._socket(endpoint)
         self._peer_went_down(endpoint)  # what happened before this request does not count
@@ -126,7 +126,7 @@ class RpcClient:
         pending: dict[int, int] = {}  # correlation id -> position
         sockets: dict[zmq.Socket, str] = {}
         for position, (endpoint, message) in enumerate(requests):
-            correlation_id = next(_ids)
+            correlation_id = next(_correlation_ids)
             socket = self._socket(endpoint)
             socket.send_multipart(self.codec.encode(
                 msgspec.structs.replace(message, correlation_id=correlation_id)), copy=False)

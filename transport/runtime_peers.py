@@ -13,9 +13,7 @@ Nothing here decides anything about the protocol.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 
 import msgspec
 import zmq
@@ -23,11 +21,11 @@ import zmq
 from actors.errors import ErrorCode
 from actors.messages import CORRELATION_ID_MAX, ErrorResponse, FetchResponse, Message, PeerDisconnected
 from transport.codec import EncodeFailure
+from transport.connections import routing_id
 from transport.outbound import TRACK_BYTES_MIN
 from transport.socket_watch import connect_monitored
 
 log = logging.getLogger("railmq.runtime")
-_socket_numbers = itertools.count(1)
 
 
 class RuntimePeers:
@@ -136,9 +134,10 @@ class RuntimePeers:
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         socket.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
-        # Unique per socket in this process (two clients may share an identity, and a socket to a
-        # peer may be reopened): a reused routing id would hand the peer's replies to the wrong socket.
-        socket.setsockopt(zmq.ROUTING_ID, f"{self.identity}|{os.getpid()}|{next(_socket_numbers)}".encode())
+        # Unique per socket (two clients may share an identity, and a socket to a peer may be
+        # reopened: a reused routing id would hand the peer's replies to the wrong socket) and
+        # unguessable (transport/connections.py).
+        socket.setsockopt(zmq.ROUTING_ID, routing_id(self.identity))
         try:
             monitor = connect_monitored(socket, endpoint,
                                         zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED)

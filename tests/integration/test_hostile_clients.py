@@ -445,6 +445,39 @@ def test_many_small_answers_to_clients_that_never_read_cost_a_leader_a_bounded_n
     assert wait_for(served, timeout_s=10, what="a reader served once the clients that never read are gone")
 
 
+def test_a_client_cannot_take_over_a_followers_connection_by_guessing_its_routing_id(fresh_cluster, unique_name):
+    """A ROUTER gives a routing id to the newest connection that claims it. Followers' ids were
+    their name, pid and a socket counter, all of which `ps` shows any local user: a client that
+    connected with them every 200 ms took the followers' connections from the leader, and a
+    partition with min ISR 3 acknowledged none of 7 writes in 20 s."""
+    cluster = fresh_cluster()
+    topic = unique_name()
+    metadata = topic_on(cluster, topic, min_insync_replicas=3).partitions[0]
+    followers = [cluster.replica_name(topic, 0, node) for node in metadata.replicas if node != metadata.leader]
+    guesses = [f"{name}|{actor_pid(cluster, name)}|{number}".encode() for name in followers for number in range(16)]
+    context = zmq.Context()
+    acknowledged = 0
+    try:
+        with Producer(cluster.bootstrap, acks="all", request_timeout_ms=5_000) as producer:
+            for round_number in range(10):
+                impostors = []
+                for guess in guesses:
+                    impostor = context.socket(zmq.DEALER)
+                    impostor.setsockopt(zmq.LINGER, 0)
+                    impostor.setsockopt(zmq.ROUTING_ID, guess)
+                    impostor.connect(metadata.leader_endpoint)
+                    impostors.append(impostor)
+                time.sleep(0.2)
+                for impostor in impostors:
+                    impostor.close()
+                producer.send(topic, f"round-{round_number}".encode(), partition=0).result(10)
+                acknowledged += 1
+    finally:
+        context.destroy(linger=0)
+
+    assert acknowledged == 10
+
+
 def test_a_client_cannot_pose_as_a_voter_of_the_controller_quorum(cluster):
     """A vote request with a huge term, and an append claiming leadership, from a process without
     the cluster's secret: refused, and no voter's term or leader moves."""

@@ -8,6 +8,7 @@ connections, then the cluster processes' connections that the rule must never cl
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import time
@@ -20,7 +21,9 @@ from actors.messages import MetadataRequest
 from tests.helpers import closed_by_peer, idle_zmtp_connection, wait_for
 from tests.unit.test_codec_runtime import Recorder
 from transport.codec import Codec
-from transport.connections import ConnectionTable, client_connections_bound, raise_open_files_limit, shut_down
+from transport.connections import (
+    ROUTING_ID_BYTES_MAX, ConnectionTable, client_connections_bound, raise_open_files_limit, routing_id, shut_down,
+)
 from transport.runtime import Runtime
 
 SECRET = b"s" * 32
@@ -70,6 +73,25 @@ def test_trust_on_a_descriptor_not_reported_yet_says_so_so_the_runtime_reads_the
     table.accepted(8, "client")
     table.accepted(9, "client")
     assert [fd for fd, _ in table.excess()] == [8]
+
+
+def test_routing_ids_start_with_the_name_fit_libzmqs_bound_and_cannot_be_guessed():
+    short = [routing_id("replica/orders/0/n2") for _ in range(2)]
+    long = routing_id("replica/" + "t" * 300 + "/0/n2")
+
+    parts = [each.rsplit(b"|", 3) for each in short]
+
+    assert [name for name, *_ in parts] == [b"replica/orders/0/n2"] * 2
+    assert {pid for _, pid, _, _ in parts} == {str(os.getpid()).encode()}
+    assert parts[0][2] != parts[1][2]  # a number per socket
+    assert all(len(bytes.fromhex(token.decode())) == 8 for *_, token in parts)
+    assert parts[0][3] != parts[1][3]
+    assert len(long) == ROUTING_ID_BYTES_MAX and long.startswith(b"replica/ttt")
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        socket.setsockopt(zmq.ROUTING_ID, long)
+    finally:
+        socket.close(linger=0)
 
 
 def test_the_bound_is_half_the_open_files_limit_when_that_is_lower():
