@@ -185,7 +185,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # node, what a machine that also runs two more nodes can take. A create that would pass it is
     # refused with LIMIT_REACHED, so no single request asks for tens of thousands of processes.
     replica_processes_per_node_max: int = 250
-    topic_name_length_max: int = 249  # Kafka's limit
+    # Kafka allows 249 characters. A replica's directory here is `<topic>-<partition>-<topic id
+    # in hex, up to 16 digits>`, and a file name holds at most 255 bytes (NAME_MAX): with 1,000
+    # partitions that leaves 234 (checked below against `partitions_per_topic_max`).
+    topic_name_length_max: int = 234
 
     # --- tracing -------------------------------------------------------------------------
     # trace.jsonl is rotated past this size, keeping `trace_files_kept` older files: a busy
@@ -295,6 +298,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("; ".join(problems))
 
 
+FILE_NAME_BYTES_MAX = 255  # NAME_MAX of Linux file systems
+TOPIC_ID_HEX_DIGITS = 16  # a topic id is below 2**64
+
 # Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay.
 ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creation_grace_ms",
                              "group_initial_rebalance_delay_ms"})
@@ -333,6 +339,11 @@ def limit_problems(limits: Limits) -> list[str]:
     if 0 < election <= 2 * heartbeat:
         problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller heartbeat "
                         f"intervals ({heartbeat} ms)")
+    directory = limits.topic_name_length_max + len(f"-{limits.partitions_per_topic_max - 1}-") + TOPIC_ID_HEX_DIGITS
+    if directory > FILE_NAME_BYTES_MAX:
+        problems.append(f"topic_name_length_max ({limits.topic_name_length_max}) with partitions_per_topic_max "
+                        f"({limits.partitions_per_topic_max}) makes replica directory names of {directory} bytes, "
+                        f"past the {FILE_NAME_BYTES_MAX} a file name may have")
     return problems
 
 

@@ -18,6 +18,7 @@ from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.partitioner import partition_for_key
 from railmq.producer import Producer
+from tests.conftest import TEST_LIMITS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -114,6 +115,22 @@ def test_admin_refuses_bad_topic_requests(cluster, admin, unique_name):
             admin.create_topic(**arguments, wait=False)
         assert refused.value.code == code, arguments
     assert topic in admin.list_topics()
+
+
+def test_the_longest_topic_name_allowed_works_and_one_longer_is_refused(cluster, admin, unique_name):
+    """A replica's directory is `<topic>-<partition>-<topic id>`: with Kafka's 249 characters it
+    passed the 255 bytes a file name may have, so a topic was created whose replicas could never
+    start (restarted for ever, LEADER_NOT_AVAILABLE to every client)."""
+    longest = TEST_LIMITS.topic_name_length_max
+    name = (unique_name() + "-" + "n" * longest)[:longest]
+    admin.create_topic(name, partitions=2, replication_factor=3)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        producer.send(name, b"far", partition=1).result(20)
+
+    assert [record.value for record in consume_all(cluster.bootstrap, name, 2, 1)] == [b"far"]
+    with pytest.raises(RailmqError) as refused:
+        admin.create_topic(name + "n", partitions=1, wait=False)
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
 
 
 def test_offsets_seek_and_list_offsets(cluster, admin, unique_name):

@@ -16,7 +16,7 @@ from actors.coordinator import Coordinator, place_replicas
 from actors.effects import AfterFlush
 from actors.elections import PartitionRecord
 from actors.errors import ErrorCode
-from actors.limits import Limits
+from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     AlterIsrRequest, AlterIsrResponse, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest,
     CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, ErrorResponse, FetchRequest,
@@ -156,7 +156,7 @@ def test_a_created_topic_survives_a_crash_right_after_the_reply(cluster):
     assert cluster.record("orders", 1).isr == replicas_before[1]
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "space name", ".", "..", "x" * 250, "ü"])
+@pytest.mark.parametrize("name", ["", "a/b", "space name", ".", "..", "x" * (DEFAULT_LIMITS.topic_name_length_max + 1), "ü"])
 def test_a_topic_name_outside_the_allowed_alphabet_or_length_is_refused(cluster, name):
     response = cluster.create(name)
 
@@ -165,7 +165,7 @@ def test_a_topic_name_outside_the_allowed_alphabet_or_length_is_refused(cluster,
 
 
 def test_the_longest_allowed_name_is_accepted(cluster):
-    assert cluster.create("x" * 249).error == ErrorCode.NONE
+    assert cluster.create("x" * DEFAULT_LIMITS.topic_name_length_max).error == ErrorCode.NONE
 
 
 def test_creating_an_existing_topic_is_refused_and_changes_nothing(cluster):

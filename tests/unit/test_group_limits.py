@@ -16,7 +16,7 @@ import pytest
 from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.group_offsets import entry_bytes
-from actors.limits import Limits
+from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, GroupProtocol, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, MemberAssignment, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
@@ -26,6 +26,8 @@ from actors.messages import (
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
 from tests.unit.actor_harness import Harness, messages, only
+
+LONGEST_TOPIC = DEFAULT_LIMITS.topic_name_length_max  # the largest entries a topic name allows
 
 GROUPS = "tcp://127.0.0.1:5/groups"
 
@@ -244,7 +246,7 @@ def test_share_members_subscribing_to_thousands_of_long_invented_topics_stop_at_
     """~250 KB of topic names per member (as much as one member may hold): without a byte bound,
     1,000 share groups of 200 members could ask the coordinator to hold tens of gigabytes."""
     harness, actor, _ = coordinator(groups_membership_bytes_max=1_000_000)
-    topics = [f"{index:05d}-{'t' * 240}" for index in range(1000)]
+    topics = [f"{index:05d}-".ljust(LONGEST_TOPIC, "t") for index in range(1000)]
 
     answers = sum((share_heartbeat(harness, f"queue-{index % 5}", f"client-{index}", topics) for index in range(12)), [])
 
@@ -313,7 +315,7 @@ def test_one_commit_is_bounded_in_bytes_so_it_fits_one_entry_of_the_group_quorum
     harness, actor, _ = coordinator()
     too_large = commit(harness, "g", [OffsetEntry(topic="t", partition=partition, offset=1, metadata="m" * 4000)
                                       for partition in range(300)])
-    entries = [OffsetEntry(topic=f"{partition:05d}" + "t" * 244, partition=999, offset=2**62, metadata="m" * 4000,
+    entries = [OffsetEntry(topic=f"{partition:05d}".ljust(LONGEST_TOPIC, "t"), partition=999, offset=2**62, metadata="m" * 4000,
                            leader_epoch=2**31, topic_id=2**62, commit_timestamp_ms=2**62) for partition in range(1000)]
     sizes = list(accumulate(entry_bytes("g" * 255, entry) for entry in entries))
     largest = entries[:bisect_right(sizes, actor.limits.group_commit_bytes_max)]
@@ -349,7 +351,7 @@ def join_with(harness: Harness, group: str, client: str, protocols: list[GroupPr
 
 def fill_group(harness: Harness, group: str, count: int) -> list[OffsetCommitResponse]:
     """`count` partitions of the largest entries a commit admits, committed in requests that fit."""
-    entries = [OffsetEntry(topic=f"{index:06d}" + "t" * 243, partition=index % 1000, offset=1, metadata="m" * 4096)
+    entries = [OffsetEntry(topic=f"{index:06d}".ljust(LONGEST_TOPIC, "t"), partition=index % 1000, offset=1, metadata="m" * 4096)
                for index in range(count)]
     return [commit(harness, group, entries[start:start + 150]) for start in range(0, count, 150)]
 
@@ -370,7 +372,7 @@ def test_every_answer_about_one_group_fits_a_frame_a_client_accepts():
     described = only(harness.deliver(GROUPS, DescribeGroupRequest(correlation_id=3, group_id="g"), "admin"),
                      DescribeGroupResponse)
     named = only(harness.deliver(GROUPS, OffsetFetchRequest(correlation_id=4, group_id="g", partitions=[
-        ("t" * 249, partition) for partition in range(actor.limits.group_offsets_max + 1)]), "admin"), ErrorResponse)
+        ("t" * LONGEST_TOPIC, partition) for partition in range(actor.limits.group_offsets_max + 1)]), "admin"), ErrorResponse)
 
     codec = Codec()
     for answer in (fetched, described):

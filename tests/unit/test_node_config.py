@@ -63,6 +63,9 @@ def test_a_limits_file_changes_only_what_it_names(tmp_path):
     ('{"fetch_bytes_max": 100000000000}', "fetch_bytes_max .* frame_bytes_max"),
     ('{"replica_session_timeout_ms": 150}', "replica_heartbeat_interval_ms .* replica_session_timeout_ms"),
     ('{"group_session_timeout_min_ms": 400000}', "group_session_timeout_min_ms .* group_session_timeout_max_ms"),
+    # Topic names this long made replica directories past the 255 bytes a file name may have.
+    ('{"topic_name_length_max": 249}', "topic_name_length_max .* 255"),
+    ('{"partitions_per_topic_max": 100000000000000000000}', "topic_name_length_max .* 255"),
 ])
 def test_a_bad_limits_file_is_refused_naming_the_problem(tmp_path, text, problem):
     path = tmp_path / "limits.json"
