@@ -165,6 +165,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # (transport/connections.py). Each may hold up to `router_send_queue_max` small answers.
     # Half the process's open-files limit if that is lower.
     client_connections_max: int = 1024
+    # Bytes those connections may make an actor hold before it has read them as messages: libzmq
+    # allocates a message's whole size from its header and fills it as bytes come, so 20
+    # connections each sending 60 MiB of a message they never finished held 1.2 GB of a leader.
+    # Checked every `client_inbound_check_interval_ms` while such connections exist; past it the
+    # connections holding the most are closed. Room for eight of the largest messages a client
+    # may send (`frame_bytes_max`) at once.
+    client_inbound_bytes_max: int = 256 * 1024 * 1024
+    client_inbound_check_interval_ms: int = 200
     # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last
     # uncommitted proposal, to be sent once it commits (actors/controller.py). Counted in nothing,
     # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a
@@ -317,6 +325,7 @@ ORDERED = (
     ("group_session_timeout_min_ms", "group_session_timeout_max_ms", False),
     ("share_visibility_timeout_min_ms", "share_visibility_timeout_max_ms", False),
     ("frame_bytes_max", "frame_bytes_hard_max", False),
+    ("frame_bytes_hard_max", "client_inbound_bytes_max", False),
 ) + tuple((name, "frame_bytes_max", False) for name in ANSWER_BOUNDS)
 
 

@@ -16,6 +16,14 @@ idle: to keep a client out, the attacker must keep every one of its connections 
 client, which costs it the actor's whole message rate. A client whose connection was closed
 loses what it had in flight on it; its DEALER reconnects by itself and it retries.
 
+Connections also cost what they send before it is a message: libzmq allocates a message's whole
+size when its header comes (up to `frame_bytes_hard_max`) and fills it as bytes arrive, and only
+the last byte makes it a message the runtime reads. 20 connections that each sent 60 MiB of a
+message and stopped held 1.2 GB of a leader. So while client connections exist, the runtime asks
+the kernel every `client_inbound_check_interval_ms` what each has received (`tcpi_bytes_received`,
+~3 us a connection) and subtracts the messages read from it: the rest is held for it. While they
+hold more than `client_inbound_bytes_max` together, the one holding the most is closed.
+
 Closing is `shutdown(2)` on a duplicate of libzmq's descriptor: libzmq sees the end of the stream,
 closes its descriptor and reports the disconnect. A descriptor is only shut down if its peer's
 address is still the one recorded when it was accepted, so a number libzmq has already reused
@@ -34,8 +42,14 @@ import os
 import resource
 import secrets
 import socket
-from typing import Any
+from typing import Any, Callable
 
+# A connection's greeting and READY command (64 bytes, and a READY of properties: a socket type and
+# a routing id of at most 255 bytes) are received but never read as a message.
+HANDSHAKE_BYTES_MAX = 1024
+# struct tcp_info (linux/tcp.h): tcpi_bytes_received, a u64, since Linux 4.1.
+TCP_INFO_BYTES = 256
+TCPI_BYTES_RECEIVED_OFFSET = 128
 ROUTING_ID_BYTES_MAX = 255  # libzmq refuses a longer ZMQ_ROUTING_ID
 _socket_numbers = itertools.count(1)
 
@@ -77,15 +91,24 @@ def client_connections_bound(configured: int, open_files: int) -> int:
     return max(1, min(configured, open_files // 2))
 
 
+class _Connection:
+    __slots__ = ("peer", "delivered")
+
+    def __init__(self, peer: Any) -> None:
+        self.peer = peer
+        self.delivered = 0  # bytes on the wire of the messages read from it
+
+
 class ConnectionTable:
     """Accepted connections by descriptor: trusted ones (a tagged message came on them) apart,
     the rest in order of their last message, least recent first."""
 
-    def __init__(self, untrusted_max: int) -> None:
+    def __init__(self, untrusted_max: int, inbound_bytes_max: int = 0) -> None:
         self.untrusted_max = untrusted_max
-        self._untrusted: dict[int, Any] = {}  # fd -> peer address; dict order = least recently active first
+        self.inbound_bytes_max = inbound_bytes_max
+        self._untrusted: dict[int, _Connection] = {}  # dict order = least recently active first
         self._trusted: dict[int, Any] = {}
-        self.closed_over_limit = 0
+        self.held_bytes = 0  # at the last `over_inbound_budget`
 
     def __len__(self) -> int:
         return len(self._untrusted) + len(self._trusted)
@@ -98,39 +121,78 @@ class ConnectionTable:
         """A new connection (one on a reused descriptor replaces what was recorded for it)."""
         self._trusted.pop(fd, None)
         self._untrusted.pop(fd, None)
-        self._untrusted[fd] = peer
+        self._untrusted[fd] = _Connection(peer)
 
     def gone(self, fd: int) -> None:
         self._untrusted.pop(fd, None)
         self._trusted.pop(fd, None)
 
-    def active(self, fd: int) -> None:
-        """A message came on `fd`: it becomes the most recently active."""
-        untrusted = self._untrusted
-        if fd in untrusted:
-            untrusted[fd] = untrusted.pop(fd)
+    def active(self, fd: int, frames: Any = ()) -> None:
+        """A message (`frames`, as on the wire) came on `fd`: it becomes the most recently active."""
+        connection = self._untrusted.pop(fd, None)
+        if connection is not None:
+            connection.delivered += wire_bytes(frames)
+            self._untrusted[fd] = connection
 
     def trust(self, fd: int) -> bool:
         """A message with the cluster's valid tag came on `fd`; False if `fd` is not known yet
         (its connection's first message can be read before the monitor's report of it)."""
         if fd in self._untrusted:
-            self._trusted[fd] = self._untrusted.pop(fd)
+            self._trusted[fd] = self._untrusted.pop(fd).peer
         return fd in self._trusted
 
     def excess(self) -> list[tuple[int, Any]]:
         """Take out and return the least recently active untrusted connections beyond the bound."""
         over = len(self._untrusted) - self.untrusted_max
-        if over <= 0:
-            return []
-        victims = []
-        for fd in self._untrusted:
-            victims.append((fd, self._untrusted[fd]))
-            if len(victims) == over:
+        victims: list[tuple[int, Any]] = []
+        for fd, connection in self._untrusted.items():
+            if len(victims) >= over:
                 break
+            victims.append((fd, connection.peer))
         for fd, _ in victims:
             del self._untrusted[fd]
-        self.closed_over_limit += len(victims)
         return victims
+
+    def over_inbound_budget(self, received_of: Callable[[int], int | None]) -> list[tuple[int, Any]]:
+        """Take out and return the untrusted connections holding the most bytes not yet read as
+        messages, while all of them together hold more than `inbound_bytes_max`. `received_of(fd)`
+        is what the kernel has received on `fd` (None: not known)."""
+        held = []
+        for fd, connection in self._untrusted.items():
+            received = received_of(fd)
+            if received is not None:
+                held.append((max(0, received - connection.delivered - HANDSHAKE_BYTES_MAX), fd))
+        total = sum(bytes_ for bytes_, _ in held)
+        victims = []
+        for bytes_, fd in sorted(held, reverse=True):
+            if total <= self.inbound_bytes_max:
+                break
+            victims.append((fd, self._untrusted.pop(fd).peer))
+            total -= bytes_
+        self.held_bytes = total
+        return victims
+
+
+def wire_bytes(frames: Any) -> int:
+    """Bytes of ZMTP 3 frames on the wire: a flags byte, a 1-byte size (8 bytes past 255), the body."""
+    return sum(len(frame) + (2 if len(frame) < 256 else 9) for frame in frames)
+
+
+def bytes_received(fd: int) -> int | None:
+    """What the kernel has received on TCP socket `fd` (`tcpi_bytes_received`), or None."""
+    try:
+        connection = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        info = connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+    except OSError:
+        return None
+    finally:
+        connection.detach()  # the descriptor stays libzmq's
+    if len(info) < TCPI_BYTES_RECEIVED_OFFSET + 8:
+        return None
+    return int.from_bytes(info[TCPI_BYTES_RECEIVED_OFFSET:TCPI_BYTES_RECEIVED_OFFSET + 8], "little")
 
 
 def peer_of(fd: int) -> Any:

@@ -37,7 +37,7 @@ from actors.messages import (
 from transport.auth import refusal
 from transport.clock import SteadyClock
 from transport.codec import Codec, DecodeFailure
-from transport.connections import ConnectionTable, client_connections_bound, peer_of, shut_down
+from transport.connections import ConnectionTable, bytes_received, client_connections_bound, peer_of, shut_down
 from transport.outbound import OutboundBudget
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
@@ -104,6 +104,7 @@ class Runtime(RuntimePeers):
         self._router: zmq.Socket | None = None
         self._router_monitor: zmq.Socket | None = None
         self.connections: ConnectionTable | None = None  # the ROUTER's accepted connections
+        self._inbound_check_ns: int | None = None  # when to count what client connections hold next
         self._dealers: dict[str, zmq.Socket] = {}
         self._socket_peer: dict[zmq.Socket, str] = {}
         self._monitors: dict[str, zmq.Socket] = {}
@@ -136,7 +137,8 @@ class Runtime(RuntimePeers):
         self._router = router
         self._watch.add_socket(router)
         configured = self.limits.client_connections_max
-        self.connections = ConnectionTable(client_connections_bound(configured, open_files) if open_files else configured)
+        self.connections = ConnectionTable(client_connections_bound(configured, open_files) if open_files else configured,
+                                           self.limits.client_inbound_bytes_max)
         self._router_monitor = router.get_monitor_socket(
             zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED)
         self._watch.add_socket(self._router_monitor)
@@ -200,10 +202,12 @@ class Runtime(RuntimePeers):
                 self._drain(socket, from_router=False)
         self._fire_due()
         self._flush_pending()
+        if self._inbound_check_ns is not None and self.clock() >= self._inbound_check_ns:
+            self._check_inbound_bytes()
 
     def _poll_timeout_ms(self, extra_deadline_ns: int | None = None) -> int:
         deadline = self.timers.next_deadline()
-        for other in (self.faults.next_release_ns(), extra_deadline_ns):
+        for other in (self.faults.next_release_ns(), extra_deadline_ns, self._inbound_check_ns):
             if other is not None and (deadline is None or other < deadline):
                 deadline = other
         if self._pending_flush:
@@ -222,10 +226,10 @@ class Runtime(RuntimePeers):
             fd = -1
             if from_router:
                 fd = frames[0].get(zmq.SRCFD)
-                self.connections.active(fd)
                 sender: str | bytes = frames[0].bytes
                 peer_name = sender.decode("utf-8", "replace")
                 frames = frames[1:]
+                self.connections.active(fd, frames)
             else:
                 sender = peer_name = self._socket_peer[socket]
             self.count("messages_in")
@@ -253,6 +257,17 @@ class Runtime(RuntimePeers):
                 table.gone(value)
         for fd, peer in table.excess():
             self.count("connections_closed_over_limit" if shut_down(fd, peer) else "connections_forgotten")
+        if table.untrusted and self._inbound_check_ns is None:
+            self._inbound_check_ns = self.clock() + self.limits.client_inbound_check_interval_ms * 1_000_000
+
+    def _check_inbound_bytes(self) -> None:
+        """Close the client connections holding the most bytes not yet read as messages while
+        together they hold more than `client_inbound_bytes_max` (transport/connections.py)."""
+        table = self.connections
+        for fd, peer in table.over_inbound_budget(bytes_received):
+            self.count("connections_closed_over_bytes" if shut_down(fd, peer) else "connections_forgotten")
+        self._inbound_check_ns = (self.clock() + self.limits.client_inbound_check_interval_ms * 1_000_000
+                                  if table.untrusted else None)
 
     def _deliver(self, sender: str | bytes, frames: list, fd: int = -1) -> None:
         try:
@@ -369,6 +384,7 @@ class Runtime(RuntimePeers):
             counters["connections"] = len(self.connections)
             counters["client_connections"] = self.connections.untrusted
             counters["client_connections_max"] = self.connections.untrusted_max
+            counters["client_inbound_held_bytes"] = self.connections.held_bytes
         counters["requests_forgotten_unanswered"] = self.timing.forgotten
         return RuntimeStatsResponse(correlation_id=correlation_id, actor=self.identity, pid=os.getpid(),
                                     counters=counters, latency=self.timing.snapshot())

@@ -38,7 +38,7 @@ def test_the_least_recently_active_untrusted_connections_are_the_ones_past_the_b
 
     assert table.excess() == [(12, ("127.0.0.1", 12))]
     assert table.excess() == []
-    assert (len(table), table.untrusted, table.closed_over_limit) == (3, 2, 1)
+    assert (len(table), table.untrusted) == (3, 2)
 
 
 def test_a_trusted_connection_is_never_closed_even_when_it_is_the_quietest():
@@ -92,6 +92,21 @@ def test_routing_ids_start_with_the_name_fit_libzmqs_bound_and_cannot_be_guessed
         socket.setsockopt(zmq.ROUTING_ID, long)
     finally:
         socket.close(linger=0)
+
+
+def test_the_inbound_budget_counts_what_was_received_but_not_read_as_messages_and_spares_the_cluster():
+    table = ConnectionTable(untrusted_max=10, inbound_bytes_max=5_000)
+    for fd in (1, 2, 3, 4):
+        table.accepted(fd, f"peer-{fd}")
+    table.active(1, [bytes(300), bytes(10)])  # 300 + 9, 10 + 2 on the wire
+    table.trust(4)
+    received = {1: 1024 + 321 + 4_000, 2: 1024 + 3_000, 3: 1024 + 2_500, 4: 10**9}
+
+    # 4,000 + 3,000 + 2,500 held (the trusted connection's billion is not counted): the two
+    # largest go, and 2,500 stay within the budget.
+    assert table.over_inbound_budget(received.get) == [(1, "peer-1"), (2, "peer-2")]
+    assert (table.held_bytes, table.untrusted, len(table)) == (2_500, 1, 2)
+    assert table.over_inbound_budget(received.get) == []
 
 
 def test_the_bound_is_half_the_open_files_limit_when_that_is_lower():
@@ -201,3 +216,50 @@ def test_a_cluster_process_connection_is_never_closed_by_the_bound(bounded, zmq_
 
     assert runtime.counters.get("peer_disconnects", 0) == 0
     assert (len(runtime.connections), runtime.connections.untrusted) == (5, 4)
+
+
+def unfinished_message(endpoint: str, declared: int, sent: int):
+    """A connection that sends the header of a `declared`-byte message and `sent` bytes of it: libzmq
+    allocates the whole message at the header and holds what comes until the last byte."""
+    connection = idle_zmtp_connection(endpoint)
+    connection.sendall(b"\x02" + declared.to_bytes(8, "big"))  # one long frame, the last
+    chunk = bytes(1 << 20)
+    for _ in range(sent >> 20):
+        connection.sendall(chunk)
+    return connection
+
+
+def test_connections_holding_unfinished_messages_are_closed_largest_first_past_the_inbound_budget(zmq_context):
+    """20 connections each sending 60 MiB of a message they never finished made a leader hold
+    1.2 GB. Past `client_inbound_bytes_max`, the connections holding the most are closed, and a
+    client whose messages are whole holds nothing and stays."""
+    journal: list = []
+    runtime = Runtime(Recorder(journal), identity="inbound", context=zmq_context,
+                      limits=Limits(client_inbound_bytes_max=64 << 20, client_inbound_check_interval_ms=20))
+    endpoint = runtime.bind()
+    client = zmq_context.socket(zmq.DEALER)
+    client.connect(endpoint)
+    opened: list = [client]
+    try:
+        client.send_multipart(Codec().encode(MetadataRequest(correlation_id=1)))
+        for sent in (20 << 20, 30 << 20, 25 << 20):  # 75 MiB together
+            opened.append(unfinished_message(endpoint, 60 << 20, sent))
+        small, large, middle = opened[1:]
+        deadline = time.monotonic() + 10
+        while not closed_by_peer(large) and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        for _ in range(10):  # a few more checks: nothing else goes while 45 MiB are held
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+
+        assert [closed_by_peer(each) for each in (small, large, middle)] == [False, True, False]
+        assert runtime.counters["connections_closed_over_bytes"] == 1
+        assert abs(runtime.connections.held_bytes - (45 << 20)) <= 4096  # the greetings and headers apart
+        client.send_multipart(Codec().encode(MetadataRequest(correlation_id=2)))
+        deadline = time.monotonic() + 5
+        while len(journal) < 2 and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        assert len(journal) == 2, "the client with whole messages was cut off"
+    finally:
+        for each in opened:
+            each.close(linger=0) if isinstance(each, zmq.Socket) else each.close()
+        runtime.close()
