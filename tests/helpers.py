@@ -71,3 +71,14 @@ def closed_by_peer(connection) -> bool:
         return True
     finally:
         connection.setblocking(True)
+
+
+def unfinished_message(endpoint: str, declared: int, sent: int):
+    """A connection that sends the header of a `declared`-byte message and `sent` bytes of it: libzmq
+    allocates the whole message at the header and holds what comes until the last byte."""
+    connection = idle_zmtp_connection(endpoint)
+    connection.sendall(b"\x02" + declared.to_bytes(8, "big"))  # one long frame, the last
+    chunk = bytes(1 << 20)
+    for _ in range(sent >> 20):
+        connection.sendall(chunk)
+    return connection

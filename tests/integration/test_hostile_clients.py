@@ -27,7 +27,7 @@ from railmq.admin import Admin
 from railmq.producer import Producer
 from storage.batch import CONTROL_FLAG
 from tests.conftest import TEST_LIMITS
-from tests.helpers import closed_by_peer, idle_zmtp_connection, read_values, wait_for
+from tests.helpers import closed_by_peer, idle_zmtp_connection, read_values, unfinished_message, wait_for
 from tests.storage.test_batch_validation import forge
 from transport.codec import Codec
 
@@ -112,6 +112,38 @@ def test_a_flood_of_idle_connections_costs_a_leader_a_bounded_number_and_clients
     assert read >= wanted
     assert (after.leader, sorted(after.isr)) == (metadata.leader, [1, 2, 3]), "a follower's connection was closed"
     assert leader.is_running()
+
+
+def test_connections_that_never_finish_a_message_cost_a_leader_a_bounded_number_of_bytes(fresh_cluster, unique_name):
+    """libzmq allocates a message's declared size at its header and holds what arrives until the
+    last byte: 20 connections that each sent 60 MiB of a message and stopped took 1.2 GB of a
+    leader. Past `client_inbound_bytes_max` the connections holding the most are closed."""
+    cluster = fresh_cluster(nodes=1, limits=msgspec.structs.replace(TEST_LIMITS, client_inbound_bytes_max=64 << 20))
+    topic = unique_name()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=1)
+        metadata = admin.wait_for_leaders(topic).partitions[0]
+    leader = psutil.Process(actor_pid(cluster, cluster.replica_name(topic, 0, metadata.leader)))
+    before = leader.memory_info().rss
+    attackers = []
+    try:
+        for _ in range(8):
+            try:
+                attackers.append(unfinished_message(metadata.leader_endpoint, 60 << 20, 40 << 20))
+            except OSError:  # closed while sending: the bound at work
+                pass
+        time.sleep(1)
+        grown_mb = (leader.memory_info().rss - before) / 2**20
+        closed = sum(map(closed_by_peer, attackers))
+        with Producer(cluster.bootstrap, acks=1) as producer:
+            producer.send(topic, b"still served", partition=0).result(10)
+    finally:
+        for connection in attackers:
+            connection.close()
+
+    # 8 x 40 MiB would be 320 MiB; the budget is 64 MiB, and a check comes every 200 ms.
+    assert grown_mb < 160, f"the leader grew by {grown_mb:.0f} MiB"
+    assert closed + (8 - len(attackers)) >= 6
 
 
 def _all_reported(topic):

@@ -18,7 +18,7 @@ import zmq
 
 from actors.limits import Limits
 from actors.messages import MetadataRequest
-from tests.helpers import closed_by_peer, idle_zmtp_connection, wait_for
+from tests.helpers import closed_by_peer, idle_zmtp_connection, unfinished_message, wait_for
 from tests.unit.test_codec_runtime import Recorder
 from transport.codec import Codec
 from transport.connections import (
@@ -216,17 +216,6 @@ def test_a_cluster_process_connection_is_never_closed_by_the_bound(bounded, zmq_
 
     assert runtime.counters.get("peer_disconnects", 0) == 0
     assert (len(runtime.connections), runtime.connections.untrusted) == (5, 4)
-
-
-def unfinished_message(endpoint: str, declared: int, sent: int):
-    """A connection that sends the header of a `declared`-byte message and `sent` bytes of it: libzmq
-    allocates the whole message at the header and holds what comes until the last byte."""
-    connection = idle_zmtp_connection(endpoint)
-    connection.sendall(b"\x02" + declared.to_bytes(8, "big"))  # one long frame, the last
-    chunk = bytes(1 << 20)
-    for _ in range(sent >> 20):
-        connection.sendall(chunk)
-    return connection
 
 
 def test_connections_holding_unfinished_messages_are_closed_largest_first_past_the_inbound_budget(zmq_context):
