@@ -8,6 +8,9 @@ those (group commit: one fsync covers every request handled in the same wake-up)
 sending, the DEALERs and their connection monitors — is the `RuntimePeers` mixin
 (transport/runtime_peers.py).
 
+The ROUTER's connections are watched too (its own monitor socket): those no cluster process made
+are bounded in number and in the bytes they hold before they are messages (transport/connections.py).
+
 What it never does: decide anything about the protocol. Bad frames are counted and answered with
 an `ErrorResponse`; a broken invariant in the actor (an exception from `handle`) is a programmer
 error and stops the process loudly, so the supervisor restarts it from its durable state.
@@ -429,7 +432,6 @@ class Runtime(RuntimePeers):
             self._router.close(linger=0)
             self._router = None
         self._watch.close()
-
 
 
 def _monitor_event(frames: list[bytes]) -> tuple[int, int]:
