@@ -18,7 +18,7 @@ arrive from the network.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 
@@ -28,6 +28,11 @@ INT64_MAX = 2**63 - 1
 # Correlation ids are non-negative 63-bit integers (0 marks an unsolicited push, -1 "unknown" in
 # an ErrorResponse); a peer's id outside that range is never echoed back.
 CORRELATION_ID_MAX = INT64_MAX
+# A host identity (`<hostname>/<boot id>`, ~100 characters) or a shared-memory ring's name (30):
+# short by nature. A fetch with nothing to return is kept whole while it waits at the leader, so
+# 1,000 fetches naming a 1 MiB host held 1 GB of a leader; longer is INVALID_REQUEST at decode.
+SHORT_TEXT_CHARS_MAX = 255
+ShortText = Annotated[str, msgspec.Meta(max_length=SHORT_TEXT_CHARS_MAX)]
 
 
 class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
@@ -449,9 +454,9 @@ class FetchRequest(Message, kw_only=True):
     replica: int = -1  # the follower's node id; -1 for consumers
     last_fetched_epoch: int = -1  # followers: epoch of the last batch they hold (KIP-595 style)
     incarnation: int = 0  # followers: their process incarnation
-    ring: str = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
+    ring: ShortText = ""  # a shared-memory ring the fetcher reads; the answer's records may come through it
     ring_key: int = 0  # the key in that ring's header: proves the fetcher can map it (transport/ring_link.py)
-    host: str = ""  # the fetcher's host identity: a ring is only usable on the same host
+    host: ShortText = ""  # the fetcher's host identity: a ring is only usable on the same host
     repairing: bool = False  # followers: re-fetching data their disk lost (not ready for the ISR)
     # Followers: the high watermark they know. A parked follower fetch is answered as soon as the
     # leader's has moved past it, so followers learn it at once rather than at the wait's end.

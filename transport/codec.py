@@ -178,6 +178,8 @@ class Codec:
             return DecodeFailure(ErrorCode.MALFORMED_FRAME,
                                  f"frame 0 could not be decoded ({type(error).__name__})", correlation_id)
         if not is_map:
+            if isinstance(error, msgspec.ValidationError) and _is_map(header):  # too large to peek at; a field is wrong
+                return DecodeFailure(ErrorCode.INVALID_REQUEST, f"frame 0 of {len(header)} bytes is invalid: {error}")
             return DecodeFailure(ErrorCode.MALFORMED_FRAME, f"frame 0 is not a MessagePack map of fields: {error}")
         if kind in self._internal_names:
             return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"{kind} is internal and not accepted from the network",
@@ -185,6 +187,12 @@ class Codec:
         if kind not in self._known_names:
             return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"unknown message type {_printable(kind)}", correlation_id)
         return DecodeFailure(ErrorCode.INVALID_REQUEST, f"{kind} is invalid: {error}", correlation_id)
+
+
+def _is_map(header: Any) -> bool:
+    """Whether a MessagePack value starts as a map (fixmap, map 16, map 32)."""
+    first = header[0] if len(header) else 0
+    return 0x80 <= first <= 0x8F or first in (0xDE, 0xDF)
 
 
 def _printable(kind: Any) -> str:
