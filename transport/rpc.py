@@ -49,6 +49,9 @@ class PeerDown(RequestTimeout):
 
 
 _correlation_ids = itertools.count(1)
+# Answers one socket holds unread. A socket carries one request at a time (request_many uses one
+# per endpoint), and is dropped when a request times out, so a late answer never piles up.
+RPC_RECEIVE_QUEUE_MAX = 4
 
 
 class RpcClient:
@@ -66,6 +69,10 @@ class RpcClient:
             socket = self.context.socket(zmq.DEALER)
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 50)
+            # What the server sends unasked waits here between requests: a few answers, none past
+            # the frame bound (ZeroMQ's defaults: 1,000 of any size).
+            socket.setsockopt(zmq.RCVHWM, RPC_RECEIVE_QUEUE_MAX)
+            socket.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.frame_bytes_hard_max)
             socket.setsockopt(zmq.ROUTING_ID, routing_id(self.identity))
             self._monitors[endpoint] = connect_monitored(socket, endpoint, PEER_DOWN_EVENTS)
             self._sockets[endpoint] = socket

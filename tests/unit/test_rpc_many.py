@@ -75,3 +75,51 @@ def test_an_unanswered_request_times_out_within_the_budget_and_is_named(peer):
         client.close()
         server.join(5)
     assert time.monotonic() - started < 3
+
+
+# ---------------------------------------------------------------------------- a hostile server
+
+
+PUSHING_SERVER = """
+import sys, zmq
+from transport.codec import Codec
+from actors.messages import ListOffsetsResponse
+router = zmq.Context.instance().socket(zmq.ROUTER)
+router.setsockopt(zmq.SNDHWM, 0)
+port = router.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+frames = router.recv_multipart()
+request = Codec().decode(frames[1:])
+router.send_multipart([frames[0], *Codec().encode(ListOffsetsResponse(
+    correlation_id=request.correlation_id, topic="t", partition=0, offset=1))])
+for _ in range(40):
+    router.send_multipart([frames[0], bytes(8 << 20)])
+sys.stdin.read()  # until the test is done
+"""
+
+
+def test_a_server_pushing_unasked_answers_fills_no_more_than_a_few_of_them():
+    """The node agent's and the admin's client sits idle between requests; whatever the server
+    at the other end sends meanwhile waits in its socket. A process that took a dead controller's
+    port could push a thousand answers of up to 64 MiB each (no size bound, ZeroMQ's default
+    queue of 1,000): 40 pushes of 8 MiB grew the client by 320 MiB."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    server = subprocess.Popen([sys.executable, "-c", PUSHING_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    client = RpcClient("test")
+    try:
+        endpoint = f"tcp://127.0.0.1:{server.stdout.readline().strip()}"
+        me = psutil.Process()
+        before = me.memory_info().rss
+        client.request(endpoint, ListOffsetsRequest(correlation_id=0, topic="t", partition=0, timestamp_ms=-1))
+        time.sleep(1.5)
+        grown_mb = (me.memory_info().rss - before) / 2**20
+    finally:
+        client.close()
+        server.kill()
+        server.wait(5)
+    assert grown_mb < 60, f"the client holds {grown_mb:.0f} MiB of answers it never asked for"
