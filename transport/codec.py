@@ -179,7 +179,8 @@ class Codec:
                                  f"frame 0 could not be decoded ({type(error).__name__})", correlation_id)
         if not is_map:
             if isinstance(error, msgspec.ValidationError) and _is_map(header):  # too large to peek at; a field is wrong
-                return DecodeFailure(ErrorCode.INVALID_REQUEST, f"frame 0 of {len(header)} bytes is invalid: {error}")
+                return DecodeFailure(ErrorCode.MALFORMED_FRAME, f"frame 0 of {len(header)} bytes (too large to peek "
+                                                                f"at its type) does not decode: {error}")
             return DecodeFailure(ErrorCode.MALFORMED_FRAME, f"frame 0 is not a MessagePack map of fields: {error}")
         if kind in self._internal_names:
             return DecodeFailure(ErrorCode.UNKNOWN_MESSAGE, f"{kind} is internal and not accepted from the network",

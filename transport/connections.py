@@ -5,7 +5,7 @@ process that opened connections and completed the ZeroMQ greeting (64 bytes each
 to its open-files limit (20,000 here) in a few minutes: from then on no new producer, consumer
 or restarted follower could connect, and the leader could open no new segment file.
 
-So the runtime watches its ROUTER's connections (a socket monitor: accepted and disconnected,
+So the runtime, and the node agent for its reports socket, watch a ROUTER's connections (`RouterGuard`) (a socket monitor: accepted and disconnected,
 each with its file descriptor) and records, for each message, the descriptor it came on
 (`ZMQ_SRCFD`, ~0.1 us). A connection that has carried a message with the cluster's valid tag is
 a cluster process's (a follower, a node agent, the controller; their number is bounded by the
@@ -19,10 +19,11 @@ loses what it had in flight on it; its DEALER reconnects by itself and it retrie
 Connections also cost what they send before it is a message: libzmq allocates a message's whole
 size when its header comes (up to `frame_bytes_hard_max`) and fills it as bytes arrive, and only
 the last byte makes it a message the runtime reads. 20 connections that each sent 60 MiB of a
-message and stopped held 1.2 GB of a leader. So while client connections exist, the runtime asks
-the kernel every `client_inbound_check_interval_ms` what each has received (`tcpi_bytes_received`,
-~3 us a connection) and subtracts the messages read from it: the rest is held for it. While they
-hold more than `client_inbound_bytes_max` together, the one holding the most is closed.
+message and stopped held 1.2 GB of a leader. So `client_inbound_check_interval_ms` after bytes
+came on a client connection (the runtime watches their descriptors for data, edge-triggered), the
+kernel is asked what each has received (`tcpi_bytes_received`, ~3 us a connection) less the
+messages read from it: the rest is held for it. While they hold more than
+`client_inbound_bytes_max` together, the one holding the most is closed.
 
 Closing is `shutdown(2)` on a duplicate of libzmq's descriptor: libzmq sees the end of the stream,
 closes its descriptor and reports the disconnect. A descriptor is only shut down if its peer's
@@ -43,6 +44,8 @@ import resource
 import secrets
 import socket
 from typing import Any, Callable
+
+import zmq
 
 # A connection's greeting and READY command (64 bytes, and a READY of properties: a socket type and
 # a routing id of at most 255 bytes) are received but never read as a message.
@@ -171,6 +174,90 @@ class ConnectionTable:
             total -= bytes_
         self.held_bytes = total
         return victims
+
+
+class RouterGuard:
+    """The two bounds for one ROUTER: its monitor socket (to watch with the ROUTER), its table,
+    and when to count what client connections hold next. `count(name)` tallies what it does.
+
+    When to count: with `watch`/`unwatch` (the runtime's), each client connection's descriptor
+    is watched for data (edge-triggered: once per arrival, whoever reads it), and a count is due
+    `check_interval_ms` after data came, then again only while something is held. An idle client
+    costs nothing, and neither does one whose messages all arrive whole. Without them (the node
+    agent, whose socket no client should use) a count is due every interval while any exists."""
+
+    EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+
+    def __init__(self, router: zmq.Socket, *, untrusted_max: int, inbound_bytes_max: int, check_interval_ms: int,
+                 clock: Callable[[], int], count: Callable[[str], None],
+                 watch: Callable[[int], None] | None = None, unwatch: Callable[[int], None] | None = None) -> None:
+        self.router = router
+        self.table = ConnectionTable(untrusted_max, inbound_bytes_max)
+        self.monitor = router.get_monitor_socket(self.EVENTS)
+        self.check_interval_ns = check_interval_ms * 1_000_000
+        self.check_at_ns: int | None = None
+        self._clock = clock
+        self._count = count
+        self._watch, self._unwatch = watch, unwatch
+
+    def arrived(self, frames: list) -> int:
+        """A message read from the ROUTER (routing id first): the descriptor it came on."""
+        fd = frames[0].get(zmq.SRCFD)
+        self.table.active(fd, frames[1:])
+        return fd
+
+    def data_arrived(self) -> None:
+        """Bytes came on a client connection: count what is held soon."""
+        if self.check_at_ns is None:
+            self.check_at_ns = self._clock() + self.check_interval_ns
+
+    def trust(self, fd: int) -> None:
+        """A message with the cluster's tag came on `fd` (read the monitor first if it is new)."""
+        if not self.table.trust(fd):
+            self.on_events()
+            self.table.trust(fd)
+        self._dropped(fd)
+
+    def on_events(self) -> None:
+        """Record accepted and closed connections; close the quietest of the clients' past the bound."""
+        table = self.table
+        while True:
+            try:
+                head = self.monitor.recv_multipart(zmq.NOBLOCK)[0]
+            except zmq.Again:
+                break
+            event, fd = int.from_bytes(head[:2], "little"), int.from_bytes(head[2:6], "little")
+            if event == zmq.EVENT_ACCEPTED:
+                peer = peer_of(fd)
+                table.accepted(fd, peer)
+                if peer is not None and self._watch is not None:
+                    self._watch(fd)
+                self.data_arrived()  # what came before the watch began
+            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                table.gone(fd)
+                self._dropped(fd)
+        for fd, peer in table.excess():
+            self._dropped(fd)
+            self._count("connections_closed_over_limit" if shut_down(fd, peer) else "connections_forgotten")
+
+    def check_if_due(self) -> None:
+        """Close the client connections holding the most bytes not yet read as messages while
+        together they hold more than the budget."""
+        if self.check_at_ns is None or self._clock() < self.check_at_ns:
+            return
+        for fd, peer in self.table.over_inbound_budget(bytes_received):
+            self._dropped(fd)
+            self._count("connections_closed_over_bytes" if shut_down(fd, peer) else "connections_forgotten")
+        again = self.table.held_bytes > 0 if self._watch is not None else self.table.untrusted > 0
+        self.check_at_ns = self._clock() + self.check_interval_ns if again else None
+
+    def _dropped(self, fd: int) -> None:
+        if self._unwatch is not None:
+            self._unwatch(fd)
+
+    def close(self) -> None:
+        self.router.disable_monitor()
+        self.monitor.close(linger=0)
 
 
 def wire_bytes(frames: Any) -> int:

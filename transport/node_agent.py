@@ -43,6 +43,7 @@ from actors.messages import (
 )
 from transport.actor_main import ActorSpec, replica_directory
 from transport.codec import Codec, DecodeFailure
+from transport.connections import RouterGuard, client_connections_bound, raise_open_files_limit
 from transport.rpc import RequestTimeout, RpcClient
 from transport.supervisor import ManagedActor, Supervisor
 
@@ -144,6 +145,8 @@ class NodeAgent:
         self.full_report_wanted = True
         self.endpoint = ""
         self._router: zmq.Socket | None = None
+        self._guard: RouterGuard | None = None  # the bounds on the connections to the reports socket
+        self.counters: dict[str, int] = {}
         self._stop = threading.Event()
         self._wake_read, self._wake_write = -1, -1  # rung by stop() to end the thread's sleep
         self.wakeups = 0  # times the thread woke from its sleep (an idle node: about one a second)
@@ -159,6 +162,12 @@ class NodeAgent:
         router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
         port = router.bind_to_random_port("tcp://127.0.0.1")
         self._router, self.endpoint = router, f"tcp://127.0.0.1:{port}"
+        # Any local process can reach this port, and this is the process that owns every actor
+        # of its nodes: connections without the cluster's tag are bounded as an actor's are.
+        self._guard = RouterGuard(
+            router, untrusted_max=client_connections_bound(self.limits.client_connections_max, raise_open_files_limit()),
+            inbound_bytes_max=self.limits.client_inbound_bytes_max,
+            check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=time.monotonic_ns, count=self._count)
         self._wake_read, self._wake_write = os.pipe()
         self.supervisor.on_exit = self._on_exit
         self._thread = threading.Thread(target=self._run, name="railmq-node-agent", daemon=True)
@@ -172,6 +181,7 @@ class NodeAgent:
             self._thread.join(timeout=10)
         if self._thread is None or not self._thread.is_alive():
             if self._router is not None:
+                self._guard.close()
                 self._router.close(linger=0)
                 self._router = None
             for fd in (self._wake_read, self._wake_write):
@@ -179,6 +189,9 @@ class NodeAgent:
                     os.close(fd)
             self._wake_read = self._wake_write = -1
             self.supervisor.close_watch()
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
 
     def _on_exit(self, managed: ManagedActor) -> None:
         with self._lock:
@@ -203,6 +216,8 @@ class NodeAgent:
                         log.exception("node agent heartbeat failed")
                 if self._receive_reports(codec, 0):
                     next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
+                self._guard.on_events()
+                self._guard.check_if_due()
                 self._sleep(next_beat_ns)
             if not self.refused:
                 self._leave(rpc)
@@ -227,14 +242,16 @@ class NodeAgent:
         (replicas send their keepalives on shared instants, actors/replica_reports.py)."""
         fds, restart_due_ns = self.supervisor.watch()
         wait_ns = next_beat_ns - time.monotonic_ns()
-        if restart_due_ns is not None:
-            wait_ns = min(wait_ns, restart_due_ns - time.monotonic_ns())
+        for due_ns in (restart_due_ns, self._guard.check_at_ns if self._guard is not None else None):
+            if due_ns is not None:
+                wait_ns = min(wait_ns, due_ns - time.monotonic_ns())
         if wait_ns <= 0:
             return
         poller = zmq.Poller()
         poller.register(self._wake_read, zmq.POLLIN)
         if self._router is not None:
             poller.register(self._router, zmq.POLLIN)
+            poller.register(self._guard.monitor, zmq.POLLIN)
         for fd in fds:
             poller.register(fd, zmq.POLLIN)
         self.wakeups += 1
@@ -254,10 +271,13 @@ class NodeAgent:
                 frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            fd = self._guard.arrived(frames)
             try:
                 report = codec.decode(frames[1:])
             except DecodeFailure:
                 continue
+            if codec.last_authenticated:
+                self._guard.trust(fd)
             # Only from this cluster's processes, and only about a replica this agent runs: the
             # book holds one report per supervised replica, whoever else writes to the socket.
             if isinstance(report, ReplicaHeartbeat) and (codec.last_authenticated or not self.secret) \

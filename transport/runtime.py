@@ -40,7 +40,7 @@ from actors.messages import (
 from transport.auth import refusal
 from transport.clock import SteadyClock
 from transport.codec import Codec, DecodeFailure
-from transport.connections import ConnectionTable, bytes_received, client_connections_bound, peer_of, shut_down
+from transport.connections import RouterGuard, client_connections_bound
 from transport.outbound import OutboundBudget
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
@@ -105,9 +105,7 @@ class Runtime(RuntimePeers):
         self.peer_check: Callable[[Any, Any], bool] | None = None
         self.endpoint = ""
         self._router: zmq.Socket | None = None
-        self._router_monitor: zmq.Socket | None = None
-        self.connections: ConnectionTable | None = None  # the ROUTER's accepted connections
-        self._inbound_check_ns: int | None = None  # when to count what client connections hold next
+        self.guard: RouterGuard | None = None  # the bounds on the ROUTER's connections
         self._dealers: dict[str, zmq.Socket] = {}
         self._socket_peer: dict[zmq.Socket, str] = {}
         self._monitors: dict[str, zmq.Socket] = {}
@@ -140,13 +138,23 @@ class Runtime(RuntimePeers):
         self._router = router
         self._watch.add_socket(router)
         configured = self.limits.client_connections_max
-        self.connections = ConnectionTable(client_connections_bound(configured, open_files) if open_files else configured,
-                                           self.limits.client_inbound_bytes_max)
-        self._router_monitor = router.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED)
-        self._watch.add_socket(self._router_monitor)
+        self.guard = RouterGuard(
+            router, untrusted_max=client_connections_bound(configured, open_files) if open_files else configured,
+            inbound_bytes_max=self.limits.client_inbound_bytes_max,
+            check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=self.clock, count=self.count,
+            watch=self._watch_client_fd, unwatch=self._unwatch_client_fd)
+        self._watch.add_socket(self.guard.monitor)
         self.endpoint = f"tcp://{advertise or host}:{port}"
         return self.endpoint
+
+    def _watch_client_fd(self, fd: int) -> None:
+        self._watched_fds[fd] = self.guard.data_arrived
+        self._watch.add_edge_fd(fd)
+
+    def _unwatch_client_fd(self, fd: int) -> None:
+        if self._watched_fds.get(fd) == self.guard.data_arrived:
+            del self._watched_fds[fd]
+            self._watch.remove_fd(fd)
 
     def watch_fd(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Call `on_readable` (in the loop) whenever `fd` is readable: lifelines, wake-up pipes."""
@@ -191,26 +199,28 @@ class Runtime(RuntimePeers):
         if after_sleep is not None:
             after_sleep()
         for fd in fds:
-            self._watched_fds[fd]()
+            on_readable = self._watched_fds.get(fd)
+            if on_readable is not None:
+                on_readable()
         for socket in ready:
             if socket.closed:
                 continue
             if socket is self._router:
                 self._drain(socket, from_router=True)
-            elif socket is self._router_monitor:
-                self._on_connection_events()
+            elif self.guard is not None and socket is self.guard.monitor:
+                self.guard.on_events()
             elif socket in self._monitor_peer:
                 self._on_monitor_event(socket)
             else:
                 self._drain(socket, from_router=False)
         self._fire_due()
         self._flush_pending()
-        if self._inbound_check_ns is not None and self.clock() >= self._inbound_check_ns:
-            self._check_inbound_bytes()
+        if self.guard is not None:
+            self.guard.check_if_due()
 
     def _poll_timeout_ms(self, extra_deadline_ns: int | None = None) -> int:
         deadline = self.timers.next_deadline()
-        for other in (self.faults.next_release_ns(), extra_deadline_ns, self._inbound_check_ns):
+        for other in (self.faults.next_release_ns(), extra_deadline_ns, self.guard and self.guard.check_at_ns):
             if other is not None and (deadline is None or other < deadline):
                 deadline = other
         if self._pending_flush:
@@ -228,11 +238,10 @@ class Runtime(RuntimePeers):
                 return
             fd = -1
             if from_router:
-                fd = frames[0].get(zmq.SRCFD)
+                fd = self.guard.arrived(frames)
                 sender: str | bytes = frames[0].bytes
                 peer_name = sender.decode("utf-8", "replace")
                 frames = frames[1:]
-                self.connections.active(fd, frames)
             else:
                 sender = peer_name = self._socket_peer[socket]
             self.count("messages_in")
@@ -245,33 +254,6 @@ class Runtime(RuntimePeers):
                 continue
             self._deliver(sender, frames, fd)
 
-    def _on_connection_events(self) -> None:
-        """Record the ROUTER's accepted and closed connections; close the quietest of those not
-        the cluster's while there are more than the bound."""
-        table = self.connections
-        while True:
-            try:
-                event, value = _monitor_event(self._router_monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
-            if event == zmq.EVENT_ACCEPTED:
-                table.accepted(value, peer_of(value))
-            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
-                table.gone(value)
-        for fd, peer in table.excess():
-            self.count("connections_closed_over_limit" if shut_down(fd, peer) else "connections_forgotten")
-        if table.untrusted and self._inbound_check_ns is None:
-            self._inbound_check_ns = self.clock() + self.limits.client_inbound_check_interval_ms * 1_000_000
-
-    def _check_inbound_bytes(self) -> None:
-        """Close the client connections holding the most bytes not yet read as messages while
-        together they hold more than `client_inbound_bytes_max` (transport/connections.py)."""
-        table = self.connections
-        for fd, peer in table.over_inbound_budget(bytes_received):
-            self.count("connections_closed_over_bytes" if shut_down(fd, peer) else "connections_forgotten")
-        self._inbound_check_ns = (self.clock() + self.limits.client_inbound_check_interval_ms * 1_000_000
-                                  if table.untrusted else None)
-
     def _deliver(self, sender: str | bytes, frames: list, fd: int = -1) -> None:
         try:
             message = self.codec.decode(frames)
@@ -282,9 +264,8 @@ class Runtime(RuntimePeers):
                     correlation_id=failure.correlation_id, error=failure.code, error_message=str(failure)))
             return
         authenticated = self.codec.last_authenticated
-        if authenticated and fd >= 0 and not self.connections.trust(fd):
-            self._on_connection_events()
-            self.connections.trust(fd)
+        if authenticated and fd >= 0:
+            self.guard.trust(fd)
         if isinstance(sender, bytes):
             self.timing.arrived(sender, message)
         if isinstance(message, RuntimeStatsRequest):
@@ -383,11 +364,12 @@ class Runtime(RuntimePeers):
         if self.trace_file is not None:
             counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)
-        if self.connections is not None:
-            counters["connections"] = len(self.connections)
-            counters["client_connections"] = self.connections.untrusted
-            counters["client_connections_max"] = self.connections.untrusted_max
-            counters["client_inbound_held_bytes"] = self.connections.held_bytes
+        if self.guard is not None:
+            table = self.guard.table
+            counters["connections"] = len(table)
+            counters["client_connections"] = table.untrusted
+            counters["client_connections_max"] = table.untrusted_max
+            counters["client_inbound_held_bytes"] = table.held_bytes
         counters["requests_forgotten_unanswered"] = self.timing.forgotten
         return RuntimeStatsResponse(correlation_id=correlation_id, actor=self.identity, pid=os.getpid(),
                                     counters=counters, latency=self.timing.snapshot())
@@ -422,19 +404,13 @@ class Runtime(RuntimePeers):
             self.ring_links.close()
         for endpoint in list(self._dealers):
             self._close_dealer(endpoint)
-        if self._router_monitor is not None:
-            self._watch.remove(self._router_monitor)
-            self._router.disable_monitor()
-            self._router_monitor.close(linger=0)
-            self._router_monitor = None
+        if self.guard is not None:
+            self._watch.remove(self.guard.monitor)
+            self.guard.close()
+            self.guard = None
         if self._router is not None:
             self._watch.remove(self._router)
             self._router.close(linger=0)
             self._router = None
         self._watch.close()
 
-
-def _monitor_event(frames: list[bytes]) -> tuple[int, int]:
-    """(event, value) of a socket monitor's message: frame 0 is a 16-bit event and a 32-bit value."""
-    head = frames[0]
-    return int.from_bytes(head[:2], "little"), int.from_bytes(head[2:6], "little")

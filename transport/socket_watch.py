@@ -39,6 +39,22 @@ class SocketWatch:
         self._epoll.register(fd, select.EPOLLIN)
         self._by_fd[fd] = fd
 
+    def add_edge_fd(self, fd: int) -> None:
+        """Watch a descriptor someone else reads (a client connection libzmq owns): `wait` names
+        it once per arrival of data, not for as long as data is unread."""
+        try:
+            self._epoll.register(fd, select.EPOLLIN | select.EPOLLET)
+        except OSError:  # closed already, or its number now names a file
+            return
+        self._by_fd[fd] = fd
+
+    def remove_fd(self, fd: int) -> None:
+        if self._by_fd.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):  # closed by its owner: epoll forgot it then
+                pass
+
     def remove(self, socket: zmq.Socket) -> None:
         """Before the socket is closed: its descriptor goes with it."""
         fd = self._fd_of.pop(socket, None)

@@ -146,6 +146,39 @@ def test_connections_that_never_finish_a_message_cost_a_leader_a_bounded_number_
     assert closed + (8 - len(attackers)) >= 6
 
 
+def test_the_node_agents_reports_socket_is_bounded_like_an_actors(fresh_cluster, unique_name):
+    """The node agent runs in the process that owns every actor of its nodes, and its reports
+    socket is a port any local process reaches: connections that never finished a message
+    (8 x 40 MiB) or only greeted (a hundred) were held there without bound."""
+    bound = 16
+    cluster = fresh_cluster(limits=msgspec.structs.replace(TEST_LIMITS, client_connections_max=bound,
+                                                           client_inbound_bytes_max=64 << 20))
+    agent = cluster.agent
+    me = psutil.Process()
+    before = me.memory_info().rss
+    greeted = [idle_zmtp_connection(agent.endpoint) for _ in range(6 * bound)]
+    unfinished, cut_while_sending = [], 0
+    try:
+        for _ in range(8):
+            try:
+                unfinished.append(unfinished_message(agent.endpoint, 60 << 20, 40 << 20))
+            except OSError:  # closed while sending: the bound at work
+                cut_while_sending += 1
+        # 104 connections: at most 16 stay, and of the 320 MiB the unfinished ones hold, at most 64.
+        wait_for(lambda: sum(map(closed_by_peer, greeted + unfinished)) + cut_while_sending >= 104 - bound
+                 and sum(map(closed_by_peer, unfinished)) + cut_while_sending >= 7, timeout_s=10,
+                 what="the agent to close all but 16 connections, and those holding the most bytes")
+        grown_mb = (me.memory_info().rss - before) / 2**20
+        topic = topic_on(cluster, unique_name())  # replicas start and report through the same socket
+    finally:
+        for connection in greeted + unfinished:
+            connection.close()
+
+    assert grown_mb < 160, f"the node process grew by {grown_mb:.0f} MiB"
+    assert agent.counters["connections_closed_over_bytes"] >= 6
+    assert all(len(partition.isr) == 3 for partition in topic.partitions)
+
+
 def _all_reported(topic):
     ready = all(p.leader_endpoint and all(info.endpoint and info.alive for info in p.replica_info)
                 for p in topic.partitions)

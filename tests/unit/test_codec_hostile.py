@@ -75,9 +75,8 @@ def test_deep_nesting_in_a_payload_field_of_the_header_is_refused():
 
     failure = decode_failure([frame, b"x"])
 
-    # A map whose field has the wrong type, as below; too large to peek at for its correlation id.
-    assert (failure.code, failure.correlation_id) == (ErrorCode.INVALID_REQUEST, -1)
-    assert "$.batch" in str(failure)
+    assert (failure.code, failure.correlation_id) == (ErrorCode.MALFORMED_FRAME, -1)
+    assert "$.batch" in str(failure)  # too large to peek at, but the error names the field
 
 
 def test_a_payload_field_in_the_header_must_be_bytes():
@@ -225,7 +224,6 @@ def test_a_message_with_a_value_msgpack_cannot_hold_is_a_typed_error_not_an_over
     assert refused.value.code == ErrorCode.INVALID_REQUEST and "FetchRequest" in str(refused.value)
 
 
-
 @pytest.mark.parametrize("field", ["host", "ring"])
 def test_a_fetch_with_a_host_or_ring_name_no_host_or_ring_has_is_refused_before_it_can_be_parked(field):
     """A fetch with nothing to return waits at the leader (the purgatory, 10,000 of them), kept
@@ -234,7 +232,7 @@ def test_a_fetch_with_a_host_or_ring_name_no_host_or_ring_has_is_refused_before_
 
     with pytest.raises(DecodeFailure) as refused:
         Codec().decode(frames)
-    # A header this large is not peeked at for its correlation id (PEEK_BYTES_MAX).
-    assert refused.value.code == ErrorCode.INVALID_REQUEST and f"$.{field}" in str(refused.value)
+    # A header this large is not peeked at for its type and correlation id (PEEK_BYTES_MAX).
+    assert refused.value.code == ErrorCode.MALFORMED_FRAME and f"$.{field}" in str(refused.value)
     assert Codec().decode(Codec().encode(FetchRequest(correlation_id=6, topic="t", partition=0, offset=0,
                                                   **{field: "h" * SHORT_TEXT_CHARS_MAX}))).correlation_id == 6

@@ -173,7 +173,7 @@ def test_a_flood_of_idle_connections_is_cut_to_the_bound_quietest_first(bounded)
     flood = [idle_zmtp_connection(endpoint) for _ in range(12)]
     opened.extend(flood)
 
-    settle(lambda: len(runtime.connections) == 4 and sum(map(closed_by_peer, flood)) == 8,
+    settle(lambda: len(runtime.guard.table) == 4 and sum(map(closed_by_peer, flood)) == 8,
            "the runtime to close all but 4 of 12 idle connections")
 
     assert [closed_by_peer(each) for each in flood] == [True] * 8 + [False] * 4
@@ -197,7 +197,7 @@ def test_a_client_that_speaks_gets_in_while_strangers_sit_idle(bounded, zmq_cont
     settle(lambda: len(journal) == 2, "the client's request after it reconnected")
     settle(lambda: runtime.counters["connections_closed_over_limit"] == 4, "the bound after the reconnection")
     assert [closed_by_peer(each) for each in flood] == [True] * 3 + [False] * 3
-    assert runtime.connections.untrusted == 4
+    assert runtime.guard.table.untrusted == 4
 
 
 def test_a_cluster_process_connection_is_never_closed_by_the_bound(bounded, zmq_context):
@@ -215,7 +215,7 @@ def test_a_cluster_process_connection_is_never_closed_by_the_bound(bounded, zmq_
     settle(lambda: len(journal) == 2, "the member's second request")
 
     assert runtime.counters.get("peer_disconnects", 0) == 0
-    assert (len(runtime.connections), runtime.connections.untrusted) == (5, 4)
+    assert (len(runtime.guard.table), runtime.guard.table.untrusted) == (5, 4)
 
 
 def test_connections_holding_unfinished_messages_are_closed_largest_first_past_the_inbound_budget(zmq_context):
@@ -242,7 +242,7 @@ def test_connections_holding_unfinished_messages_are_closed_largest_first_past_t
 
         assert [closed_by_peer(each) for each in (small, large, middle)] == [False, True, False]
         assert runtime.counters["connections_closed_over_bytes"] == 1
-        assert abs(runtime.connections.held_bytes - (45 << 20)) <= 4096  # the greetings and headers apart
+        assert abs(runtime.guard.table.held_bytes - (45 << 20)) <= 4096  # the greetings and headers apart
         client.send_multipart(Codec().encode(MetadataRequest(correlation_id=2)))
         deadline = time.monotonic() + 5
         while len(journal) < 2 and time.monotonic() < deadline:
