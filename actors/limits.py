@@ -168,8 +168,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes those connections may make an actor hold before it has read them as messages: libzmq
     # allocates a message's whole size from its header and fills it as bytes come, so 20
     # connections each sending 60 MiB of a message they never finished held 1.2 GB of a leader.
-    # Checked every `client_inbound_check_interval_ms` while such connections exist; past it the
-    # connections holding the most are closed. Room for eight of the largest messages a client
+    # Counted `client_inbound_check_interval_ms` after bytes came on such a connection, and again
+    # while any are held; past it the connections holding the most are closed. Room for eight of the largest messages a client
     # may send (`frame_bytes_max`) at once.
     client_inbound_bytes_max: int = 256 * 1024 * 1024
     client_inbound_check_interval_ms: int = 200
@@ -348,11 +348,12 @@ def limit_problems(limits: Limits) -> list[str]:
     if 0 < election <= 2 * heartbeat:
         problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller heartbeat "
                         f"intervals ({heartbeat} ms)")
-    directory = limits.topic_name_length_max + len(f"-{limits.partitions_per_topic_max - 1}-") + TOPIC_ID_HEX_DIGITS
+    longest, partitions = limits.topic_name_length_max, limits.partitions_per_topic_max
+    directory = longest + len(f"-{partitions - 1}-") + TOPIC_ID_HEX_DIGITS
     if directory > FILE_NAME_BYTES_MAX:
-        problems.append(f"topic_name_length_max ({limits.topic_name_length_max}) with partitions_per_topic_max "
-                        f"({limits.partitions_per_topic_max}) makes replica directory names of {directory} bytes, "
-                        f"past the {FILE_NAME_BYTES_MAX} a file name may have")
+        problems.append(f"topic_name_length_max ({longest}) with partitions_per_topic_max ({partitions}) makes "
+                        f"replica directory names of {directory} bytes, past the {FILE_NAME_BYTES_MAX} a file "
+                        f"name may have")
     return problems
 
 

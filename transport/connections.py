@@ -1,15 +1,16 @@
-"""A bound on the TCP connections an actor's ROUTER holds from peers that are not cluster processes.
+"""What the connections to a ROUTER may cost when they are not the cluster's, and who may take one.
 
 libzmq accepts every connection and has no per-peer disconnect for a ROUTER. Left alone, one local
 process that opened connections and completed the ZeroMQ greeting (64 bytes each) took a leader
 to its open-files limit (20,000 here) in a few minutes: from then on no new producer, consumer
 or restarted follower could connect, and the leader could open no new segment file.
 
-So the runtime, and the node agent for its reports socket, watch a ROUTER's connections (`RouterGuard`) (a socket monitor: accepted and disconnected,
-each with its file descriptor) and records, for each message, the descriptor it came on
-(`ZMQ_SRCFD`, ~0.1 us). A connection that has carried a message with the cluster's valid tag is
-a cluster process's (a follower, a node agent, the controller; their number is bounded by the
-cluster) and is never closed here. The others are counted; when there are more than
+So the runtime, and the node agent for its reports socket, watch a ROUTER's connections
+(`RouterGuard`: a socket monitor reports each accepted and closed connection with its file
+descriptor) and record, for each message, the descriptor it came on (`ZMQ_SRCFD`, ~0.1 us). A
+connection that has carried a message with the cluster's valid tag is a cluster process's (a
+follower, a node agent, the controller; their number is bounded by the cluster) and is never
+closed here. The others are counted; when there are more than
 `client_connections_max`, the one that has been quiet the longest is shut down. As in Kafka
 (`max.connections`, KIP-402), a new client still gets in while an attacker's connections sit
 idle: to keep a client out, the attacker must keep every one of its connections busier than the
@@ -68,10 +69,7 @@ def routing_id(identity: str) -> bytes:
     return identity.encode()[:ROUTING_ID_BYTES_MAX - len(suffix)] + suffix
 
 
-# Descriptors an actor needs besides its clients' connections: segment files and indexes opened
-# on demand, shared-memory rings, pipes, its own sockets to peers. A bound above half the
-# open-files limit is lowered to it.
-OPEN_FILES_WANTED = 1 << 20
+OPEN_FILES_WANTED = 1 << 20  # a soft open-files limit past this is never needed
 
 
 def raise_open_files_limit() -> int:
@@ -90,7 +88,9 @@ def raise_open_files_limit() -> int:
 
 
 def client_connections_bound(configured: int, open_files: int) -> int:
-    """The bound in force: the configured one, or half the open-files limit if that is lower."""
+    """The bound in force: the configured one, or half the open-files limit if that is lower. The
+    other half is for what the process needs besides its clients' connections: segment files and
+    indexes opened on demand, shared-memory rings, pipes, its own sockets to peers."""
     return max(1, min(configured, open_files // 2))
 
 
