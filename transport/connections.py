@@ -52,6 +52,7 @@ import zmq
 # a routing id of at most 255 bytes) are received but never read as a message.
 HANDSHAKE_BYTES_MAX = 1024
 # struct tcp_info (linux/tcp.h): tcpi_bytes_received, a u64, since Linux 4.1.
+TCP_INFO = getattr(socket, "TCP_INFO", None)
 TCP_INFO_BYTES = 256
 TCPI_BYTES_RECEIVED_OFFSET = 128
 ROUTING_ID_BYTES_MAX = 255  # libzmq refuses a longer ZMQ_ROUTING_ID
@@ -266,13 +267,16 @@ def wire_bytes(frames: Any) -> int:
 
 
 def bytes_received(fd: int) -> int | None:
-    """What the kernel has received on TCP socket `fd` (`tcpi_bytes_received`), or None."""
+    """What the kernel has received on TCP socket `fd` (`tcpi_bytes_received`), or None (also on a
+    system without Linux's TCP_INFO: there the byte bound does not apply)."""
+    if TCP_INFO is None:
+        return None
     try:
         connection = socket.socket(fileno=fd)
     except OSError:
         return None
     try:
-        info = connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+        info = connection.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_BYTES)
     except OSError:
         return None
     finally:
