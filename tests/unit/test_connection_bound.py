@@ -194,9 +194,17 @@ def test_a_client_that_speaks_gets_in_while_strangers_sit_idle(bounded, zmq_cont
     # It spoke before the flood came, so it was the quietest: the first to go, then two strangers.
     settle(lambda: runtime.counters.get("connections_closed_over_limit") == 3, "7 connections cut to 4")
     assert [closed_by_peer(each) for each in flood] == [True] * 2 + [False] * 4
-    client.send_multipart(Codec().encode(MetadataRequest(correlation_id=2)))  # its DEALER reconnects
+    # Its DEALER reconnects by itself. A request written before it saw the connection end is
+    # lost with it, so it asks again after a while, as every railmq client does.
+    for correlation_id in range(2, 12):
+        client.send_multipart(Codec().encode(MetadataRequest(correlation_id=correlation_id)))
+        deadline = time.monotonic() + 0.5
+        while len(journal) < 2 and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        if len(journal) == 2:
+            break
 
-    settle(lambda: len(journal) == 2, "the client's request after it reconnected")
+    assert len(journal) == 2, "the client never got in again"
     settle(lambda: runtime.counters["connections_closed_over_limit"] == 4, "the bound after the reconnection")
     assert [closed_by_peer(each) for each in flood] == [True] * 3 + [False] * 3
     assert runtime.guard.table.untrusted == 4
@@ -239,12 +247,13 @@ def test_connections_holding_unfinished_messages_are_closed_largest_first_past_t
         deadline = time.monotonic() + 10
         while not closed_by_peer(large) and time.monotonic() < deadline:
             runtime.step_until(time.monotonic_ns() + 20_000_000)
-        for _ in range(10):  # a few more checks: nothing else goes while 45 MiB are held
+        # Counts go on while bytes are held; the kernel may still be taking the last of them.
+        while abs(runtime.guard.table.held_bytes - (45 << 20)) > 4096 and time.monotonic() < deadline:
             runtime.step_until(time.monotonic_ns() + 20_000_000)
 
-        assert [closed_by_peer(each) for each in (small, large, middle)] == [False, True, False]
-        assert runtime.counters["connections_closed_over_bytes"] == 1
         assert abs(runtime.guard.table.held_bytes - (45 << 20)) <= 4096  # the greetings and headers apart
+        assert [closed_by_peer(each) for each in (small, large, middle)] == [False, True, False]
+        assert runtime.counters["connections_closed_over_bytes"] == 1  # nothing else went for 45 MiB
         client.send_multipart(Codec().encode(MetadataRequest(correlation_id=2)))
         deadline = time.monotonic() + 5
         while len(journal) < 2 and time.monotonic() < deadline:
