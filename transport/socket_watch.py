@@ -27,17 +27,20 @@ class SocketWatch:
         self._by_fd: dict[int, Any] = {}  # ZMQ_FD -> socket, or a plain fd -> itself
         self._fd_of: dict[Any, int] = {}
         self.suspects: set[zmq.Socket] = set()
+        self._edge: set[int] = set()  # numbers `add_edge_fd` registered and nothing replaced since
 
     def add_socket(self, socket: zmq.Socket) -> None:
         fd = socket.getsockopt(zmq.FD)
         self._epoll.register(fd, select.EPOLLIN)
         self._by_fd[fd] = socket
         self._fd_of[socket] = fd
+        self._edge.discard(fd)
         self.suspects.add(socket)  # a message may have come before it was watched
 
     def add_fd(self, fd: int) -> None:
         self._epoll.register(fd, select.EPOLLIN)
         self._by_fd[fd] = fd
+        self._edge.discard(fd)
 
     def add_edge_fd(self, fd: int) -> None:
         """Watch a descriptor someone else reads (a client connection libzmq owns): `wait` names
@@ -47,13 +50,19 @@ class SocketWatch:
         except OSError:  # closed already, or its number now names a file
             return
         self._by_fd[fd] = fd
+        self._edge.add(fd)
 
     def remove_fd(self, fd: int) -> None:
-        if self._by_fd.pop(fd, None) is not None:
-            try:
-                self._epoll.unregister(fd)
-            except (OSError, ValueError):  # closed by its owner: epoll forgot it then
-                pass
+        """Stop watching a descriptor added by `add_edge_fd`. Its owner may have closed it long
+        since and the number may now be a socket's ZMQ_FD: that registration is left alone."""
+        if fd not in self._edge:
+            return
+        self._edge.discard(fd)
+        del self._by_fd[fd]
+        try:
+            self._epoll.unregister(fd)
+        except (OSError, ValueError):  # closed by its owner: epoll forgot it then
+            pass
 
     def remove(self, socket: zmq.Socket) -> None:
         """Before the socket is closed: its descriptor goes with it."""
@@ -102,6 +111,7 @@ class SocketWatch:
         self._epoll.close()
         self._by_fd.clear()
         self._fd_of.clear()
+        self._edge.clear()
         self.suspects.clear()
 
 

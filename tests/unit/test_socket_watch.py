@@ -84,3 +84,33 @@ def test_a_drained_socket_stops_being_returned_and_plain_descriptors_are_watched
     os.close(read_end)
     os.close(write_end)
     watch.close()
+
+
+def test_forgetting_a_closed_client_descriptor_leaves_a_socket_that_reused_its_number_watched(context):
+    """A client connection's descriptor is watched for data, and forgotten when the monitor says
+    it closed. That report comes late: libzmq may have given the number to a new socket's ZMQ_FD
+    meanwhile. Forgetting it then unwatched the new socket (a resumed replica's socket to its new
+    leader), and the replica never caught up."""
+    watch = SocketWatch()
+    server, client = pair(context, "reused")
+    watch.add_socket(server)  # its ZMQ_FD has the number a closed client connection had
+    number = server.getsockopt(zmq.FD)
+    assert watch.wait(0) == ([], [])  # nothing waits: from here on only epoll reports the server
+
+    watch.remove_fd(number)  # the monitor's late report of that connection
+    client.send(b"to the socket")
+
+    assert wait_ready(watch) == [server]
+    closed_read, closed_write = os.pipe()  # the same for a plain descriptor (a lifeline) on the number
+    watch.add_edge_fd(closed_read)
+    os.close(closed_read)
+    os.close(closed_write)
+    read_end, write_end = os.pipe()
+    assert read_end == closed_read, "the test needs the number reused"
+    watch.add_fd(read_end)
+    watch.remove_fd(closed_read)
+    os.write(write_end, b"x")
+    assert watch.wait(2000)[1] == [read_end]
+    for fd in (read_end, write_end):
+        os.close(fd)
+    watch.close()
