@@ -169,8 +169,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # allocates a message's whole size from its header and fills it as bytes come, so 20
     # connections each sending 60 MiB of a message they never finished held 1.2 GB of a leader.
     # Counted `client_inbound_check_interval_ms` after bytes came on such a connection, and again
-    # while any are held; past it the connections holding the most are closed. Room for eight of the largest messages a client
-    # may send (`frame_bytes_max`) at once.
+    # while any are held; past it the connections holding the most are closed. Room for eight of
+    # the largest messages a client may send (`frame_bytes_max`) at once.
     client_inbound_bytes_max: int = 256 * 1024 * 1024
     client_inbound_check_interval_ms: int = 200
     # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last

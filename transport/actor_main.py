@@ -135,7 +135,8 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
     exit_code = 0
     try:
-        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host, open_files=raise_open_files_limit())
+        raise_open_files_limit()  # before the bind: the client connections' bound is half of it
+        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
         if spec.voters and spec.kind in ("controller", "group-coordinator") and spec.limits.voter_address_check:
             from transport.voter_address import raft_address_check

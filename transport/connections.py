@@ -26,7 +26,7 @@ kernel is asked what each has received (`tcpi_bytes_received`, ~3 us a connectio
 messages read from it: the rest is held for it. While they hold more than
 `client_inbound_bytes_max` together, the one holding the most is closed.
 
-Closing is `shutdown(2)` on a duplicate of libzmq's descriptor: libzmq sees the end of the stream,
+Closing is `shutdown(2)` on libzmq's descriptor (borrowed, never closed here): libzmq sees the end of the stream,
 closes its descriptor and reports the disconnect. A descriptor is only shut down if its peer's
 address is still the one recorded when it was accepted, so a number libzmq has already reused
 for another connection (the monitor's events arrive late) is left alone. The monitor's report of
@@ -39,12 +39,13 @@ with messages unread, and costs one connection kept past the bound.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import resource
 import secrets
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -88,11 +89,12 @@ def raise_open_files_limit() -> int:
     return wanted
 
 
-def client_connections_bound(configured: int, open_files: int) -> int:
-    """The bound in force: the configured one, or half the open-files limit if that is lower. The
-    other half is for what the process needs besides its clients' connections: segment files and
-    indexes opened on demand, shared-memory rings, pipes, its own sockets to peers."""
-    return max(1, min(configured, open_files // 2))
+def client_connections_bound(configured: int) -> int:
+    """The bound in force: the configured one, or half this process's open-files limit if that is
+    lower. The other half is for what the process needs besides its clients' connections: segment
+    files and indexes opened on demand, shared-memory rings, pipes, its own sockets to peers."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return configured if soft == resource.RLIM_INFINITY else max(1, min(configured, soft // 2))
 
 
 class _Connection:
@@ -137,6 +139,9 @@ class ConnectionTable:
         if connection is not None:
             connection.delivered += wire_bytes(frames)
             self._untrusted[fd] = connection
+
+    def trusted(self, fd: int) -> bool:
+        return fd in self._trusted
 
     def trust(self, fd: int) -> bool:
         """A message with the cluster's valid tag came on `fd`; False if `fd` is not known yet
@@ -214,6 +219,8 @@ class RouterGuard:
 
     def trust(self, fd: int) -> None:
         """A message with the cluster's tag came on `fd` (read the monitor first if it is new)."""
+        if self.table.trusted(fd):  # every follower fetch, every report: nothing to do
+            return
         if not self.table.trust(fd):
             self.on_events()
             self.table.trust(fd)
@@ -271,16 +278,11 @@ def bytes_received(fd: int) -> int | None:
     system without Linux's TCP_INFO: there the byte bound does not apply)."""
     if TCP_INFO is None:
         return None
-    try:
-        connection = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        info = connection.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_BYTES)
-    except OSError:
-        return None
-    finally:
-        connection.detach()  # the descriptor stays libzmq's
+    with _borrowed(fd) as connection:
+        try:
+            info = b"" if connection is None else connection.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_BYTES)
+        except OSError:
+            return None
     if len(info) < TCPI_BYTES_RECEIVED_OFFSET + 8:
         return None
     return int.from_bytes(info[TCPI_BYTES_RECEIVED_OFFSET:TCPI_BYTES_RECEIVED_OFFSET + 8], "little")
@@ -289,39 +291,35 @@ def bytes_received(fd: int) -> int | None:
 def peer_of(fd: int) -> Any:
     """The peer address of connected socket `fd`, or None if it is not one (closed, reused for a
     file, not connected)."""
-    duplicate = _socket_on(fd)
-    if duplicate is None:
-        return None
-    with duplicate:
+    with _borrowed(fd) as connection:
         try:
-            return duplicate.getpeername()
+            return None if connection is None else connection.getpeername()
         except OSError:
             return None
 
 
 def shut_down(fd: int, peer: Any) -> bool:
     """End the connection on libzmq's descriptor `fd` if it still goes to `peer`."""
-    duplicate = None if peer is None else _socket_on(fd)
-    if duplicate is None:
-        return False
-    with duplicate:
+    with _borrowed(fd) as connection:
         try:
-            if duplicate.getpeername() != peer:
+            if peer is None or connection is None or connection.getpeername() != peer:
                 return False
-            duplicate.shutdown(socket.SHUT_RDWR)
+            connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             return False
     return True
 
 
-def _socket_on(fd: int) -> socket.socket | None:
-    """A socket object on a duplicate of `fd` (closing it leaves `fd` open), or None."""
+@contextlib.contextmanager
+def _borrowed(fd: int) -> Iterator[socket.socket | None]:
+    """A socket object on libzmq's descriptor `fd` that leaves it open, or None if `fd` is not a
+    socket (a closed number, or one that now names a file)."""
     try:
-        duplicate = os.dup(fd)
+        connection = socket.socket(fileno=fd)
     except OSError:
-        return None
+        yield None
+        return
     try:
-        return socket.socket(fileno=duplicate)
-    except OSError:  # not a socket
-        os.close(duplicate)
-        return None
+        yield connection
+    finally:
+        connection.detach()

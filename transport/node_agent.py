@@ -164,9 +164,9 @@ class NodeAgent:
         self._router, self.endpoint = router, f"tcp://127.0.0.1:{port}"
         # Any local process can reach this port, and this is the process that owns every actor
         # of its nodes: connections without the cluster's tag are bounded as an actor's are.
+        raise_open_files_limit()
         self._guard = RouterGuard(
-            router,
-            untrusted_max=client_connections_bound(self.limits.client_connections_max, raise_open_files_limit()),
+            router, untrusted_max=client_connections_bound(self.limits.client_connections_max),
             inbound_bytes_max=self.limits.client_inbound_bytes_max,
             check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=time.monotonic_ns, count=self._count)
         self._wake_read, self._wake_write = os.pipe()

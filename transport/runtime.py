@@ -120,11 +120,9 @@ class Runtime(RuntimePeers):
 
     # ------------------------------------------------------------------ setup
 
-    def bind(self, port: int = 0, host: str = "127.0.0.1", advertise: str = "", open_files: int = 0) -> str:
+    def bind(self, port: int = 0, host: str = "127.0.0.1", advertise: str = "") -> str:
         """Bind the ROUTER on `host` (port 0: any free port) and return the endpoint others use:
-        `tcp://<advertise or host>:<port>` (a node behind another address names the one its peers reach).
-        `open_files`: the process's open-files limit, which bounds the connections it keeps from
-        clients to half of it (transport/connections.py); 0 leaves `client_connections_max` alone."""
+        `tcp://<advertise or host>:<port>` (a node behind another address names the one its peers reach)."""
         router = self.context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -137,9 +135,8 @@ class Runtime(RuntimePeers):
             port = router.bind_to_random_port(f"tcp://{host}")
         self._router = router
         self._watch.add_socket(router)
-        configured = self.limits.client_connections_max
         self.guard = RouterGuard(
-            router, untrusted_max=client_connections_bound(configured, open_files) if open_files else configured,
+            router, untrusted_max=client_connections_bound(self.limits.client_connections_max),
             inbound_bytes_max=self.limits.client_inbound_bytes_max,
             check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=self.clock, count=self.count,
             watch=self._watch_client_fd, unwatch=self._unwatch_client_fd)
