@@ -218,6 +218,9 @@ def test_a_paused_member_is_fenced_and_its_late_commit_refused(cluster, admin, u
             records = drain(survivor, 50)
             assert {r.offset for r in records} == set(range(10, 60)), "the survivor starts at the last commit"
             survivor.commit()
+            # The member tells it was paused by a gap of more than 1 s in its 50 ms loop; the
+            # survivor may get here in about the 1 s session, so the pause must last beyond it.
+            time.sleep(1.2)
             os.kill(child.pid, signal.SIGCONT)
             late = wait_for(lambda: [e for e in read_log(log_path) if e["event"] == "late-commit"],
                             timeout_s=30, what="the zombie's late commit")
