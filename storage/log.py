@@ -20,7 +20,6 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterator
 
 import msgspec
 
@@ -28,10 +27,10 @@ from storage.batch import STAMP, BatchHeader, iter_batches, validate_producer_ba
 from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import AppendResult, FlushPolicy, LogConfig, RecoveryReport
 from storage.epochs import EPOCH_CHECKPOINT_NAME, EpochCheckpointCorrupt, LeaderEpochCache
-from storage.errors import (BatchTooLarge, CorruptBatch, CorruptLog, FsyncFailed, LogClosed, OffsetOutOfRange,
-                            OutOfOrderBatch, StaleLeaderEpoch, StorageError, StorageFull)
+from storage.errors import (BatchTooLarge, CorruptBatch, FsyncFailed, LogClosed, OutOfOrderBatch, StaleLeaderEpoch,
+                            StorageError, StorageFull)
 from storage.fs import Buffer, FileSystem, OsFileSystem
-from storage.reader import gather, locate, refuse_rest
+from storage.log_reads import ReadOperations
 from storage.recovery import logger, recover
 from storage.segment import Segment, segment_file_name
 from storage.segment_files import SegmentFiles
@@ -40,7 +39,7 @@ from storage.truncation import ShrinkOperations
 __all__ = ["AppendResult", "FlushPolicy", "LogConfig", "PartitionLog", "RecoveryReport"]
 
 
-class PartitionLog(ShrinkOperations):
+class PartitionLog(ReadOperations, ShrinkOperations):
     def __init__(self, fs: FileSystem, directory: str, config: LogConfig, checkpoint: RecoveryPointFile,
                  epochs: LeaderEpochCache, now_ms: int, files: SegmentFiles) -> None:
         self._fs = fs
@@ -360,87 +359,6 @@ class PartitionLog(ShrinkOperations):
         if self._closed_reason is not None:
             raise LogClosed(f"{self._directory}: {self._closed_reason}")
 
-    # -- reading ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
-        """Whole batches from the one holding `offset`; see storage/reader.py for the rules."""
-        self._check_open()
-        end = self.log_end_offset
-        if offset < self._log_start or offset > end:
-            raise OffsetOutOfRange(offset, self._log_start, end)
-        if offset == end or (max_offset is not None and offset >= max_offset):
-            return b""
-        found = locate(self._segments, self._bases, offset)
-        if found is None:
-            return b""
-        index, position, header = found
-        return gather(self._segments, index, position, header, max_bytes, max_offset)
-
-    def scrub(self, offset: int, max_bytes: int) -> int:
-        """Read (and so CRC-check) whole batches from `offset`, about `max_bytes` of them, and
-        return the offset to continue from. Bit rot found is refused like any read's
-        (`CorruptLog` when it is at `offset`); nothing is returned to anyone. The two fields the
-        CRC does not cover — the stamped base offset and leader epoch — are checked too: offsets
-        must follow each other and each epoch must be the one the epoch checkpoint has for it."""
-        data = self.read(offset, max_bytes)
-        if not data:
-            return self.log_end_offset
-        expected: int | None = None
-        for _, header in iter_batches(data, verify=False, batch_bytes_max=self._config.batch_bytes_max):
-            placed = header.base_offset <= offset < header.next_offset if expected is None \
-                else header.base_offset == expected
-            epoch = self._epochs.epoch_at(header.base_offset) if placed else None
-            if not placed or (epoch is not None and epoch != header.leader_epoch):
-                first = offset if expected is None else expected
-                raise refuse_rest(self._segments[self._segment_index(first)], first,
-                                  "a stamped header field (base offset or leader epoch) changed on disk")
-            expected = header.next_offset
-        return expected
-
-    def iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers from the batch holding `from_offset` to the end, stepping over refused ranges.
-        The log must not change while the iterator is in use."""
-        self._check_open()
-        end = self.log_end_offset
-        if from_offset < self._log_start or from_offset > end:
-            raise OffsetOutOfRange(from_offset, self._log_start, end)
-        index = self._segment_index(from_offset)
-        segment = self._segments[index]
-        refused = segment.refused_range_at(from_offset)
-        position = refused.end_position if refused else segment.index.floor_position(from_offset)
-        for segment in self._segments[index:]:
-            for _, header in segment.batches_from(position):
-                if header.next_offset > from_offset:
-                    yield header
-            position = 0
-
-    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """First offset of the first batch whose max_timestamp_ms >= timestamp_ms (ListOffsets)."""
-        self._check_open()
-        for segment in self._segments:
-            if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= self._log_start:
-                continue
-            min_position = 0
-            if segment.base_offset < self._log_start:
-                found = segment.find_batch(self._log_start)
-                min_position = found[0] if found is not None else segment.size_bytes
-            found = segment.find_timestamp(timestamp_ms, min_position)
-            if found is not None:
-                return max(found[1].base_offset, self._log_start)
-        return None
-
-    def batch_timestamp(self, offset: int) -> int | None:
-        """first_timestamp_ms of the batch holding `offset` (None outside the log or refused)."""
-        self._check_open()
-        if not self._log_start <= offset < self.log_end_offset:
-            return None
-        try:
-            found = locate(self._segments, self._bases, offset)
-        except CorruptLog:
-            return None
-        if found is None or found[2].base_offset > offset:
-            return None
-        return found[2].first_timestamp_ms
-
     # -- leader epochs (KIP-101 / KIP-279) ---------------------------------------------------
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         self._check_open()
@@ -461,7 +379,8 @@ class PartitionLog(ShrinkOperations):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self._epochs.end_offset_for_epoch(epoch, self.log_end_offset)
 
-    # Shrinking (truncate_to, reset_to, apply_retention, delete_records_before) is inherited
+    # Reading (read, scrub, iter_headers, offset_for_timestamp, batch_timestamp) is inherited from
+    # storage/log_reads.py; shrinking (truncate_to, reset_to, apply_retention, delete_records_before)
     # from storage/truncation.py.
 
     def close(self) -> None:
