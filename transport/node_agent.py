@@ -151,7 +151,7 @@ class NodeAgent:
         self._wake_read, self._wake_write = -1, -1  # rung by stop() to end the thread's sleep
         self.wakeups = 0  # times the thread woke from its sleep (an idle node: about one a second)
         self._thread: threading.Thread | None = None
-        self._exits: list[ManagedActor] = []
+        self._exits: list[tuple[ManagedActor, int]] = []  # (process, its incarnation) that exited
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -195,8 +195,8 @@ class NodeAgent:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     def _on_exit(self, managed: ManagedActor) -> None:
-        with self._lock:
-            self._exits.append(managed)
+        with self._lock:  # with the incarnation that exited: the next process may be ready before the notice goes
+            self._exits.append((managed, managed.incarnation))
 
     def _run(self) -> None:
         rpc = RpcClient(identity="node-agent", secret=self.secret or None)
@@ -282,20 +282,36 @@ class NodeAgent:
             # Only from this cluster's processes, and only about a replica this agent runs: the
             # book holds one report per supervised replica, whoever else writes to the socket.
             if isinstance(report, ReplicaHeartbeat) and (codec.last_authenticated or not self.secret) \
-                    and report.node in self.nodes \
-                    and replica_actor_name(report.topic, report.partition, report.node) in self.supervisor.actors:
+                    and report.node in self.nodes and self._from_running_process(report):
                 news |= self.book.take(report, time.monotonic_ns())
         return news
+
+    def _from_running_process(self, report: ReplicaHeartbeat) -> bool:
+        """Whether the report comes from the process this agent runs for its replica. An earlier
+        process of it may still be alive and send: one paused (SIGSTOP) while its node replaced it
+        on a new disk, resumed later with its reports still addressed here. Its reports would tell
+        the coordinator that the process on record is one whose disk is lost. A process says it is
+        ready before it reports, so a report from one not known ready yet reads the lifeline first."""
+        managed = self.supervisor.actors.get(replica_actor_name(report.topic, report.partition, report.node))
+        if managed is None:
+            return False
+        if not managed.ready and managed.process is not None:
+            with self.supervisor.lock:
+                self.supervisor.check_ready(managed)
+        if managed.ready and managed.incarnation == report.incarnation:
+            return True
+        self._count("reports_from_other_processes")
+        return False
 
     def _report_exits(self, rpc: RpcClient) -> None:
         with self._lock:
             exits, self._exits = self._exits, []
-        for managed in exits:
+        for managed, incarnation in exits:
             spec = managed.spec
-            if spec.kind == "replica" and managed.incarnation:
-                self.book.forget(spec.topic, spec.partition, spec.node, managed.incarnation)
+            if spec.kind == "replica" and incarnation:
+                self.book.forget(spec.topic, spec.partition, spec.node, incarnation)
                 rpc.send(self.controllers.current, ReplicaExited(
-                    topic=spec.topic, partition=spec.partition, node=spec.node, incarnation=managed.incarnation))
+                    topic=spec.topic, partition=spec.partition, node=spec.node, incarnation=incarnation))
 
     def _heartbeat(self, rpc: RpcClient) -> None:
         # Short: while the coordinator is down this thread must keep reaping and restarting

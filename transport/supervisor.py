@@ -128,6 +128,7 @@ class Supervisor:
         managed.pid = process.pid or 0
         managed.ready = False
         managed.endpoint = ""
+        managed.incarnation = 0  # the new process's, once it says it is ready
         managed.exit_code = None
         managed.refusal = ""
         managed.restart_at_ns = None

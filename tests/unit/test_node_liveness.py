@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
 from actors.errors import ErrorCode
@@ -345,12 +346,31 @@ def test_the_book_sends_what_changed_until_it_is_delivered_and_calls_a_silent_re
     assert [item.node for item in book.heartbeat([1, 2], "v", 3500 * MS, everything=False).replicas] == [2]
 
 
+class _Process:
+    """A supervised process as the agent reads it: whether it said it is ready, with which
+    incarnation, and a "ready" it sent that the supervisor has not read yet (`waiting`)."""
+
+    def __init__(self, incarnation: int = 5, *, ready: bool = True) -> None:
+        self.ready = ready
+        self.incarnation = incarnation if ready else 0
+        self.waiting = 0 if ready else incarnation
+        self.process = object()
+
+
 class _Supervised:
     """What the agent reads of its supervisor: the actors it runs (and it sets on_exit)."""
 
-    def __init__(self, names: list[str]) -> None:
-        self.actors = {name: object() for name in names}
+    def __init__(self, names: list[str] | dict[str, _Process]) -> None:
+        import threading
+
+        self.actors = dict(names) if isinstance(names, dict) else {name: _Process() for name in names}
         self.on_exit = None
+        self.lock = threading.RLock()
+
+    def check_ready(self, managed: _Process) -> bool:
+        if managed.waiting:
+            managed.ready, managed.incarnation, managed.waiting = True, managed.waiting, 0
+        return managed.ready
 
     def poll(self) -> list:
         return []
@@ -387,6 +407,46 @@ def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_i
             time.sleep(0.02)
         time.sleep(0.2)  # the other two, had they been taken, arrived with the first
         assert sorted(agent.book.latest) == [("orders", 0, 1)], "node 2 is not this agent's; made-up/7 not a replica it runs"
+    finally:
+        sender.close()
+        agent.stop()
+
+
+@pytest.mark.timeout(30)
+def test_the_agent_keeps_reports_only_from_the_process_it_runs_not_from_an_earlier_one(tmp_path):
+    """A zombie: the earlier process of a replica, paused while its node replaced it on a new disk,
+    resumes and reports as before. Taken, its report would tell the coordinator that the process
+    on record is the one whose disk is lost. A process that said it is ready, in a message the
+    supervisor has not read yet, is read first: its first report is news, not to be dropped."""
+    import time
+
+    import zmq
+
+    from transport.codec import Codec
+    from transport.node_agent import NodeAgent
+
+    running = {"replica/orders/0/n1": _Process(5), "replica/orders/1/n1": _Process(8, ready=False)}
+    agent = NodeAgent(supervisor=_Supervised(running), coordinator="tcp://127.0.0.1:9",
+                      nodes=[1], data_dir=str(tmp_path), cluster_id="c", limits=LIMITS)
+    agent.start()
+    sender = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        sender.setsockopt(zmq.LINGER, 0)
+        sender.connect(agent.endpoint)
+        codec = Codec()
+        for report in (beat(1, incarnation=4), msgspec.structs.replace(beat(1, incarnation=8), partition=1)):
+            sender.send_multipart(codec.encode(report))
+        deadline = time.monotonic() + 10
+        while not agent.book.latest and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the zombie's, had it been taken, arrived before the other
+        assert {key: report.incarnation for key, (report, _) in agent.book.latest.items()} == {("orders", 1, 1): 8}
+        assert agent.counters.get("reports_from_other_processes") == 1
+
+        sender.send_multipart(codec.encode(beat(1, incarnation=5)))  # the process it runs
+        while len(agent.book.latest) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert agent.book.latest[("orders", 0, 1)][0].incarnation == 5
     finally:
         sender.close()
         agent.stop()
