@@ -18,7 +18,7 @@ assignments stays with `TinyAgent` (chaos/sim_hosts.py), for which the simulator
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -46,8 +46,12 @@ def node_agent_endpoint(node: int) -> str:
 class SimNodeAgent:
     """The liveness half of transport/node_agent.py's `NodeAgent`, as an actor."""
 
-    def __init__(self, node: int, controllers: str, limits: Limits, agent_id: str) -> None:
+    def __init__(self, node: int, controllers: str, limits: Limits, agent_id: str,
+                 running: Callable[[str, int], int]) -> None:
         self.node = node
+        # The incarnation of the process the agent runs for a replica of its node (0: none runs),
+        # as the real agent's supervisor knows it: reports from any other are not taken.
+        self.running = running
         self.controllers = ControllerEndpoints(controllers)
         self.limits = limits
         self.agent_id = agent_id
@@ -71,8 +75,10 @@ class SimNodeAgent:
         if isinstance(message, TimerFired):
             return self._on_timer(now_ns) if now_ns >= self.next_beat_ns else []
         if isinstance(message, ReplicaHeartbeat):
-            # Only about a replica of this node, as the real agent takes only its own processes'.
-            if message.node != self.node or not self.book.take(message, now_ns):
+            # Only about a replica of this node, from the process it runs, as the real agent takes
+            # only its own processes' (an earlier one may still be alive: chaos/sim_zombies.py).
+            if message.node != self.node or not self._from_running_process(message) \
+                    or not self.book.take(message, now_ns):
                 return []
             soon = now_ns + NEWS_DELAY_MS * MS
             if soon < self.next_beat_ns:  # news: it waits a moment for more to share its heartbeat
@@ -97,6 +103,9 @@ class SimNodeAgent:
         if isinstance(message, PeerDisconnected) and message.endpoint == self.controllers.current:
             self.controllers.rotate()
         return []
+
+    def _from_running_process(self, report: ReplicaHeartbeat) -> bool:
+        return report.incarnation == self.running(report.topic, report.partition)
 
     def forget(self, topic: str, partition: int, incarnation: int) -> None:
         """The replica's process exited (the agent reaped it)."""

@@ -162,8 +162,14 @@ class Simulator(ActorSteps, Delivery):
     def _node_agent_factory(self, node: int) -> Any:
         def build(host: Host, _: int) -> SimNodeAgent:
             agent_id = f"sim-n{node}-{host.incarnation}"  # new at every start, as the real agent's
-            return SimNodeAgent(node, self.coordinator_endpoint, self.config.limits, agent_id)
+            return SimNodeAgent(node, self.coordinator_endpoint, self.config.limits, agent_id,
+                                lambda topic, partition: self._running_incarnation(topic, partition, node))
         return build
+
+    def _running_incarnation(self, topic: str, partition: int, node: int) -> int:
+        """The incarnation of the replica process a node's agent runs (0: none is running)."""
+        host = self.hosts.get(f"replica/{topic}/{partition}/n{node}")
+        return host.actor.incarnation if host is not None and host.alive else 0
 
     def node_agent(self, node: int) -> Host | None:
         """The node's agent host, when the run has node agents."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 
+import msgspec
 import pytest
 
 from actors.errors import ErrorCode
@@ -73,7 +74,8 @@ def test_a_crashed_replica_is_forgotten_by_its_agent_and_its_leadership_moves():
 
 
 def test_an_agent_follows_redirects_a_bounded_number_of_times_per_round():
-    agent = SimNodeAgent(1, "sim://controller/1,sim://controller/2,sim://controller/3", SIM_LIMITS, "a-1")
+    agent = SimNodeAgent(1, "sim://controller/1,sim://controller/2,sim://controller/3", SIM_LIMITS, "a-1",
+                         lambda topic, partition: 3)
     sent = agent.start(0)
     rounds = 0
     for _ in range(10):  # every voter says another leads, or that none does
@@ -91,10 +93,22 @@ def test_an_agent_follows_redirects_a_bounded_number_of_times_per_round():
 
 
 def test_an_answer_to_an_earlier_heartbeat_does_not_mark_newer_reports_delivered():
-    agent = SimNodeAgent(1, "sim://controller/1", SIM_LIMITS, "a-1")
+    agent = SimNodeAgent(1, "sim://controller/1", SIM_LIMITS, "a-1", lambda topic, partition: 3)
     first = heartbeat_in(agent.start(0))
     report = ReplicaHeartbeat(topic="sim", partition=0, node=1, endpoint="sim://r", pid=1, incarnation=3)
     agent.handle(report, b"", 1 * MS)
     agent.handle(TimerFired(name="beat"), b"", agent.next_beat_ns)  # the news goes out in a second heartbeat
     agent.handle(NodeHeartbeatResponse(correlation_id=first.correlation_id), b"", 30 * MS)
     assert ("sim", 0, 1) in agent.book.unsent, "the answer to the first heartbeat took the second one's report"
+
+
+def test_an_agent_takes_a_report_only_from_the_process_it_runs():
+    """As the real agent (transport/node_agent.py): an earlier process of the replica still alive
+    (chaos/sim_zombies.py) reports in vain; the process the node runs now is heard."""
+    agent = SimNodeAgent(1, "sim://controller/1", SIM_LIMITS, "a-1", lambda topic, partition: 3)
+    agent.start(0)
+    zombie = ReplicaHeartbeat(topic="sim", partition=0, node=1, endpoint="sim://r#1", pid=1, incarnation=2)
+    agent.handle(zombie, b"", 1 * MS)
+    assert ("sim", 0, 1) not in agent.book.latest
+    agent.handle(msgspec.structs.replace(zombie, endpoint="sim://r#2", incarnation=3), b"", 2 * MS)
+    assert agent.book.latest[("sim", 0, 1)][0].incarnation == 3
