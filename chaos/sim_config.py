@@ -34,7 +34,7 @@ SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=150
 FAULT_KINDS = ("crash", "pause", "partition", "network", "disk", "clock", "slow-disk", "flush-crash")
 # Chosen only when named (`--faults ...,voter-disk`), so the recorded histories of the default
 # faults stay as they are: a controller loses its disk (chaos/sim_disk.py `lose_voter_disk`).
-OPTIONAL_FAULT_KINDS = ("voter-disk",)
+OPTIONAL_FAULT_KINDS = ("voter-disk", "zombie")
 ASSIGNORS = ("range", "round-robin", "cooperative-sticky")
 TOPIC = "sim"
 DEAD_LETTER_TOPIC = "sim.dlq"

@@ -118,9 +118,7 @@ class DiskFaults:
         """Damage one replica (a random one, or `target`); returns what was done, or None when no
         partition may take a fault now."""
         sim = self.sim
-        candidates = sorted(name for name, host in sim.hosts.items()
-                            if host.kind == "replica" and host.alive and self.free(host.state["topic_partition"])
-                            and sim.faults.may_lose_data(name) and self._not_the_only_holder(host))
+        candidates = self.candidates()
         if target is not None:
             candidates = [name for name in candidates if name == target]
         if not candidates:
@@ -142,10 +140,7 @@ class DiskFaults:
         if not self._damage(host, fault):
             sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
             return None
-        self.damaged[key] = name
-        self.faults_of[key] = fault
-        self.repaired.discard(key)
-        self.injected.append((name, fault))
+        self.took_fault(name, key, fault)
         sim.note(f"disk fault {fault} on {name}")
         if not whole_cluster:
             sim.queue.push(sim.now_ns + sim.config.restart_delay_ms * MS, "call", lambda: sim.restart(name))
@@ -171,6 +166,20 @@ class DiskFaults:
             delay_ms = sim.config.restart_delay_ms + self.rng.randint(0, spread_ms)
             sim.queue.push(sim.now_ns + delay_ms * MS, "call", lambda member=member: sim.restart(member))
         return fault
+
+    def candidates(self) -> list[str]:
+        """The replicas that may lose their disk now, by name."""
+        sim = self.sim
+        return sorted(name for name, host in sim.hosts.items()
+                      if host.kind == "replica" and host.alive and self.free(host.state["topic_partition"])
+                      and sim.faults.may_lose_data(name) and self._not_the_only_holder(host))
+
+    def took_fault(self, name: str, key: tuple[str, int], fault: str) -> None:
+        """`name` lost or damaged its disk: its partition takes no other disk fault until it is back."""
+        self.damaged[key] = name
+        self.faults_of[key] = fault
+        self.repaired.discard(key)
+        self.injected.append((name, fault))
 
     def lose_voter_disk(self) -> str | None:
         """A controller loses its disk and restarts; returns its name, or None when none may."""

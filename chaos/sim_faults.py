@@ -14,6 +14,8 @@ role, then a process of that role):
     disk         a replica loses or damages flushed data (chaos/sim_disk.py)
     voter-disk   (only when named) a controller loses its disk and comes back marked rejoining
                  (chaos/sim_disk.py `lose_voter_disk`)
+    zombie       (only when named) a follower is paused, its node replaces it on an empty disk,
+                 then it resumes for a while (chaos/sim_zombies.py)
     clock        the process's clock jumps, staying within `clock_skew_max_ms` of the true time
     slow-disk    each flush of the process takes 5-200 ms for a while: it is busy (handles
                  nothing) meanwhile, and what an AfterFlush guards waits for it; a flush the
@@ -231,6 +233,11 @@ class Faults:
         elif kind == "disk":
             done = sim.disk.inject()
             line.update(target=sim.disk.injected[-1][0] if done else "", fault=done or "none")
+        elif kind == "zombie":
+            from chaos.sim_zombies import make_zombie
+
+            made = make_zombie(sim, sim.disk)
+            line.update(target=made or "", fault="zombie" if made else "none")
         elif kind == "voter-disk":
             lost = sim.disk.lose_voter_disk()
             line.update(target=lost or "", fault="voter-disk" if lost else "none")

@@ -27,6 +27,8 @@ Replication, elections, producer state (chaos/sim_variants_log.py):
   live, so a late notice marks the restarted process dead for good;
 - `follower-trusts-leader-watermark` (follower): the follower's high watermark is the leader's,
   not bounded by its own log end;
+- `agent-takes-any-report` (node agent): a report about a replica of the node is taken from any
+  process, so a zombie's (chaos/sim_zombies.py) tells the coordinator its lost disk is on record;
 - `retry-renumbered` (producer): a retried batch is encoded again with the next sequence numbers,
   so the leader cannot recognise a retry of a batch it already appended.
 
@@ -108,7 +110,7 @@ VARIANTS = (
     # replication and elections
     "ack-before-replication", "elect-outside-isr", "elect-last-reporter", "trust-damaged-replicas",
     "commit-below-min-insync", "retry-answered-at-once", "fetch-before-flush", "restart-keeps-isr-seat",
-    "late-exit-notice-kills", "follower-trusts-leader-watermark",
+    "late-exit-notice-kills", "follower-trusts-leader-watermark", "agent-takes-any-report",
     # producer state
     "follower-forgets-producers", "retry-renumbered",
     # groups, members, assignors

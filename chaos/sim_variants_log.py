@@ -226,6 +226,14 @@ def _late_exit_notice_kills() -> Restore:
     return swap(coordinator.Coordinator, "_on_replica_exited", on_exited)
 
 
+def _agent_takes_any_report() -> Restore:
+    """The node agent takes a report about a replica of its node from whichever process sends it,
+    as it did before it checked the incarnation: a zombie's too (chaos/sim_zombies.py)."""
+    from chaos.sim_agents import SimNodeAgent
+
+    return swap(SimNodeAgent, "_from_running_process", lambda self, report: True)
+
+
 PATCHES = {
     "ack-before-replication": _ack_before_replication,
     "commit-below-min-insync": _commit_below_min_insync,
@@ -239,4 +247,5 @@ PATCHES = {
     "late-exit-notice-kills": _late_exit_notice_kills,
     "follower-trusts-leader-watermark": _follower_trusts_leader_watermark,
     "retry-renumbered": _retry_renumbered,
+    "agent-takes-any-report": _agent_takes_any_report,
 }

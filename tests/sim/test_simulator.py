@@ -216,6 +216,7 @@ VARIANT_SEARCH = {
     "restart-keeps-isr-seat": (1053, 73),  # 1032 until clean restarts were checked against watermarks
     "late-exit-notice-kills": (1016, 27),
     "follower-trusts-leader-watermark": (1001, 8),
+    "agent-takes-any-report": (1008, 17),  # in the zombie sweep: see VARIANT_SWEEPS
     "follower-forgets-producers": (1025, 38),
     "retry-renumbered": (1005, 13),
     "stale-generation-commit": (1036, 52),
@@ -239,7 +240,20 @@ VARIANT_SEARCH = {
 # seed). A damaged replica trusted as a leader was caught by one seed in 200 of the default sweep
 # (1044); since a member back from an unclean restart waits for ISR members not yet heard from
 # (seed 4883), by none in 600 (1000-1599). Faults every 150-600 ms catch it at 2035 and 2048.
-VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000)}
+# A node agent taking a zombie's reports (chaos/sim_zombies.py) is caught only where zombies are:
+# the fault is left out of the default sweep, whose recorded histories it would change.
+ZOMBIE_FAULTS = SimConfig(faults=("zombie",))
+VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000), "agent-takes-any-report": (ZOMBIE_FAULTS, 1000)}
+
+
+def test_zombie_followers_lose_no_acknowledged_write():
+    """A follower paused, replaced on a new disk, then resumed (chaos/sim_zombies.py): the seeds of
+    the zombie sweep that catch a node agent taking its reports pass with the agent as it is."""
+    for seed in (1008, 1014, 1020, 1021):
+        result = simulate(seed, ZOMBIE_FAULTS)
+        result.raise_for_problems()
+        made = [line for line in result.history if line["type"] == "fault" and line.get("fault") == "zombie"]
+        assert made, f"seed {seed} made no zombie"
 
 
 def first_catch(variant: str) -> tuple[str, int | None, list[str]]:
