@@ -135,7 +135,10 @@ class ReplicaStorage:
     def cut_to(self, target: int) -> list[Effect]:
         log = self.replica.log
         before = log.log_end_offset
-        log.truncate_to(target)
+        if target < log.log_start_offset:
+            log.reset_to(target)  # lost below the first file (storage/recovery.py): everything comes again
+        else:
+            log.truncate_to(target)
         if before > target:
             # What the cut dropped is missing now, not only the damage: the replica is repaired
             # once it holds all of it again (or all the leader has), not as soon as its log end
@@ -160,7 +163,12 @@ class ReplicaStorage:
         inside = [item.first_offset for item in self.health.damage
                   if item.first_offset < log.log_end_offset and item.last_offset != UNKNOWN_END
                   and item.last_offset >= log.log_start_offset]
-        return max(min(inside), log.log_start_offset) if inside else None
+        if inside:
+            return max(min(inside), log.log_start_offset)
+        # Offsets lost below the log's first file: the log restarts empty there.
+        below = [item.first_offset for item in self.health.damage
+                 if item.last_offset != UNKNOWN_END and item.last_offset < log.log_start_offset]
+        return min(below) if below else None
 
     def after_fetch(self, leader_log_end: int) -> list[Effect]:
         """A fetch from the leader appended: drop the damage the log has got back."""

@@ -6,7 +6,8 @@ Two regions, two rules:
   header validated, offsets contiguous, each batch's epoch equal to what the leader-epoch
   checkpoint says). A failure is logged loudly, recorded in `RecoveryReport.corrupt_ranges` and
   kept on disk as a refused range that reads reject with `CorruptLog`; it is never truncated away.
-  A missing segment in that region is refused the same way. Payload bit rot there is not visible
+  A missing segment in that region is refused the same way, and so are missing first segments
+  (the checkpoint's log start below the first file's). Payload bit rot there is not visible
   to a header walk; reads verify CRCs and refuse it when they meet it.
 - From the recovery point on, every batch's CRC is verified too. The log is cut at the first torn
   or failing byte (and every later segment removed); the report counts the bytes and batches cut.
@@ -270,6 +271,12 @@ class _Recovery:
             self.report.corrupt_ranges.append((log_end, self.recovery_offset - 1))
             self._problem(f"CORRUPTION: offsets {log_end}..{self.recovery_offset - 1} were flushed but are no "
                           f"longer on disk; the log now ends at {log_end}")
+        if point is not None and self.segments and point.log_start_offset < start:
+            # The checkpoint's log start is where the log began; retention and DeleteRecords store
+            # a higher one before they remove a file. Files that now begin above it were lost.
+            self.report.corrupt_ranges.append((point.log_start_offset, start - 1))
+            self._problem(f"CORRUPTION: offsets {point.log_start_offset}..{start - 1} are missing (no segment holds "
+                          f"them): the log starts at {point.log_start_offset}, its first segment at {start}")
         if point is not None:
             start = max(start, min(point.log_start_offset, log_end))
         for segment in self.segments:

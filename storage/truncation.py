@@ -8,8 +8,9 @@ without refusing good data or resurrecting removed data:
   entries at or past the new end;
 - whole segments are removed newest first, so a crash leaves a contiguous prefix;
 - only whole segments that are not the active one are ever deleted by retention; the log start
-  moves to the next segment's base offset (or, for DeleteRecords, to the requested offset,
-  persisted in the recovery-point checkpoint so it survives a restart).
+  moves to the next segment's base offset (or, for DeleteRecords, to the requested offset),
+  persisted in the recovery-point checkpoint before any file is removed, so it survives a restart
+  and a log start below the first file always means lost files.
 """
 
 from __future__ import annotations
@@ -90,19 +91,22 @@ class ShrinkOperations:
         timestamp) or while the log is larger than `retention_bytes`; returns how many."""
         self._check_open()
         config = self._config
-        deleted = 0
-        with self._fatal_on_fsync_failure():
-            while len(self._segments) > 1:
-                oldest = self._segments[0]
-                expired = config.retention_ms is not None and now_ms - oldest.max_timestamp_ms > config.retention_ms
-                oversized = config.retention_bytes is not None and self.size_bytes > config.retention_bytes
-                if not (expired or oversized):
-                    break
-                self._delete_oldest()
-                deleted += 1
-            if deleted and self._epochs.truncate_from_start(self._log_start):
-                self._epochs.persist()
-        return deleted
+        doomed, remaining = 0, self.size_bytes
+        while len(self._segments) - doomed > 1:
+            oldest = self._segments[doomed]
+            expired = config.retention_ms is not None and now_ms - oldest.max_timestamp_ms > config.retention_ms
+            oversized = config.retention_bytes is not None and remaining > config.retention_bytes
+            if not (expired or oversized):
+                break
+            remaining -= oldest.size_bytes
+            doomed += 1
+        if doomed:
+            with self._fatal_on_fsync_failure():
+                self._log_start = max(self._log_start, self._segments[doomed].base_offset)
+                self._delete_oldest(doomed)
+                if self._epochs.truncate_from_start(self._log_start):
+                    self._epochs.persist()
+        return doomed
 
     def delete_records_before(self: "PartitionLog", offset: int) -> None:
         """Kafka DeleteRecords: move the log start up to `offset` and delete whole segments below."""
@@ -114,17 +118,22 @@ class ShrinkOperations:
             return
         with self._fatal_on_fsync_failure():
             self._log_start = offset
-            while len(self._segments) > 1 and self._bases[1] <= offset:
-                self._delete_oldest()
-            self._store_checkpoint()
+            doomed = 0
+            while doomed + 1 < len(self._segments) and self._bases[doomed + 1] <= offset:
+                doomed += 1
+            self._delete_oldest(doomed)
             if self._epochs.truncate_from_start(offset):
                 self._epochs.persist()
 
-    def _delete_oldest(self: "PartitionLog") -> None:
-        segment = self._segments.pop(0)
-        self._bases.pop(0)
-        self._remove_segment_file(segment)
-        self._log_start = max(self._log_start, self._segments[0].base_offset)
+    def _delete_oldest(self: "PartitionLog", count: int) -> None:
+        """Remove the `count` oldest segments, all below the log start. The checkpoint names the
+        log start first: a crash between the two leaves files the log no longer holds (removed
+        by the next retention), never a log start below its first file, which recovery reports
+        as lost data (storage/recovery.py)."""
+        self._store_checkpoint()
+        for segment in self._segments[:count]:
+            self._remove_segment_file(segment)
+        del self._segments[:count], self._bases[:count]
 
     def _remove_segment_file(self: "PartitionLog", segment: Segment) -> None:
         segment.handle.close()

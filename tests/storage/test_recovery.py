@@ -185,6 +185,32 @@ def test_a_missing_segment_in_the_flushed_region_is_refused():
     assert log.read(bases[2], 1 << 30) != b""
 
 
+def test_a_missing_first_segment_is_reported_not_taken_for_a_higher_log_start():
+    """The log start is the checkpoint's; a log whose files now begin above it lost them. Taken
+    for a log that starts higher, it opened as healthy and, elected, served the rest as if the
+    first records had never been written."""
+    fs, positions, everything = build(batches=14, flushed_batches=14)
+    bases = sorted({entry[0] for entry in positions})
+    fs.remove(segment_path(bases[0]))
+    log = open_memory_log(CONFIG, fs=fs)
+    assert log.recovery.corrupt_ranges == [(0, bases[1] - 1)]
+    assert any("no segment holds them" in problem for problem in log.recovery.problems)
+    assert log.log_end_offset == 28
+
+
+def test_retention_followed_by_a_crash_is_not_taken_for_a_lost_segment():
+    """Retention moves the checkpoint's log start before it removes the files below it: a crash
+    in between leaves files the log no longer holds, never a log start below its first file."""
+    config = LogConfig(segment_bytes=700, index_interval_bytes=100, retention_ms=None, retention_bytes=1500)
+    fs, positions, everything = build(batches=14, flushed_batches=14, config=config)
+    log = open_memory_log(config, fs=fs)
+    assert log.apply_retention(now_ms=100) >= 1
+    fs.crash()  # nothing flushed after the retention
+    again = open_memory_log(config, fs=fs)
+    assert again.recovery.corrupt_ranges == [] and again.recovery.problems == []
+    assert again.log_start_offset == log.log_start_offset
+
+
 def test_overlapping_segments_are_not_guessed_at():
     fs, positions, everything = build(batches=14, flushed_batches=14)
     bases = sorted({entry[0] for entry in positions})

@@ -141,6 +141,29 @@ def test_a_follower_with_a_refused_range_truncates_below_it_refetches_and_report
     assert not follower.log.corrupt_ranges
 
 
+def test_a_follower_that_lost_its_first_segment_fetches_everything_again():
+    """Its files now begin above the log start its checkpoint names: the offsets below are lost,
+    not retained away. It says it is damaged (so it is not elected) and empties its log down to
+    the lost offsets, which it fetches again with everything after them."""
+    fs = MemoryFileSystem()
+    first = FollowerStage(fs)
+    first.answer(first.fetch(), leader_batches(60, epoch=3), high_watermark=60, log_end_offset=60)
+    first.log.close()
+    segments = sorted(name for name in fs.list_directory(DIRECTORY) if name.endswith(".log"))
+    assert len(segments) >= 2
+    fs.remove(f"{DIRECTORY}/{segments[0]}")
+
+    follower = FollowerStage(fs)  # restarted over the directory
+
+    assert follower.replica.storage.damaged
+    request = follower.fetch()
+    assert request.offset == 0 and request.repairing
+    follower.answer(request, leader_batches(60, epoch=3), high_watermark=60, log_end_offset=60)
+    assert follower.replica.storage.healthy
+    assert (follower.log.log_start_offset, follower.log.log_end_offset) == (0, 60)
+    assert follower.log.read(0, 1 << 20)
+
+
 def test_a_new_directory_is_repaired_once_it_has_caught_up_with_its_leader():
     follower = FollowerStage()
     assert follower.replica.storage.state() == "new"
