@@ -7,6 +7,13 @@ hang-up never reach it), with its output in `<data dir>/railmq.log`, waits until
 names that process and the coordinator answers, prints where the cluster is, and returns.
 `railmq down` reads the state file of the data directory, checks that the pid is still a railmq
 process, sends it SIGTERM (it stops every actor it started) and waits for it to exit.
+
+The state file is a claim, the data directory's lock is the truth: the running `railmq up` holds
+`<data dir>/.lock` with its pid inside (storage/directory.py). A state file that is damaged
+(undecodable, not a JSON object, a key missing or of the wrong type) or gone does not stop `down`
+from finding that process, nor `up --detach` from refusing to start a second cluster. Reading a
+damaged one is a `StateFileDamaged` naming the file; it belongs to no one who can vouch for it,
+so `down` and a stopping `up` remove it rather than leave it in the way of every later command.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import psutil
 
 from actors.errors import ErrorCode, RailmqError
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, clients_default_bootstrap, print_error
+from storage.directory import LOCK_NAME, lock_holder
 
 STATE_FILE = "railmq.json"
 LOG_FILE = "railmq.log"
@@ -31,6 +39,21 @@ LOG_FILE = "railmq.log"
 DETACHED_START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S_DEFAULT = 60.0
 LOG_LINES_SHOWN = 15
+# What `write_state` writes is about 200 bytes; a file far larger is not one, and is not read whole.
+STATE_FILE_BYTES_MAX = 64 * 1024
+# The keys the commands read, and their types (`write_state` writes these and a few more).
+STATE_KEYS = {"pid": int, "bootstrap": str, "nodes": int}
+STATE_KEY_TYPE_NAMES = {int: "a whole number", str: "text"}
+
+
+class StateFileDamaged(RailmqError):
+    """The state file is there but is not what `write_state` writes."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(ErrorCode.STORAGE_ERROR, f"the state file {path} is damaged ({why}): remove it "
+                                                  f"(a running `railmq up` is the pid in {LOCK_NAME} next to it)")
+        self.path = path
+        self.why = why
 
 
 def state_path(data_dir: str) -> str:
@@ -47,29 +70,80 @@ def write_state(data_dir: str, bootstrap: str, nodes: int) -> None:
 
 
 def remove_state(data_dir: str) -> None:
-    """Remove the state file if it is this process's (a newer `up` may have replaced it)."""
-    state = read_state(data_dir)
-    if state is not None and state.get("pid") == os.getpid():
-        try:
-            os.unlink(state_path(data_dir))
-        except FileNotFoundError:
-            pass
+    """Remove the state file if it is this process's (a newer `up` may have replaced it), or if it
+    is damaged. Never raises: this runs as `up` stops, after its actors are gone."""
+    try:
+        state = read_state(data_dir)
+    except StateFileDamaged as damaged:
+        # Whose it was cannot be told. Left behind, it would stand in the way of every later
+        # `up --detach` and `down`; a newer `up`, if one runs, is found by its lock instead.
+        print(f"removing the damaged {damaged.path}: {damaged.why}", file=sys.stderr)
+        _remove_quietly(damaged.path)
+        return
+    if state is not None and state["pid"] == os.getpid():
+        _remove_quietly(state_path(data_dir))
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        print(f"could not remove {path} ({error}): remove it by hand", file=sys.stderr)
 
 
 def read_state(data_dir: str) -> dict[str, Any] | None:
+    """The state file's document, None if there is none, or StateFileDamaged."""
+    path = state_path(data_dir)
     try:
-        with open(state_path(data_dir), encoding="utf-8") as handle:
-            return json.load(handle)
-    except (FileNotFoundError, json.JSONDecodeError):
+        with open(path, "rb") as handle:
+            content = handle.read(STATE_FILE_BYTES_MAX + 1)
+    except FileNotFoundError:
         return None
+    except OSError as error:  # a directory in its place, no permission
+        raise StateFileDamaged(path, f"it cannot be read: {error.strerror or error}") from None
+    return _checked_state(path, content)
+
+
+def _checked_state(path: str, content: bytes) -> dict[str, Any]:
+    if len(content) > STATE_FILE_BYTES_MAX:
+        raise StateFileDamaged(path, f"larger than {STATE_FILE_BYTES_MAX} bytes")
+    try:
+        state = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise StateFileDamaged(path, f"byte {error.start} is not UTF-8") from None
+    except (ValueError, RecursionError) as error:
+        raise StateFileDamaged(path, f"not JSON: {error}") from None
+    if not isinstance(state, dict):
+        raise StateFileDamaged(path, f"a JSON {type(state).__name__}, not an object")
+    for key, kind in STATE_KEYS.items():
+        value = state.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            found = "missing" if key not in state else f"{value!r}, not {STATE_KEY_TYPE_NAMES[kind]}"
+            raise StateFileDamaged(path, f"its {key!r} is {found}")
+    if state["pid"] <= 0:
+        raise StateFileDamaged(path, f"its 'pid' is {state['pid']}, not a process id")
+    return state
+
+
+def read_state_or_damage(data_dir: str) -> tuple[dict[str, Any] | None, StateFileDamaged | None]:
+    """The state, or None and why it could not be read (the callers that can do without it)."""
+    try:
+        return read_state(data_dir), None
+    except StateFileDamaged as damaged:
+        return None, damaged
 
 
 def running_up_process(state: dict[str, Any] | None) -> psutil.Process | None:
     """The `railmq up` process the state names, if it is alive and still railmq (pids are reused)."""
-    if not state or not isinstance(state.get("pid"), int):
-        return None
+    return up_process(state["pid"]) if state is not None else None
+
+
+def up_process(pid: int) -> psutil.Process | None:
+    """The `railmq up` process of that pid, if it is alive and still railmq (pids are reused)."""
     try:
-        process = psutil.Process(state["pid"])
+        process = psutil.Process(pid)
         command = " ".join(process.cmdline())
         if process.status() == psutil.STATUS_ZOMBIE or "railmq" not in command or " up" not in command:
             return None
@@ -78,10 +152,27 @@ def running_up_process(state: dict[str, Any] | None) -> psutil.Process | None:
         return None
 
 
+def lock_holding_up_process(data_dir: str) -> psutil.Process | None:
+    """The `railmq up` process that holds the data directory's lock, found without the state file:
+    the pid written in the lock file, if that process is `railmq up` and has the file open (a pid
+    left by one killed outright may since belong to another `railmq up`)."""
+    pid = lock_holder(data_dir)
+    process = up_process(pid) if pid else None
+    if process is None:
+        return None
+    lock_path = os.path.realpath(os.path.join(data_dir, LOCK_NAME))
+    try:
+        holds = any(opened.path == lock_path for opened in process.open_files())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return process if holds else None
+
+
 def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: Any) -> int:
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    running = running_up_process(read_state(data_dir))
+    state, damaged = read_state_or_damage(data_dir)
+    running = running_up_process(state) or lock_holding_up_process(data_dir)
     if running is not None:
         print_error("INVALID_CONFIG", f"a cluster already runs from {data_dir} (pid {running.pid}); "
                                       "`railmq down` stops it")
@@ -90,6 +181,10 @@ def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: An
     if taken is not None:
         print_error("INVALID_CONFIG", port_in_use_text(args, taken))
         return EXIT_FAILED
+    if damaged is not None:  # no `up` holds the directory: a leftover, which the new one replaces
+        print(f"removing the damaged {damaged.path} ({damaged.why}): no cluster runs from {data_dir}",
+              file=sys.stderr)
+        _remove_quietly(damaged.path)
     log_path = os.path.join(data_dir, LOG_FILE)
     command = [sys.executable, "-m", "railmq", "up", "--nodes", str(args.nodes), "--port", str(args.port),
                "--data-dir", data_dir] + (["--rebuild-metadata"] if getattr(args, "rebuild_metadata", False) else [])
@@ -125,8 +220,8 @@ def _wait_for_start(child: subprocess.Popen, data_dir: str) -> dict[str, Any] | 
 
     deadline = time.monotonic() + DETACHED_START_TIMEOUT_S
     while time.monotonic() < deadline and child.poll() is None:
-        state = read_state(data_dir)
-        if state is not None and state.get("pid") == child.pid:
+        state, _ = read_state_or_damage(data_dir)  # damaged: not the child's yet
+        if state is not None and state["pid"] == child.pid:
             try:
                 check_cluster(state["bootstrap"])
                 return state
@@ -156,21 +251,40 @@ def _give_up(child: subprocess.Popen, log_path: str) -> None:
 
 def run_down(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
-    state = read_state(data_dir)
-    process = running_up_process(state)
+    state, damaged = read_state_or_damage(data_dir)
+    named = running_up_process(state)
+    process = named or lock_holding_up_process(data_dir)
     if process is None:
-        if state is not None:
-            os.unlink(state_path(data_dir))  # the cluster died without cleaning up: nothing to stop
-        raise RailmqError(ErrorCode.INVALID_REQUEST, f"no railmq cluster runs from {data_dir} "
-                                                     f"(no live process in {STATE_FILE}); pass --data-dir to name another")
+        _no_cluster_runs(data_dir, state, damaged)
+    _stop(process, args.timeout)
+    left, left_damaged = read_state_or_damage(data_dir)
+    if left_damaged is not None or (left is not None and left == state):
+        _remove_quietly(state_path(data_dir))  # the stopped one's, or damaged: not a newer `up`'s
+    where = f"at {state['bootstrap']} " if named is not None else ""
+    print(f"stopped the cluster {where}(pid {process.pid}); its data stays in {data_dir}")
+    if damaged is not None:
+        print(f"its state file was damaged ({damaged.why}): found it as the process holding "
+              f"{os.path.join(data_dir, LOCK_NAME)}, and removed {damaged.path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _no_cluster_runs(data_dir: str, state: dict[str, Any] | None, damaged: StateFileDamaged | None) -> None:
+    """Nothing to stop: a state file left is a dead cluster's (or damaged), and goes."""
+    why = f"no live process in {STATE_FILE}"
+    if damaged is not None:
+        why = f"no `railmq up` holds its {LOCK_NAME}, and its state file {damaged.path} was damaged " \
+              f"({damaged.why}): removed it"
+    if state is not None or damaged is not None:
+        _remove_quietly(state_path(data_dir))
+    raise RailmqError(ErrorCode.INVALID_REQUEST, f"no railmq cluster runs from {data_dir} ({why}); "
+                                                 "pass --data-dir to name another")
+
+
+def _stop(process: psutil.Process, timeout_s: float) -> None:
     process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=args.timeout)
+        process.wait(timeout=timeout_s)
     except psutil.TimeoutExpired:
         process.kill()  # its actors notice their lifeline close and exit too
         process.wait(timeout=10)
-        print(f"the cluster did not stop within {args.timeout:.0f} s and was killed", file=sys.stderr)
-    if os.path.exists(state_path(data_dir)) and read_state(data_dir) == state:
-        os.unlink(state_path(data_dir))
-    print(f"stopped the cluster at {state['bootstrap']} (pid {process.pid}); its data stays in {data_dir}")
-    return EXIT_OK
+        print(f"the cluster did not stop within {timeout_s:.0f} s and was killed", file=sys.stderr)
