@@ -152,6 +152,7 @@ class NodeAgent:
         self.wakeups = 0  # times the thread woke from its sleep (an idle node: about one a second)
         self._thread: threading.Thread | None = None
         self._exits: list[tuple[ManagedActor, int]] = []  # (process, its incarnation) that exited
+        self.unusable_node_dirs: set[str] = set()  # said once each, until they can be listed again
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -386,10 +387,7 @@ class NodeAgent:
         removed = False
         for node in self.nodes:
             node_dir = os.path.join(self.data_dir, f"node-{node}")
-            try:
-                names = os.listdir(node_dir)
-            except FileNotFoundError:
-                continue
+            names = self._list_node_directory(node_dir)
             for name in names:
                 topic_id = _topic_id_of(name)
                 running = any(known[3] == topic_id and known[2] == node for known in self.replicas.values())
@@ -398,6 +396,24 @@ class NodeAgent:
                     log.info("deleted %s/%s: its topic id %x was deleted", node_dir, name, topic_id)
                     removed = True
         return removed
+
+    def _list_node_directory(self, node_dir: str) -> list[str]:
+        """Its entries; none if it is missing (nothing created there yet) or unusable (a file in
+        its place, no permission). An unusable one is the node's own trouble, which its replicas
+        report as they refuse to start: said here once, not on every heartbeat."""
+        try:
+            names = os.listdir(node_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            if node_dir not in self.unusable_node_dirs:
+                self.unusable_node_dirs.add(node_dir)
+                log.warning("cannot look for deleted topics' data in %s: %s; its replicas cannot start "
+                            "there either until it is a usable directory again", node_dir,
+                            (error.strerror or str(error)).lower())
+            return []
+        self.unusable_node_dirs.discard(node_dir)
+        return names
 
     def replica_names(self) -> list[str]:
         return sorted(self.replicas)
