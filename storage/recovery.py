@@ -110,6 +110,8 @@ class _Recovery:
         if index == 0 or segment.base_offset == self.expected_offset:
             return True
         if segment.base_offset < self.expected_offset:
+            if self._refuse_overreaching_batch(index):
+                return True
             raise CorruptLog(f"{self.directory}: segment {segment.base_offset} overlaps the previous one, which "
                              f"ends at {self.expected_offset}; refusing to guess which is right",
                              segment.base_offset, self.expected_offset - 1)
@@ -124,6 +126,25 @@ class _Recovery:
         self._cut(index - 1, previous.size_bytes,
                   f"segment {segment.base_offset} does not follow the log end {self.expected_offset}")
         return False
+
+    def _refuse_overreaching_batch(self, index: int) -> bool:
+        """Segment `index` begins inside the previous one's last batch. A header walk does not check
+        CRCs, so a damaged record count there reads as an overlap: if that batch fails its CRC, it
+        is the damage (refused up to where the next segment begins), not the next segment."""
+        segment, previous = self.segments[index], self.segments[index - 1]
+        found = previous.find_batch(segment.base_offset)
+        if found is None:
+            return False
+        position, header = found
+        data = previous.handle.read_at(position, header.size)
+        if header.base_offset >= segment.base_offset or (
+                len(data) == header.size and compute_crc(data, 0, header) == header.crc):
+            return False  # an intact batch: two segments really claim the same offsets
+        self._refuse(previous, RefusedRange(header.base_offset, segment.base_offset - 1, position, previous.size_bytes),
+                     f"its last batch fails its CRC and claims offsets up to {header.next_offset - 1}, "
+                     f"past the next segment's first ({segment.base_offset})")
+        previous.next_offset = self.expected_offset = segment.base_offset
+        return True
 
     def _walk_segment(self, index: int) -> bool:
         """Walk one segment in its phases; False when the log was cut here (the pass stops)."""
@@ -215,6 +236,8 @@ class _Recovery:
         """Refuse from the failing batch to the end of what is known; return where to go on."""
         segment = self.segments[index]
         first = self.expected_offset
+        if index + 1 < len(self.segments) and first == self.segments[index + 1].base_offset:
+            return self._cut_offsetless_tail(segment, position, error)
         point = self.point
         if point is not None and point.segment_base_offset == segment.base_offset and \
                 position < point.position <= segment.size_bytes and first < point.recovery_offset:
@@ -231,6 +254,16 @@ class _Recovery:
         self.expected_offset = segment.next_offset = max(first, last) + 1
         self.force_index = True
         return resume
+
+    def _cut_offsetless_tail(self, segment: Segment, position: int, error: str) -> int:
+        """Bytes after the last batch of a sealed segment whose batches end where the next segment
+        begins hold no offsets (a file grown without its data, as `truncate -s` or a file system
+        that extended it leaves): they are cut, as nothing of the log is in them."""
+        self._problem(f"bytes {position}..{segment.size_bytes} of segment {segment.base_offset} hold no offsets (its "
+                      f"batches end at {self.expected_offset}, where the next segment begins): cut ({error})")
+        segment.handle.truncate(position)
+        segment.handle.sync()
+        return position
 
     def _refuse(self, segment: Segment, refused: RefusedRange, reason: str) -> None:
         segment.refuse(refused)

@@ -211,6 +211,42 @@ def test_retention_followed_by_a_crash_is_not_taken_for_a_lost_segment():
     assert again.log_start_offset == log.log_start_offset
 
 
+@pytest.mark.parametrize("tail", [bytes(4096), b"\xff" * 100])
+def test_bytes_after_the_last_batch_of_a_sealed_segment_are_cut_and_nothing_is_refused(tail):
+    """A file grown without its data (`truncate -s +4096`, a file system that extended it) holds no
+    offsets: the next segment begins where its batches end. Taken for damage reaching the next
+    segment, it made open refuse the directory as overlapping segments, and the replica was
+    restarted for ever."""
+    fs, positions, everything = build(batches=14, flushed_batches=14)
+    bases = sorted({entry[0] for entry in positions})
+    fs.set_content(segment_path(bases[0]), fs.durable_content(segment_path(bases[0])) + tail)
+    log = open_memory_log(CONFIG, fs=fs)
+    assert log.recovery.corrupt_ranges == []
+    assert any("hold no offsets" in problem for problem in log.recovery.problems)
+    assert read_all(log) == everything
+
+
+def test_a_wrong_record_count_in_the_last_batch_of_a_sealed_segment_refuses_that_batch():
+    """A record count one higher makes the last batch claim the next segment's first offset. Its
+    CRC fails, so that batch is the damage (refused, repaired from the leader), not the next
+    segment (open refused the directory as overlapping, for ever)."""
+    fs, positions, everything = build(batches=14, flushed_batches=14)
+    bases = sorted({entry[0] for entry in positions})
+    last = [entry for entry in positions if entry[0] == bases[0]][-1]
+    _, position, size, batch_base = last
+    data = bytearray(fs.durable_content(segment_path(bases[0])))
+    count_at = position + 36  # storage/batch.py: the record count, which the CRC covers
+    count = int.from_bytes(data[count_at:count_at + 4], "little")
+    data[count_at:count_at + 4] = (count + 1).to_bytes(4, "little")
+    fs.set_content(segment_path(bases[0]), bytes(data))
+    log = open_memory_log(CONFIG, fs=fs)
+    assert log.recovery.corrupt_ranges == [(batch_base, bases[1] - 1)]
+    assert log.log_end_offset == 28
+    with pytest.raises(CorruptLog):
+        log.read(batch_base, 100)
+    assert log.read(bases[1], 1 << 30) != b""
+
+
 def test_overlapping_segments_are_not_guessed_at():
     fs, positions, everything = build(batches=14, flushed_batches=14)
     bases = sorted({entry[0] for entry in positions})
