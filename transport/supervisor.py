@@ -69,6 +69,7 @@ class ManagedActor:
         self.last_exit_code: int | None = None  # of the last process that exited (kept across restarts)
         self.refusal = ""  # why the last process refused to start, if it did
         self.refusals = 0  # refusals (or stops on a full disk) in a row
+        self.quick_failures = 0  # failures soon after starting, in a row (a crash loop)
         self.segments: set[str] = set()
 
     @property
@@ -85,6 +86,10 @@ class ActorStartFailed(RuntimeError):
 
 
 REFUSED_RESTART_DELAY_MAX_MS = 10_000
+# An actor that fails (an exception, exit code 1) this soon after it started, three times or more
+# in a row, is in a crash loop: each next start waits twice as long, up to the bound above.
+CRASH_LOOP_WINDOW_MS = 10_000
+CRASH_LOOP_FREE_RESTARTS = 2
 
 
 class Supervisor:
@@ -261,17 +266,26 @@ class Supervisor:
         """An actor that refused to start (its directory is in use, or not its own), or stopped
         because its disk is full, is retried with a doubling delay up to
         REFUSED_RESTART_DELAY_MAX_MS: the cause may pass (a previous process still exiting, space
-        freed), but a loop must not spin. Any other exit (a crash, kill -9) is restarted after
-        `restart_delay_ms`, and starts the doubling over."""
+        freed), but a loop must not spin. So is one that keeps failing with an exception within
+        CRASH_LOOP_WINDOW_MS of its start, from the third time in a row: an error at every start
+        (a directory it cannot use) restarted it every half second for ever. Any other exit (a
+        crash, kill -9) is restarted after `restart_delay_ms`, and starts the doubling over."""
         delay_ms = self.restart_delay_ms
+        quick = managed.exit_code == 1 and time.monotonic_ns() - managed.started_ns < CRASH_LOOP_WINDOW_MS * 1_000_000
+        managed.quick_failures = managed.quick_failures + 1 if quick else 0
         if managed.refusal or managed.exit_code == EXIT_DISK_FULL:
             managed.refusals += 1
             delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(managed.refusals, 10))
             why = managed.refusal or "its disk is full"
             log.error("%s cannot run (%d times in a row): %s; next try in %d ms", managed.name, managed.refusals,
                       why, delay_ms)
-        else:
-            managed.refusals = 0
+            return delay_ms * 1_000_000
+        managed.refusals = 0
+        doublings = managed.quick_failures - CRASH_LOOP_FREE_RESTARTS
+        if doublings > 0:
+            delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(doublings, 10))
+            log.error("%s failed within %d s of starting %d times in a row (its log says why); next try in %d ms",
+                      managed.name, CRASH_LOOP_WINDOW_MS // 1000, managed.quick_failures, delay_ms)
         return delay_ms * 1_000_000
 
     def _reap(self, managed: ManagedActor) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 
 from transport.actor_main import EXIT_CRASHED, EXIT_DISK_FULL, ActorSpec
-from transport.supervisor import REFUSED_RESTART_DELAY_MAX_MS, ManagedActor, Supervisor
+from transport.supervisor import CRASH_LOOP_WINDOW_MS, REFUSED_RESTART_DELAY_MAX_MS, ManagedActor, Supervisor
 
 MS = 1_000_000
 
@@ -32,3 +32,26 @@ def test_a_crash_or_a_kill_is_restarted_at_once_and_starts_the_doubling_over():
     assert delays(supervisor, managed, [-signal.SIGKILL, EXIT_CRASHED, 1]) == [200, 200, 200]
     assert delays(supervisor, managed, [EXIT_DISK_FULL, EXIT_DISK_FULL, -signal.SIGKILL, EXIT_DISK_FULL]) == [
         400, 800, 200, 400]
+
+
+def test_an_actor_that_keeps_failing_soon_after_it_starts_is_retried_later_and_later():
+    """An exception at every start (a directory it cannot use, a file it cannot read) was restarted
+    every half second for ever. From the third failure in a row within CRASH_LOOP_WINDOW_MS of its
+    start, the delay doubles; one that ran longer, or a kill, starts over."""
+    import time
+
+    supervisor = Supervisor(restart_delay_ms=200)
+    managed = ManagedActor(ActorSpec(kind="replica", name="replica/t/0/n1", cluster_id="c", data_dir="/x"))
+
+    def quick(codes: list[int]) -> list[int]:
+        found = []
+        for code in codes:
+            managed.started_ns = time.monotonic_ns()  # it failed at once
+            found += delays(supervisor, managed, [code])
+        return found
+
+    assert quick([1] * 8) == [200, 200, 400, 800, 1600, 3200, 6400, 10_000]
+    assert quick([-signal.SIGKILL, 1, 1, 1]) == [200, 200, 200, 400], "a kill starts the count over"
+    managed.started_ns = time.monotonic_ns() - (CRASH_LOOP_WINDOW_MS + 1) * MS
+    assert delays(supervisor, managed, [1]) == [200], "it ran a while: a crash, not a crash loop"
+    assert quick([1, 1]) == [200, 200]
