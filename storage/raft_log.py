@@ -82,7 +82,11 @@ class RaftLog:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self, rejoining_if_created: bool) -> None:
-        self._fs.make_directory(self.directory)
+        try:
+            self._fs.make_directory(self.directory)
+        except OSError as error:  # a file in its place, no permission: refused naming it, not retried
+            raise CorruptRaftLog(f"{self.directory}: cannot be used as the raft directory "
+                                 f"({error.strerror or error})") from None
         if not self._fs.exists(self._log_path):
             if self._fs.exists(self._snapshot_path):
                 raise CorruptRaftLog(f"{self._log_path}: missing beside a snapshot; the term and vote it "

@@ -322,3 +322,17 @@ def test_on_real_files_too(tmp_path):
         assert (again.last_index, again.last_term, tuple(again.hard_state)[:2]) == (2, 2, (2, 1))
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("what", ["file", "journal-directory"])
+def test_a_raft_directory_that_cannot_be_used_is_refused_naming_it(tmp_path, what):
+    """A regular file where the raft directory should be (or a directory where its journal should
+    be) is `CorruptRaftLog` naming the path, which the actor turns into a refusal to start: it was
+    a FileExistsError, and the voter was restarted every half second for ever."""
+    directory = tmp_path / "raft"
+    if what == "file":
+        directory.write_bytes(b"not a directory")
+    else:
+        (directory / "raft.log").mkdir(parents=True)
+    with pytest.raises(CorruptRaftLog, match=str(directory)):
+        RaftLog.open(str(directory), fs=OsFileSystem())
