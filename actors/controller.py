@@ -83,6 +83,9 @@ class Controller:
         self.held_read_bytes = 0
         self.last_proposed = 0
         self.rebuilding = False  # a refused proposal: stop deciding until everything proposed applied
+        # Why this voter, elected, will not decide (its committed state is another cluster's): said
+        # to every client while it leads, instead of NOT_CONTROLLER that sends them round the voters.
+        self.refused = ""
         self._activate_wanted = False
         self._now = 0
         self.applied: list[RaftEntry] | None = None  # set to a list to observe applied entries (the simulator)
@@ -183,7 +186,9 @@ class Controller:
             self.coordinator = self.coordinator_factory(self.state)
         except ValueError as error:  # the committed state belongs to another cluster
             self.state.deactivate()
-            return [Trace("controller-refused", {"reason": str(error)})]
+            self.refused = (f"{error}: the data directory's cluster.meta names the second; if that file was "
+                            "damaged or replaced, restore the first there")
+            return [Trace("controller-refused", {"reason": self.refused})]
         self.active_term = self.raft.term
         effects: list[Effect] = [Trace("controller-active", {"node": self.node, "term": self.raft.term,
                                                              "applied_index": self.raft.applied_index})]
@@ -332,6 +337,10 @@ class Controller:
     def _not_controller(self, message: Any, sender: Any) -> list[Effect]:
         if isinstance(message, TimerFired) or type(message).__name__.endswith("Response"):
             return []  # a dropped coordinator's timer; an answer (never answer an answer)
+        if self.refused and self.raft.role is Role.LEADER:
+            return [Send(sender, ErrorResponse(correlation_id=getattr(message, "correlation_id", -1),
+                                               error=ErrorCode.INCONSISTENT_CLUSTER_ID,
+                                               error_message=f"{self.name} will not decide: {self.refused}"))]
         leader = self.raft.leader_id if self.raft.leader_id != self.node else 0
         endpoint = self.raft.config.voters.get(leader, "") if leader else ""
         why = f"voter {leader} ({endpoint}) is" if leader else "no voter is known to be"

@@ -39,7 +39,8 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.errors import ErrorCode
 from actors.limits import Limits
 from actors.messages import (
-    NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat, ReplicaLiveness,
+    ErrorResponse, NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat,
+    ReplicaLiveness,
 )
 from transport.actor_main import ActorSpec, replica_directory
 from transport.codec import Codec, DecodeFailure
@@ -321,6 +322,11 @@ class NodeAgent:
                                    everything=self.full_report_wanted, agent_id=self.agent_id)
         reply = rpc.request_controller(self.controllers, beat, timeout_ms=RECONCILE_TIMEOUT_MS,
                                        authenticated_only=bool(self.secret))
+        if isinstance(reply, ErrorResponse) and reply.error == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            if reply.error_message != self.refused:  # said once: it is the cause, in the log users read
+                log.error("the controllers refuse to run this cluster: %s", reply.error_message)
+            self.refused = reply.error_message
+            return
         if not isinstance(reply, NodeHeartbeatResponse):
             return
         if reply.error == ErrorCode.DUPLICATE_BROKER_REGISTRATION:

@@ -45,6 +45,7 @@ class ControllerNet:
         self.limits = limits or Limits()
         self.raft_fields = raft_fields
         self.groups = groups  # the group-coordination quorum (GroupQuorumVoter over a GroupCoordinator) instead
+        self.cluster_id = CLUSTER_ID  # what each controller's coordinator is told it runs (cluster.meta's)
         self.rng = random.Random(seed)
         self.now_ns = 1_000 * MS
         self.codec = Codec()
@@ -71,7 +72,7 @@ class ControllerNet:
                 return GroupCoordinator(state=state, coordinator=METADATA_CONTROLLER, endpoint=voter_endpoint(node),
                                         incarnation=seed + 1, limits=self.limits, rng=random.Random(seed))
             return Coordinator(state=state, nodes=self.nodes, rng=random.Random(seed), limits=self.limits,
-                               cluster_id=CLUSTER_ID)
+                               cluster_id=self.cluster_id)
 
         kind = GroupQuorumVoter if self.groups else Controller
         controller = kind(config=config, log=log, rng=random.Random(seed), coordinator_factory=factory,

@@ -505,3 +505,29 @@ def test_an_operation_larger_than_an_entry_stays_whole_and_the_step_is_refused_t
     assert len(parts) == 3 and [len(part) > 1024 for part in parts] == [False, True, False]
     assert net.nodes[1].propose_many(parts, net.now_ns).reason == "TOO_LARGE"
     assert net.nodes[1].log.last_index == before
+
+
+def test_a_quorum_whose_state_belongs_to_another_cluster_says_so_to_every_client():
+    """cluster.meta with one character changed: the controllers start as another cluster than their
+    state's. The leader refuses to decide anything, and said so only in a trace: every client was
+    told NOT_CONTROLLER and went round the voters until it gave up (CLUSTER_UNREACHABLE), with
+    nothing in any log. Now every request gets INCONSISTENT_CLUSTER_ID naming both clusters."""
+    net = ControllerNet()
+    active = net.run_until_active()
+    net.send(CLIENT, active, CreateTopicRequest(correlation_id=1, name="orders", partitions=1, replication_factor=3))
+    net.run_for(50)
+    net.cluster_id = "ga2e30f919a4"
+    for node in (1, 2, 3):
+        net.crash(node)
+    for node in (1, 2, 3):
+        net.restart(node)
+    net.run_for(3_000)
+    assert net.active() == [] and net.leader()
+    for node in (1, 2, 3):
+        net.send(CLIENT, node, MetadataRequest(correlation_id=10 + node, topics=None))
+    net.deliver()
+    answers = {answer.correlation_id: answer for answer in net.answers(CLIENT) if answer.correlation_id > 10}
+    leader = answers[10 + net.leader()]
+    assert isinstance(leader, ErrorResponse) and leader.error == ErrorCode.INCONSISTENT_CLUSTER_ID, leader
+    assert CLUSTER_ID in leader.error_message and "ga2e30f919a4" in leader.error_message
+    assert "cluster.meta" in leader.error_message
