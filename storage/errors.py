@@ -67,6 +67,12 @@ class StorageFull(StorageError):
     """The disk (or the injected quota) is full; the write was rolled back, nothing partial remains."""
 
 
+class StorageUnwritable(StorageFull):
+    """The disk refuses to create or write a file (read-only, no permission): nothing was written,
+    and it is handled as a full disk is (the caller waits and retries; a process that cannot go on
+    without the write stops and is started again later and later)."""
+
+
 class FsyncFailed(StorageError):
     """fsync/fdatasync failed. The owner must crash, not retry: the page cache state is unknown."""
 

@@ -22,11 +22,12 @@ import errno
 import os
 from typing import Protocol, Sequence
 
-from storage.errors import FsyncFailed, StorageFull
+from storage.errors import FsyncFailed, StorageFull, StorageUnwritable
 
 Buffer = bytes | bytearray | memoryview
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_REFUSED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)  # read-only, no permission
 
 
 class FaultInjector:
@@ -161,11 +162,17 @@ class OsFileHandle:
             position += written
 
     def _fail_write(self, error: OSError, previous_size: int) -> None:
-        if error.errno not in _FULL_ERRNOS:
+        if error.errno not in _FULL_ERRNOS + _REFUSED_ERRNOS:
             raise error
-        os.ftruncate(self._fd, previous_size)
+        try:
+            os.ftruncate(self._fd, previous_size)
+        except OSError:
+            if error.errno in _FULL_ERRNOS:
+                raise
+            # A file system gone read-only takes no cut either; it took none of the write.
         self.size = previous_size
-        raise StorageFull(f"{self.path}: {error.strerror}; write rolled back to {previous_size} bytes") from None
+        kind = StorageFull if error.errno in _FULL_ERRNOS else StorageUnwritable
+        raise kind(f"{self.path}: {error.strerror}; write rolled back to {previous_size} bytes") from None
 
     def read_at(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
@@ -188,6 +195,19 @@ class OsFileHandle:
             self._fd = -1
 
 
+def _open_for_writing(path: str, flags: int) -> int:
+    """`os.open`, with a directory that refuses new files (read-only, no permission) or has no room
+    for one told apart from a bug: `StorageUnwritable` / `StorageFull`, nothing created."""
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno in _REFUSED_ERRNOS:
+            raise StorageUnwritable(f"{path}: {error.strerror}: the file cannot be opened for writing") from None
+        if error.errno in _FULL_ERRNOS:
+            raise StorageFull(f"{path}: {error.strerror}: the file cannot be created") from None
+        raise
+
+
 class OsFileSystem:
     """Real files. Paths are plain strings; directories are synced after every name change."""
 
@@ -197,7 +217,7 @@ class OsFileSystem:
     def open(self, path: str, *, create: bool = False) -> OsFileHandle:
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         existed = not create or os.path.exists(path)
-        fd = os.open(path, flags, 0o644)
+        fd = _open_for_writing(path, flags)
         size = os.lseek(fd, 0, os.SEEK_END)
         if not existed:
             self.sync_directory(os.path.dirname(path) or ".")
@@ -210,14 +230,24 @@ class OsFileSystem:
     def write_file_atomic(self, path: str, data: Buffer) -> None:
         """Write to a temporary name, fsync it, rename it over `path`, fsync the directory."""
         temporary = temporary_path(path)
-        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = _open_for_writing(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         handle = OsFileHandle(temporary, fd, 0, self.faults)
         try:
             handle.append(data)
             handle.sync()
+        except BaseException:
+            os.unlink(temporary)
+            raise
         finally:
             handle.close()
-        self.rename(temporary, path)
+        try:
+            os.rename(temporary, path)
+        except OSError as error:
+            os.unlink(temporary)
+            if error.errno in _REFUSED_ERRNOS:
+                raise StorageUnwritable(f"{path}: {error.strerror}: it cannot be replaced") from None
+            raise
+        self.sync_directory(os.path.dirname(path) or ".")
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

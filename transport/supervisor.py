@@ -276,7 +276,7 @@ class Supervisor:
         if managed.refusal or managed.exit_code == EXIT_DISK_FULL:
             managed.refusals += 1
             delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(managed.refusals, 10))
-            why = managed.refusal or "its disk is full"
+            why = managed.refusal or "its disk took no write (full, or read-only: its log says which)"
             log.error("%s cannot run (%d times in a row): %s; next try in %d ms", managed.name, managed.refusals,
                       why, delay_ms)
             return delay_ms * 1_000_000

@@ -104,6 +104,34 @@ def test_os_enospc_becomes_storage_full_with_rollback(tmp_path, monkeypatch):
     handle.close()
 
 
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EROFS])
+def test_a_directory_that_refuses_new_files_is_storage_unwritable_not_a_crash(tmp_path, monkeypatch, code):
+    """A read-only directory (`chattr +i`, a remount read-only, wrong ownership) failed the next
+    segment roll with a raw PermissionError: the replica died and was restarted for ever. It is
+    `StorageUnwritable`, a `StorageFull`: callers wait and retry as on a full disk, and nothing
+    partial is left (the atomic write's temporary file included)."""
+    from storage.errors import StorageUnwritable
+
+    fs = OsFileSystem()
+    existing = tmp_path / "kept"
+    existing.write_bytes(b"old")
+    real_open = os.open
+
+    def refusing(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise OSError(code, os.strerror(code))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(StorageUnwritable, match="segment.log"):
+        fs.open(str(tmp_path / "segment.log"), create=True)
+    with pytest.raises(StorageUnwritable) as caught:
+        fs.write_file_atomic(str(existing), b"new")
+    assert isinstance(caught.value, StorageFull)
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["kept"] and existing.read_bytes() == b"old"
+
+
 def test_memory_crash_keeps_only_synced_content():
     fs = MemoryFileSystem()
     fs.make_directory("/d")
