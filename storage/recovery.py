@@ -190,6 +190,12 @@ class _Recovery:
                 problem = self._check_header(header)
                 if problem is None and not verify and position + header.size > flushed_end:
                     problem = f"batch at byte {position} runs past the recovery point at byte {flushed_end}"
+                if problem is None and not verify and header.next_offset > self.recovery_offset:
+                    # A flushed batch ends below the recovery offset: one claiming more has a
+                    # damaged record count (the header walk checks no CRC), and taken, the log
+                    # would end at offsets it never held.
+                    problem = (f"batch at offset {header.base_offset} claims offsets up to {header.next_offset - 1}, "
+                               f"past the recovery point at offset {self.recovery_offset}")
                 if problem is not None:
                     return self._blame(segment, position, previous, verify), problem
                 segment.record(position, header, force_index=self.force_index)
