@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 class RoleChanges:
     def apply_state(self: "PartitionReplica", state: PartitionState, now_ns: int) -> list[Effect]:
         current = self.state
-        if current is not None and (state.leader_epoch, state.partition_epoch) < (current.leader_epoch, current.partition_epoch):
+        if current is not None and (state.leader_epoch, state.partition_epoch) < (current.leader_epoch,
+                                                                                  current.partition_epoch):
             return []  # older news
         if self.node not in state.replicas:
             return self._stop_for_good("this node no longer holds a replica of the partition")
@@ -126,7 +127,8 @@ class RoleChanges:
         self.role = "stopped"
         return effects + [Trace("replica-stopped", {"reason": reason}), Exit(reason)]
 
-    def _on_alter_isr_response(self: "PartitionReplica", response: AlterIsrResponse, now_ns: int) -> list[Effect]:
+    def _on_alter_isr_response(self: "PartitionReplica", response: AlterIsrResponse,
+                               now_ns: int) -> list[Effect]:
         if self.leader is None or not self.leader.isr_answered(response.correlation_id):
             return []
         if response.state is not None:

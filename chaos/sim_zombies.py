@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from chaos.simulator import Simulator
 
 ZOMBIE_KIND = "replica-zombie"
-ZOMBIES = "zombies"  # in a replica host's state: its zombies' actor incarnations -> their log end when left behind
+# In a replica host's state: its zombies' actor incarnations -> their log end when they were left behind.
+ZOMBIES = "zombies"
 ZOMBIE_PAUSE_MS = (1500, 4000)  # long enough for the new process to repair and rejoin the ISR
 ZOMBIE_LIFE_MS = (0, 1500)  # after it resumes, until it notices its agent is gone
 
@@ -92,4 +93,4 @@ def _exit(sim: "Simulator", zombie: Host) -> None:
     zombie.alive = False
     zombie.actor = None
     zombie.timers = {}
-    sim.disconnect_peers(zombie, zombie.endpoint)  # it stays among the hosts, dead: what was on its way is dropped
+    sim.disconnect_peers(zombie, zombie.endpoint)  # it stays a host, dead: what is on its way is dropped

@@ -202,7 +202,7 @@ def _open_for_writing(path: str, flags: int) -> int:
         return os.open(path, flags, 0o644)
     except OSError as error:
         if error.errno in _REFUSED_ERRNOS:
-            raise StorageUnwritable(f"{path}: {error.strerror}: the file cannot be opened for writing") from None
+            raise StorageUnwritable(f"{path}: {error.strerror}: cannot be opened for writing") from None
         if error.errno in _FULL_ERRNOS:
             raise StorageFull(f"{path}: {error.strerror}: the file cannot be created") from None
         raise

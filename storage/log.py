@@ -27,8 +27,8 @@ from storage.batch import STAMP, BatchHeader, iter_batches, validate_producer_ba
 from storage.checkpoint import RECOVERY_POINT_NAME, RecoveryPoint, RecoveryPointFile
 from storage.config import AppendResult, FlushPolicy, LogConfig, RecoveryReport
 from storage.epochs import EPOCH_CHECKPOINT_NAME, EpochCheckpointCorrupt, LeaderEpochCache
-from storage.errors import (BatchTooLarge, CorruptBatch, FsyncFailed, LogClosed, OutOfOrderBatch, StaleLeaderEpoch,
-                            StorageError, StorageFull)
+from storage.errors import (BatchTooLarge, CorruptBatch, FsyncFailed, LogClosed, OutOfOrderBatch,
+                            StaleLeaderEpoch, StorageError, StorageFull)
 from storage.fs import Buffer, FileSystem, OsFileSystem
 from storage.log_reads import ReadOperations
 from storage.recovery import logger, recover

@@ -140,7 +140,8 @@ class _Recovery:
         if header.base_offset >= segment.base_offset or (
                 len(data) == header.size and compute_crc(data, 0, header) == header.crc):
             return False  # an intact batch: two segments really claim the same offsets
-        self._refuse(previous, RefusedRange(header.base_offset, segment.base_offset - 1, position, previous.size_bytes),
+        refused = RefusedRange(header.base_offset, segment.base_offset - 1, position, previous.size_bytes)
+        self._refuse(previous, refused,
                      f"its last batch fails its CRC and claims offsets up to {header.next_offset - 1}, "
                      f"past the next segment's first ({segment.base_offset})")
         previous.next_offset = self.expected_offset = segment.base_offset
@@ -194,8 +195,8 @@ class _Recovery:
                     # A flushed batch ends below the recovery offset: one claiming more has a
                     # damaged record count (the header walk checks no CRC), and taken, the log
                     # would end at offsets it never held.
-                    problem = (f"batch at offset {header.base_offset} claims offsets up to {header.next_offset - 1}, "
-                               f"past the recovery point at offset {self.recovery_offset}")
+                    problem = (f"batch at offset {header.base_offset} claims offsets up to "
+                               f"{header.next_offset - 1}, past the recovery point at offset {self.recovery_offset}")
                 if problem is not None:
                     return self._blame(segment, position, previous, verify), problem
                 segment.record(position, header, force_index=self.force_index)
@@ -265,8 +266,8 @@ class _Recovery:
         """Bytes after the last batch of a sealed segment whose batches end where the next segment
         begins hold no offsets (a file grown without its data, as `truncate -s` or a file system
         that extended it leaves): they are cut, as nothing of the log is in them."""
-        self._problem(f"bytes {position}..{segment.size_bytes} of segment {segment.base_offset} hold no offsets (its "
-                      f"batches end at {self.expected_offset}, where the next segment begins): cut ({error})")
+        self._problem(f"bytes {position}..{segment.size_bytes} of segment {segment.base_offset} hold no offsets "
+                      f"(its batches end at {self.expected_offset}, where the next segment begins): cut ({error})")
         segment.handle.truncate(position)
         segment.handle.sync()
         return position
@@ -314,8 +315,8 @@ class _Recovery:
             # The checkpoint's log start is where the log began; retention and DeleteRecords store
             # a higher one before they remove a file. Files that now begin above it were lost.
             self.report.corrupt_ranges.append((point.log_start_offset, start - 1))
-            self._problem(f"CORRUPTION: offsets {point.log_start_offset}..{start - 1} are missing (no segment holds "
-                          f"them): the log starts at {point.log_start_offset}, its first segment at {start}")
+            self._problem(f"CORRUPTION: offsets {point.log_start_offset}..{start - 1} are missing (no segment "
+                          f"holds them): the log starts at {point.log_start_offset}, its first segment at {start}")
         if point is not None:
             start = max(start, min(point.log_start_offset, log_end))
         for segment in self.segments:

@@ -94,7 +94,8 @@ class ShrinkOperations:
         doomed, remaining = 0, self.size_bytes
         while len(self._segments) - doomed > 1:
             oldest = self._segments[doomed]
-            expired = config.retention_ms is not None and now_ms - oldest.max_timestamp_ms > config.retention_ms
+            age_ms = now_ms - oldest.max_timestamp_ms
+            expired = config.retention_ms is not None and age_ms > config.retention_ms
             oversized = config.retention_bytes is not None and remaining > config.retention_bytes
             if not (expired or oversized):
                 break

@@ -197,7 +197,8 @@ class NodeAgent:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     def _on_exit(self, managed: ManagedActor) -> None:
-        with self._lock:  # with the incarnation that exited: the next process may be ready before the notice goes
+        # With the incarnation that exited: the next process may be ready before the notice goes.
+        with self._lock:
             self._exits.append((managed, managed.incarnation))
 
     def _run(self) -> None:

@@ -271,7 +271,8 @@ class Supervisor:
         (a directory it cannot use) restarted it every half second for ever. Any other exit (a
         crash, kill -9) is restarted after `restart_delay_ms`, and starts the doubling over."""
         delay_ms = self.restart_delay_ms
-        quick = managed.exit_code == 1 and time.monotonic_ns() - managed.started_ns < CRASH_LOOP_WINDOW_MS * 1_000_000
+        lived_ns = time.monotonic_ns() - managed.started_ns
+        quick = managed.exit_code == 1 and lived_ns < CRASH_LOOP_WINDOW_MS * 1_000_000
         managed.quick_failures = managed.quick_failures + 1 if quick else 0
         if managed.refusal or managed.exit_code == EXIT_DISK_FULL:
             managed.refusals += 1
@@ -284,7 +285,7 @@ class Supervisor:
         doublings = managed.quick_failures - CRASH_LOOP_FREE_RESTARTS
         if doublings > 0:
             delay_ms = min(REFUSED_RESTART_DELAY_MAX_MS, delay_ms * 2 ** min(doublings, 10))
-            log.error("%s failed within %d s of starting %d times in a row (its log says why); next try in %d ms",
+            log.error("%s failed within %d s of starting %d times in a row (its log says why); next in %d ms",
                       managed.name, CRASH_LOOP_WINDOW_MS // 1000, managed.quick_failures, delay_ms)
         return delay_ms * 1_000_000
 
