@@ -4,7 +4,9 @@ sends a node agent its assignments only when they changed."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import time
 
 import msgspec
 import pytest
@@ -382,34 +384,44 @@ class _Supervised:
         pass
 
 
-@pytest.mark.timeout(30)
-def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_its_socket(tmp_path):
-    import time
-
+@contextlib.contextmanager
+def _agent_with_a_sender(tmp_path, supervised: "_Supervised"):
+    """A real node agent on its reports socket, and a DEALER writing to it: (agent, send)."""
     import zmq
 
     from transport.codec import Codec
     from transport.node_agent import NodeAgent
 
-    agent = NodeAgent(supervisor=_Supervised(["replica/orders/0/n1"]), coordinator="tcp://127.0.0.1:9",
-                      nodes=[1], data_dir=str(tmp_path), cluster_id="c", limits=LIMITS)
+    agent = NodeAgent(supervisor=supervised, coordinator="tcp://127.0.0.1:9", nodes=[1], data_dir=str(tmp_path),
+                      cluster_id="c", limits=LIMITS)
     agent.start()
     sender = zmq.Context.instance().socket(zmq.DEALER)
+    codec = Codec()
     try:
         sender.setsockopt(zmq.LINGER, 0)
         sender.connect(agent.endpoint)
-        codec = Codec()
-        for report in (beat(1), beat(2), ReplicaHeartbeat(topic="made-up", partition=7, node=1, endpoint="x", pid=1,
-                                                          incarnation=1)):
-            sender.send_multipart(codec.encode(report))
-        deadline = time.monotonic() + 10
-        while not agent.book.latest and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.2)  # the other two, had they been taken, arrived with the first
-        assert sorted(agent.book.latest) == [("orders", 0, 1)], "node 2 is not this agent's; made-up/7 not a replica it runs"
+        yield agent, lambda report: sender.send_multipart(codec.encode(report))
     finally:
         sender.close()
         agent.stop()
+
+
+def _wait_for_reports(agent, count: int, quiet_s: float = 0.2) -> None:
+    """Until the book holds `count` reports, then `quiet_s` more for any that should not be there."""
+    deadline = time.monotonic() + 10
+    while len(agent.book.latest) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(quiet_s)
+
+
+@pytest.mark.timeout(30)
+def test_the_agent_keeps_reports_only_about_replicas_it_runs_whoever_writes_to_its_socket(tmp_path):
+    with _agent_with_a_sender(tmp_path, _Supervised(["replica/orders/0/n1"])) as (agent, send):
+        for report in (beat(1), beat(2), ReplicaHeartbeat(topic="made-up", partition=7, node=1, endpoint="x", pid=1,
+                                                          incarnation=1)):
+            send(report)
+        _wait_for_reports(agent, 1)  # the other two, had they been taken, arrived with the first
+        assert sorted(agent.book.latest) == [("orders", 0, 1)], "node 2 is not this agent's; made-up/7 not a replica it runs"
 
 
 @pytest.mark.timeout(30)
@@ -418,38 +430,17 @@ def test_the_agent_keeps_reports_only_from_the_process_it_runs_not_from_an_earli
     resumes and reports as before. Taken, its report would tell the coordinator that the process
     on record is the one whose disk is lost. A process that said it is ready, in a message the
     supervisor has not read yet, is read first: its first report is news, not to be dropped."""
-    import time
-
-    import zmq
-
-    from transport.codec import Codec
-    from transport.node_agent import NodeAgent
-
     running = {"replica/orders/0/n1": _Process(5), "replica/orders/1/n1": _Process(8, ready=False)}
-    agent = NodeAgent(supervisor=_Supervised(running), coordinator="tcp://127.0.0.1:9",
-                      nodes=[1], data_dir=str(tmp_path), cluster_id="c", limits=LIMITS)
-    agent.start()
-    sender = zmq.Context.instance().socket(zmq.DEALER)
-    try:
-        sender.setsockopt(zmq.LINGER, 0)
-        sender.connect(agent.endpoint)
-        codec = Codec()
-        for report in (beat(1, incarnation=4), msgspec.structs.replace(beat(1, incarnation=8), partition=1)):
-            sender.send_multipart(codec.encode(report))
-        deadline = time.monotonic() + 10
-        while not agent.book.latest and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.2)  # the zombie's, had it been taken, arrived before the other
+    with _agent_with_a_sender(tmp_path, _Supervised(running)) as (agent, send):
+        send(beat(1, incarnation=4))
+        send(msgspec.structs.replace(beat(1, incarnation=8), partition=1))
+        _wait_for_reports(agent, 1)  # the zombie's, had it been taken, arrived before the other
         assert {key: report.incarnation for key, (report, _) in agent.book.latest.items()} == {("orders", 1, 1): 8}
         assert agent.counters.get("reports_from_other_processes") == 1
 
-        sender.send_multipart(codec.encode(beat(1, incarnation=5)))  # the process it runs
-        while len(agent.book.latest) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        send(beat(1, incarnation=5))  # the process it runs
+        _wait_for_reports(agent, 2, quiet_s=0)
         assert agent.book.latest[("orders", 0, 1)][0].incarnation == 5
-    finally:
-        sender.close()
-        agent.stop()
 
 
 def test_the_answers_kept_for_node_sets_stay_bounded_whatever_sets_heartbeats_name():
