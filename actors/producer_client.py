@@ -33,9 +33,10 @@ from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
     PeerDisconnected, ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
 )
-from storage.batch import encode_batch
+from storage.batch import encode_batch, renumber_into
 
 
+PRODUCER_EPOCH_MAX = 32_767  # the header's int16 (storage/batch.py)
 CHASE_INTERVAL_MS = 50  # how often metadata or a producer id still wanted is asked for again
 UNREACHABLE_MS = 3000  # a dead leader's endpoint is distrusted this long (ports are not reused sooner)
 
@@ -52,14 +53,16 @@ class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
 class Pending:
     """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry."""
 
-    __slots__ = ("batch", "record_count", "encoded", "sequence", "attempts", "correlation_id", "sent_ns",
-                 "retry_at_ns", "last_error")
+    __slots__ = ("batch", "order", "record_count", "encoded", "sequence", "epoch", "attempts", "correlation_id",
+                 "sent_ns", "retry_at_ns", "last_error")
 
-    def __init__(self, batch: SendBatch) -> None:
+    def __init__(self, batch: SendBatch, order: int) -> None:
         self.batch = batch
+        self.order = order  # its place among the producer's batches
         self.record_count = len(batch.records)  # what an acknowledgement of this batch must span
         self.encoded: bytearray | None = None
-        self.sequence = -1
+        self.sequence = -1  # its first sequence number (-1: none yet, or taken back to number it again)
+        self.epoch = -1  # the producer epoch it was numbered under
         self.attempts = 0
         self.correlation_id = 0
         self.sent_ns = 0
@@ -79,6 +82,13 @@ class ProducerClient:
         self.sent_to: dict[int, str] = {}  # correlation id -> endpoint
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
         self.next_sequence: dict[tuple[str, int], int] = {}
+        # A partition's batches are numbered under its own producer epoch, one more each time its
+        # sequence numbers start over (`gaps`); absent: the epoch the producer id came with.
+        self.epochs: dict[tuple[str, int], int] = {}
+        # The first sequence of a batch that ended undelivered, under the partition's epoch: no
+        # later batch numbered under that epoch can be appended, so they are numbered again.
+        self.gaps: dict[tuple[str, int], int] = {}
+        self.batches_taken = 0
         self.correlation = 0
         self.metadata_correlation = 0
         self.metadata_wanted: set[str] = set()
@@ -167,7 +177,8 @@ class ProducerClient:
 
     def _on_send_batch(self, batch: SendBatch, now_ns: int) -> list[Effect]:
         key = (batch.topic, batch.partition)
-        self.waiting.setdefault(key, deque()).append(Pending(batch))
+        self.batches_taken += 1
+        self.waiting.setdefault(key, deque()).append(Pending(batch, self.batches_taken))
         self.timer.want(batch.deadline_ns)
         return self._dispatch(key, now_ns)
 
@@ -182,23 +193,55 @@ class ProducerClient:
         if not endpoint:
             return self._request_metadata([key[0]], now_ns)
         effects: list[Effect] = []
+        if key in self.gaps:
+            self._start_over(key, queue)
         while queue and self.in_flight_count.get(key, 0) < self.settings.max_in_flight:
             if queue[0].retry_at_ns > now_ns:
                 break
+            if key in self.gaps and queue[0].sequence < 0:
+                break  # numbered again once the batches still numbered under the old epoch are settled
             pending = queue.popleft()
             effects += self._send(pending, endpoint, now_ns)
         return effects
 
+    def _start_over(self, key: tuple[str, int], queue: deque[Pending]) -> bool:
+        """A batch of the partition ended undelivered: once no batch numbered under the partition's
+        epoch is in flight or waiting, its numbering starts over at sequence 0 under the next
+        epoch (the leader takes a higher epoch from 0 as a new start, actors/producer_state.py);
+        True when that is done, False while such batches remain (they go out as they are, first)."""
+        if self.in_flight_count.get(key, 0) or any(pending.sequence >= 0 for pending in queue):
+            return False
+        epoch = self._epoch(key) + 1
+        if epoch > PRODUCER_EPOCH_MAX:
+            return False  # every batch left fails at its deadline: a new producer has a new id
+        self.epochs[key] = epoch
+        self.next_sequence[key] = 0
+        del self.gaps[key]
+        return True
+
+    def _epoch(self, key: tuple[str, int]) -> int:
+        return self.epochs.get(key, self.producer_epoch)
+
+    def _ended_undelivered(self, key: tuple[str, int], pending: Pending) -> None:
+        """No later batch numbered under the same epoch can be appended after this one: the leader
+        takes each producer's sequences in order, and this batch will not be sent again."""
+        if self.settings.idempotent and pending.sequence >= 0 and pending.epoch == self._epoch(key):
+            self.gaps[key] = min(self.gaps.get(key, pending.sequence), pending.sequence)
+
     def _send(self, pending: Pending, endpoint: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
         key = (batch.topic, batch.partition)
+        if pending.encoded is not None and self.settings.idempotent and pending.sequence < 0:
+            pending.sequence, pending.epoch = self.next_sequence.get(key, 0), self._epoch(key)
+            renumber_into(pending.encoded, pending.epoch, pending.sequence)
+            self.next_sequence[key] = pending.sequence + pending.record_count
         if pending.encoded is None:
             sequence = self.next_sequence.get(key, 0) if self.settings.idempotent else pending.sequence
             try:
                 pending.encoded = encode_batch(
                     batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
                     producer_id=self.producer_id if self.settings.idempotent else -1,
-                    producer_epoch=self.producer_epoch if self.settings.idempotent else -1,
+                    producer_epoch=self._epoch(key) if self.settings.idempotent else -1,
                     base_sequence=sequence)
             except (OverflowError, ValueError, TypeError, struct.error, msgspec.EncodeError) as error:
                 # What the application passed cannot be written (a timestamp past 64 bits, a
@@ -206,7 +249,7 @@ class ProducerClient:
                 failure = RailmqError(ErrorCode.INVALID_RECORD, f"the batch cannot be encoded: {error}")
                 return [Notify("batch-done", (batch.batch_id, batch.partition, -1, failure))]
             if self.settings.idempotent:
-                pending.sequence = sequence
+                pending.sequence, pending.epoch = sequence, self._epoch(key)
                 self.next_sequence[key] = sequence + len(batch.records)
             batch.records = []  # encoded now: let the tuples go
         self.correlation += 1
@@ -233,6 +276,8 @@ class ProducerClient:
         self.sent_to.pop(pending.correlation_id, None)
         key = (pending.batch.topic, pending.batch.partition)
         self.in_flight_count[key] -= 1
+        if error is not None:
+            self._ended_undelivered(key, pending)
         done = Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, base_offset, error))
         return [done] + (self._dispatch(key, now_ns) if dispatch else [])
 
@@ -258,6 +303,12 @@ class ProducerClient:
                 return self._retry_or_fail(pending, ErrorCode.NOT_LEADER, unconfirmed, now_ns)
             return self._finish(pending, response.base_offset, None, now_ns)
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.settings.idempotent:
+            key = (pending.batch.topic, pending.batch.partition)
+            gap = self.gaps.get(key)
+            if gap is not None and pending.epoch == self._epoch(key) and pending.sequence > gap:
+                # Behind a batch that ended undelivered: never appended, and never will be under
+                # these numbers. It takes new ones once the partition's numbering starts over.
+                pending.sequence = pending.epoch = -1
             code = ErrorCode.NOT_LEADER  # an earlier batch is being retried: go again, in order
         return self._retry_or_fail(pending, code, response.error_message, now_ns)
 
@@ -299,7 +350,7 @@ class ProducerClient:
         queue = self.waiting.setdefault(key, deque())
         queue.append(pending)
         if self.settings.idempotent:
-            ordered = sorted(queue, key=lambda item: (item.sequence < 0, item.sequence))
+            ordered = sorted(queue, key=lambda item: (item.sequence < 0, item.sequence, item.order))
             queue.clear()
             queue.extend(ordered)
         else:
@@ -344,6 +395,7 @@ class ProducerClient:
             expired = [p for p in queue if now_ns >= p.batch.deadline_ns]
             for pending in expired:
                 queue.remove(pending)
+                self._ended_undelivered(key, pending)
                 last = f"; last error: {pending.last_error}" if pending.last_error else ""
                 effects.append(Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, -1, RailmqError(
                     ErrorCode.REQUEST_TIMED_OUT,

@@ -493,3 +493,79 @@ def test_a_batch_that_cannot_be_encoded_fails_alone_and_the_next_one_goes(record
     assert len(failed) == 1 and failed[0][3].code == ErrorCode.INVALID_RECORD
     request = only(stage.requests(), ProduceRequest)
     assert verify_batch(request.batch).base_sequence == 0, "the failed batch took no sequence numbers"
+
+
+def test_after_a_batch_fails_for_good_the_partition_is_renumbered_under_a_new_epoch_and_delivers_again():
+    """A full disk refused one batch (DISK_FULL, not retriable). The batches after it had sequence
+    numbers above the gap it left, so the leader answered each OUT_OF_ORDER_SEQUENCE_NUMBER until
+    its delivery timeout, and so for every later batch of the producer: it never delivered to that
+    partition again. They cannot have been appended (the leader takes sequences in order) and
+    never will be at that epoch, so they go again from sequence 0 under the next epoch, which the
+    leader takes as a new start (actors/producer_state.py), in their order."""
+    from actors.producer_state import ProducerStateTable
+
+    stage = idempotent_stage(retry_backoff_ms=50)
+    table = ProducerStateTable(producers_max=100)
+    sent = []
+
+    def leader_answers(request: ProduceRequest, offset: int) -> None:
+        header = verify_batch(request.batch)
+        sent.append(header)
+        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count)
+        if verdict.duplicate_of is not None:
+            stage.answer(request, base_offset=verdict.duplicate_of.base_offset)
+            return
+        if verdict.error:
+            stage.answer(request, error=verdict.error)
+            return
+        table.record(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count, offset)
+        stage.answer(request, base_offset=offset)
+
+    stage.send(count=2)
+    stage.metadata({0: 1})
+    leader_answers(only(stage.requests(), ProduceRequest), 0)  # sequences 0-1 appended
+    for _ in range(3):
+        stage.send(count=2)
+    full, after, later = stage.requests()
+    stage.answer(full, error=ErrorCode.DISK_FULL)  # sequences 2-3: refused, never appended
+    leader_answers(after, 2)
+    leader_answers(later, 2)
+    stage.send(count=1)  # sent after the failure
+    for _ in range(5):
+        stage.harness.advance(100)
+        stage.metadata({0: 1})
+        for request in stage.requests():
+            leader_answers(request, 2 + sum(1 for _ in stage.done()))
+
+    outcomes = {batch_id: (offset, error) for batch_id, _, offset, error in stage.done()}
+    assert outcomes[2][1] is not None and outcomes[2][1].code == ErrorCode.DISK_FULL
+    assert [outcomes[batch_id][1] for batch_id in (1, 3, 4, 5)] == [None] * 4, outcomes
+    assert [outcomes[batch_id][0] for batch_id in (3, 4, 5)] == sorted(outcomes[batch_id][0] for batch_id in (3, 4, 5))
+    renumbered = [(header.producer_epoch, header.base_sequence) for header in sent if header.producer_epoch == 4]
+    assert renumbered == [(4, 0), (4, 2), (4, 4)], "the next epoch, from sequence 0, in order"
+
+
+def test_batches_numbered_before_a_gap_go_out_as_they_are_before_the_numbering_starts_over():
+    """A batch that timed out ended undelivered, but it may have been appended: the batches after
+    it keep their numbers and go out as they are until the leader settles each (appended, or out
+    of order and so never appended). Only then do the rest take new numbers."""
+    stage = idempotent_stage(retry_backoff_ms=50)
+    stage.send(count=2, deadline_ms=300)
+    stage.metadata({0: 1})
+    first = only(stage.requests(), ProduceRequest)
+    stage.send(count=2)
+    second = only(stage.requests(), ProduceRequest)
+    stage.answer(second, error=ErrorCode.NOT_LEADER)  # waits to go again, numbered 2-3
+    stage.harness.advance(400)
+    stage.answer(first, error=ErrorCode.NOT_LEADER)  # past its deadline: undelivered, and maybe appended
+    assert [(batch_id, error is not None) for batch_id, _, _, error in stage.done()] == [(1, True)]
+    stage.send(count=1)
+    stage.metadata({0: 1})
+    again = stage.requests()
+    headers = [verify_batch(request.batch) for request in again]
+    assert [(h.producer_epoch, h.base_sequence) for h in headers] == [(3, 2)], "as it was, and nothing new yet"
+    stage.answer(again[0], base_offset=2)  # the first had been appended after all: so is this one
+    stage.harness.advance(100)
+    stage.metadata({0: 1})
+    last = verify_batch(only(stage.requests(), ProduceRequest).batch)
+    assert (last.producer_epoch, last.base_sequence) == (4, 0)
