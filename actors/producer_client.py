@@ -33,10 +33,10 @@ from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
     PeerDisconnected, ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
 )
+from actors.producer_sequences import PartitionSequences
 from storage.batch import encode_batch, renumber_into
 
 
-PRODUCER_EPOCH_MAX = 32_767  # the header's int16 (storage/batch.py)
 CHASE_INTERVAL_MS = 50  # how often metadata or a producer id still wanted is asked for again
 UNREACHABLE_MS = 3000  # a dead leader's endpoint is distrusted this long (ports are not reused sooner)
 
@@ -81,13 +81,7 @@ class ProducerClient:
         self.in_flight_count: dict[tuple[str, int], int] = {}
         self.sent_to: dict[int, str] = {}  # correlation id -> endpoint
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
-        self.next_sequence: dict[tuple[str, int], int] = {}
-        # A partition's batches are numbered under its own producer epoch, one more each time its
-        # sequence numbers start over (`gaps`); absent: the epoch the producer id came with.
-        self.epochs: dict[tuple[str, int], int] = {}
-        # The first sequence of a batch that ended undelivered, under the partition's epoch: no
-        # later batch numbered under that epoch can be appended, so they are numbered again.
-        self.gaps: dict[tuple[str, int], int] = {}
+        self.sequences = PartitionSequences()  # idempotent: each partition's numbers and epoch
         self.batches_taken = 0
         self.correlation = 0
         self.metadata_correlation = 0
@@ -95,7 +89,6 @@ class ProducerClient:
         self.metadata_asked: set[str] = set()  # the topics the request in flight asks for
         self.metadata_answered_ns = -(1 << 62)
         self.producer_id = -1
-        self.producer_epoch = 0
         self.producer_id_correlation = 0
         self.timer = DeadlineTimer()  # at the next timeout, retry, delivery deadline or re-ask
         self.chase_at_ns = 0  # when metadata or a producer id still wanted is asked for again (0: none wanted)
@@ -193,64 +186,45 @@ class ProducerClient:
         if not endpoint:
             return self._request_metadata([key[0]], now_ns)
         effects: list[Effect] = []
-        if key in self.gaps:
-            self._start_over(key, queue)
+        sequences = self.sequences
+        if sequences.waiting_for_start_over(key) and not self.in_flight_count.get(key, 0) \
+                and all(pending.sequence < 0 for pending in queue):
+            sequences.start_over(key)  # nothing numbered under the old epoch is left to settle
         while queue and self.in_flight_count.get(key, 0) < self.settings.max_in_flight:
             if queue[0].retry_at_ns > now_ns:
                 break
-            if key in self.gaps and queue[0].sequence < 0:
+            if queue[0].sequence < 0 and sequences.waiting_for_start_over(key):
                 break  # numbered again once the batches still numbered under the old epoch are settled
             pending = queue.popleft()
             effects += self._send(pending, endpoint, now_ns)
         return effects
 
-    def _start_over(self, key: tuple[str, int], queue: deque[Pending]) -> bool:
-        """A batch of the partition ended undelivered: once no batch numbered under the partition's
-        epoch is in flight or waiting, its numbering starts over at sequence 0 under the next
-        epoch (the leader takes a higher epoch from 0 as a new start, actors/producer_state.py);
-        True when that is done, False while such batches remain (they go out as they are, first)."""
-        if self.in_flight_count.get(key, 0) or any(pending.sequence >= 0 for pending in queue):
-            return False
-        epoch = self._epoch(key) + 1
-        if epoch > PRODUCER_EPOCH_MAX:
-            return False  # every batch left fails at its deadline: a new producer has a new id
-        self.epochs[key] = epoch
-        self.next_sequence[key] = 0
-        del self.gaps[key]
-        return True
-
-    def _epoch(self, key: tuple[str, int]) -> int:
-        return self.epochs.get(key, self.producer_epoch)
-
     def _ended_undelivered(self, key: tuple[str, int], pending: Pending) -> None:
-        """No later batch numbered under the same epoch can be appended after this one: the leader
-        takes each producer's sequences in order, and this batch will not be sent again."""
-        if self.settings.idempotent and pending.sequence >= 0 and pending.epoch == self._epoch(key):
-            self.gaps[key] = min(self.gaps.get(key, pending.sequence), pending.sequence)
+        if self.settings.idempotent:
+            self.sequences.ended_undelivered(key, pending.sequence, pending.epoch)
 
     def _send(self, pending: Pending, endpoint: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
         key = (batch.topic, batch.partition)
         if pending.encoded is not None and self.settings.idempotent and pending.sequence < 0:
-            pending.sequence, pending.epoch = self.next_sequence.get(key, 0), self._epoch(key)
-            renumber_into(pending.encoded, pending.epoch, pending.sequence)
-            self.next_sequence[key] = pending.sequence + pending.record_count
+            pending.sequence, pending.epoch = self.sequences.take(key, pending.record_count)
+            renumber_into(pending.encoded, pending.epoch, pending.sequence)  # behind a gap: numbered again
         if pending.encoded is None:
-            sequence = self.next_sequence.get(key, 0) if self.settings.idempotent else pending.sequence
+            idempotent = self.settings.idempotent
+            sequence = self.sequences.next_sequence.get(key, 0) if idempotent else pending.sequence
             try:
                 pending.encoded = encode_batch(
                     batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
-                    producer_id=self.producer_id if self.settings.idempotent else -1,
-                    producer_epoch=self._epoch(key) if self.settings.idempotent else -1,
+                    producer_id=self.producer_id if idempotent else -1,
+                    producer_epoch=self.sequences.epoch(key) if idempotent else -1,
                     base_sequence=sequence)
             except (OverflowError, ValueError, TypeError, struct.error, msgspec.EncodeError) as error:
                 # What the application passed cannot be written (a timestamp past 64 bits, a
                 # header name UTF-8 cannot hold): this batch fails, and takes no sequence numbers.
                 failure = RailmqError(ErrorCode.INVALID_RECORD, f"the batch cannot be encoded: {error}")
                 return [Notify("batch-done", (batch.batch_id, batch.partition, -1, failure))]
-            if self.settings.idempotent:
-                pending.sequence, pending.epoch = sequence, self._epoch(key)
-                self.next_sequence[key] = sequence + len(batch.records)
+            if idempotent:
+                pending.sequence, pending.epoch = self.sequences.take(key, len(batch.records))
             batch.records = []  # encoded now: let the tuples go
         self.correlation += 1
         pending.correlation_id = self.correlation
@@ -303,12 +277,9 @@ class ProducerClient:
                 return self._retry_or_fail(pending, ErrorCode.NOT_LEADER, unconfirmed, now_ns)
             return self._finish(pending, response.base_offset, None, now_ns)
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.settings.idempotent:
-            key = (pending.batch.topic, pending.batch.partition)
-            gap = self.gaps.get(key)
-            if gap is not None and pending.epoch == self._epoch(key) and pending.sequence > gap:
-                # Behind a batch that ended undelivered: never appended, and never will be under
-                # these numbers. It takes new ones once the partition's numbering starts over.
-                pending.sequence = pending.epoch = -1
+            if self.sequences.behind_gap((pending.batch.topic, pending.batch.partition), pending.sequence,
+                                         pending.epoch):
+                pending.sequence = pending.epoch = -1  # it takes new numbers once they start over
             code = ErrorCode.NOT_LEADER  # an earlier batch is being retried: go again, in order
         return self._retry_or_fail(pending, code, response.error_message, now_ns)
 
@@ -475,7 +446,7 @@ class ProducerClient:
             # Asked again by the chase, not at once: a controller that keeps refusing (busy, not
             # ready) is asked once a chase interval, not once a round trip.
             return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id})]
-        self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+        self.producer_id, self.sequences.base_epoch = response.producer_id, response.producer_epoch
         effects: list[Effect] = []
         for key in list(self.waiting):
             effects += self._dispatch(key, now_ns)

@@ -485,7 +485,7 @@ def test_a_batch_that_cannot_be_encoded_fails_alone_and_the_next_one_goes(record
                                               first_timestamp_ms=1_000, max_timestamp_ms=1_000,
                                               deadline_ns=DELIVERY_TIMEOUT_MS * MS))
     stage.metadata({0: 1})
-    stage.producer.producer_id, stage.producer.producer_epoch = 9, 0  # as if InitProducerId was answered
+    stage.producer.producer_id, stage.producer.sequences.base_epoch = 9, 0  # as if InitProducerId was answered
     stage.send()
     stage.harness.run()
 
