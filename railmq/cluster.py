@@ -227,10 +227,15 @@ class LocalCluster:
             self.agent.stop()
             self.agent = None
         self.supervisor.stop_all()
+        from transport.ring import unlink_orphaned_rings
         from transport.shm import cluster_prefix, unlink_segments
 
-        if self.cluster_id:
+        if self.cluster_id and self.started:
             unlink_segments(cluster_prefix(self.cluster_id))  # every ring of the cluster, clients' too
+        elif self.cluster_id:
+            # A start that failed: another process may run this cluster (a second `railmq up` on a
+            # directory whose .lock was deleted is refused by its actors' locks), and its rings are live.
+            unlink_orphaned_rings(cluster_prefix(self.cluster_id))
         self.started = False
         self._release_lock()
         if self.own_data_dir:
