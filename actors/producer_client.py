@@ -33,7 +33,7 @@ from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
     PeerDisconnected, ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
 )
-from actors.producer_sequences import PartitionSequences
+from actors.producer_sequences import PartitionSequences, Pending
 from storage.batch import encode_batch, renumber_into
 
 
@@ -48,26 +48,6 @@ class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_in_flight: int = 5
     idempotent: bool = False
     metadata_max_age_ms: int = 5 * 60_000
-
-
-class Pending:
-    """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry."""
-
-    __slots__ = ("batch", "order", "record_count", "encoded", "sequence", "epoch", "attempts", "correlation_id",
-                 "sent_ns", "retry_at_ns", "last_error")
-
-    def __init__(self, batch: SendBatch, order: int) -> None:
-        self.batch = batch
-        self.order = order  # its place among the producer's batches
-        self.record_count = len(batch.records)  # what an acknowledgement of this batch must span
-        self.encoded: bytearray | None = None
-        self.sequence = -1  # its first sequence number (-1: none yet, or taken back to number it again)
-        self.epoch = -1  # the producer epoch it was numbered under
-        self.attempts = 0
-        self.correlation_id = 0
-        self.sent_ns = 0
-        self.retry_at_ns = 0
-        self.last_error = ""
 
 
 class ProducerClient:

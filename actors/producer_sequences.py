@@ -1,4 +1,5 @@
-"""An idempotent producer's sequence numbers, per partition, and how they start over after a gap.
+"""A producer's batches on their way (`Pending`), and an idempotent producer's sequence numbers per
+partition (`PartitionSequences`): how they are given, and how they start over after a gap.
 
 The leader takes each producer's batches to a partition in sequence order (actors/producer_state.py):
 a batch numbered past what it expects is refused `OUT_OF_ORDER_SEQUENCE_NUMBER` and not appended.
@@ -19,9 +20,32 @@ is this producer's alone, so no coordinator need be asked for it.
 
 from __future__ import annotations
 
+from actors.messages import SendBatch
+
 PRODUCER_EPOCH_MAX = 32_767  # the batch header's int16 (storage/batch.py)
 
 Key = tuple[str, int]
+
+
+class Pending:
+    """A batch on its way: encoded once, re-sent as is (same sequence numbers) on retry, and
+    numbered again only behind a gap."""
+
+    __slots__ = ("batch", "order", "record_count", "encoded", "sequence", "epoch", "attempts", "correlation_id",
+                 "sent_ns", "retry_at_ns", "last_error")
+
+    def __init__(self, batch: SendBatch, order: int) -> None:
+        self.batch = batch
+        self.order = order  # its place among the producer's batches
+        self.record_count = len(batch.records)  # what an acknowledgement of this batch must span
+        self.encoded: bytearray | None = None
+        self.sequence = -1  # its first sequence number (-1: none yet, or taken back to number it again)
+        self.epoch = -1  # the producer epoch it was numbered under
+        self.attempts = 0
+        self.correlation_id = 0
+        self.sent_ns = 0
+        self.retry_at_ns = 0
+        self.last_error = ""
 
 
 class PartitionSequences:
