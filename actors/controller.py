@@ -189,6 +189,7 @@ class Controller:
             self.refused = (f"{error}: the data directory's cluster.meta names the second; if that file was "
                             "damaged or replaced, restore the first there")
             return [Trace("controller-refused", {"reason": self.refused})]
+        self.refused = ""
         self.active_term = self.raft.term
         effects: list[Effect] = [Trace("controller-active", {"node": self.node, "term": self.raft.term,
                                                              "applied_index": self.raft.applied_index})]

@@ -208,6 +208,13 @@ def _open_for_writing(path: str, flags: int) -> int:
         raise
 
 
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # left as its `.tmp` name: the next write of the file truncates and reuses it
+
+
 class OsFileSystem:
     """Real files. Paths are plain strings; directories are synced after every name change."""
 
@@ -236,14 +243,14 @@ class OsFileSystem:
             handle.append(data)
             handle.sync()
         except BaseException:
-            os.unlink(temporary)
+            _unlink_quietly(temporary)  # the write's own error is the one to tell
             raise
         finally:
             handle.close()
         try:
             os.rename(temporary, path)
         except OSError as error:
-            os.unlink(temporary)
+            _unlink_quietly(temporary)
             if error.errno in _REFUSED_ERRNOS:
                 raise StorageUnwritable(f"{path}: {error.strerror}: it cannot be replaced") from None
             raise

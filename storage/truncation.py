@@ -128,8 +128,8 @@ class ShrinkOperations:
 
     def _delete_oldest(self: "PartitionLog", count: int) -> None:
         """Remove the `count` oldest segments, all below the log start. The checkpoint names the
-        log start first: a crash between the two leaves files the log no longer holds (removed
-        by the next retention), never a log start below its first file, which recovery reports
+        log start first: a crash between the two leaves files the log no longer holds (below its
+        start, left for retention to remove), never a log start below its first file, which recovery reports
         as lost data (storage/recovery.py)."""
         self._store_checkpoint()
         for segment in self._segments[:count]:
