@@ -299,6 +299,8 @@ class Consumer(ClientShell):
         deadline = time.monotonic() + timeout_ms / 1000
         out: list[ConsumerRecord] = []
         consumed = 0
+        if self._group is not None:
+            self._group.start_poll()  # auto-commit: what earlier polls returned, never this one's
         try:
             while True:
                 if self._group is not None:
@@ -311,8 +313,6 @@ class Consumer(ClientShell):
         finally:
             if consumed:
                 self._engine.submit(ClientCommand(command="consumed", arguments={"bytes": consumed}))
-        if self._group is not None:
-            self._group.after_poll(out)
         return out
 
     def _gather(self, out: list[ConsumerRecord], limit: int, deadline: float) -> int:

@@ -8,7 +8,10 @@ when the membership was lost and committing is no longer possible), and answers 
 
 Delivery semantics follow from when positions are committed: auto-commit commits what earlier
 polls returned, so a record is committed only after the poll that follows its processing
-(at-least-once); committing before processing gives at-most-once.
+(at-least-once); committing before processing gives at-most-once. That is why the auto-commit
+runs as a poll starts (Kafka's `maybeAutoCommitOffsetsAsync`), with the positions earlier polls
+left: committed after the poll gathered its records, the positions already counted those records,
+and a member killed while processing them left them committed and never delivered again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from actors.consumer_member import ConsumerMember, GroupSettings
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import ClientCommand
-from railmq.records import ConsumerRecord, TopicPartition
+from railmq.records import TopicPartition
 
 if TYPE_CHECKING:
     from railmq.consumer import Consumer
@@ -82,6 +85,13 @@ class GroupShell:
 
     # ------------------------------------------------------------------ user thread
 
+    def start_poll(self) -> None:
+        """Once, as a poll starts: every record earlier polls returned is processed now, and
+        none of this poll's is gathered yet."""
+        if self.auto_commit and time.monotonic() - self.last_auto_commit >= self.auto_commit_interval_s:
+            self.last_auto_commit = time.monotonic()
+            self._commit_quietly(None, asynchronous=True)
+
     def before_poll(self) -> None:
         self.consumer._engine.submit(ClientCommand(command="polled"))
         while self.callbacks:
@@ -99,11 +109,6 @@ class GroupShell:
                 for tp in partitions:
                     self.consumer._positions.pop(tp, None)
             self.consumer._engine.submit(ClientCommand(command="revoked"))
-
-    def after_poll(self, records: list[ConsumerRecord]) -> None:
-        if self.auto_commit and time.monotonic() - self.last_auto_commit >= self.auto_commit_interval_s:
-            self.last_auto_commit = time.monotonic()
-            self._commit_quietly(None, asynchronous=True)
 
     def _commit_quietly(self, partitions: list[TopicPartition] | None, asynchronous: bool = False) -> None:
         try:

@@ -186,6 +186,58 @@ def test_sigkill_mid_batch_redelivers_exactly_the_processed_but_uncommitted(clus
     assert {(r.partition, r.offset) for r in records} | processed == {(p, o) for p in range(2) for o in range(100)}
 
 
+def auto_committing_member(bootstrap: str, topic: str, log_path: str, polls_processed: int) -> None:
+    """A member with auto-commit on (the default) that processes `polls_processed` polls' records,
+    then takes one more poll's records and is killed before processing any of them."""
+    log = open(log_path, "a", buffering=1)
+    consumer = Consumer(bootstrap, group_id=topic, client_id="auto", max_poll_records=10, auto_commit_interval_ms=0,
+                        **{**GROUP_OPTIONS, "enable_auto_commit": True})
+    consumer.subscribe([topic])
+    polls = 0
+    while True:
+        records = consumer.poll(100)
+        if not records:
+            continue
+        polls += 1
+        if polls > polls_processed:
+            log.write(json.dumps({"event": "received", "offsets": [r.offset for r in records]}) + "\n")
+            while True:
+                time.sleep(1)  # killed while "processing" them
+        for record in records:
+            log.write(json.dumps({"event": "processed", "partition": record.partition, "offset": record.offset}) + "\n")
+
+
+def test_auto_commit_never_commits_the_records_a_poll_just_returned(cluster, admin, unique_name, tmp_path):
+    """Auto-commit commits what earlier polls returned (Kafka commits at the start of poll): a
+    member killed while processing a poll's records leaves those records to the next owner. It
+    committed them inside the very poll that returned them, and all 10 were never delivered again."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    produce(cluster.bootstrap, topic, 100, 1)
+    log_path = str(tmp_path / "auto.jsonl")
+    child = multiprocessing.get_context("spawn").Process(
+        target=auto_committing_member, args=(cluster.bootstrap, topic, log_path, 2), daemon=True)
+    child.start()
+    try:
+        wait_for(lambda: any(e["event"] == "received" for e in read_log(log_path)), timeout_s=30,
+                 what="the member to take its third poll")
+        time.sleep(0.5)  # an auto-commit sent in that poll reaches the coordinator
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        stop_process(child)
+    entries = read_log(log_path)
+    processed = {e["offset"] for e in entries if e["event"] == "processed"}
+    in_flight = next(e["offsets"] for e in entries if e["event"] == "received")
+    assert len(processed) == 20 and len(in_flight) == 10
+    with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
+        survivor.subscribe([topic])
+        records = drain(survivor, 100 - len(processed))
+    delivered = {r.offset for r in records}
+    assert set(in_flight) <= delivered, f"never delivered again: {sorted(set(in_flight) - delivered)}"
+    assert delivered | processed == set(range(100))
+
+
 def test_at_most_once_loses_exactly_the_in_flight_records(cluster, admin, unique_name, tmp_path):
     topic = unique_name()
     admin.create_topic(topic, partitions=1)
