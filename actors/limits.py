@@ -114,8 +114,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- requests ------------------------------------------------------------------------
     # Idempotent producers a partition remembers (actors/producer_state.py): a producer id is a
-    # batch header's claim, so a client can invent any number; each costs up to ~1 KB with its
-    # last five batches, ~10 MB per replica at most. The least recently written is forgotten first
+    # batch header's claim, so a client can invent any number; each costs up to ~1.1 KB with its
+    # last five batches, ~11 MB per replica at most. The least recently written is forgotten first
     # (its retries are then new batches).
     producer_ids_per_partition_max: int = 10_000
     # How far past the leader's clock a batch's newest timestamp may be (Kafka 4's

@@ -93,7 +93,7 @@ class PartitionReplica(RoleChanges, FetchServing):
     def _rebuild_producer_state(self) -> None:
         for header in self.log.iter_headers(self.log.log_start_offset):
             self.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                  header.record_count, header.base_offset)
+                                  header.record_count, header.crc, header.base_offset)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -6,10 +6,18 @@ batch (the producer timed out, the ack was lost) is recognised and answered with
 offsets instead of being written twice. Followers rebuild the same table from the batches they
 replicate, so a new leader after a failover still recognises retries.
 
+A retry is the same batch sent again: the same numbers and the same bytes, so the same CRC
+(which covers the producer fields and every record). Numbers alone are a claim too: a client that
+read a producer's id from the log can store a batch of its own under that producer's next numbers,
+and the producer's own batch under them would then be answered as a retry, acknowledged with the
+other batch's offsets while none of its records are in the log. A batch whose numbers match a
+remembered one but whose CRC does not is refused `DUPLICATE_SEQUENCE_NUMBER`: its numbers are
+taken, and it is not stored.
+
 Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer (Kafka's 5, which
 is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
 retention are unknown again. A producer id is the batch header's claim, so a client can invent any
-number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1 KB each
+number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1.1 KB each
 with five batches) and forgets the producer that wrote least recently first, so an active
 producer keeps its dedup while an attacker's ids push each other out. (Kafka bounds the same with
 quotas on new producer ids, KIP-936.) Exactly-once stops here: it is about the broker's log, not
@@ -30,6 +38,7 @@ class BatchMark(NamedTuple):
     last_sequence: int
     base_offset: int
     last_offset: int
+    crc: int  # the batch's CRC as the producer wrote it: what tells a retry from another batch
 
 
 class ProducerEntry:
@@ -59,7 +68,8 @@ class ProducerStateTable:
     def __len__(self) -> int:
         return len(self._producers)
 
-    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int) -> Verdict:
+    def check(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int,
+              crc: int) -> Verdict:
         if producer_id < 0:
             return APPEND
         entry = self._producers.get(producer_id)
@@ -75,6 +85,11 @@ class ProducerStateTable:
         last_sequence = base_sequence + record_count - 1
         for mark in entry.batches:
             if mark.base_sequence == base_sequence and mark.last_sequence == last_sequence:
+                if mark.crc != crc:
+                    return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, (
+                        f"producer {producer_id} epoch {producer_epoch} sequences {base_sequence}..{last_sequence} "
+                        f"are taken by a stored batch with other records (CRC {mark.crc:#010x}, not {crc:#010x}): "
+                        f"not stored"))
                 return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch", mark)
         expected = entry.batches[-1].last_sequence + 1 if entry.batches else 0
         if base_sequence != expected:
@@ -82,7 +97,7 @@ class ProducerStateTable:
                            f"producer {producer_id} sent sequence {base_sequence}, expected {expected}")
         return APPEND
 
-    def record(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int,
+    def record(self, producer_id: int, producer_epoch: int, base_sequence: int, record_count: int, crc: int,
                base_offset: int) -> None:
         """Remember an appended batch (leader after append; follower after replication)."""
         if producer_id < 0:
@@ -95,7 +110,7 @@ class ProducerStateTable:
         self._producers[producer_id] = entry
         batches = entry.batches
         batches.append(BatchMark(base_sequence, base_sequence + record_count - 1,
-                                 base_offset, base_offset + record_count - 1))
+                                 base_offset, base_offset + record_count - 1, crc))
         if len(batches) > BATCHES_REMEMBERED_MAX:
             del batches[0]
 

@@ -133,7 +133,7 @@ class FollowerRole:
                 return replica.storage_failure(error)
             for _, header in iter_batches(records, verify=False):
                 replica.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                         header.record_count, header.base_offset)
+                                         header.record_count, header.crc, header.base_offset)
         replica.advance_high_watermark(
             max(replica.high_watermark, min(response.high_watermark, replica.log.log_end_offset)), self.epoch)
         effects = replica.storage.after_fetch(response.log_end_offset)

@@ -103,7 +103,7 @@ class LeaderRole:
                 f"the batch's newest timestamp {header.max_timestamp_ms} is {ahead_ms} ms in the future; at most "
                 f"{replica.limits.record_timestamp_future_max_ms} ms is accepted (record_timestamp_future_max_ms)"))
         verdict = replica.producers.check(header.producer_id, header.producer_epoch,
-                                          header.base_sequence, header.record_count)
+                                          header.base_sequence, header.record_count, header.crc)
         if verdict.duplicate_of is not None:
             mark = verdict.duplicate_of
             return self._acknowledge(request, sender, mark.base_offset, mark.last_offset, now_ns)
@@ -122,7 +122,7 @@ class LeaderRole:
         except StorageError as error:
             return replica.storage_failure(error)
         replica.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                                 header.record_count, result.base_offset)
+                                 header.record_count, header.crc, result.base_offset)
         replica.counters_appended += header.record_count
         effects = self._acknowledge(request, sender, result.base_offset, result.last_offset, now_ns)
         return effects + self.after_log_growth(now_ns)

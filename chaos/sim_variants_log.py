@@ -63,7 +63,7 @@ def _retry_answered_at_once() -> Restore:
             except Exception:
                 return original(self, request, sender, now_ns)
             verdict = replica.producers.check(header.producer_id, header.producer_epoch, header.base_sequence,
-                                              header.record_count)
+                                              header.record_count, header.crc)
             if verdict.duplicate_of is not None:
                 mark = verdict.duplicate_of
                 return replica.durable_reply(sender, self._response(request.correlation_id, mark.base_offset,
@@ -99,7 +99,7 @@ def _follower_forgets_producers() -> Restore:
 
     def append(self, response, now_ns):
         producers = self.replica.producers
-        producers.record = lambda *arguments: None
+        producers.record = lambda *arguments, **keywords: None
         try:
             return original(self, response, now_ns)
         finally:

@@ -131,8 +131,10 @@ ERROR_WHEN = {
     "OUT_OF_ORDER_SEQUENCE_NUMBER": "Idempotent produce: the batch's base sequence is not the one after "
                                     "the producer's last appended batch (an earlier batch is still being "
                                     "retried), or a new producer epoch does not start at 0.",
-    "DUPLICATE_SEQUENCE_NUMBER": "Never sent: a retried idempotent batch is answered with success and the "
-                                 "offsets it was first written at (actors/producer_state.py).",
+    "DUPLICATE_SEQUENCE_NUMBER": "Idempotent produce: a stored batch has this batch's producer id, epoch and "
+                                 "sequence numbers but other records (its CRC differs), so this one is not a "
+                                 "retry and is not stored. A true retry (the same bytes) is answered with "
+                                 "success and the offsets it was first written at (actors/producer_state.py).",
     "INVALID_PRODUCER_EPOCH": "Idempotent produce with an epoch older than the one the leader knows for "
                               "that producer id: a zombie producer. Fatal for that producer id.",
     "STORAGE_ERROR": "Fetch met a range of the log that failed its checks on disk (refused, never "

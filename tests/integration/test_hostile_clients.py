@@ -25,7 +25,7 @@ from actors.messages import (
 )
 from railmq.admin import Admin
 from railmq.producer import Producer
-from storage.batch import CONTROL_FLAG
+from storage.batch import CONTROL_FLAG, encode_batch, parse_header
 from tests.conftest import TEST_LIMITS
 from tests.helpers import closed_by_peer, idle_zmtp_connection, read_values, unfinished_message, wait_for
 from tests.storage.test_batch_validation import forge
@@ -282,8 +282,6 @@ def test_a_stale_topic_id_is_refused(cluster, unique_name):
 
 
 def honest_batch(count: int) -> bytes:
-    from storage.batch import encode_batch
-
     return bytes(encode_batch([(0, f"k{i}".encode(), f"v{i}".encode(), None) for i in range(count)], 1_000))
 
 
@@ -304,6 +302,37 @@ def test_a_forged_batch_header_is_refused_and_nothing_is_appended(cluster, uniqu
 
     assert answer.error == ErrorCode.INVALID_RECORD and why in answer.error_message
     assert leader_end(cluster, topic) == 0
+
+
+def test_a_batch_sent_under_another_producers_next_numbers_gets_that_producer_no_false_acknowledgement(
+        cluster, unique_name):
+    """An idempotent producer's id is in every batch it stored, which any consumer reads. A client
+    that sends a batch of its own under that producer's next sequence numbers must not make the
+    producer's next batch look like a retry of it: acknowledged, but with none of its records in
+    the log. The producer's batch is refused with a typed error, and its next ones get through."""
+    topic = unique_name()
+    metadata = topic_on(cluster, topic)
+    producer = Producer(cluster.bootstrap, idempotent=True, acks=-1)
+    client = RawClient(metadata.partitions[0].leader_endpoint)
+    try:
+        producer.send(topic, b"first", partition=0).result(timeout=20)
+        read = client.ask(FetchRequest(correlation_id=1, topic=topic, partition=0, offset=0))
+        stored = parse_header(read.records)
+        forged = bytes(encode_batch([(0, None, b"forged", None)], 1_000, producer_id=stored.producer_id,
+                                    producer_epoch=stored.producer_epoch, base_sequence=stored.base_sequence + 1))
+        taken = client.ask(ProduceRequest(correlation_id=2, topic=topic, partition=0, acks=-1, batch=forged))
+        assert taken.error == ErrorCode.NONE, "the forged batch is stored: nothing tells it from the producer's"
+
+        refused = producer.send(topic, b"second", partition=0).exception(timeout=20)
+        third = producer.send(topic, b"third", partition=0).result(timeout=20)
+    finally:
+        client.close()
+        producer.close()
+
+    assert isinstance(refused, RailmqError) and refused.code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER, refused
+    assert third.offset == 2
+    assert read_values(cluster.bootstrap, topic, 1, {b"first", b"forged", b"third"}, timeout_s=20) == {
+        b"first", b"forged", b"third"}
 
 
 # ---------------------------------------------------------------------------- posing as cluster processes

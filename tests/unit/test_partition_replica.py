@@ -351,6 +351,41 @@ def test_a_retried_acks_all_duplicate_waits_for_replication_like_the_original(st
     assert stage.log.log_end_offset == 1
 
 
+def test_a_batch_under_a_stored_batchs_numbers_but_with_other_records_is_refused_not_acknowledged(stage):
+    """Producer id, epoch and sequence numbers are the header's claim: a client that read a
+    producer's id from the log can send a batch of its own under that producer's next numbers. The
+    producer's own batch under the same numbers is then not a retry of it, and an answer with the
+    stored batch's offsets would acknowledge records that are not in the log."""
+    stage.produce(idempotent(2, 0, tag="mine"))
+    stage.produce(idempotent(2, 2, tag="forged"))
+    end = stage.log.log_end_offset
+
+    response = only(stage.produce(idempotent(2, 2, tag="mine")), ProduceResponse)
+
+    assert response.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    assert "other records" in response.error_message
+    assert stage.log.log_end_offset == end
+    retry = only(stage.produce(idempotent(2, 2, tag="forged")), ProduceResponse)
+    assert (retry.error, retry.base_offset) == (0, 2), "a true retry is still answered with its offsets"
+
+
+def test_a_new_replica_tells_a_retry_from_another_batch_under_the_same_numbers():
+    stage = Stage()
+    stage.produce(idempotent(2, 0, tag="forged"))
+    reopened = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
+                                coordinator=COORDINATOR, log=stage.log, config=stage.config, incarnation=102)
+    harness = Harness()
+    harness.add(LEADER, reopened)
+    stage.leader_epoch += 1
+    harness.deliver(LEADER, ReplicaHeartbeatResponse(state=stage.state(leader=1, isr=[1, 2, 3])), COORDINATOR)
+
+    response = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
+                                                           batch=idempotent(2, 0, tag="mine"))), ProduceResponse)
+
+    assert response.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+    assert stage.log.log_end_offset == 2
+
+
 def test_an_idempotent_batch_with_a_gap_in_its_sequence_is_refused(stage):
     stage.produce(idempotent(2, 0))
 

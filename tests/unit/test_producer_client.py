@@ -511,14 +511,16 @@ def test_after_a_batch_fails_for_good_the_partition_is_renumbered_under_a_new_ep
     def leader_answers(request: ProduceRequest, offset: int) -> None:
         header = verify_batch(request.batch)
         sent.append(header)
-        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count)
+        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count,
+                              header.crc)
         if verdict.duplicate_of is not None:
             stage.answer(request, base_offset=verdict.duplicate_of.base_offset)
             return
         if verdict.error:
             stage.answer(request, error=verdict.error)
             return
-        table.record(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count, offset)
+        table.record(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count, header.crc,
+                     offset)
         stage.answer(request, base_offset=offset)
 
     stage.send(count=2)

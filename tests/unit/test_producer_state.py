@@ -14,6 +14,11 @@ from actors.limits import DEFAULT_LIMITS
 from actors.producer_state import ProducerStateTable
 
 
+def crc_of(producer_id: int, sequence: int) -> int:
+    """A batch's CRC: 32 bits, a different one for each batch."""
+    return (producer_id * 2_654_435_761 + sequence * 40_503) & 0xFFFF_FFFF
+
+
 def test_a_client_inventing_producer_ids_makes_a_partition_hold_a_bounded_number_of_bytes():
     tracemalloc.start()
     try:
@@ -21,7 +26,7 @@ def test_a_client_inventing_producer_ids_makes_a_partition_hold_a_bounded_number
         before = tracemalloc.get_traced_memory()[0]
         for producer_id in range(1, 150_001):
             for sequence in range(5 if producer_id % 3 == 0 else 1):
-                table.record(producer_id, 0, sequence, 1, producer_id * 5 + sequence)
+                table.record(producer_id, 0, sequence, 1, crc_of(producer_id, sequence), producer_id * 5 + sequence)
         held_mb = (tracemalloc.get_traced_memory()[0] - before) / 2**20
     finally:
         tracemalloc.stop()
@@ -32,19 +37,31 @@ def test_a_client_inventing_producer_ids_makes_a_partition_hold_a_bounded_number
 
 def test_the_producer_that_wrote_least_recently_is_forgotten_first():
     table = ProducerStateTable(100)
-    table.record(77, 0, 0, 1, 0)
+    table.record(77, 0, 0, 1, crc_of(77, 0), 0)
     offset = 1
     for producer_id in range(1000, 1500):
-        table.record(producer_id, 0, 0, 1, offset)
+        table.record(producer_id, 0, 0, 1, crc_of(producer_id, 0), offset)
         offset += 1
         if producer_id % 50 == 0:  # the active producer writes every 50 of the attacker's ids
             sequence = (producer_id - 1000) // 50 + 1
-            table.record(77, 0, sequence, 1, offset)
+            table.record(77, 0, sequence, 1, crc_of(77, sequence), offset)
             offset += 1
 
-    retry = table.check(77, 0, 10, 1)
-    forgotten = table.check(1001, 0, 0, 1)
+    retry = table.check(77, 0, 10, 1, crc_of(77, 10))
+    forgotten = table.check(1001, 0, 0, 1, crc_of(1001, 0))
 
     assert retry.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and retry.duplicate_of is not None
     assert forgotten.error == ErrorCode.NONE and forgotten.duplicate_of is None, "1001 was forgotten: a new producer"
     assert len(table) == 100
+
+
+def test_a_batch_under_remembered_numbers_is_a_retry_only_if_it_is_the_same_batch():
+    table = ProducerStateTable(100)
+    table.record(77, 0, 0, 3, 0x1234_5678, 40)
+
+    retry = table.check(77, 0, 0, 3, 0x1234_5678)
+    other = table.check(77, 0, 0, 3, 0x8765_4321)
+
+    assert retry.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and retry.duplicate_of.base_offset == 40
+    assert other.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and other.duplicate_of is None
+    assert "other records" in other.message
