@@ -226,6 +226,12 @@ class DeadLetterWriter:
         endpoint = self.leaders.leader_endpoint(target.topic, target.partition, now_ns)
         if not endpoint:
             self._retry_later(target, now_ns)
+            if target.topic in self.missing:
+                # Deleted since the write was routed here: made again as at first, the write goes
+                # on there (its producer id is new to that topic's leader, which answers it as in
+                # `_on_refused`). Waiting for its leader, it waited for good, and the records
+                # stayed dead-lettering, holding their share-partitions' start back.
+                return self._find_topic(target.topic, target.pending[0].topic, now_ns)
             return self.leaders.refresh_leaders(target.topic, now_ns)
         target.stage = "producing"
         request = ProduceRequest(correlation_id=0, topic=target.topic, partition=target.partition, acks=-1,

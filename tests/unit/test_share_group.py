@@ -580,6 +580,39 @@ def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world)
     assert target.producer_id != first_producer and target.next_sequence == 1
 
 
+def delete_topic(world: World, name: str) -> None:
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name=name), PRODUCER)
+    for key in [key for key in world.replicas if key[0] == name]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+
+
+def test_a_dead_letter_topic_deleted_after_its_first_write_is_made_again_for_the_next(world):
+    """The dead-letter topic was made for the first dead letter, then deleted. The next dead letter
+    waited for its leader for good: it stayed dead-lettering, the share-partition's start stayed
+    below it (and once its window was full, the partition delivered nothing more), and the group
+    could not be deleted."""
+    world.produce("orders", ["p1", "fine", "p2", "fine2"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "reject")
+    world.answer("a", member, "orders", 1, 1, "accept")
+    world.settle(1_500)
+    assert [value for _, _, value, _ in dead_letters(world)] == [b"p1"]
+    delete_topic(world, "orders.dlq")
+
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(2, 2), (3, 2)], "their first locks expired"
+    world.answer("a", member, "orders", 2, 2, "reject")
+    world.answer("a", member, "orders", 3, 3, "accept")
+    for _ in range(10):
+        world.keep_alive("a", member, ["orders"], 1_000)
+        if world.describe().partitions[0].start_offset == 4:
+            break
+
+    assert world.describe().partitions[0].start_offset == 4, "the second dead letter was written and archived"
+    assert [value for _, _, value, _ in dead_letters(world)] == [b"p2"], "in the dead-letter topic made again"
+
+
 # ---------------------------------------------------------------------------- the member's side
 
 
