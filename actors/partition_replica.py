@@ -334,7 +334,7 @@ class PartitionReplica(RoleChanges, FetchServing):
         return []
 
     def _on_retention(self, now_ns: int) -> list[Effect]:
-        deleted = self.log.apply_retention(now_ns // MS)
+        deleted = self.log.apply_retention(now_ns // MS, upper_bound_offset=self.high_watermark)
         effects: list[Effect] = []
         if deleted:
             effects.append(Trace("retention", {"topic": self.topic, "partition": self.partition,

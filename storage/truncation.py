@@ -7,8 +7,9 @@ without refusing good data or resurrecting removed data:
   crash) and the kept prefix, then moves the recovery point to the new end, then drops epoch
   entries at or past the new end;
 - whole segments are removed newest first, so a crash leaves a contiguous prefix;
-- only whole segments that are not the active one are ever deleted by retention; the log start
-  moves to the next segment's base offset (or, for DeleteRecords, to the requested offset),
+- only whole segments that are not the active one, and wholly below the high watermark the
+  replica passes, are ever deleted by retention; the log start moves to the next segment's
+  base offset (or, for DeleteRecords, to the requested offset),
   persisted in the recovery-point checkpoint before any file is removed, so it survives a restart
   and a log start below the first file always means lost files.
 """
@@ -86,13 +87,19 @@ class ShrinkOperations:
         return len(self._segments) > 1 and (self._config.retention_ms is not None
                                             or self._config.retention_bytes is not None)
 
-    def apply_retention(self: "PartitionLog", now_ms: int) -> int:
+    def apply_retention(self: "PartitionLog", now_ms: int, upper_bound_offset: int | None = None) -> int:
         """Delete whole oldest non-active segments past `retention_ms` (by their largest
-        timestamp) or while the log is larger than `retention_bytes`; returns how many."""
+        timestamp) or while the log is larger than `retention_bytes`; returns how many.
+
+        Only segments wholly below `upper_bound_offset` may go (a replica passes its high
+        watermark; None: the log end). Kafka's rule too (UnifiedLog.deletableSegments): a leader
+        that deleted records no follower had fetched sent its followers past them, each counted
+        as holding them, and acks=all acknowledged records no replica held or any consumer read."""
         self._check_open()
         config = self._config
+        bound = self.log_end_offset if upper_bound_offset is None else upper_bound_offset
         doomed, remaining = 0, self.size_bytes
-        while len(self._segments) - doomed > 1:
+        while len(self._segments) - doomed > 1 and self._segments[doomed + 1].base_offset <= bound:
             oldest = self._segments[doomed]
             age_ms = now_ms - oldest.max_timestamp_ms
             expired = config.retention_ms is not None and age_ms > config.retention_ms

@@ -47,9 +47,9 @@ class Stage:
     """Node 1 leading orders/0, with the coordinator, followers and clients played by the test."""
 
     def __init__(self, *, isr=(1, 2, 3), min_insync_replicas: int = 2, limits: Limits = LIMITS,
-                 **config) -> None:
+                 log_config: LogConfig = LogConfig(), **config) -> None:
         self.fs = MemoryFileSystem()
-        self.log = open_memory_log(LogConfig(), now_ms=0, fs=self.fs)
+        self.log = open_memory_log(log_config, now_ms=0, fs=self.fs)
         self.config = TopicConfig(min_insync_replicas=min_insync_replicas, **config)
         self.harness = Harness()
         self.replica = PartitionReplica(

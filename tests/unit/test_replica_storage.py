@@ -351,6 +351,31 @@ def test_a_partition_state_with_new_retention_reaches_the_log():
     assert stage.replica.config.retention_ms == 5_000
 
 
+def test_retention_never_deletes_what_the_followers_have_not_fetched():
+    """A leader whose followers lag holds records above its high watermark. Retention that deleted
+    them sent each follower past them (`OFFSET_OUT_OF_RANGE`, then a fetch from the log start),
+    which the leader counted as holding them: acks=all acknowledged 10 records that no replica
+    held and no consumer ever read. Retention stops at the high watermark (Kafka's rule)."""
+    stage = Stage(retention_bytes=1, log_config=LogConfig(segment_bytes=150, retention_bytes=1))
+    for round in range(6):
+        stage.produce(batch(2, tag=f"b{round}"), acks=-1)  # one segment each; nobody has fetched
+    assert len(stage.log._segments) == 6 and stage.replica.high_watermark == 0
+
+    stage.harness.advance(10_000)  # retention runs
+    first = only(stage.follower_fetch(2, 0), FetchResponse)
+    stage.follower_fetch(3, 0)
+    acknowledged = [reply for reply in stage.replies() if reply.error == ErrorCode.NONE]
+
+    assert first.error == ErrorCode.NONE and first.records, "the follower gets what it had not fetched"
+    assert stage.log.log_start_offset == 0
+    assert all(reply.base_offset >= stage.log.log_start_offset for reply in acknowledged)
+
+    stage.catch_up()
+    stage.harness.advance(10_000)  # now replicated, below the high watermark: retention may delete it
+
+    assert stage.replica.high_watermark == 12 and stage.log.log_start_offset == 10
+
+
 # ---------------------------------------------------------------------------- a repair never takes back what the leader counted
 # The simulator's seeds 20559 and 20606: a follower's scrubber found damage, and the follower cut
 # its log below it at once, while the fetch it had just sent (saying it held everything) was on
