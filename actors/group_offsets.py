@@ -19,7 +19,7 @@ from actors.errors import ErrorCode
 from actors.limits import Limits
 from actors.messages import ErrorResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")  # whole names only (fullmatch): `$` would let "a\n" through
 GROUP_ID_LENGTH_MAX = 255
 ENTRY_OVERHEAD_BYTES = 64  # the key, three numbers and the journal record around them
 
@@ -30,7 +30,7 @@ def entry_bytes(group_id: str, entry: OffsetEntry) -> int:
 
 def is_topic_name(name: str, limits: Limits) -> bool:
     """A name a topic could have (topic_admin refuses to create any other)."""
-    return bool(TOPIC_NAME.match(name)) and len(name) <= limits.topic_name_length_max and name not in (".", "..")
+    return bool(TOPIC_NAME.fullmatch(name)) and len(name) <= limits.topic_name_length_max and name not in (".", "..")
 
 
 def check_group_id(group_id: str) -> str | None:
