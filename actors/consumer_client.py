@@ -13,7 +13,7 @@ known yet (a new assignment, `seek_to_beginning`, an out-of-range offset with an
 `auto_offset_reset` policy) are resolved with ListOffsets at the leader.
 
 Commands from the shell arrive as `ClientCommand`; results go back as `Notify` effects:
-("records", (topic, partition, session, batches, high_watermark)), ("position", (topic,
+("records", (topic, partition, session, batches, high_watermark, topic_id)), ("position", (topic,
 partition, session, offset)), ("result", (token, value, error)), ("partition-error",
 (topic, partition, error)), ("metadata", topics), ("unreadable", (topic, partition, session,
 offset, reason)).

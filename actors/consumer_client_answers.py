@@ -79,7 +79,7 @@ class LeaderAnswers:
                     self.buffered_bytes += taken.size
                     effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session,
                                                       records if taken.size == len(records) else records[:taken.size],
-                                                      response.high_watermark)))
+                                                      response.high_watermark, fetch.topic_id)))
                 if taken.unreadable:
                     fetch.held = True
                     effects.append(Notify("unreadable", (fetch.topic, fetch.partition, fetch.session,

@@ -161,7 +161,7 @@ class ConsumerShell:
     # ------------------------------------------------------------------ the I/O thread's side
 
     def _on_records(self, payload: Any, now_ns: int) -> list[Any]:
-        topic, partition, session, batches, _ = payload
+        topic, partition, session, batches, _, _ = payload
         key = (topic, partition)
         consumed = [ClientCommand(command="consumed", arguments={"bytes": len(batches)})]
         if session < self.sessions.get(key, (0, 0)) or key not in self.fetched:

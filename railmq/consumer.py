@@ -390,15 +390,16 @@ class Consumer(ClientShell):
 
     def _open_chunk(self, chunk: tuple) -> int:
         """Make a fetched chunk the current records; its last slot is the high watermark, or the
-        `CorruptBatchError` of an unreadable header the I/O thread met after its batches."""
-        topic, partition, session, records, after = chunk
+        `CorruptBatchError` of an unreadable header the I/O thread met after its batches; then the
+        id of the topic the records were fetched from."""
+        topic, partition, session, records, after, topic_id = chunk
         tp = TopicPartition(topic, partition)
         known = self._sessions.get(tp, (0, 0))
         if session < known or tp not in self._positions or tp not in self._assignment or tp in self._corrupt:
             return len(records)
         self._sessions[tp] = session
         decoded, corrupt = decode_fetched_prefix(topic, partition, records, self._positions[tp],
-                                                 check_crcs=self.check_crcs)
+                                                 check_crcs=self.check_crcs, topic_id=topic_id)
         if corrupt is None and isinstance(after, CorruptBatchError):
             corrupt = after
         if corrupt is not None:
@@ -417,7 +418,7 @@ class Consumer(ClientShell):
         elif kind == "unreadable":
             topic, partition, session, offset, reason = payload
             self._chunks.append((topic, partition, session, b"",
-                                 CorruptBatchError(topic, partition, offset, None, reason)))
+                                 CorruptBatchError(topic, partition, offset, None, reason), 0))
         elif kind == "position":
             topic, partition, session, offset = payload
             tp = TopicPartition(topic, partition)

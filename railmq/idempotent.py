@@ -15,9 +15,14 @@ exactly once per message id. The handler must do all its work through `connectio
 no rollback (a handler that ends the transaction is a programming error, raised as
 `TransactionEnded`), no second connection, nothing outside the database that cannot be undone.
 
-Message ids default to `topic/partition/offset`: the same on every redelivery of a record. A
-record stored twice (a producer retry without idempotence) has two offsets; when that matters,
-derive the id from the key or a header (`key_message_id`, `header_message_id`).
+Message ids default to `topic/partition/offset@topic_id`: the same on every redelivery of a
+record. The topic's id is part of it because a topic deleted and made again under its name
+numbers its records from 0 again, and the group reads the new one from its start: with
+`topic/partition/offset` alone its records took the ids of the old topic's and were skipped as
+redeliveries, never applied. (A record whose topic id is not known — a share group's — keeps
+`topic/partition/offset`.) A record stored twice (a producer retry without idempotence) has two
+offsets; when that matters, derive the id from the key or a header (`key_message_id`,
+`header_message_id`).
 
 Growth is bounded by `prune(older_than_ms)`, which forgets ids recorded longer ago than that.
 It is safe only for ids that can no longer be redelivered: the group must have committed past
@@ -52,7 +57,8 @@ IDS_TABLE = "railmq_processed_messages"
 
 
 def offset_message_id(record: ConsumerRecord) -> str:
-    return f"{record.topic}/{record.partition}/{record.offset}"
+    where = f"{record.topic}/{record.partition}/{record.offset}"
+    return f"{where}@{record.topic_id}" if record.topic_id else where
 
 
 def key_message_id(record: ConsumerRecord) -> str:

@@ -37,6 +37,9 @@ class ConsumerRecord(msgspec.Struct, array_like=True, gc=False):
     topic: str = ""
     partition: int = -1
     offset: int = -1
+    # The id of the topic it was read from (0: not known). A topic deleted and made again under
+    # its name numbers its records from 0 again: topic, partition and offset name two records then.
+    topic_id: int = 0
 
     @property
     def text(self) -> str | None:
@@ -73,7 +76,8 @@ _records_decoder = msgspec.msgpack.Decoder(list[RecordTuple])
 
 
 def decode_fetched_prefix(topic: str, partition: int, batches: bytes | memoryview, position: int,
-                          *, check_crcs: bool = True) -> tuple[list[ConsumerRecord], CorruptBatchError | None]:
+                          *, check_crcs: bool = True, topic_id: int = 0,
+                          ) -> tuple[list[ConsumerRecord], CorruptBatchError | None]:
     """Records at or after `position` from concatenated whole batches, up to the first batch that
     does not check out, and the error naming that batch (None when every batch was good)."""
     view = memoryview(batches)
@@ -100,7 +104,7 @@ def decode_fetched_prefix(topic: str, partition: int, batches: bytes | memoryvie
             # to give each record its offset and absolute timestamp (~0.35 us a record).
             first = header.first_timestamp_ms
             skip = max(0, position - header.base_offset)
-            out.extend([ConsumerRecord(delta + first, key, value, headers, topic, partition, offset)
+            out.extend([ConsumerRecord(delta + first, key, value, headers, topic, partition, offset, topic_id)
                         for offset, (delta, key, value, headers) in enumerate(tuples[skip:] if skip else tuples,
                                                                              header.base_offset + skip)])
         expected = header.next_offset

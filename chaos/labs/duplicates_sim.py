@@ -129,7 +129,7 @@ class CrashingWorker:
         return [], False
 
     def _on_records(self, payload: Any) -> tuple[list[Any], bool]:
-        topic, partition, _, batches, _ = payload
+        topic, partition, _, batches, _, _ = payload
         if self.position is None:
             return [ClientCommand(command="consumed", arguments={"bytes": len(batches)})], False
         records = decode_fetched(topic, partition, batches, self.fetched_end)

@@ -12,13 +12,19 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import time
 
 import pytest
 
+from actors.errors import RailmqError
 from examples.balance_consumers import AFTER_APPLY, IN_TRANSACTION, CrashPoint, uncommitted_at
 from examples.balances import crash_schedule, run_experiment
+from railmq.admin import Admin
+from railmq.consumer import Consumer
 from railmq.idempotent import IdempotentStore
+from railmq.producer import Producer
 from railmq.records import ConsumerRecord
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -93,3 +99,61 @@ def test_a_process_killed_inside_the_transaction_leaves_neither_the_change_nor_t
         assert store.process(deposit_record(), insert_deposit), "the redelivery applies it"
     with sqlite3.connect(database) as connection:
         assert connection.execute("SELECT balance FROM balances").fetchall() == [(10,)]
+
+
+def apply_once(bootstrap: str, topic: str, store: IdempotentStore, expected: int) -> list[bool]:
+    """Read the group's records, apply each through the store, commit; whether each was applied."""
+    applied: list[bool] = []
+    with Consumer(bootstrap, group_id=f"{topic}-balances", auto_offset_reset="earliest", enable_auto_commit=False,
+                  session_timeout_ms=1000, heartbeat_interval_ms=100) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(applied) < expected and time.monotonic() < deadline:
+            records = consumer.poll(100)
+            applied += [store.process(record, insert_deposit) for record in records]
+            if records:
+                consumer.commit()
+    return applied
+
+
+def test_a_topic_deleted_and_made_again_under_its_name_is_applied_not_skipped_as_redelivered(cluster, tmp_path,
+                                                                                             unique_name):
+    """The group reads the new topic from its start (its committed offsets were of the old one),
+    and the records come at offsets the store had seen: with ids of topic, partition and offset
+    only, all 5 were skipped as redeliveries and never applied."""
+    topic = unique_name("payments")
+    store = IdempotentStore(str(tmp_path / "balances.db"))
+    with store.transaction() as connection:
+        connection.execute("CREATE TABLE balances (account TEXT, amount INTEGER)")
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1)
+        produce_deposits(cluster.bootstrap, topic, 5)
+        assert apply_once(cluster.bootstrap, topic, store, 5) == [True] * 5
+        admin.delete_topic(topic)
+        wait_for(lambda: _created(admin, topic), timeout_s=30, what=f"{topic} to be made again")
+    produce_deposits(cluster.bootstrap, topic, 5)
+
+    applied = apply_once(cluster.bootstrap, topic, store, 5)
+
+    assert applied == [True] * 5, "every record of the new topic applied once"
+    with store.transaction() as connection:
+        assert connection.execute("SELECT COUNT(*) FROM balances").fetchone()[0] == 10
+    store.close()
+
+
+def produce_deposits(bootstrap: str, topic: str, count: int) -> None:
+    with Producer(bootstrap, acks="all") as producer:
+        for _ in range(count):
+            producer.send(topic, "10", key="alice", partition=0)
+        producer.flush(30)
+
+
+def _created(admin: Admin, topic: str) -> bool:
+    """Create `topic`; False while its deletion is still being carried out (asked again)."""
+    try:
+        admin.create_topic(topic, partitions=1)
+    except RailmqError as error:
+        if "exists" in str(error):
+            return False
+        raise
+    return True

@@ -59,7 +59,7 @@ def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
 def delivered_offsets(stage: ConsumerStage, position: int) -> list[int]:
     """What the user would see: the shell decodes every "records" notice from `position` on."""
     offsets: list[int] = []
-    for topic, partition, _, records, _ in stage.notified("records"):
+    for topic, partition, _, records, _, _ in stage.notified("records"):
         decoded, corrupt = decode_fetched_prefix(topic, partition, records, position)
         assert corrupt is None, corrupt
         offsets += [record.offset for record in decoded]
@@ -130,7 +130,7 @@ def test_an_answer_larger_than_the_fetch_asked_for_is_not_buffered_beyond_it():
 
     answer(stage, request, batches, high_watermark=1_000)
 
-    handed = sum(len(records) for _, _, _, records, _ in stage.notified("records"))
+    handed = sum(len(records) for _, _, _, records, _, _ in stage.notified("records"))
     assert handed <= request.max_bytes
     assert stage.consumer.buffered_bytes <= request.max_bytes
     assert handed >= len(one)  # the whole batches that fit still come
@@ -926,12 +926,12 @@ def shell_consumer():
 def test_records_fetched_for_a_partition_paused_meanwhile_are_returned_after_resume(shell_consumer):
     consumer = shell_consumer
     session = consumer._sessions[("orders", 0)]
-    consumer._on_notify("records", ("orders", 0, session, stamped(10, 3), 100))  # in flight when paused
+    consumer._on_notify("records", ("orders", 0, session, stamped(10, 3), 100, 0))  # in flight when paused
     consumer.pause([("orders", 0)])
 
     assert consumer.poll(50) == []
     consumer.resume([("orders", 0)])
-    consumer._on_notify("records", ("orders", 0, session, stamped(13, 2), 100))  # the fetch goes on from 13
+    consumer._on_notify("records", ("orders", 0, session, stamped(13, 2), 100, 0))  # the fetch goes on from 13
 
     assert [record.offset for record in consumer.poll(200)] == [10, 11, 12, 13, 14]
 
@@ -939,7 +939,7 @@ def test_records_fetched_for_a_partition_paused_meanwhile_are_returned_after_res
 def test_records_opened_before_a_pause_are_kept_for_after_it(shell_consumer):
     consumer = shell_consumer
     session = consumer._sessions[("orders", 0)]
-    consumer._on_notify("records", ("orders", 0, session, stamped(10, 4), 100))
+    consumer._on_notify("records", ("orders", 0, session, stamped(10, 4), 100, 0))
 
     assert [record.offset for record in consumer.poll(200, max_records=1)] == [10]
     consumer.pause([("orders", 0)])

@@ -116,8 +116,9 @@ def test_fetched_records_go_to_the_shell_and_the_next_fetch_starts_after_them(st
 
     effects = stage.answer_fetch(first, stamped(10, 3) + stamped(13, 2), high_watermark=20)
 
-    [(topic, partition, session, records, high_watermark)] = notices(effects, "records")
+    [(topic, partition, session, records, high_watermark, topic_id)] = notices(effects, "records")
     assert (topic, partition, session, high_watermark) == ("orders", 0, (0, 0), 20)
+    assert topic_id == stage.topic_id == 4711, "the id of the topic they were fetched from"
     assert bytes(records) == stamped(10, 3) + stamped(13, 2)
     assert only(stage.sent(FetchRequest), FetchRequest).offset == 15
 

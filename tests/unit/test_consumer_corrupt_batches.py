@@ -85,7 +85,7 @@ def test_the_fetch_loop_hands_over_the_good_batches_and_holds_the_partition_at_a
 
     effects = stage.answer_fetch(first, batch(10, 3) + unreadable_header())
 
-    [(_, _, _, handed, _)] = notices(effects, "records")
+    [(_, _, _, handed, _, _)] = notices(effects, "records")
     assert bytes(handed) == batch(10, 3)
     [(topic, partition, session, offset, reason)] = notices(effects, "unreadable")
     assert (topic, partition, session, offset) == ("orders", 0, (0, 0), 13) and "version" in reason
@@ -121,7 +121,7 @@ def consumer():
 
 
 def deliver(consumer: Consumer, data: bytes) -> None:
-    consumer._on_notify("records", ("orders", 0, consumer._sessions[("orders", 0)], data, 100))
+    consumer._on_notify("records", ("orders", 0, consumer._sessions[("orders", 0)], data, 100, 0))
 
 
 def test_poll_returns_the_good_records_then_raises_on_every_poll_until_skipped(consumer):

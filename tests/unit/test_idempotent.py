@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 
+import msgspec
 import pytest
 
 from railmq.idempotent import (
@@ -135,6 +136,14 @@ def test_message_ids_from_a_header_or_the_key_dedupe_a_record_stored_twice(open_
         store.process(deposit(7), apply_deposit)
     assert key_message_id(deposit(1, account="bob")) == "bob"
     assert offset_message_id(deposit(3)) == "payments/0/3"
+
+
+def test_the_same_offset_of_a_topic_made_again_under_its_name_is_another_message(open_store):
+    store = open_store()
+    old, new = (msgspec.structs.replace(deposit(3), topic_id=topic_id) for topic_id in (41, 42))
+    assert offset_message_id(new) == "payments/0/3@42"
+    assert [store.process(record, apply_deposit) for record in (old, old, new)] == [True, False, True]
+    assert balance(store) == 20
 
 
 def test_a_message_id_must_be_a_short_string(open_store):
