@@ -26,6 +26,7 @@ from actors.messages import (
     DescribeGroupResponse,
     DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest,
     JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetEntry,
     PeerDisconnected, ProduceRequest, ProduceResponse,
     ShareAcknowledgement, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest,
     ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings, TimerFired,
@@ -256,6 +257,21 @@ def test_share_and_classic_groups_do_not_share_an_id(world):
                                                   session_timeout_ms=SESSION_MS), "c")
     world.settle(200)
     assert world.join("a", ["orders"], group="classic").error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_an_offset_commit_to_a_share_groups_id_is_refused_and_the_share_group_goes_on(world):
+    """An administrative commit (no member, generation -1) needs no membership: to a share group's
+    id it made a classic group of that id, and from then on every heartbeat of the share group was
+    refused (INCONSISTENT_GROUP_PROTOCOL), so its members left and nothing more was delivered."""
+    world.produce("orders", ["a", "b"])
+    member = world.join("a", ["orders"], group="queue").member_id
+    world.harness.deliver(GROUP, OffsetCommitRequest(correlation_id=world.next_id(), group_id="queue", offsets=[
+        OffsetEntry(topic="orders", partition=0, offset=2)]), "admin")
+    world.settle(50)
+
+    assert only(world.harness.take("admin"), OffsetCommitResponse).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert world.heartbeat("a", member, ["orders"], group="queue").error == ErrorCode.NONE
+    assert acquired_offsets(world.acquire_now("a", member, "orders", group="queue")) == [(0, 1), (1, 1)]
 
 
 def test_bad_settings_and_unknown_members_are_refused(world):
