@@ -33,8 +33,8 @@ from actors.deadlines import lowered
 from actors.effects import Effect, Trace
 from actors.errors import RETRIABLE, ErrorCode
 from actors.messages import (
-    CreateTopicRequest, ErrorResponse, FetchRequest, FetchResponse, InitProducerIdRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse,
+    INT64_MAX, CreateTopicRequest, ErrorResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse,
 )
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import SharePartition
@@ -204,15 +204,35 @@ class DeadLetterWriter:
         else:
             items = self._next_items(target)
         source = items[0]
+        topic_id = self._source_topic_id(source)
+        if self._source_topic_gone(source, topic_id):
+            target.fetching = items
+            return self._source_gone(target, INT64_MAX, now_ns)
         endpoint = self.leaders.leader_endpoint(source.topic, source.partition, now_ns)
         if not endpoint:
             self._retry_later(target, now_ns)
             return self.leaders.refresh_leaders(source.topic, now_ns)
         target.stage, target.fetching = "fetching", items
-        request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition,
+        request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition, topic_id=topic_id,
                                offset=min(item.offset for item in items), max_wait_ms=0,
                                max_bytes=self.groups.limits.share_dead_letter_fetch_bytes_max)
         return [self.leaders.send_request("dlq-fetch", target.key, endpoint, request, now_ns)]
+
+    def _source_topic_id(self, item: DeadLetterItem) -> int:
+        """The id of the topic the record was delivered from (0: not known)."""
+        share_partition = self.groups.share_partition_of(item)
+        return share_partition.topic_id if share_partition is not None else 0
+
+    def _source_topic_gone(self, item: DeadLetterItem, topic_id: int) -> bool:
+        """Metadata says the record's topic was deleted (and maybe made again under its name, with
+        another id): the record went with it. Fetched by name and offset, the new topic's record
+        there was written as the dead letter (one the group was delivered as well); the fetch
+        names the topic's id too, so a leader of the new topic refuses it (UNKNOWN_TOPIC_ID) and
+        metadata is asked again."""
+        if item.topic in self.missing:
+            return True
+        metadata = self.leaders.topics.get(item.topic)
+        return bool(topic_id and metadata is not None and metadata.topic_id and metadata.topic_id != topic_id)
 
     def _next_items(self, target: DeadLetterTarget) -> list[DeadLetterItem]:
         """Queued records of the first queued record's source partition, lowest offsets first."""
@@ -279,7 +299,8 @@ class DeadLetterWriter:
         return [trace]
 
     def _source_gone(self, target: DeadLetterTarget, log_start_offset: int, now_ns: int) -> list[Effect]:
-        """Retention deleted source records before they were dead-lettered: nothing left to write."""
+        """Retention deleted source records before they were dead-lettered (or their topic was
+        deleted: every offset is below INT64_MAX): nothing left to write."""
         gone = [item for item in target.fetching if item.offset < log_start_offset]
         if target.pending:  # a stored write: it is re-sent with the same record count, gone ones empty
             for item in gone:

@@ -629,6 +629,42 @@ def test_a_dead_letter_topic_deleted_after_its_first_write_is_made_again_for_the
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p2"], "in the dead-letter topic made again"
 
 
+def test_a_record_dead_lettered_as_its_topic_is_made_again_does_not_take_the_new_topics_record(world):
+    """The dead-letter writer fetched the rejected record by topic name and offset. Its topic was
+    deleted and made again before the fetch: it fetched the new topic's record at that offset (one
+    the group was delivered and accepted as well) and wrote it to the dead-letter topic as the
+    rejected one. The rejected record went with its topic: nothing is written for it."""
+    world.produce("orders", ["old-0", "old-1", "old-2"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.harness.lose = lambda envelope: envelope.sender == GROUP and isinstance(envelope.message, FetchRequest)
+    world.answer("a", member, "orders", 1, 1, "reject", error="poison")
+    world.answer("a", member, "orders", 0, 0, "accept")
+    world.answer("a", member, "orders", 2, 2, "accept")
+    world.settle(500)
+    assert world.describe().partitions[0].records[0].state == "dead-lettering"
+    delete_topic(world, "orders")
+    world.harness.heal()
+    world.create_topic("orders")
+    world.produce("orders", ["new-0", "new-1", "new-2", "new-3"])
+
+    delivered: set[int] = set()
+    for _ in range(40):
+        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
+        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
+        world.settle(300)
+        for response in world.acquired("a"):
+            for offset, _ in acquired_offsets(response):
+                delivered.add(offset)
+                world.answer("a", member, "orders", offset, offset, "accept")
+        if len(delivered) == 4:
+            break
+
+    assert sorted(delivered) == [0, 1, 2, 3], "every record of the new topic, from its start"
+    assert [value for _, _, value, _ in dead_letters(world)] == [], "no record of the new topic dead-lettered"
+    assert world.harness.trace_events("share-dead-letter-source-gone")
+
+
 # ---------------------------------------------------------------------------- the member's side
 
 
