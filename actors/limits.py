@@ -158,6 +158,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     peer_outbound_bytes_max: int = 64 * 1024 * 1024
     # The same over all peers of one actor: a leader never holds more than this in unsent answers.
     outbound_bytes_max: int = 256 * 1024 * 1024
+    # When that is full and a peer within its own budget is refused, the client connection whose
+    # answers have waited unread longer than this, holding the most, is closed to make room: four
+    # connections that never read no longer keep every client's large answers BUSY. A cluster
+    # process's connection is never closed.
+    client_unread_answers_close_ms: int = 2000
     # Distinct peers an actor keeps open sockets to.
     peer_sockets_max: int = 1024
     # Connections an actor accepts from processes that are not the cluster's (no valid tag has

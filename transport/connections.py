@@ -98,11 +98,12 @@ def client_connections_bound(configured: int) -> int:
 
 
 class _Connection:
-    __slots__ = ("peer", "delivered")
+    __slots__ = ("peer", "delivered", "routing_id")
 
     def __init__(self, peer: Any) -> None:
         self.peer = peer
         self.delivered = 0  # bytes on the wire of the messages read from it
+        self.routing_id = b""  # the ROUTER's name for it, from its last message
 
 
 class ConnectionTable:
@@ -133,12 +134,24 @@ class ConnectionTable:
         self._untrusted.pop(fd, None)
         self._trusted.pop(fd, None)
 
-    def active(self, fd: int, frames: Any = ()) -> None:
-        """A message (`frames`, as on the wire) came on `fd`: it becomes the most recently active."""
+    def active(self, fd: int, frames: Any = (), routing_id: Any = None) -> None:
+        """A message (`frames`, as on the wire, from `routing_id`: a frame) came on `fd`: it
+        becomes the most recently active."""
         connection = self._untrusted.pop(fd, None)
         if connection is not None:
             connection.delivered += wire_bytes(frames)
+            if routing_id is not None:
+                connection.routing_id = routing_id.bytes
             self._untrusted[fd] = connection
+
+    def clients_by_routing_id(self) -> dict[bytes, int]:
+        """The untrusted connections' descriptors by the ROUTER's name for each."""
+        return {connection.routing_id: fd for fd, connection in self._untrusted.items()}
+
+    def take(self, fd: int) -> Any:
+        """Take out an untrusted connection; its peer address (None if it is not one)."""
+        connection = self._untrusted.pop(fd, None)
+        return None if connection is None else connection.peer
 
     def trusted(self, fd: int) -> bool:
         return fd in self._trusted
@@ -209,8 +222,16 @@ class RouterGuard:
     def arrived(self, frames: list) -> int:
         """A message read from the ROUTER (routing id first): the descriptor it came on."""
         fd = frames[0].get(zmq.SRCFD)
-        self.table.active(fd, frames[1:])
+        self.table.active(fd, frames[1:], frames[0])
         return fd
+
+    def close_client(self, fd: int) -> bool:
+        """Close a client connection (False: not one, or already gone)."""
+        peer = self.table.take(fd)
+        if peer is None:
+            return False
+        self._dropped(fd)
+        return shut_down(fd, peer)
 
     def data_arrived(self) -> None:
         """Bytes came on a client connection: count what is held soon."""

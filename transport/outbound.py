@@ -11,6 +11,14 @@ peer asks again once it drains. Smaller answers are not tracked (a tracker costs
 send): the ROUTER's SNDHWM (`router_send_queue_max`) bounds them, to router_send_queue_max x
 TRACK_BYTES_MIN per peer. Counting only answers of 64 KiB or more let one connection that never
 read hold ~430 MiB of answers just under that size.
+
+The budget over all peers protects the actor's memory, and alone it did not protect its clients:
+four connections that sent fetches and never read held a leader's whole `outbound_bytes_max`, and
+until they read or went, every client's large answers were BUSY. So when a peer within its own
+budget is refused for the actor's, the runtime closes the client connections whose answers have
+waited unread longest past `client_unread_answers_close_ms`, holding the most first
+(`unread_longest`), and their queues go with them. A cluster process's connection is never
+closed (transport/connections.py).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ class OutboundBudget:
     def __init__(self, peer_bytes_max: int, total_bytes_max: int) -> None:
         self.peer_bytes_max = peer_bytes_max
         self.total_bytes_max = total_bytes_max
-        self._pending: dict[Any, deque[tuple[Any, int]]] = {}
+        self._pending: dict[Any, deque[tuple[Any, int, int]]] = {}  # (tracker, size, sent at ns)
         self._peer_bytes: dict[Any, int] = {}
         self.total_bytes = 0
 
@@ -41,8 +49,18 @@ class OutboundBudget:
         return (self._peer_bytes.get(peer, 0) + size <= self.peer_bytes_max
                 and self.total_bytes + size <= self.total_bytes_max)
 
-    def track(self, peer: Any, tracker: Any, size: int) -> None:
-        self._pending.setdefault(peer, deque()).append((tracker, size))
+    def within_peer_budget(self, peer: Any, size: int) -> bool:
+        return self._peer_bytes.get(peer, 0) + size <= self.peer_bytes_max
+
+    def unread_longest(self, sent_before_ns: int, besides: Any) -> list[Any]:
+        """Peers other than `besides` whose oldest unread answer was sent before `sent_before_ns`,
+        holding the most first."""
+        self.prune_all()
+        waited = [peer for peer, pending in self._pending.items() if peer != besides and pending[0][2] < sent_before_ns]
+        return sorted(waited, key=self._peer_bytes.__getitem__, reverse=True)
+
+    def track(self, peer: Any, tracker: Any, size: int, now_ns: int) -> None:
+        self._pending.setdefault(peer, deque()).append((tracker, size, now_ns))
         self._peer_bytes[peer] = self._peer_bytes.get(peer, 0) + size
         self.total_bytes += size
 
@@ -51,7 +69,7 @@ class OutboundBudget:
         if pending is None:
             return
         while pending and pending[0][0].done:
-            _, size = pending.popleft()
+            size = pending.popleft()[1]
             self._peer_bytes[peer] -= size
             self.total_bytes -= size
         if not pending:
@@ -64,6 +82,6 @@ class OutboundBudget:
 
     def forget(self, peer: Any) -> None:
         """The peer is gone (its socket closed): what was queued for it is freed with it."""
-        for _, size in self._pending.pop(peer, ()):
+        for _, size, _ in self._pending.pop(peer, ()):
             self.total_bytes -= size
         self._peer_bytes.pop(peer, None)

@@ -271,7 +271,7 @@ class Runtime(RuntimePeers):
         if isinstance(message, FaultControlRequest):
             self.send(sender, self._on_fault_control(message, authenticated))
             return
-        if isinstance(sender, bytes) and type(message) is FetchRequest and not self.outbound.allows(
+        if isinstance(sender, bytes) and type(message) is FetchRequest and not self.room_for(
                 sender, min(message.max_bytes, self.limits.fetch_bytes_max)):
             # Not even read: the answers this peer already has are waiting to be read.
             self.send(sender, self._withheld(sender, FetchResponse(

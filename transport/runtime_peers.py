@@ -18,6 +18,7 @@ import logging
 import msgspec
 import zmq
 
+from actors.actor import MS
 from actors.errors import ErrorCode
 from actors.messages import CORRELATION_ID_MAX, ErrorResponse, FetchResponse, Message, PeerDisconnected
 from transport.codec import EncodeFailure
@@ -53,7 +54,7 @@ class RuntimePeers:
                 return
         if isinstance(to, bytes):
             size = sum(map(len, frames))
-            if size >= TRACK_BYTES_MIN and not self.outbound.allows(to, size):
+            if size >= TRACK_BYTES_MIN and not self.room_for(to, size):
                 frames = self.codec.encode(self._withheld(to, message))
         peer_name = to.decode("utf-8", "replace") if isinstance(to, bytes) else to
         delay = self.faults.outbound(peer_name)
@@ -76,12 +77,42 @@ class RuntimePeers:
             correlation_id=correlation_id,
             error=ErrorCode.INVALID_REQUEST, error_message=failure.detail))
 
+    def room_for(self, to: bytes, size: int) -> bool:
+        """Whether an answer of `size` bytes to `to` keeps the outbound budgets. When only the
+        actor's own is past, the client connections whose answers have waited unread longest
+        (past `client_unread_answers_close_ms`), holding the most first, are closed to make room:
+        clients that never read cannot keep every other client's large answers BUSY."""
+        outbound = self.outbound
+        if outbound.allows(to, size):
+            return True
+        if self.guard is None or not outbound.within_peer_budget(to, size):
+            return False
+        waited = outbound.unread_longest(self.clock() - self.limits.client_unread_answers_close_ms * MS, besides=to)
+        if not waited:
+            return False
+        clients = self.guard.table.clients_by_routing_id()
+        for peer in waited:
+            fd = clients.get(peer)
+            if fd is None:
+                continue  # a cluster process's connection: never closed here
+            if self.guard.close_client(fd):
+                self.count("connections_closed_unread_answers")
+            outbound.forget(peer)  # its queue goes with its connection
+            if outbound.allows(to, size):
+                return True
+        return False
+
     def _withheld(self, to: bytes, message: Message) -> Message:
         """The peer has not read what it was sent: it gets a small BUSY now instead of the answer
         (a fetch's records come on a later fetch; any other request is asked again)."""
         self.count("answers_withheld_unread_backlog")
-        text = (f"{self.outbound.outstanding(to)} bytes of earlier answers to this connection are still unread; "
-                "read them, then ask again")
+        outbound = self.outbound
+        if outbound.within_peer_budget(to, TRACK_BYTES_MIN):
+            text = (f"{outbound.total_bytes} bytes of answers to all connections are still unread, the most this "
+                    "actor holds; ask again soon")
+        else:
+            text = (f"{outbound.outstanding(to)} bytes of earlier answers to this connection are still unread; "
+                    "read them, then ask again")
         if type(message) is FetchResponse:
             return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=text)
         correlation_id = getattr(message, "correlation_id", -1)
@@ -113,7 +144,7 @@ class RuntimePeers:
         try:
             socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
             if tracker is not None:
-                self.outbound.track(to, tracker, size)
+                self.outbound.track(to, tracker, size, self.clock())
             self.count("messages_out")
         except zmq.Again:
             self.count("dropped_out_queue_full")

@@ -194,6 +194,17 @@ def leader_end(cluster, topic: str, partition: int = 0) -> int:
         return admin.list_offsets(topic, partition, -1).log_end_offset
 
 
+def runtime_counter(endpoint: str, name: str) -> int:
+    """One of the counters of the actor at `endpoint` (any client may ask for them)."""
+    from actors.messages import RuntimeStatsRequest
+
+    client = RawClient(endpoint)
+    try:
+        return client.ask(RuntimeStatsRequest(correlation_id=1)).counters.get(name, 0)
+    finally:
+        client.close()
+
+
 def nested(depth: int) -> bytes:
     return b"\x91" * depth + b"\xc0"
 
@@ -527,6 +538,10 @@ def test_many_small_answers_to_clients_that_never_read_cost_a_leader_a_bounded_n
         a_reader_is_served = served()
         # Two more would take 40 MiB: the leader's budget holds.
         grown_by_five = attack(2)
+        # The budget is full, and the connections that filled it are still open: the reader is
+        # served, in place of those whose answers have waited unread longest.
+        served_past_the_budget = served()
+        closed = runtime_counter(endpoint, "connections_closed_unread_answers")
     finally:
         for client in attackers:
             client.close()
@@ -536,6 +551,8 @@ def test_many_small_answers_to_clients_that_never_read_cost_a_leader_a_bounded_n
     assert grown_by_three < 50, f"the leader grew by {grown_by_three:.0f} MiB for 3 clients that read nothing"
     assert grown_by_five < 60, f"the leader grew by {grown_by_five:.0f} MiB for 5 clients that read nothing"
     assert a_reader_is_served, "a client that reads was refused while the others held only their own budgets"
+    assert served_past_the_budget, "clients that never read kept a reader out"
+    assert closed >= 1, "the budget was never full: nothing was tested"
     assert wait_for(served, timeout_s=10, what="a reader served once the clients that never read are gone")
 
 

@@ -270,3 +270,79 @@ def test_connections_holding_unfinished_messages_are_closed_largest_first_past_t
         for each in opened:
             each.close(linger=0) if isinstance(each, zmq.Socket) else each.close()
         runtime.close()
+
+
+def answering_fetches(journal: list, record_bytes: int) -> Recorder:
+    """An actor that answers every fetch with `record_bytes` of records."""
+    from actors.effects import Send
+    from actors.messages import FetchRequest, FetchResponse
+
+    def answer(message, sender):
+        if type(message) is not FetchRequest:
+            return []
+        return [Send(sender, FetchResponse(correlation_id=message.correlation_id, topic=message.topic,
+                                           partition=message.partition, records=b"x" * record_bytes))]
+
+    return Recorder(journal, on_message=answer)
+
+
+def never_reading(context, endpoint: str) -> zmq.Socket:
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVHWM, 1)
+    dealer.setsockopt(zmq.RCVBUF, 4096)
+    dealer.connect(endpoint)
+    return dealer
+
+
+def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest_unread_make_room(zmq_context):
+    """Two connections that sent fetches and never read held a runtime's whole outbound budget, and
+    from then on every client's large answers were BUSY until they read or went. Now a reader past
+    the budget is served: the client connection whose answers have waited unread longest, past
+    `client_unread_answers_close_ms`, is closed (its queue goes with it), largest first; a
+    cluster process's connection holding as much is never closed."""
+    from actors.messages import FetchRequest
+
+    journal: list = []
+    limits = Limits(peer_outbound_bytes_max=16 << 20, outbound_bytes_max=24 << 20, client_unread_answers_close_ms=200)
+    runtime = Runtime(answering_fetches(journal, 4 << 20), identity="outbound", context=zmq_context,
+                      limits=limits, secret=SECRET)
+    endpoint = runtime.bind()
+    member = never_reading(zmq_context, endpoint)  # a follower that stalls
+    attackers = [never_reading(zmq_context, endpoint) for _ in range(2)]
+    reader = zmq_context.socket(zmq.DEALER)
+    reader.connect(endpoint)
+    opened = [member, *attackers, reader]
+
+    def step_while(condition, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while condition() and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+
+    try:
+        # The kernel takes a few MiB of each connection's answers into its socket buffers before
+        # the rest waits in libzmq's queue: they ask until what waits fills the budget.
+        for round_ in range(60):
+            for codec, connection in ((Codec(secret=SECRET), member), (Codec(), attackers[0]), (Codec(), attackers[1])):
+                connection.send_multipart(codec.encode(FetchRequest(correlation_id=round_, topic="t", partition=0,
+                                                                offset=0)))
+            step_while(lambda: len(journal) < 3 * (round_ + 1), 5)
+            time.sleep(0.05)
+            runtime.outbound.prune_all()
+            if runtime.outbound.total_bytes > 20 << 20:
+                break
+        time.sleep(0.3)  # their answers have now waited unread past client_unread_answers_close_ms
+        runtime.outbound.prune_all()
+        assert runtime.outbound.total_bytes > 20 << 20, "the three did not fill the budget"
+        reader.send_multipart(Codec().encode(FetchRequest(correlation_id=1, topic="t", partition=0, offset=0)))
+        step_while(lambda: not reader.poll(0), 5)
+        answer = Codec().decode(reader.recv_multipart()) if reader.poll(0) else None
+
+        assert answer is not None and answer.error == 0 and len(answer.records) == 4 << 20, answer
+        assert runtime.counters["connections_closed_unread_answers"] == 1
+        runtime.guard.on_events()
+        table = runtime.guard.table
+        assert (len(table), table.untrusted) == (3, 2), "the member, one attacker and the reader stay"
+    finally:
+        for each in opened:
+            each.close(linger=0)
+        runtime.close()
