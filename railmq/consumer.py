@@ -432,12 +432,18 @@ class Consumer(ClientShell):
         elif self._group is not None:
             self._group.on_notify(kind, payload)
 
-    def close(self) -> None:
+    def close(self, *, handled_all: bool = True) -> None:
+        """Leave the group (with auto-commit, committing the positions first) and stop.
+        `handled_all=False` says the last poll's records may not all be handled (the handler
+        failed): auto-commit then commits only what earlier polls returned."""
         if self._closed:
             return
         try:
             if self._group is not None:
-                self._group.close()
+                self._group.close(handled_all)
         finally:
             self._closed = True
             self._engine.stop()
+
+    def __exit__(self, exc_type: Any, *rest: object) -> None:
+        self.close(handled_all=exc_type is None)  # an exception may have come from the handler

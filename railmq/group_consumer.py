@@ -46,6 +46,9 @@ class GroupShell:
         self.generation = -1
         self.member_id = ""
         self.subscribed = False
+        # The positions as the last poll started: what earlier polls returned, which the user had
+        # handled by then (the last poll's own records may not all be).
+        self.handled_positions: dict[TopicPartition, int] = {}
 
     # ------------------------------------------------------------------ engine thread (under consumer._ready)
 
@@ -88,6 +91,8 @@ class GroupShell:
     def start_poll(self) -> None:
         """Once, as a poll starts: every record earlier polls returned is processed now, and
         none of this poll's is gathered yet."""
+        if self.auto_commit:
+            self.handled_positions = self.current_offsets()
         if self.auto_commit and time.monotonic() - self.last_auto_commit >= self.auto_commit_interval_s:
             self.last_auto_commit = time.monotonic()
             self._commit_quietly(None, asynchronous=True)
@@ -111,8 +116,11 @@ class GroupShell:
             self.consumer._engine.submit(ClientCommand(command="revoked"))
 
     def _commit_quietly(self, partitions: list[TopicPartition] | None, asynchronous: bool = False) -> None:
+        self._commit_quietly_offsets(self.current_offsets(partitions), asynchronous)
+
+    def _commit_quietly_offsets(self, offsets: dict[TopicPartition, int], asynchronous: bool = False) -> None:
         try:
-            self.commit(self.current_offsets(partitions), asynchronous=asynchronous)
+            self.commit(offsets, asynchronous=asynchronous)
         except RailmqError:
             pass  # a failed auto-commit only means more redelivery; the next one covers it
 
@@ -146,9 +154,18 @@ class GroupShell:
         self.subscribed = True
         self.consumer._command("subscribe", topics=topics or [], pattern=pattern)
 
-    def close(self) -> None:
+    def close(self, handled_all: bool = True) -> None:
+        """Leave the group; with auto-commit, commit first: every position, or (`handled_all`
+        False: a `with` block left by an exception, maybe raised by the handler amid the last
+        poll's records) only what earlier polls returned. Committing every position there
+        committed the records after the one that failed, and no one handled them."""
         if self.auto_commit and self.subscribed:
-            self._commit_quietly(None)
+            if handled_all:
+                self._commit_quietly(None)
+            else:
+                current = self.current_offsets()  # never past it (a seek back since), never another's
+                self._commit_quietly_offsets({tp: min(offset, current[tp]) for tp, offset
+                                              in self.handled_positions.items() if tp in current})
         try:
             self.consumer.call("leave", timeout=2.0, reason="the consumer closed")
         except RailmqError:

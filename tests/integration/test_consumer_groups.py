@@ -238,6 +238,31 @@ def test_auto_commit_never_commits_the_records_a_poll_just_returned(cluster, adm
     assert delivered | processed == set(range(100))
 
 
+def test_a_handler_failing_inside_a_with_block_leaves_the_failed_poll_uncommitted(cluster, admin, unique_name):
+    """Auto-commit is on and the handler raises at the fourth record of a poll: leaving the `with`
+    block closes the consumer, and its last commit covered the whole poll: that record and the 6
+    after it were never handled by anyone. Now it commits only what earlier polls returned."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    produce(cluster.bootstrap, topic, 30, 1)
+    handled: list[int] = []
+    with pytest.raises(RuntimeError, match="the handler failed"):
+        with Consumer(cluster.bootstrap, group_id=topic, client_id="failing", max_poll_records=10,
+                      **{**GROUP_OPTIONS, "enable_auto_commit": True}) as consumer:
+            consumer.subscribe([topic])
+            while True:
+                for record in consumer.poll(100):
+                    if record.offset == 13:
+                        raise RuntimeError("the handler failed")
+                    handled.append(record.offset)
+    assert handled == list(range(13))
+    with Consumer(cluster.bootstrap, group_id=topic, **GROUP_OPTIONS) as survivor:
+        survivor.subscribe([topic])
+        records = drain(survivor, 30 - 10)
+    assert min(record.offset for record in records) == 10, "from the start of the poll that failed"
+    assert {record.offset for record in records} | set(handled) == set(range(30))
+
+
 def test_at_most_once_loses_exactly_the_in_flight_records(cluster, admin, unique_name, tmp_path):
     topic = unique_name()
     admin.create_topic(topic, partitions=1)
