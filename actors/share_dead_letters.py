@@ -76,6 +76,10 @@ class DeadLetterTarget:
 
 # A dead-letter step that cannot go on (no leader, no data yet, a refused write) waits this long.
 DEAD_LETTER_RETRY_MS = 200
+# A dead-letter topic the controller refused to create is asked for again after this long: the
+# refusal may last (a name too long, a limit reached), and asked again at each refusal it was a
+# loop of requests between the two processes as fast as they could go.
+DEAD_LETTER_TOPIC_RETRY_MS = 5_000
 NEW_PRODUCER_CODES = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
                                  ErrorCode.INVALID_PRODUCER_EPOCH})
 
@@ -97,16 +101,21 @@ class DeadLetterWriter:
         self.targets: dict[tuple[str, int], DeadLetterTarget] = {}
         self.unrouted: list[DeadLetterItem] = []  # waiting for their dead-letter topic's metadata
         self.creating: set[str] = set()  # dead-letter topics with a CreateTopic in flight
-        self.missing: set[str] = set()  # dead-letter topics metadata says do not exist
+        # Dead-letter topics the controller refused to create -> when to ask again (ns).
+        self.refused: dict[str, int] = {}
+        self.missing: set[str] = set()  # topics metadata says do not exist
         # No write waits for a retry time before this (a lower bound between the coordinator's
         # ticks, which set it exactly; None: none waits).
         self.retry_floor_ns: int | None = None
 
     def deadlines(self):
-        """When a write waiting for its retry time may go (see `advance`)."""
+        """When a write waiting for its retry time may go, and when a refused dead-letter topic
+        that records wait for may be asked for again (see `advance`)."""
         for target in self.targets.values():
             if not target.stage and (target.pending or target.queue):
                 yield target.retry_at_ns
+        if self.refused and self.unrouted:
+            yield from self.refused.values()
 
     def _retry_later(self, target: DeadLetterTarget, now_ns: int) -> None:
         target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS
@@ -171,12 +180,13 @@ class DeadLetterWriter:
         return effects
 
     def _find_topic(self, topic: str, source_topic: str, now_ns: int) -> list[Effect]:
-        if topic in self.creating:
+        if topic in self.creating or self.refused.get(topic, 0) > now_ns:
             return []
         source = self.leaders.topics.get(source_topic)
         if topic not in self.missing or source is None:
             return self.leaders.request_metadata([topic, source_topic], now_ns)
         self.creating.add(topic)
+        self.refused.pop(topic, None)  # asked again now; a refusal sets it again
         replicas = len(source.partitions[0].replicas) if source.partitions else 1
         request = CreateTopicRequest(correlation_id=0, name=topic, partitions=len(source.partitions),
                                      replication_factor=max(1, min(3, replicas)))
@@ -264,8 +274,12 @@ class DeadLetterWriter:
         if outbound.kind == "create-topic":
             self.creating.discard(outbound.key)
             if response.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                again_ns = self.refused[outbound.key] = now_ns + DEAD_LETTER_TOPIC_RETRY_MS * MS
+                self.retry_floor_ns = lowered(self.retry_floor_ns, again_ns, now_ns)
                 return [Trace("share-dead-letter-topic-refused", {"topic": outbound.key, "error": response.error,
-                                                                  "message": response.error_message})]
+                                                                  "message": response.error_message,
+                                                                  "retry_in_ms": DEAD_LETTER_TOPIC_RETRY_MS})]
+            self.refused.pop(outbound.key, None)
             self.missing.discard(outbound.key)
             return self.leaders.request_metadata([outbound.key], now_ns)
         target = self.targets[outbound.key]

@@ -33,6 +33,7 @@ from actors.messages import (
     TopicConfig,
 )
 from actors.partition_replica import PartitionReplica
+from actors.share_dead_letters import DEAD_LETTER_TOPIC_RETRY_MS
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.share_consumer import decode_acquired
 from railmq.share_member_process import ShareMemberOptions, parse_duration_ms, run_share_member
@@ -663,6 +664,25 @@ def test_a_record_dead_lettered_as_its_topic_is_made_again_does_not_take_the_new
     assert sorted(delivered) == [0, 1, 2, 3], "every record of the new topic, from its start"
     assert [value for _, _, value, _ in dead_letters(world)] == [], "no record of the new topic dead-lettered"
     assert world.harness.trace_events("share-dead-letter-source-gone")
+
+
+def test_a_dead_letter_topic_that_cannot_be_made_is_asked_for_again_later_not_at_once(world):
+    """A source topic of 234 characters (the longest name) has no valid `<topic>.dlq`. Its first
+    dead letter made the group coordinator ask the controller to create it again at each refusal,
+    as fast as they came back: live, 7,812 CreateTopic refusals (and trace lines) in 7 s, the
+    controller and the group coordinator at 40% CPU each, for as long as the record waited."""
+    name = "t" * LIMITS.topic_name_length_max
+    world.create_topic(name)
+    world.produce(name, ["fine", "poison"])
+    member = world.join("a", [name]).member_id
+    world.acquire_now("a", member, name)
+    world.answer("a", member, name, 0, 0, "accept")
+    world.answer("a", member, name, 1, 1, "reject")
+    world.keep_alive("a", member, [name], 10_000)
+
+    refusals = world.harness.trace_events("share-dead-letter-topic-refused")
+    assert 1 <= len(refusals) <= 10_000 // DEAD_LETTER_TOPIC_RETRY_MS + 1, f"{len(refusals)} refusals in 10 s"
+    assert world.describe().partitions[0].records[0].state == "dead-lettering", "waiting, not dropped"
 
 
 # ---------------------------------------------------------------------------- the member's side
