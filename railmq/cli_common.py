@@ -36,6 +36,9 @@ DEFAULT_PORT = 7411
 DEFAULT_BOOTSTRAP = f"tcp://127.0.0.1:{DEFAULT_PORT}"
 BOOTSTRAP_ENVIRONMENT = "RAILMQ_BOOTSTRAP"
 REQUEST_TIMEOUT_DEFAULT_MS = 10_000
+# The longest wait a flag of the command line takes, about 24.8 days: Kafka's timeouts are Java
+# ints too. Far longer ones overflowed the C long a poll or a sleep is given (a traceback).
+MILLISECONDS_MAX = 2**31 - 1
 # A human line shows at most this many characters of a value; --json shows everything.
 LINE_VALUE_CHARS_MAX = 200
 
@@ -116,6 +119,22 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def milliseconds(text: str) -> int:
+    """A positive wait in ms, at most `MILLISECONDS_MAX`."""
+    return _at_most_milliseconds_max(positive_int(text), text)
+
+
+def milliseconds_or_zero(text: str) -> int:
+    """A wait in ms that may be 0 (none), at most `MILLISECONDS_MAX`."""
+    return _at_most_milliseconds_max(non_negative_int(text), text)
+
+
+def _at_most_milliseconds_max(value: int, text: str) -> int:
+    if value > MILLISECONDS_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {MILLISECONDS_MAX} ms (24.8 days), got {text!r}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -139,7 +158,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
              f"${BOOTSTRAP_ENVIRONMENT}, else 127.0.0.1:{DEFAULT_PORT}, where `railmq up` listens)")
     # argparse passes a string default through `type` too, so a bad RAILMQ_BOOTSTRAP exits 2.
     cluster.add_argument(
-        "--request-timeout-ms", type=positive_int, default=REQUEST_TIMEOUT_DEFAULT_MS, metavar="MS",
+        "--request-timeout-ms", type=milliseconds, default=REQUEST_TIMEOUT_DEFAULT_MS, metavar="MS",
         help=f"how long one request waits for an answer (default {REQUEST_TIMEOUT_DEFAULT_MS})")
     parser.set_defaults(needs_cluster=True)
 

@@ -23,7 +23,7 @@ from typing import Callable
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 from railmq.cli_common import (
-    EXIT_OK, UsageError, add_cluster_arguments, non_negative_int, positive_int, render_record,
+    EXIT_OK, UsageError, add_cluster_arguments, milliseconds, non_negative_int, positive_int, render_record,
 )
 from railmq.cli_format import compile_format
 from railmq.cli_offsets import StartSpec, check_in_log, describe_start, parse_start, resolve_start
@@ -58,7 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="stop once every partition is read to its end (kcat's -e)")
     where.add_argument("-c", "-n", "--count", "--num", "--max-messages", dest="max_messages", type=positive_int,
                        metavar="N", help="stop after N records")
-    where.add_argument("--timeout-ms", type=positive_int, metavar="MS", help="stop after MS with nothing new")
+    where.add_argument("--timeout-ms", type=milliseconds, metavar="MS", help="stop after MS with nothing new")
     shown = consume.add_argument_group("output")
     shape = shown.add_mutually_exclusive_group()
     shape.add_argument("-J", "--json", action="store_true", help="one JSON object per record per line")
@@ -86,13 +86,13 @@ def _add_group_flags(consume: argparse.ArgumentParser) -> None:
     group.add_argument("--commit-every", metavar="record|batch|Nms", help="how often to commit (default batch)")
     group.add_argument("--assignor", choices=ASSIGNORS, help="partition assignor (default range)")
     group.add_argument("--group-instance-id", metavar="ID", help="static membership (KIP-345)")
-    group.add_argument("--session-timeout-ms", type=positive_int, metavar="MS",
+    group.add_argument("--session-timeout-ms", type=milliseconds, metavar="MS",
                        help="how long the group waits for a silent member before moving its partitions "
                             "(default 10000)")
     group.add_argument("--retries", type=positive_int, metavar="N",
                        help="attempts per record before it goes to the dead-letter topic <topic>.dlq "
                             "and the group commits past it (default: no retries, stop on failure)")
-    group.add_argument("--retry-backoff-ms", type=positive_int, default=100, metavar="MS",
+    group.add_argument("--retry-backoff-ms", type=milliseconds, default=100, metavar="MS",
                        help="first backoff between attempts, doubled each time")
     share = consume.add_argument_group("share-group member (per-record acknowledgement, KIP-932)")
     share.add_argument("--share-group", metavar="G", help="join share group G: many members per partition")

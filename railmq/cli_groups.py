@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import GroupSummary
-from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, non_negative_int
+from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, milliseconds_or_zero, non_negative_int
 from railmq.cli_offsets import parse_duration_ms, parse_time_ms
 from railmq.cli_tables import Column, print_table
 from railmq.lag import (
@@ -46,7 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     describe = actions.add_parser("describe", help="members, committed offsets and lag per partition")
     describe.add_argument("group", metavar="G", help="the group")
     describe.add_argument("--json", action="store_true", help="print the lag report as JSON")
-    describe.add_argument("--sample-ms", type=non_negative_int, default=0, metavar="N",
+    describe.add_argument("--sample-ms", type=milliseconds_or_zero, default=0, metavar="N",
                           help="also measure each partition's arrival rate over N ms (0: do not)")
     describe.add_argument("--reset", choices=("earliest", "latest"), default="latest",
                           help="where a member would start on a partition with no commit, for its lag")

@@ -22,7 +22,7 @@ from rich.console import Console
 import railmq
 from actors.messages import ControllerStatusResponse, MetadataResponse
 from railmq.admin import Admin
-from railmq.cli_common import EXIT_FAILED, EXIT_OK, add_cluster_arguments, positive_int, print_error
+from railmq.cli_common import EXIT_FAILED, EXIT_OK, add_cluster_arguments, milliseconds, print_error
 from railmq.cli_tables import Column, print_table
 
 HEALTH_WAIT_DEFAULT_MS = 30_000
@@ -43,7 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     health.add_argument("--json", action="store_true", help="print the verdict as JSON")
     health.add_argument("--exit-when-healthy", action="store_true",
                         help="wait until the cluster is healthy (exit 0) or --timeout-ms ends (exit 1)")
-    health.add_argument("--timeout-ms", type=positive_int, default=HEALTH_WAIT_DEFAULT_MS, metavar="MS",
+    health.add_argument("--timeout-ms", type=milliseconds, default=HEALTH_WAIT_DEFAULT_MS, metavar="MS",
                         help="how long --exit-when-healthy waits")
     add_cluster_arguments(health)
     health.set_defaults(handler=run_health)

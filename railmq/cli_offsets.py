@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 import msgspec
 
 EARLIEST, LATEST = -2, -1  # ListOffsets' special timestamps
+TIME_MS_MAX = 2**63 - 1  # a record's timestamp is an int64 (ms since the epoch)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _COMPOUND = re.compile(r"^(?:\d+(?:ms|s|m|h|d))+$")
 _PART = re.compile(r"(\d+)(ms|s|m|h|d)")
@@ -53,24 +54,37 @@ def parse_duration_ms(text: str) -> int:
                      + float(seconds or 0)) * 1000)
     if total <= 0:
         raise ValueError(f"{text!r} is not a positive duration")
+    if total > TIME_MS_MAX:
+        raise ValueError(f"{text!r} is longer than a time a record can carry")
     return total
 
 
 def parse_time_ms(text: str, now_ms: int) -> int:
-    """A point in time in ms since the epoch (see the module docstring for the forms)."""
-    raw = text.strip()
+    """A point in time in ms since the epoch (see the module docstring for the forms), one a
+    record's int64 timestamp can hold: a time outside it was a ValueError traceback at the
+    consumer's lookup."""
+    moment_ms = _parse_time_ms(text.strip(), now_ms)
+    if not 0 <= moment_ms <= TIME_MS_MAX:
+        raise ValueError(f"{text!r} is not a time a record can carry: before 1970 or past the year 292 million")
+    return moment_ms
+
+
+def _parse_time_ms(raw: str, now_ms: int) -> int:
     if raw.startswith("-"):
         return now_ms - parse_duration_ms(raw[1:])
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():
         return int(raw)
     try:
         moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{text!r} is not a time: use ms since the epoch, an ISO date or datetime "
+        raise ValueError(f"{raw!r} is not a time: use ms since the epoch, an ISO date or datetime "
                          "like 2024-05-01T12:00:00Z, or -DURATION such as -10m") from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # a naive time is the user's local time
-    return int(moment.astimezone(timezone.utc).timestamp() * 1000)
+    try:
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # a naive time is the user's local time
+        return int(moment.astimezone(timezone.utc).timestamp() * 1000)
+    except (OverflowError, ValueError):  # year 1 in a zone east of UTC, or west of it
+        raise ValueError(f"{raw!r} is not a time a record can carry: before 1970") from None
 
 
 def parse_start(text: str, now_ms: int) -> StartSpec:

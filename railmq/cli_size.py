@@ -139,7 +139,10 @@ def simulate(inputs: SizingInputs, messages: int, seed: int) -> list[SimulatedDu
 
 def run_size(args: argparse.Namespace) -> int:
     inputs = inputs_from(args)
-    report = size(inputs)
+    try:
+        report = size(inputs)
+    except SizingError as error:
+        raise UsageError(args.parser, str(error)) from None
     if args.json:
         simulated = simulate(inputs, args.simulate_messages, args.seed) if args.simulate_messages else []
         out = report_dict(report)

@@ -27,6 +27,11 @@ from railmq.partitioner import partition_for_key
 SECONDS_PER_DAY = 86_400
 MB = 1_000_000
 TB = 1_000_000_000_000
+# Keys and partitions are hashed and counted one by one (the hot partition, the remap): 10**18
+# partitions, from a peak of 10**22 msg/s, ended in a MemoryError. The remap's large sample hashes
+# 100 keys for each one asked for, twice: 100,000 keys take about a minute and a half.
+COUNT_MAX = 1_000_000
+KEYS_MAX = 100_000
 
 # The articles' figures, as they print them (000 = the interview guide, 004 = the question guide).
 ARTICLE = {
@@ -93,6 +98,11 @@ class SizingInputs(msgspec.Struct, frozen=True, kw_only=True):
         for name, value in positive.items():
             if not value > 0:
                 raise SizingError(f"{name} must be positive, got {value}")
+        counts = {"keys": (self.keys, KEYS_MAX), "partitions_from": (self.partitions_from, COUNT_MAX),
+                  "partitions_to": (self.partitions_to, COUNT_MAX)}
+        for name, (value, bound) in counts.items():
+            if value > bound:
+                raise SizingError(f"{name} is at most {bound:,}, got {value:,}")
         if self.headroom < 1:
             raise SizingError(f"headroom is a factor of at least 1, got {self.headroom}")
         if self.outage_minutes < 0 or any(count < 1 for count in self.drain_consumers):
@@ -362,8 +372,14 @@ def duplicates_sigma(messages: int, crash_probability: float, commit_every: int)
 
 
 def size(inputs: SizingInputs) -> SizingReport:
-    quantities = capacity(inputs)
+    try:
+        quantities = capacity(inputs)
+    except OverflowError:
+        raise SizingError("these inputs multiply past any number a float holds") from None
     partitions = int(next(q.value for q in quantities if q.name == "partitions"))
+    if partitions > COUNT_MAX:
+        raise SizingError(f"these inputs need {partitions:,} partitions; the calculator hashes keys into "
+                          f"at most {COUNT_MAX:,}")
     hot = hot_partition(inputs.keys, partitions)
     backlog, drains = backlog_quantities(inputs, partitions)
     change = remap(inputs.keys, inputs.partitions_from, inputs.partitions_to)

@@ -271,3 +271,45 @@ def test_voters_past_the_id_range_or_the_node_bound_are_refused_naming_why():
     with pytest.raises(NodeConfigError, match=f"at most {NODES_MAX}"):
         parse_voters(",".join(f"{node}=10.0.0.{node % 250}" for node in range(1, NODES_MAX + 2)))
     assert parse_voters(f"1=10.0.0.1,{NODE_ID_MAX}=10.0.0.2") == {1: "10.0.0.1", NODE_ID_MAX: "10.0.0.2"}
+
+
+WAIT_FLAGS = [("topics", "list", "--request-timeout-ms"), ("consume", "t", "--timeout-ms"),
+              ("consume", "t", "-g", "g", "--session-timeout-ms"), ("consume", "t", "-g", "g", "--retry-backoff-ms"),
+              ("groups", "describe", "g", "--sample-ms"), ("cluster", "health", "--timeout-ms")]
+
+
+@pytest.mark.parametrize("flag", WAIT_FLAGS, ids=lambda flag: " ".join(flag))
+@pytest.mark.parametrize("value", [str(2**31), str(2**63 - 1), str(10**23)])
+def test_a_wait_longer_than_kafkas_int_timeouts_is_refused_with_the_flags_name(flag, value, capsys):
+    """`--request-timeout-ms 9223372036854775807` ended in an OverflowError traceback from the
+    poll it was handed, and `groups describe --sample-ms` of the same in one from a sleep."""
+    from railmq.cli_common import MILLISECONDS_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), [*flag, value])
+
+    assert refused.value.code == 2 and flag[-1] in capsys.readouterr().err
+    assert cli.parse(cli.build_parser(), [*flag, str(MILLISECONDS_MAX)]) is not None
+
+
+@pytest.mark.parametrize("text", ["@9223372036854775808", "@99999999999999999999999", "@-99999999999999999m",
+                                  "@-9223372036854775807m", "@1969-12-31", "@0001-01-01T00:00:00+14:00", "@²"])
+def test_a_start_time_no_record_can_carry_is_refused_before_anything_is_asked(text, capsys):
+    """`consume -o @9223372036854775808` (or -N minutes reaching before 1970) was taken, and the
+    consumer's lookup raised a ValueError traceback; a date in year 1 east of UTC, an OverflowError."""
+    code = cli.main(["consume", "t", "-o", text, "-b", "127.0.0.1:1", "--request-timeout-ms", "100"])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "a time" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("flags", [["--peak", str(2**63 - 1)], ["--peak", "1e308"], ["--keys", str(10**12)],
+                                   ["--message-bytes", "1e308", "--retention-days", "1e308"],
+                                   ["--partitions-to", str(10**12)]])
+def test_size_refuses_inputs_past_what_it_can_count_instead_of_running_out_of_memory(flags, capsys):
+    """`railmq size --peak 9223372036854775807` asked for a list of 3.7 * 10**15 partitions
+    (MemoryError); --peak 1e308 overflowed a float (OverflowError)."""
+    code = cli.main(["size", "--simulate-messages", "0", *flags])
+
+    err = capsys.readouterr().err
+    assert code == 2 and ("at most" in err or "past any number" in err), err
