@@ -160,8 +160,13 @@ class TopicAdmin:
         if record is None:
             problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {request.name!r} does not exist"
         else:
+            unknown = sorted(set(request.changes) - set(TopicConfig.__struct_fields__))
             fixed = sorted(set(request.changes) - set(ALTERABLE))
-            if fixed:
+            if unknown:
+                names = ", ".join(repr(name[:60]) for name in unknown)
+                problem = ErrorCode.INVALID_CONFIG, (f"no topic setting is called {names}; "
+                                                     f"these can change: {', '.join(ALTERABLE)}")
+            elif fixed:
                 problem = ErrorCode.INVALID_CONFIG, (f"{', '.join(fixed)} cannot change after creation; "
                                                      f"these can: {', '.join(ALTERABLE)}")
         if problem is None:

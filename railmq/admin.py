@@ -27,6 +27,21 @@ def _check(reply: Any) -> Any:
     return reply
 
 
+def topic_config(settings: dict[str, Any]) -> TopicConfig:
+    """Settings given by name, every name known and every value of its type, else `INVALID_CONFIG`.
+    The wire's decoder drops names it does not know (msgspec), so a misspelt
+    `min_insync_replica=2` made a topic of min in-sync 1 without a word."""
+    known = TopicConfig.__struct_fields__
+    unknown = sorted(name for name in settings if name not in known)
+    if unknown:
+        raise RailmqError(ErrorCode.INVALID_CONFIG, f"unknown topic settings {', '.join(map(repr, unknown))}; "
+                                                    f"the settings are {', '.join(known)}")
+    try:
+        return msgspec.convert(settings, TopicConfig)
+    except msgspec.ValidationError as error:
+        raise RailmqError(ErrorCode.INVALID_CONFIG, f"bad topic setting: {error}") from None
+
+
 class Admin:
     def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000, secret: bytes | None = None) -> None:
         """`secret`: the cluster secret (`LocalCluster.secret`), needed only for the fault switch."""
@@ -65,7 +80,7 @@ class Admin:
                      timeout_s: float = 30.0) -> TopicMetadata:
         """Create a topic; with `wait`, return once every partition has a live leader."""
         if isinstance(config, dict):
-            config = msgspec.convert(config, TopicConfig)
+            config = topic_config(config)
         request = CreateTopicRequest(correlation_id=0, name=name, partitions=partitions,
                                      replication_factor=replication_factor, config=config or TopicConfig())
         reply = _check(self._request(self.bootstrap, request))

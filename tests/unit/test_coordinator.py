@@ -692,6 +692,15 @@ def test_a_setting_that_cannot_change_or_a_bad_value_is_refused_and_nothing_chan
     assert cluster.coordinator.topics["orders"].config == before
 
 
+def test_a_misspelt_setting_is_named_as_unknown_not_as_one_that_cannot_change(cluster):
+    cluster.create("orders")
+
+    answer = alter(cluster, min_insync_replica=1)
+
+    assert answer.error == ErrorCode.INVALID_CONFIG
+    assert "no topic setting is called 'min_insync_replica'" in answer.error_message
+
+
 def test_turning_on_unclean_election_lets_an_offline_partition_elect_a_live_replica(cluster):
     cluster.create("orders")
     cluster.beat_for(300)
