@@ -211,10 +211,11 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
     def assign(self, partitions: list[tuple[str, int]], now_ns: int,
                positions: dict[tuple[str, int], int] | None = None, epoch: int = 0,
                leader_epochs: dict[tuple[str, int], int] | None = None,
-               topic_ids: dict[tuple[str, int], int] | None = None) -> list[Effect]:
+               topic_ids: dict[tuple[str, int], int] | None = None,
+               resets: dict[tuple[str, int], int] | None = None) -> list[Effect]:
         """Replace the assignment. Kept partitions keep their position; new ones start from
-        `positions` (read under `leader_epochs` from the topics of `topic_ids`, when known) or
-        from `auto_offset_reset`."""
+        `positions` (read under `leader_epochs` from the topics of `topic_ids`, when known), or
+        from `resets` (EARLIEST or LATEST), or from `auto_offset_reset`."""
         wanted = set(partitions)
         for key in [key for key in self.fetches if key not in wanted]:
             fetch = self.fetches.pop(key)
@@ -233,7 +234,7 @@ class ConsumerClient(FetchLoop, LeaderAnswers):
                     fetch.floor_correlation = self.correlation
                     effects.append(Notify("position", (key[0], key[1], fetch.session, position)))
                 else:
-                    fetch.reset = self._default_reset()
+                    fetch.reset = (resets or {}).get(key, self._default_reset())
         topics = sorted({topic for topic, _ in wanted if topic not in self.topics})
         return effects + (self.request_metadata(topics) if topics else []) + self._fetch_all(now_ns)
 

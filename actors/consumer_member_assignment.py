@@ -14,7 +14,11 @@ sends SyncGroup; this class never computes an assignment, it only takes one:
   owner can have it.
 - Positions of newly assigned partitions come from the group's committed offsets (with the
   leader epoch each was committed under), or `auto_offset_reset` (the consumer client's, for a
-  partition with none). An answer about an
+  partition with none) — except that `latest` is for a topic new to the group: a partition
+  without a commit in a topic the group has commits for (one the topic gained, or one whose
+  owner died before its first commit) holds records written while the group read the topic,
+  and starts from its beginning (Kafka's KAFKA-12261: at its end, the group skipped them). The
+  committed offsets are asked for whole, so the answer shows the other partitions. An answer about an
   earlier generation, or one that comes after the member stopped being stable or revoking,
   changes nothing. The shell hears ("assigned", ...) once the positions are known.
 """
@@ -25,7 +29,8 @@ import msgspec
 
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
-from actors.messages import ConsumerAssignment, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse
+from actors.consumer_client import EARLIEST
+from actors.messages import ConsumerAssignment, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse
 
 _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 
@@ -79,18 +84,39 @@ class AssignmentIntake:
                        now_ns: int) -> list[Effect]:
         """The committed offsets of the newly assigned partitions (none new: the assignment is
         complete now)."""
-        if added:
+        if added:  # every committed offset of the group (partitions=None): see _resets_of
             return self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
-                                                              partitions=added), now_ns, (self.generation, kept, added))
+                                                              partitions=None), now_ns, (self.generation, kept, added))
         return [Notify("assigned", (self.generation, self.member_id, list(self.owned), []))]
 
     def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:
         generation, kept, added = extra
         if generation != self.generation or self.state not in ("stable", "revoking"):
             return []
-        positions = {(entry.topic, entry.partition): entry.offset for entry in response.offsets if entry.offset >= 0}
-        epochs = {(entry.topic, entry.partition): entry.leader_epoch for entry in response.offsets if entry.offset >= 0}
-        topic_ids = {(entry.topic, entry.partition): entry.topic_id for entry in response.offsets if entry.offset >= 0}
+        committed = {(entry.topic, entry.partition): entry for entry in response.offsets if entry.offset >= 0}
+        mine = [committed[tp] for tp in added if tp in committed]
+        positions = {(entry.topic, entry.partition): entry.offset for entry in mine}
+        epochs = {(entry.topic, entry.partition): entry.leader_epoch for entry in mine}
+        topic_ids = {(entry.topic, entry.partition): entry.topic_id for entry in mine}
+        resets = self._resets_of([tp for tp in added if tp not in committed], committed)
         self.owned = sorted(set(self.owned) | set(added))
-        effects = self.client.assign(self.owned, now_ns, positions, leader_epochs=epochs, topic_ids=topic_ids)
+        effects = self.client.assign(self.owned, now_ns, positions, leader_epochs=epochs, topic_ids=topic_ids,
+                                     resets=resets)
+        if resets:
+            effects.append(Trace("partition-new-to-a-reading-group", {"generation": self.generation,
+                                                                      "partitions": sorted(resets)}))
         return [Notify("assigned", (self.generation, self.member_id, list(self.owned), list(added)))] + effects
+
+    def _resets_of(self, uncommitted: list[tuple[str, int]],
+                   committed: dict[tuple[str, int], OffsetEntry]) -> dict[tuple[str, int], int]:
+        """EARLIEST for each partition without a commit whose topic the group has commits for
+        (of this topic's id, when both are known), when the consumer would start it at the end."""
+        if self.client.settings.auto_offset_reset != "latest":
+            return {}
+        read: set[str] = set()
+        for (topic, _), entry in committed.items():
+            metadata = self.client.topics.get(topic)
+            current = metadata.topic_id if metadata is not None else 0
+            if not entry.topic_id or not current or entry.topic_id == current:
+                read.add(topic)
+        return {tp: EARLIEST for tp in uncommitted if tp[0] in read}

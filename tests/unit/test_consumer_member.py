@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from actors.assignors import Subscription
-from actors.consumer_client import ConsumerClient, ConsumerSettings
+from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
 from actors.consumer_member import ConsumerMember, GroupSettings
 from actors.effects import Send
 from actors.errors import ErrorCode
@@ -23,7 +23,8 @@ from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
     ClientCommand, ConsumerAssignment, ErrorResponse, GroupMember, HeartbeatRequest, HeartbeatResponse,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest,
     OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata,
     PeerDisconnected, SyncGroupRequest, SyncGroupResponse, TimerFired, TopicMetadata,
 )
@@ -364,6 +365,56 @@ def test_a_partition_count_change_makes_the_leader_rebalance(stage):
 
     assert stage.member.state == "revoking"
     assert stage.notified("revoke")
+
+
+def test_a_partition_the_topic_gained_is_read_from_its_start_when_the_group_reads_the_topic_already():
+    """auto_offset_reset=latest is for a group new to a topic. A partition the topic gained while
+    the group read it has no commit yet, and its records were written while the group was
+    subscribed: started at its end, the group skipped them (live: 0 of 20 acknowledged records of
+    the new partition delivered, with the Consumer's defaults)."""
+    stage = Stage()
+    stage.client.settings = msgspec.structs.replace(stage.client.settings, auto_offset_reset="latest")
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata(partitions=1)
+    for generation, partitions in ((1, [("orders", 0)]), (2, [("orders", 0), ("orders", 1)])):
+        join = stage.to_groups(JoinGroupRequest)
+        stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation, protocol_name="range",
+                                       leader="c1-m", member_id="c1-m",
+                                       members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+        sync = stage.to_groups(SyncGroupRequest)
+        stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(*partitions)))
+        fetch = stage.to_groups(OffsetFetchRequest)
+        stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[
+            OffsetEntry(topic="orders", partition=0, offset=10), OffsetEntry(topic="orders", partition=1, offset=-1)]))
+        if generation == 1:  # the topic grows: the leader rebalances, after the shell's revocation
+            stage.harness.deliver("c1", MetadataResponse(correlation_id=0, topics=[topic(2)],
+                                                         group_coordinator_endpoint=GROUPS), BOOTSTRAP)
+            stage.command("revoked")
+
+    reset = only(stage.harness.take("tcp://127.0.0.1:6/orders/1", ListOffsetsRequest), ListOffsetsRequest)
+    assert reset.timestamp_ms == EARLIEST, "from the start of the new partition"
+    assert stage.client.fetches[("orders", 0)].position == 10
+
+
+def test_a_topic_new_to_the_group_starts_at_its_end_with_latest():
+    stage = Stage()
+    stage.client.settings = msgspec.structs.replace(stage.client.settings, auto_offset_reset="latest")
+    stage.command("subscribe", topics=["orders"])
+    stage.metadata(partitions=2)
+    join = stage.to_groups(JoinGroupRequest)
+    stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
+                                   leader="c1-m", member_id="c1-m",
+                                   members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+    sync = stage.to_groups(SyncGroupRequest)
+    stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id,
+                                   assignment=assignment(("orders", 0), ("orders", 1))))
+    fetch = stage.to_groups(OffsetFetchRequest)
+    stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[
+        OffsetEntry(topic="orders", partition=p, offset=-1) for p in range(2)]))
+
+    resets = [request.timestamp_ms for p in range(2)
+              for request in stage.harness.take(f"tcp://127.0.0.1:6/orders/{p}", ListOffsetsRequest)]
+    assert resets == [LATEST, LATEST]
 
 
 def test_a_subscribed_topic_created_after_the_assignment_makes_the_leader_rebalance(stage):
