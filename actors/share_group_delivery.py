@@ -99,9 +99,24 @@ class ShareDelivery:
         share_partition.topic_id = metadata.topic_id
         watch = self.leaders.watches.get(key)
         if watch is not None and watch.high_watermark >= 0:
-            share_partition.observe_log(watch.log_start_offset, watch.high_watermark)
+            share_partition.observe_log(watch.log_start_offset, watch.high_watermark,
+                                        *self._placing(group, share_partition))
             self.persist(group.group_id, share_partition)
         return group, share_partition
+
+    def _placing(self, group: ShareGroup, share_partition: SharePartition) -> tuple[int, bool]:
+        """For a window whose start is not placed yet: the topic's partition count now, and
+        whether the topic gained this partition while the group read it (a placed sibling of the
+        same topic id counted fewer partitions than this one's number)."""
+        if share_partition.initialized:
+            return 0, False
+        topic, topic_id = share_partition.topic, share_partition.topic_id
+        metadata = self.leaders.topics.get(topic)
+        count = len(metadata.partitions) if metadata is not None and metadata.topic_id == topic_id else 0
+        gained = any(other.initialized and other.topic == topic and other.topic_id == topic_id
+                     and 0 < other.topic_partitions <= share_partition.partition
+                     for other in group.partitions.values())
+        return count, gained
 
     def _try_acquire(self, group: ShareGroup, share_partition: SharePartition, request: ShareAcquireRequest,
                      now_ns: int) -> ShareAcquireResponse | None:
@@ -207,7 +222,8 @@ class ShareDelivery:
             share_partition = group.partitions.get(key)
             if share_partition is None:
                 continue
-            share_partition.observe_log(response.log_start_offset, response.high_watermark)
+            share_partition.observe_log(response.log_start_offset, response.high_watermark,
+                                        *self._placing(group, share_partition))
             self._settle(group.group_id, share_partition)
             if (group.group_id, *key) in self.parked:
                 effects += self._serve_parked((group.group_id, *key), now_ns)

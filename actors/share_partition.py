@@ -92,6 +92,10 @@ class SharePartition:
         # kept). A topic deleted and made again under the same name has another: the window then
         # starts again (ShareGroups._start_again_where_made_again).
         self.topic_id = 0
+        # How many partitions the topic had when the window's start was placed (0: not known, or
+        # placed before this was kept). A sibling numbered at or past it is one the topic gained
+        # while the group read it (`gained_while_read`).
+        self.topic_partitions = 0
         self.counted_records = 0  # len(records) as the coordinator's total last counted it
         self.available: SortedSet = SortedSet()
         self.last_available_at_ns = 0  # the latest time a delayed release was set to end
@@ -108,13 +112,18 @@ class SharePartition:
 
     # ------------------------------------------------------------------ the log's bounds
 
-    def observe_log(self, log_start_offset: int, high_watermark: int) -> None:
-        """What the partition leader said; the first answer places the start (auto_offset_reset)."""
+    def observe_log(self, log_start_offset: int, high_watermark: int, topic_partitions: int = 0,
+                    gained_while_read: bool = False) -> None:
+        """What the partition leader said; the first answer places the start: auto_offset_reset,
+        or the log's start for a partition the topic gained while the group read it (its records
+        were written while the group was subscribed: `latest` skipped them, KAFKA-12261)."""
         self._verified_holders = None
         self.high_watermark = high_watermark
         if not self.initialized:
-            start = log_start_offset if self.settings.auto_offset_reset == "earliest" else high_watermark
+            from_start = self.settings.auto_offset_reset == "earliest" or gained_while_read
+            start = log_start_offset if from_start else high_watermark
             self.start_offset = self.end_offset = start
+            self.topic_partitions = topic_partitions
             self.changed = True
             return
         if log_start_offset > self.start_offset:
@@ -338,6 +347,8 @@ class SharePartition:
         stored: dict[str, Any] = {"start": self.start_offset, "end": self.end_offset, "runs": runs}
         if self.topic_id:
             stored["topic_id"] = self.topic_id
+        if self.topic_partitions:
+            stored["topic_partitions"] = self.topic_partitions
         return stored
 
     @classmethod
@@ -347,6 +358,7 @@ class SharePartition:
         restored = cls(topic, partition, settings, limits)
         restored.start_offset, restored.end_offset = int(stored["start"]), int(stored["end"])
         restored.topic_id = int(stored.get("topic_id", 0))
+        restored.topic_partitions = int(stored.get("topic_partitions", 0))
         for run in stored["runs"]:
             first, last, code, *rest = run
             for offset in range(first, last + 1):

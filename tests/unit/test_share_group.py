@@ -22,7 +22,8 @@ from actors.errors import ErrorCode
 from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
-    ClientCommand, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DescribeGroupRequest,
+    ClientCommand, CreatePartitionsRequest, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
+    DescribeGroupRequest,
     DescribeGroupResponse,
     DescribeSharePartitionsRequest, DescribeSharePartitionsResponse, FetchRequest, JoinGroupRequest,
     JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
@@ -961,6 +962,36 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start(
 
     assert sorted(offsets) == list(range(40)), "every record of the new topic, from its start"
     assert world.harness.trace_events("share-partition-of-a-deleted-topic")
+
+
+def test_a_partition_the_topic_gained_while_the_group_read_it_is_shared_from_its_start():
+    """auto_offset_reset=latest is for a group new to a topic. The topic gained a partition while
+    the group read it, and 3 records were written there: its window started at their end, and the
+    group never got them (KAFKA-12261). A partition the topic had when the group came still starts
+    at its end."""
+    world = World()
+    world.create_topic("orders", partitions=2)
+    world.produce("orders", ["before"], partition=1)
+    member = world.join("a", ["orders"], auto_offset_reset="latest").member_id
+
+    def take(partition: int) -> list[int]:
+        world.acquire("a", member, "orders", wait_ms=300, partition=partition)
+        world.settle(600)
+        return [offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)]
+
+    assert take(0) == [] and take(1) == [], "both partitions the group came to start at their end"
+    world.harness.deliver(COORDINATOR, CreatePartitionsRequest(correlation_id=world.next_id(), name="orders",
+                                                               total_partitions=3), PRODUCER)
+    world.settle(LIMITS.replica_heartbeat_interval_ms * 5)
+    world.produce("orders", ["gained-0", "gained-1", "gained-2"], partition=2)
+    for _ in range(10):
+        if len(world.heartbeat("a", member, ["orders"]).partitions) == 3:
+            break
+        world.settle(1_000)
+
+    assert take(2) == [0, 1, 2], "every record of the partition the topic gained"
+    world.crash_group_coordinator()
+    assert world.group.share.groups["g"].partitions[("orders", 0)].topic_partitions == 2, "kept through a restart"
 
 
 def test_a_share_partition_keeps_the_id_of_its_topic_through_a_coordinator_crash(world):
