@@ -34,7 +34,7 @@ from railmq.admin import Admin
 from railmq import cli_console, cli_health
 from railmq.cli_common import (
     BOOTSTRAP_ENVIRONMENT, DEFAULT_PORT, EXIT_FAILED, EXIT_OK, clients_default_bootstrap, default_port,
-    non_negative_int, positive_float, positive_int, print_error,
+    directory, non_negative_int, positive_float, positive_int, print_error,
 )
 from railmq.cli_daemon import remove_state, run_detached, run_down, write_state
 from railmq.cluster import LocalCluster
@@ -64,7 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              description="Run a local cluster on this machine.")
     up.add_argument("--nodes", type=node_count, default=3, metavar="N",
                     help=f"broker nodes, at most {NODES_MAX} (default 3)")
-    up.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
+    up.add_argument("--data-dir", type=directory, default=DATA_DIR_DEFAULT, metavar="DIR",
                     help=f"where data lives (default {DATA_DIR_DEFAULT})")
     up.add_argument("--port", type=tcp_port, default=default_port(), metavar="P",
                     help=f"the first controller's port (the other controllers, then the group voters, take "
@@ -86,7 +86,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     cli_console.add_up_arguments(up)
     up.set_defaults(handler=run_up)
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
-    down.add_argument("--data-dir", default=DATA_DIR_DEFAULT, metavar="DIR",
+    down.add_argument("--data-dir", type=directory, default=DATA_DIR_DEFAULT, metavar="DIR",
                       help=f"the data directory it was started with (default {DATA_DIR_DEFAULT})")
     down.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
                       help="how long to wait for it to stop before killing it")

@@ -119,6 +119,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def directory(text: str) -> str:
+    """A directory's path, not empty: `--data-dir ""` ran a cluster in the working directory and
+    told the user to stop it with `railmq down --data-dir ` (an empty word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a directory ('.' for this one)")
+    return text
+
+
 def milliseconds(text: str) -> int:
     """A positive wait in ms, at most `MILLISECONDS_MAX`."""
     return _at_most_milliseconds_max(positive_int(text), text)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from actors.limits import NODE_ID_MAX
 from actors.messages import ControllerStatusRequest, ControllerStatusResponse
-from railmq.cli_common import EXIT_FAILED, EXIT_OK, endpoint, positive_int, print_error
+from railmq.cli_common import EXIT_FAILED, EXIT_OK, directory, endpoint, positive_int, print_error
 
 UP_WAKE_INTERVAL_S = 0.5
 JOIN_TIMEOUT_MS = 5_000
@@ -49,7 +49,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="where this node's processes listen (default: the advertised address)")
     node.add_argument("--advertise", default="", metavar="HOST",
                       help="the address other nodes and clients reach this node at (default: its --voters entry)")
-    node.add_argument("--data-dir", required=True, metavar="DIR", help="this node's data directory")
+    node.add_argument("--data-dir", type=directory, required=True, metavar="DIR", help="this node's data directory")
     node.add_argument("--identity-from", default="", metavar="DIR",
                       help="a directory with the cluster's cluster.meta and cluster.secret, copied into a new "
                            "data directory (every node but the first)")

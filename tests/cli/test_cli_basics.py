@@ -313,3 +313,14 @@ def test_size_refuses_inputs_past_what_it_can_count_instead_of_running_out_of_me
 
     err = capsys.readouterr().err
     assert code == 2 and ("at most" in err or "past any number" in err), err
+
+
+@pytest.mark.parametrize("argv", [["up", "--data-dir", ""], ["down", "--data-dir", " "],
+                                  ["node", "--node", "1", "--voters", "1=127.0.0.1", "--data-dir", ""]])
+def test_an_empty_data_directory_is_refused_not_taken_for_the_working_one(argv, capsys):
+    """`railmq up --detach --data-dir ""` started a cluster in the working directory and said
+    to stop it with `railmq down --data-dir ` (an empty word)."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), argv)
+
+    assert refused.value.code == 2 and "--data-dir" in capsys.readouterr().err
