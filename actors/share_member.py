@@ -18,7 +18,7 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
 partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted); "close".
 Notifications: ("membership", (membership, member_id, settings)), ("share-records", (membership,
-topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms)), ("result", (token,
+topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms, topic_id)), ("result", (token,
 value, error)), ("acknowledged", results of token-0 acknowledgements), ("fatal", error).
 """
 

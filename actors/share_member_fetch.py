@@ -42,7 +42,7 @@ class Reader:
     """One partition's acquire -> fetch pipeline."""
 
     __slots__ = ("topic", "partition", "acquiring", "reserved", "to_fetch", "lock_deadline_ms", "fetching",
-                 "retry_at_ns")
+                 "retry_at_ns", "topic_id")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -53,6 +53,7 @@ class Reader:
         self.lock_deadline_ms = 0
         self.fetching = 0  # correlation of the fetch in flight
         self.retry_at_ns = 0
+        self.topic_id = 0  # of the topic the fetch in flight is for (its leader checks it)
 
 
 class ShareFetching:
@@ -147,8 +148,9 @@ class ShareFetching:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             return self._request_metadata(now_ns)
         leader = metadata.partitions[reader.partition]
+        reader.topic_id = metadata.topic_id
         request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
-                               offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
+                               topic_id=reader.topic_id, offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
                                leader_epoch=leader.leader_epoch, max_bytes=self.settings.fetch_partition_bytes_max)
         send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
         reader.fetching = send.message.correlation_id
@@ -182,7 +184,7 @@ class ShareFetching:
         reader.to_fetch = rest
         ranges = [[r.first_offset, r.last_offset, r.delivery_count] for r in covered]
         return [Notify("share-records", (self.membership, reader.topic, reader.partition, response.records, ranges,
-                                         reader.lock_deadline_ms))]
+                                         reader.lock_deadline_ms, reader.topic_id))]
 
     def _drop_unfetched(self, reader: Reader, dropped: list[AcquiredRecords]) -> None:
         held = self.held.get((reader.topic, reader.partition), {})

@@ -75,7 +75,7 @@ class ShareShell:
         elif kind == "share-records":
             from railmq.share_consumer import decode_acquired
 
-            membership, topic, partition, batches, ranges, lock_deadline_ms = payload
+            membership, topic, partition, batches, ranges, lock_deadline_ms, _ = payload
             if membership == self.membership:
                 records = decode_acquired(topic, partition, batches, ranges, lock_deadline_ms)
                 if records:

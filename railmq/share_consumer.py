@@ -66,7 +66,7 @@ RecordKey = tuple[str, int, int]  # topic, partition, offset
 
 
 def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[list[int]], lock_deadline_ms: int,
-                    *, check_crcs: bool = True) -> list[ShareRecord]:
+                    *, check_crcs: bool = True, topic_id: int = 0) -> list[ShareRecord]:
     """The acquired offsets' records from fetched whole batches (each CRC checked), in offset order."""
     counts = {offset: count for first, last, count in acquired for offset in range(first, last + 1)}
     lowest, highest = min(counts), max(counts)
@@ -79,7 +79,7 @@ def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[lis
             records = _records_decoder.decode(view[start + HEADER_SIZE: start + header.size])
             if len(records) != header.record_count:
                 break  # its records cannot be placed at offsets: none of them, nor what follows
-            _place(out, records, header, counts, topic, partition, lock_deadline_ms)
+            _place(out, records, header, counts, topic, partition, lock_deadline_ms, topic_id)
     except (StorageError, msgspec.DecodeError):
         pass  # a batch that does not check out: what it and the batches after it hold is not delivered
     # Records not delivered stay locked to this member until their locks lapse; then the group
@@ -94,7 +94,7 @@ def _offset_of(record: ShareRecord) -> int:
 
 
 def _place(out: list[ShareRecord], records: list, header: Any, counts: dict[int, int], topic: str, partition: int,
-           lock_deadline_ms: int) -> None:
+           lock_deadline_ms: int, topic_id: int) -> None:
     """Give a batch's records their offsets and keep the acquired ones, each offset once (a
     batch that overlaps an earlier one does not deliver its records twice)."""
     for index, record in enumerate(records):
@@ -103,6 +103,7 @@ def _place(out: list[ShareRecord], records: list, header: Any, counts: dict[int,
             continue
         record.timestamp_ms += header.first_timestamp_ms
         record.topic, record.partition, record.offset = topic, partition, header.base_offset + index
+        record.topic_id = topic_id
         record.delivery_count, record.lock_deadline_ms = count, lock_deadline_ms
         out.append(record)
 
@@ -215,11 +216,11 @@ class ShareConsumer(ClientShell):
         return True
 
     def _open_chunk(self, chunk: tuple) -> None:
-        membership, topic, partition, batches, acquired, lock_deadline_ms = chunk
+        membership, topic, partition, batches, acquired, lock_deadline_ms, topic_id = chunk
         self._current_chunk = chunk
         self._current_index = 0
         self._current = [] if membership != self._membership else decode_acquired(
-            topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs)
+            topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs, topic_id=topic_id)
 
     # ------------------------------------------------------------------ acknowledging
 

@@ -36,6 +36,7 @@ from actors.messages import (
 from actors.partition_replica import PartitionReplica
 from actors.share_dead_letters import DEAD_LETTER_TOPIC_RETRY_MS
 from actors.share_member import ShareMember, ShareMemberSettings
+from railmq.idempotent import IdempotentStore, offset_message_id
 from railmq.share_consumer import decode_acquired
 from railmq.share_member_process import ShareMemberOptions, parse_duration_ms, run_share_member
 from storage.batch import decode_records, encode_batch, iter_batches
@@ -705,7 +706,7 @@ def delivered(world: World, name: str) -> list[tuple[int, int]]:
     found = []
     for address, notify in world.harness.notified:
         if address == name and notify.kind == "share-records":
-            _, topic, partition, batches, ranges, deadline_ms = notify.payload
+            _, topic, partition, batches, ranges, deadline_ms, _ = notify.payload
             found += [(record.offset, record.delivery_count)
                       for record in decode_acquired(topic, partition, batches, ranges, deadline_ms)]
     return found
@@ -729,6 +730,25 @@ def test_a_member_joins_acquires_fetches_from_the_leader_and_hands_over_only_its
     memberships = [n.payload for a, n in world.harness.notified if a == "m1" and n.kind == "membership"]
     assert [(number, member_id) for number, member_id, _ in memberships] == [(1, member.member_id)]
     assert sorted(member.held[("orders", 0)]) == [0, 1, 2]
+
+
+def test_records_handed_over_name_their_topics_id_so_an_idempotent_consumer_tells_a_topic_made_again_apart(
+        world, tmp_path):
+    """A share group starts a topic made again under its name from its start: its records come at
+    offsets an idempotent store had seen for the old topic. Handed over without the topic's id, they
+    had the old records' message ids and were skipped as redeliveries, never applied."""
+    world.produce("orders", ["a"])
+    start_member(world, "m1", ["orders"])
+    [(_, topic, partition, batches, ranges, deadline_ms, topic_id)] = [
+        notify.payload for address, notify in world.harness.notified
+        if address == "m1" and notify.kind == "share-records"]
+    [record] = decode_acquired(topic, partition, batches, ranges, deadline_ms, topic_id=topic_id)
+
+    assert record.topic_id == world.coordinator.topics["orders"].topic_id != 0
+    assert offset_message_id(record) == f"orders/0/0@{record.topic_id}"
+    with IdempotentStore(str(tmp_path / "ids.db")) as store:
+        made_again = msgspec.structs.replace(record, topic_id=record.topic_id + 1)
+        assert [store.process(each, lambda *_: None) for each in (record, record, made_again)] == [True, False, True]
 
 
 def test_a_member_holding_its_prefetch_bound_acquires_no_more_until_it_answers(world):
