@@ -19,7 +19,7 @@ Message ids default to `topic/partition/offset@topic_id`: the same on every rede
 record. The topic's id is part of it because a topic deleted and made again under its name
 numbers its records from 0 again, and the group reads the new one from its start: with
 `topic/partition/offset` alone its records took the ids of the old topic's and were skipped as
-redeliveries, never applied. (A record whose topic id is not known — a share group's — keeps
+redeliveries, never applied. (A record whose topic id is not known, 0, keeps
 `topic/partition/offset`.) A record stored twice (a producer retry without idempotence) has two
 offsets; when that matters, derive the id from the key or a header (`key_message_id`,
 `header_message_id`).
