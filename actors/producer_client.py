@@ -92,6 +92,9 @@ class ProducerClient:
         for key, count in self.in_flight_count.items():
             assert 0 <= count <= self.settings.max_in_flight, f"{key}: {count} requests in flight"
         assert sum(self.in_flight_count.values()) == len(self.in_flight)
+        for key, unsettled in self.sequences.unsettled.items():
+            assert self.sequences.sent[key] - min(unsettled) <= self.settings.max_in_flight, (
+                f"{key}: batch {min(unsettled)} unsettled with {self.sequences.sent[key]} sent: the leader may forget it")
         missed = self.timer.uncovered(self._deadlines())
         assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 
@@ -175,6 +178,9 @@ class ProducerClient:
                 break
             if queue[0].sequence < 0 and sequences.waiting_for_start_over(key):
                 break  # numbered again once the batches still numbered under the old epoch are settled
+            if queue[0].index < 0 and self.settings.idempotent \
+                    and not sequences.may_send_new(key, self.settings.max_in_flight):
+                break  # an older batch is unsettled: the leader must still remember it at its retry
             pending = queue.popleft()
             effects += self._send(pending, endpoint, now_ns)
         return effects
@@ -182,6 +188,7 @@ class ProducerClient:
     def _ended_undelivered(self, key: tuple[str, int], pending: Pending) -> None:
         if self.settings.idempotent:
             self.sequences.ended_undelivered(key, pending.sequence, pending.epoch)
+            self.sequences.settled(key, pending.index)
 
     def _send(self, pending: Pending, endpoint: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
@@ -205,6 +212,7 @@ class ProducerClient:
                 return [Notify("batch-done", (batch.batch_id, batch.partition, -1, failure))]
             if idempotent:
                 pending.sequence, pending.epoch = self.sequences.take(key, len(batch.records))
+                pending.index = self.sequences.first_sent(key)
             batch.records = []  # encoded now: let the tuples go
         self.correlation += 1
         pending.correlation_id = self.correlation
@@ -232,6 +240,8 @@ class ProducerClient:
         self.in_flight_count[key] -= 1
         if error is not None:
             self._ended_undelivered(key, pending)
+        elif self.settings.idempotent:
+            self.sequences.settled(key, pending.index)
         done = Notify("batch-done", (pending.batch.batch_id, pending.batch.partition, base_offset, error))
         return [done] + (self._dispatch(key, now_ns) if dispatch else [])
 
@@ -261,7 +271,24 @@ class ProducerClient:
                                          pending.epoch):
                 pending.sequence = pending.epoch = -1  # it takes new numbers once they start over
             code = ErrorCode.NOT_LEADER  # an earlier batch is being retried: go again, in order
+        elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self.settings.idempotent:
+            self._unknown_to_leader(pending)
+            code = ErrorCode.NOT_LEADER
         return self._retry_or_fail(pending, code, response.error_message, now_ns)
+
+    def _unknown_to_leader(self, pending: Pending) -> None:
+        """The leader has no state for this producer and takes it only from sequence 0. With an
+        older batch of the partition still unsettled, that one goes first (the leader has not
+        seen it yet). With none, the leader forgot the producer: this batch and the ones after it
+        are numbered again from 0 under the partition's next epoch, once nothing numbered before
+        is in flight."""
+        key = (pending.batch.topic, pending.batch.partition)
+        older = [other for other in (*self.in_flight.values(), *self.waiting.get(key, ()))
+                 if (other.batch.topic, other.batch.partition) == key and other.epoch == pending.epoch
+                 and 0 <= other.sequence < pending.sequence]
+        if not older and pending.sequence >= 0:
+            self.sequences.forgotten_from(key, pending.sequence, pending.epoch)
+            pending.sequence = pending.epoch = -1
 
     @staticmethod
     def _unconfirmed(response: ProduceResponse, pending: Pending) -> str:

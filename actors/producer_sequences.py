@@ -16,6 +16,14 @@ refused out of order and so never appended). Only when none is left does the num
 
 A partition's epoch is its own: the leader keeps producer state per partition, and the producer id
 is this producer's alone, so no coordinator need be asked for it.
+
+The leader recognises a retry only among the producer's last 5 batches (`BATCHES_REMEMBERED_MAX`).
+Keeping 5 requests in flight is not enough for that: a batch whose answer was lost stays in flight
+for its request timeout while later ones complete and free their places, and more go out; by its
+retry the leader has forgotten it and answers out of order, every time, until its delivery
+timeout. So a partition's batches are counted in the order they were first sent
+(`first_sent`), and a new one goes out only while the oldest one not yet settled is among the
+last `max_in_flight` sent (`may_send_new`): a retry always finds the leader remembering it.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ class Pending:
     numbered again only behind a gap."""
 
     __slots__ = ("batch", "order", "record_count", "encoded", "sequence", "epoch", "attempts", "correlation_id",
-                 "sent_ns", "retry_at_ns", "last_error")
+                 "sent_ns", "retry_at_ns", "last_error", "index")
 
     def __init__(self, batch: SendBatch, order: int) -> None:
         self.batch = batch
@@ -46,6 +54,7 @@ class Pending:
         self.sent_ns = 0
         self.retry_at_ns = 0
         self.last_error = ""
+        self.index = -1  # its place among the partition's batches in the order first sent (-1: not sent)
 
 
 class PartitionSequences:
@@ -55,6 +64,29 @@ class PartitionSequences:
         self.epochs: dict[Key, int] = {}  # a partition's epoch once its numbering started over
         # The first sequence of a batch that ended undelivered, under the partition's epoch.
         self.gaps: dict[Key, int] = {}
+        self.sent: dict[Key, int] = {}  # batches first sent to each partition
+        self.unsettled: dict[Key, set[int]] = {}  # the places of those sent and not yet settled
+
+    def may_send_new(self, key: Key, window: int) -> bool:
+        """Whether a batch not sent yet may go out: the partition's oldest unsettled batch must
+        stay among the last `window` sent, or the leader may forget it before its retry."""
+        unsettled = self.unsettled.get(key)
+        return not unsettled or self.sent.get(key, 0) - min(unsettled) < window
+
+    def first_sent(self, key: Key) -> int:
+        """A batch goes out for the first time: its place (unsettled until `settled`)."""
+        index = self.sent.get(key, 0)
+        self.sent[key] = index + 1
+        self.unsettled.setdefault(key, set()).add(index)
+        return index
+
+    def settled(self, key: Key, index: int) -> None:
+        """A batch sent has its outcome (delivered or failed) and will not go out again."""
+        unsettled = self.unsettled.get(key)
+        if unsettled is not None:
+            unsettled.discard(index)
+            if not unsettled:
+                del self.unsettled[key]
 
     def epoch(self, key: Key) -> int:
         return self.epochs.get(key, self.base_epoch)
@@ -69,6 +101,11 @@ class PartitionSequences:
         """A batch numbered `sequence` under `epoch` will not be sent again, and was not delivered."""
         if sequence >= 0 and epoch == self.epoch(key):
             self.gaps[key] = min(self.gaps.get(key, sequence), sequence)
+
+    def forgotten_from(self, key: Key, sequence: int, epoch: int) -> None:
+        """The leader forgot the producer: it takes no batch numbered `sequence` or later under
+        `epoch`, so those are numbered again, as behind a gap."""
+        self.ended_undelivered(key, sequence, epoch)
 
     def behind_gap(self, key: Key, sequence: int, epoch: int) -> bool:
         """Whether a batch the leader refused out of order lies behind such a batch: then it was

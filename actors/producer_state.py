@@ -16,7 +16,9 @@ taken, and it is not stored.
 
 Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer (Kafka's 5, which
 is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
-retention are unknown again. A producer id is the batch header's claim, so a client can invent any
+retention are unknown again. An unknown producer's first batch must start at sequence 0; any
+other is refused `UNKNOWN_PRODUCER_ID`, and a producer the leader forgot numbers the partition
+again from 0 under its next epoch (actors/producer_sequences.py). A producer id is the batch header's claim, so a client can invent any
 number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1.1 KB each
 with five batches) and forgets the producer that wrote least recently first, so an active
 producer keeps its dedup while an attacker's ids push each other out. (Kafka bounds the same with
@@ -74,7 +76,13 @@ class ProducerStateTable:
             return APPEND
         entry = self._producers.get(producer_id)
         if entry is None:
-            return APPEND  # a new producer (or one retention forgot): accept its first batch
+            # A new producer starts at 0. Taking any first batch let a later one overtake batches
+            # refused just before it (NOT_ENOUGH_REPLICAS), which could then never be appended.
+            # One forgotten (retention, or past producer_ids_per_partition_max) is told so, and
+            # numbers the partition again from 0 under its next epoch.
+            return APPEND if base_sequence == 0 else Verdict(ErrorCode.UNKNOWN_PRODUCER_ID, (
+                f"no state for producer {producer_id} (new, or forgotten: its batches were removed, or more "
+                f"producers wrote since): its first batch must start at sequence 0, not {base_sequence}"))
         if producer_epoch < entry.epoch:
             return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH,
                            f"producer {producer_id} epoch {producer_epoch} is older than {entry.epoch}")

@@ -141,9 +141,11 @@ ERROR_WHEN = {
                      "served). The replica records the damage and tells the coordinator at once; a leader steps "
                      "down for a healthy in-sync replica and repairs as a follower. Retry after refreshing "
                      "metadata.",
-    "UNKNOWN_PRODUCER_ID": "Never sent by the broker today (a producer id it does not know starts fresh). "
-                           "The share groups' dead-letter writer treats it like "
-                           "OUT_OF_ORDER_SEQUENCE_NUMBER.",
+    "UNKNOWN_PRODUCER_ID": "Idempotent produce from a producer id the leader has no state for, with a "
+                           "first sequence other than 0: a batch that overtook earlier ones the leader "
+                           "refused (they go first), or a producer the leader forgot (retention removed its "
+                           "batches, or more producers wrote since), which numbers the partition again from 0 "
+                           "under its next epoch. The share groups' dead-letter writer takes a new producer id.",
     "NON_EMPTY_GROUP": "Admin offset commit (generation -1, no member id) or group deletion while the "
                        "group has members. Stop the members first.",
     "GROUP_ID_NOT_FOUND": "Describe or delete of a group that does not exist; share requests naming a group "

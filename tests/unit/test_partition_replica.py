@@ -386,6 +386,20 @@ def test_a_new_replica_tells_a_retry_from_another_batch_under_the_same_numbers()
     assert stage.log.log_end_offset == 2
 
 
+def test_an_unknown_producers_first_batch_must_start_at_sequence_0(stage):
+    """A producer the leader has no state for starts at sequence 0. Its batches 0-26 refused
+    NOT_ENOUGH_REPLICAS, the next one (27-35) came when the ISR was back and was taken as a new
+    producer's first: the earlier ones could never be appended after it (the simulator, seed 5056
+    of the dense sweep). A producer the leader forgot (retention, or more producers than it keeps)
+    is told UNKNOWN_PRODUCER_ID too, and starts its numbering again."""
+    refused = only(stage.produce(idempotent(2, 27)), ProduceResponse)
+    first = only(stage.produce(idempotent(2, 0)), ProduceResponse)
+
+    assert refused.error == ErrorCode.UNKNOWN_PRODUCER_ID and "sequence 0" in refused.error_message
+    assert (first.error, first.base_offset) == (0, 0)
+    assert stage.log.log_end_offset == 2
+
+
 def test_an_idempotent_batch_with_a_gap_in_its_sequence_is_refused(stage):
     stage.produce(idempotent(2, 0))
 
