@@ -73,6 +73,7 @@ def final_checks(sim: "Simulator") -> None:
     _check_group_settled(sim)
     _check_in_sync(sim, TOPIC)
     _check_send_order(sim, TOPIC)
+    _check_producers_settled(sim)
     if sim.config.share_members and len(high_watermarks) == sim.config.partitions:
         dead_letters = _dead_letter_sources(sim, DEAD_LETTER_TOPIC)
         if dead_letters is not None:
@@ -112,6 +113,19 @@ def _check_group_settled(sim: "Simulator") -> None:
     if len(generations) != 1 or states != ["stable"] or len(owned) != sim.config.partitions or len(set(owned)) != len(owned):
         sim.problems.append(f"the consumer group did not settle: states {states}, generations {sorted(generations)}, "
                             f"owned {owned}")
+
+
+def _check_producers_settled(sim: "Simulator") -> None:
+    """After the heal and the recovery window every batch a running producer sent has an outcome:
+    a producer that cannot get past a gap in its sequence numbers (a batch that ended undelivered,
+    as on a full disk) would retry the batches behind it until their delivery timeout."""
+    from chaos.sim_workload import ProducerShell
+
+    for name, shell in sim.shells.items():
+        if isinstance(shell, ProducerShell) and sim.hosts[name].alive and shell.pending:
+            records = sum(map(len, shell.pending.values()))
+            sim.problems.append(f"{name}: {len(shell.pending)} batches ({records} records) sent before the heal "
+                                f"have no outcome {sim.config.recovery_ms} ms after it")
 
 
 def _check_in_sync(sim: "Simulator", topic: str) -> None:

@@ -33,8 +33,9 @@ SIM_LIMITS = Limits(replica_session_timeout_ms=1000, replica_lag_time_max_ms=150
                     replica_fetch_idle_wait_max_ms=1000, replica_fetch_bytes_max=4096)
 FAULT_KINDS = ("crash", "pause", "partition", "network", "disk", "clock", "slow-disk", "flush-crash")
 # Chosen only when named (`--faults ...,voter-disk`), so the recorded histories of the default
-# faults stay as they are: a controller loses its disk (chaos/sim_disk.py `lose_voter_disk`).
-OPTIONAL_FAULT_KINDS = ("voter-disk", "zombie")
+# faults stay as they are: a controller loses its disk (chaos/sim_disk.py `lose_voter_disk`), a
+# zombie follower (chaos/sim_zombies.py), a replica's disk full for a while (chaos/sim_faults.py).
+OPTIONAL_FAULT_KINDS = ("voter-disk", "zombie", "disk-full")
 ASSIGNORS = ("range", "round-robin", "cooperative-sticky")
 TOPIC = "sim"
 DEAD_LETTER_TOPIC = "sim.dlq"

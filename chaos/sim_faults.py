@@ -16,6 +16,10 @@ role, then a process of that role):
                  (chaos/sim_disk.py `lose_voter_disk`)
     zombie       (only when named) a follower is paused, its node replaces it on an empty disk,
                  then it resumes for a while (chaos/sim_zombies.py)
+    disk-full    (only when named) a replica's disk takes no new space for a while, a partition
+                 leader's half the time: its writes fail `StorageFull` (a leader answers
+                 `DISK_FULL`, so an idempotent producer's batch ends undelivered and leaves a gap
+                 in its numbers; a follower waits and leaves the ISR), then space comes back
     clock        the process's clock jumps, staying within `clock_skew_max_ms` of the true time
     slow-disk    each flush of the process takes 5-200 ms for a while: it is busy (handles
                  nothing) meanwhile, and what an AfterFlush guards waits for it; a flush the
@@ -252,6 +256,9 @@ class Faults:
                                          slow_probability=0.1)
             sim.note(f"lossy network for {duration_ms} ms")
             sim.schedule(sim.now_ns + duration_ms * MS, self._calm_network)
+        elif kind == "disk-full":
+            full = self._disk_full(duration_ms)
+            line.update(target=full or "", fault="disk-full" if full else "none")
         elif kind == "clock":
             self._clock_jump(sim.hosts[target])
         elif kind == "slow-disk":
@@ -295,6 +302,23 @@ class Faults:
             host.disk_latency_ns = 0
         self.sim.schedule(self.sim.now_ns + duration_ms * MS, recover)
 
+    def _disk_full(self, duration_ms: int) -> str | None:
+        """Fill a running replica's disk (a leader's half the time) for `duration_ms`; its name."""
+        replicas = sorted((host for host in self.sim.hosts.values() if host.kind == "replica" and host.alive),
+                          key=lambda host: host.name)
+        leaders = [host for host in replicas if host.actor.leader is not None]
+        if not replicas:
+            return None
+        host = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else replicas)
+        faults = host.faults
+        faults.disk_full = True
+        self.sim.note(f"the disk of {host.name} is full for {duration_ms} ms")
+
+        def free() -> None:  # the same disk only: a zombie fault may have given the host a new one
+            faults.disk_full = False
+        self.sim.schedule(self.sim.now_ns + duration_ms * MS, free)
+        return host.name
+
     def _arm_flush_crash(self, host: "Host") -> None:
         if not host.alive:
             return
@@ -322,5 +346,6 @@ class Faults:
             host.paused_until_ns = min(host.paused_until_ns, sim.now_ns)
             host.disk_latency_ns = 0
             host.faults.crash_after_fsyncs = -1
+            host.faults.disk_full = False
         sim.history.append({"type": "heal", "time_ns": sim.now_ns})
         sim.note("heal")

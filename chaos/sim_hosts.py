@@ -47,6 +47,12 @@ class SimFaultInjector(FaultInjector):
         super().__init__()
         self.crash_after_fsyncs = -1
         self.fsyncs = 0  # every fsync asked for: a slow disk makes a step that synced take time
+        # A full disk (the `disk-full` fault): no write may take new space. Overwriting bytes a
+        # file already has takes none (ext4, xfs; not a copy-on-write file system).
+        self.disk_full = False
+
+    def allows_growth(self, growth_bytes: int) -> bool:
+        return growth_bytes <= 0 or not self.disk_full
 
     def take_fsync_failure(self) -> bool:
         self.fsyncs += 1

@@ -30,7 +30,14 @@ Replication, elections, producer state (chaos/sim_variants_log.py):
 - `agent-takes-any-report` (node agent): a report about a replica of the node is taken from any
   process, so a zombie's (chaos/sim_zombies.py) tells the coordinator its lost disk is on record;
 - `retry-renumbered` (producer): a retried batch is encoded again with the next sequence numbers,
-  so the leader cannot recognise a retry of a batch it already appended.
+  so the leader cannot recognise a retry of a batch it already appended;
+- `producer-window-counts-in-flight` (producer): a new batch goes out whenever fewer than 5 are in
+  flight, however old the partition's oldest unsettled one, so the leader may forget it before
+  its retry;
+- `unknown-producer-any-sequence` (leader): an unknown producer's first batch is taken at any
+  sequence, so it may overtake earlier batches the leader refused, which are then never appended;
+- `producer-keeps-numbers-past-a-gap` (producer): a batch that ended undelivered leaves no gap on
+  record, so the batches after it keep numbers the leader never takes.
 
 Groups, members, assignors, share groups (chaos/sim_variants_groups.py):
 
@@ -112,7 +119,8 @@ VARIANTS = (
     "commit-below-min-insync", "retry-answered-at-once", "fetch-before-flush", "restart-keeps-isr-seat",
     "late-exit-notice-kills", "follower-trusts-leader-watermark", "agent-takes-any-report",
     # producer state
-    "follower-forgets-producers", "retry-renumbered",
+    "follower-forgets-producers", "retry-renumbered", "producer-window-counts-in-flight",
+    "unknown-producer-any-sequence", "producer-keeps-numbers-past-a-gap",
     # groups, members, assignors
     "stale-generation-commit", "commit-before-durable", "eager-rejoin-without-revoke",
     "rejoin-before-revocations-answered", "commit-fetched-position", "cooperative-moves-held-partition",

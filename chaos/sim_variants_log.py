@@ -234,6 +234,37 @@ def _agent_takes_any_report() -> Restore:
     return swap(SimNodeAgent, "_from_running_process", lambda self, report: True)
 
 
+def _producer_window_counts_in_flight() -> Restore:
+    """A new batch goes out whenever fewer than max_in_flight are in flight, however long ago the
+    partition's oldest unsettled batch was sent: the leader may forget it before its retry."""
+    from actors import producer_sequences
+
+    return swap(producer_sequences.PartitionSequences, "may_send_new", lambda self, key, window: True)
+
+
+def _unknown_producer_any_sequence() -> Restore:
+    """The leader takes an unknown producer's first batch at any sequence, as a new producer's:
+    a batch may overtake earlier ones it refused, which can then never be appended."""
+    from actors import producer_state
+
+    check = producer_state.ProducerStateTable.check
+
+    def any_first(self, producer_id, producer_epoch, base_sequence, record_count, crc):
+        if producer_id >= 0 and producer_id not in self._producers:
+            return producer_state.APPEND
+        return check(self, producer_id, producer_epoch, base_sequence, record_count, crc)
+
+    return swap(producer_state.ProducerStateTable, "check", any_first)
+
+
+def _producer_keeps_numbers_past_a_gap() -> Restore:
+    """A batch that ended undelivered leaves no gap on record: the batches after it keep their
+    numbers, which the leader never takes (it takes sequences in order), until their timeout."""
+    from actors import producer_sequences
+
+    return swap(producer_sequences.PartitionSequences, "ended_undelivered", lambda self, key, sequence, epoch: None)
+
+
 PATCHES = {
     "ack-before-replication": _ack_before_replication,
     "commit-below-min-insync": _commit_below_min_insync,
@@ -248,4 +279,7 @@ PATCHES = {
     "follower-trusts-leader-watermark": _follower_trusts_leader_watermark,
     "retry-renumbered": _retry_renumbered,
     "agent-takes-any-report": _agent_takes_any_report,
+    "producer-window-counts-in-flight": _producer_window_counts_in_flight,
+    "unknown-producer-any-sequence": _unknown_producer_any_sequence,
+    "producer-keeps-numbers-past-a-gap": _producer_keeps_numbers_past_a_gap,
 }

@@ -56,6 +56,7 @@ class ProducerShell:
         self.metadata_asked = False
 
     def start(self) -> list[Any]:
+        self.pending.clear()  # a new process: the batches of the one that died never get an outcome
         return [RefreshMetadata(topics=[self.topic])]
 
     def next_batch(self, now_ns: int) -> SendBatch | None:

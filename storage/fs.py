@@ -61,6 +61,10 @@ class FaultInjector:
             return wanted_bytes
         return min(wanted_bytes, self.write_quota_bytes)
 
+    def allows_growth(self, growth_bytes: int) -> bool:
+        """Whether a write may make a file `growth_bytes` longer (the simulator's full disk)."""
+        return True
+
     def charge(self, written_bytes: int) -> None:
         if self.write_quota_bytes is not None:
             self.write_quota_bytes -= written_bytes

@@ -219,6 +219,9 @@ VARIANT_SEARCH = {
     "agent-takes-any-report": (1008, 17),  # in the zombie sweep: see VARIANT_SWEEPS
     "follower-forgets-producers": (1025, 38),
     "retry-renumbered": (1005, 13),
+    "producer-window-counts-in-flight": (1017, 28),
+    "unknown-producer-any-sequence": (2015, 25),  # in the dense sweep: see VARIANT_SWEEPS
+    "producer-keeps-numbers-past-a-gap": (1000, 7),  # in the disk-full sweep: see VARIANT_SWEEPS
     "stale-generation-commit": (1036, 52),
     "commit-before-durable": (1028, 42),
     "eager-rejoin-without-revoke": (1000, 7),
@@ -243,7 +246,13 @@ VARIANT_SEARCH = {
 # A node agent taking a zombie's reports (chaos/sim_zombies.py) is caught only where zombies are:
 # the fault is left out of the default sweep, whose recorded histories it would change.
 ZOMBIE_FAULTS = SimConfig(faults=("zombie",))
-VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000), "agent-takes-any-report": (ZOMBIE_FAULTS, 1000)}
+# A producer stuck behind a gap in its sequence numbers needs a batch that ends undelivered, which
+# a full disk makes (chaos/sim_faults.py `disk-full`, also left out of the default sweep); an
+# unknown producer's batch overtaking refused ones was caught by none of 120 default seeds.
+DISK_FULL_FAULTS = SimConfig(faults=("disk-full",))
+VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000), "agent-takes-any-report": (ZOMBIE_FAULTS, 1000),
+                  "unknown-producer-any-sequence": (DENSE_FAULTS, 2000),
+                  "producer-keeps-numbers-past-a-gap": (DISK_FULL_FAULTS, 1000)}
 
 
 def test_zombie_followers_lose_no_acknowledged_write():
@@ -254,6 +263,17 @@ def test_zombie_followers_lose_no_acknowledged_write():
         result.raise_for_problems()
         made = [line for line in result.history if line["type"] == "fault" and line.get("fault") == "zombie"]
         assert made, f"seed {seed} made no zombie"
+
+
+def test_full_disks_leave_no_producer_stuck_behind_a_gap_in_its_numbers():
+    """A leader's full disk refuses a batch for good (DISK_FULL); the producer's later batches are
+    numbered again past the gap it leaves. The seeds of the disk-full sweep that catch a producer
+    keeping its numbers pass with the producer as it is: every batch has an outcome after the heal."""
+    for seed in (1000, 1001, 1002):
+        result = simulate(seed, DISK_FULL_FAULTS)
+        result.raise_for_problems()
+        refused = [line for line in result.history if line["type"] == "info" and line.get("error") == "DISK_FULL"]
+        assert refused, f"seed {seed}: no batch was refused DISK_FULL"
 
 
 def first_catch(variant: str) -> tuple[str, int | None, list[str]]:
