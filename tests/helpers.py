@@ -82,3 +82,17 @@ def unfinished_message(endpoint: str, declared: int, sent: int):
     for _ in range(sent >> 20):
         connection.sendall(chunk)
     return connection
+
+
+def created_again(admin, topic: str) -> bool:
+    """Create `topic` with one partition; False while the deletion of a topic of that name is still
+    being carried out (ask again)."""
+    from actors.errors import RailmqError
+
+    try:
+        admin.create_topic(topic, partitions=1)
+    except RailmqError as error:
+        if "exists" in str(error):
+            return False
+        raise
+    return True

@@ -15,10 +15,9 @@ import time
 import pytest
 
 from actors.errors import RailmqError
-from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.producer import Producer
-from tests.helpers import wait_for
+from tests.helpers import created_again, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -380,7 +379,7 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_read_from_its_start_no
     admin.delete_topic(topic)
     wait_for(lambda: topic not in [known.name for known in admin.metadata().topics], timeout_s=20,
              what="the topic gone from metadata")
-    wait_for(lambda: _created(admin, topic), timeout_s=30, what="the topic made again")
+    wait_for(lambda: created_again(admin, topic), timeout_s=30, what="the topic made again")
     admin.wait_for_leaders(topic)
     with Producer(cluster.bootstrap, acks="all") as producer:
         for index in range(40):
@@ -392,14 +391,3 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_read_from_its_start_no
         records = drain(consumer, 40, timeout_s=20)
 
     assert [record.value.decode() for record in records] == [f"new-{index}" for index in range(40)]
-
-
-def _created(admin: Admin, topic: str) -> bool:
-    """Create `topic`; False while its deletion is still being carried out (asked again)."""
-    try:
-        admin.create_topic(topic, partitions=1)
-    except RailmqError as error:
-        if "exists" in str(error):
-            return False
-        raise
-    return True

@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from actors.errors import RailmqError
 from examples.balance_consumers import AFTER_APPLY, IN_TRANSACTION, CrashPoint, uncommitted_at
 from examples.balances import crash_schedule, run_experiment
 from railmq.admin import Admin
@@ -24,7 +23,7 @@ from railmq.consumer import Consumer
 from railmq.idempotent import IdempotentStore
 from railmq.producer import Producer
 from railmq.records import ConsumerRecord
-from tests.helpers import wait_for
+from tests.helpers import created_again, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -130,7 +129,7 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_applied_not_skipped_as
         produce_deposits(cluster.bootstrap, topic, 5)
         assert apply_once(cluster.bootstrap, topic, store, 5) == [True] * 5
         admin.delete_topic(topic)
-        wait_for(lambda: _created(admin, topic), timeout_s=30, what=f"{topic} to be made again")
+        wait_for(lambda: created_again(admin, topic), timeout_s=30, what=f"{topic} to be made again")
     produce_deposits(cluster.bootstrap, topic, 5)
 
     applied = apply_once(cluster.bootstrap, topic, store, 5)
@@ -146,14 +145,3 @@ def produce_deposits(bootstrap: str, topic: str, count: int) -> None:
         for _ in range(count):
             producer.send(topic, "10", key="alice", partition=0)
         producer.flush(30)
-
-
-def _created(admin: Admin, topic: str) -> bool:
-    """Create `topic`; False while its deletion is still being carried out (asked again)."""
-    try:
-        admin.create_topic(topic, partitions=1)
-    except RailmqError as error:
-        if "exists" in str(error):
-            return False
-        raise
-    return True

@@ -327,6 +327,17 @@ def idempotent(count: int, sequence: int, *, producer_id: int = 77, producer_epo
                  base_sequence=sequence)
 
 
+def reopened_as_leader(stage: Stage) -> Harness:
+    """A new process of the replica over the stage's log, leading in the next epoch."""
+    reopened = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
+                                coordinator=COORDINATOR, log=stage.log, config=stage.config, incarnation=102)
+    harness = Harness()
+    harness.add(LEADER, reopened)
+    stage.leader_epoch += 1
+    harness.deliver(LEADER, ReplicaHeartbeatResponse(state=stage.state(leader=1, isr=[1, 2, 3])), COORDINATOR)
+    return harness
+
+
 def test_a_retried_idempotent_batch_is_answered_with_its_original_offsets_and_not_rewritten(stage):
     stage.produce(batch(2))
     first = only(stage.produce(idempotent(3, 0)), ProduceResponse)
@@ -372,12 +383,7 @@ def test_a_batch_under_a_stored_batchs_numbers_but_with_other_records_is_refused
 def test_a_new_replica_tells_a_retry_from_another_batch_under_the_same_numbers():
     stage = Stage()
     stage.produce(idempotent(2, 0, tag="forged"))
-    reopened = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
-                                coordinator=COORDINATOR, log=stage.log, config=stage.config, incarnation=102)
-    harness = Harness()
-    harness.add(LEADER, reopened)
-    stage.leader_epoch += 1
-    harness.deliver(LEADER, ReplicaHeartbeatResponse(state=stage.state(leader=1, isr=[1, 2, 3])), COORDINATOR)
+    harness = reopened_as_leader(stage)
 
     response = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
                                                            batch=idempotent(2, 0, tag="mine"))), ProduceResponse)
@@ -420,12 +426,7 @@ def test_an_older_producer_epoch_is_fenced(stage):
 def test_producer_state_is_rebuilt_from_the_log_so_a_new_replica_recognises_retries():
     stage = Stage()
     first = only(stage.produce(idempotent(2, 0)), ProduceResponse)
-    reopened = PartitionReplica(topic="orders", topic_id=TOPIC_ID, partition=0, node=1, endpoint=LEADER,
-                                coordinator=COORDINATOR, log=stage.log, config=stage.config, incarnation=102)
-    harness = Harness()
-    harness.add(LEADER, reopened)
-    stage.leader_epoch += 1
-    harness.deliver(LEADER, ReplicaHeartbeatResponse(state=stage.state(leader=1, isr=[1, 2, 3])), COORDINATOR)
+    harness = reopened_as_leader(stage)
 
     again = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
                                                         batch=idempotent(2, 0))), ProduceResponse)
