@@ -16,10 +16,12 @@ role, then a process of that role):
                  (chaos/sim_disk.py `lose_voter_disk`)
     zombie       (only when named) a follower is paused, its node replaces it on an empty disk,
                  then it resumes for a while (chaos/sim_zombies.py)
-    disk-full    (only when named) a replica's disk takes no new space for a while, a partition
-                 leader's half the time: its writes fail `StorageFull` (a leader answers
-                 `DISK_FULL`, so an idempotent producer's batch ends undelivered and leaves a gap
-                 in its numbers; a follower waits and leaves the ISR), then space comes back
+    disk-full    (only when named) the disk of a process that keeps data takes no new space for
+                 a while, a partition leader's half the time: its writes fail `StorageFull` (a
+                 leader answers `DISK_FULL`, so an idempotent producer's batch ends undelivered and
+                 leaves a gap in its numbers; a follower waits and leaves the ISR; a write the
+                 process cannot do without stops it, exit 73, and it is started again later: its
+                 machine keeps what it wrote), then space comes back
     clock        the process's clock jumps, staying within `clock_skew_max_ms` of the true time
     slow-disk    each flush of the process takes 5-200 ms for a while: it is busy (handles
                  nothing) meanwhile, and what an AfterFlush guards waits for it; a flush the
@@ -59,6 +61,7 @@ PAUSE_MS = (200, 3000)
 TARGET_ROLES = ("replica", "replica", "replica", "coordinator", "controller", "group-coordinator", "producer", "consumer",
                 "share")
 SLOW_DISK_LATENCY_MS = (5, 200)
+DATA_KINDS = ("replica", "coordinator", "controller", "group-coordinator")  # the processes with a disk
 EXIT_NOTICE_DELAY_MS = 60
 # How long a stop (`railmq down`) waits for a busy process before it kills it: less than the
 # restart delay, so the process is gone before the cluster comes back.
@@ -76,23 +79,25 @@ class Faults:
 
     # ------------------------------------------------------------------ crashes and exit notices
 
-    def crash(self, name: str, restart: bool = True, notify: bool = True) -> None:
+    def crash(self, name: str, restart: bool = True, notify: bool = True, keep_writes: bool = False) -> None:
+        """Kill a process (with `keep_writes`, it exited: its machine keeps what it wrote)."""
         sim = self.sim
         host = sim.hosts[name]
         if not host.alive:
             return
-        sim.note(f"crash {name}#{host.incarnation}")
+        sim.note(f"{'exit' if keep_writes else 'crash'} {name}#{host.incarnation}")
         shell = sim.shells.get(name)
         if shell is not None:
             shell.crashed(sim.now_ns)
         endpoint = host.endpoint
         incarnation = getattr(host.actor, "incarnation", 0)
         sim.watch.before_crash(host)
-        host.crash()
+        host.crash(keep_writes)
         sim.watch.on_crash(host)
         sim.disconnect_peers(host, endpoint)
         if host.kind == "replica":
-            self.lost_data_ns[host.state["topic_partition"]] = sim.now_ns
+            if not keep_writes:
+                self.lost_data_ns[host.state["topic_partition"]] = sim.now_ns
             if notify:
                 self._exit_notice(host, incarnation)
         if restart:
@@ -303,13 +308,14 @@ class Faults:
         self.sim.schedule(self.sim.now_ns + duration_ms * MS, recover)
 
     def _disk_full(self, duration_ms: int) -> str | None:
-        """Fill a running replica's disk (a leader's half the time) for `duration_ms`; its name."""
-        replicas = sorted((host for host in self.sim.hosts.values() if host.kind == "replica" and host.alive),
-                          key=lambda host: host.name)
-        leaders = [host for host in replicas if host.actor.leader is not None]
-        if not replicas:
+        """Fill the disk of a running process that keeps data (a partition leader's half the time)
+        for `duration_ms`; its name."""
+        keepers = sorted((host for host in self.sim.hosts.values() if host.alive and host.kind in DATA_KINDS),
+                         key=lambda host: host.name)
+        leaders = [host for host in keepers if host.kind == "replica" and host.actor.leader is not None]
+        if not keepers:
             return None
-        host = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else replicas)
+        host = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else keepers)
         faults = host.faults
         faults.disk_full = True
         self.sim.note(f"the disk of {host.name} is full for {duration_ms} ms")

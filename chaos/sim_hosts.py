@@ -109,14 +109,16 @@ class Host:
         self.alive = True
         self.actor = self.factory(self, rng.getrandbits(62) + 1)
 
-    def crash(self) -> None:
+    def crash(self, keep_writes: bool = False) -> None:
+        """The process dies; with `keep_writes` only the process (it exited), not the machine: its
+        disk keeps what it wrote but never synced."""
         self.alive = False
         self.actor = None
         self.timers = {}
         self.flush_done_ns = 0
         self.flushes_pending = 0
         self.faults.crash_after_fsyncs = -1
-        self.fs.crash()
+        self.fs.process_exit() if keep_writes else self.fs.crash()
 
 
 def coordinator_factory(nodes: list[int], limits: Limits) -> ActorFactory:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from chaos.sim_hosts import Host
-from storage.errors import FsyncFailed
+from storage.errors import FsyncFailed, StorageFull
 
 
 class ActorSteps:
@@ -56,7 +56,17 @@ class ActorSteps:
             self._note(f"{host.name} dies in the middle of a flush: {error}")
             self.crash(host.name)
             return False
+        except StorageFull as error:
+            self.stopped_by_full_disk(host, error)
+            return False
         return True
+
+    def stopped_by_full_disk(self, host: Host, error: StorageFull) -> None:
+        """A write the actor cannot do without found the disk full: as transport/actor_main.py
+        does, the process stops (exit 73) rather than go on without it, and is started again later.
+        Only the process ends: what it wrote stays on its machine's disk."""
+        self._note(f"{host.name} stops, its disk full: {error}")
+        self.faults.crash(host.name, keep_writes=True)
 
     def apply_later(self, host: Host, incarnation: int, effects: list) -> None:
         """Effects a flush held back, once it completed (for the incarnation that asked)."""
@@ -115,6 +125,9 @@ class ActorSteps:
         except FsyncFailed as error:  # killed in the middle of a flush it made itself
             self._note(f"{host.name} dies in the middle of a flush: {error}")
             self.crash(host.name)
+            return
+        except StorageFull as error:
+            self.stopped_by_full_disk(host, error)
             return
         except Exception as error:  # a programmer error: the real process would die of it
             self._actor_failed(host, f"raised {error!r} handling {type(message).__name__}")

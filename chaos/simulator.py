@@ -56,6 +56,7 @@ from chaos.sim_hosts import TinyAgent
 from chaos.sim_hosts import Host, controller_factory, coordinator_factory, group_coordinator_factory, replica_factory
 from chaos.sim_network import MS, EventQueue, Network
 from chaos.sim_steps import ActorSteps
+from storage.errors import StorageFull
 from transport.codec import Codec
 
 # The simulator's entry points, and the names its users (the sweep, chaos/labs, tests) import
@@ -180,12 +181,23 @@ class Simulator(ActorSteps, Delivery):
         self.by_routing[host.routing_id] = host
 
     def _boot(self, host: Host) -> None:
-        host.boot(self.rng)
+        try:
+            host.boot(self.rng)
+        except StorageFull as error:  # opening its storage needed a write the full disk refused
+            self._note(f"{host.name}#{host.incarnation} stops at its start, its disk full: {error}")
+            host.crash(keep_writes=True)
+            self.schedule(self.now_ns + self.config.restart_delay_ms * MS, lambda: self.restart(host.name))
+            return
         if host.endpoint:
             self.by_endpoint[host.endpoint] = host
         self._note(f"boot {host.name}#{host.incarnation}")
         self.watch.on_boot(host)
-        self._apply(host, host.actor.start(host.clock_ns(self.now_ns)))
+        try:
+            effects = host.actor.start(host.clock_ns(self.now_ns))
+        except StorageFull as error:
+            self.stopped_by_full_disk(host, error)
+            return
+        self._apply(host, effects)
         shell = self.shells.get(host.name)
         if shell is not None:
             self._internal(host, shell.start())

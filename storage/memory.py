@@ -148,6 +148,14 @@ class MemoryFileSystem:
         for file in self._files.values():
             file.revert()
 
+    def process_exit(self) -> None:
+        """The process is gone but the machine is not: what it wrote stays (the kernel's page cache
+        holds it and writes it back), every name it made included; open handles stop working."""
+        self.generation += 1
+        for file in self._files.values():
+            file.make_durable()
+        self._durable_files = dict(self._files)
+
     def durable_content(self, path: str) -> bytes:
         """What `path` would hold after a crash now (b"" when its name is not durable)."""
         file = self._durable_files.get(path)
