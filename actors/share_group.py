@@ -49,7 +49,9 @@ from actors.messages import (
 )
 from actors.share_dead_letters import DeadLetterWriter
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
-from actors.share_group_membership import HEARTBEAT_METADATA_WAIT_MS, ShareGroup, ShareMembership
+from actors.share_group_membership import (
+    DEAD_LETTER_SUFFIX, HEARTBEAT_METADATA_WAIT_MS, ShareGroup, ShareMembership,
+)
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_descriptions import describe_members, describe_partitions
 from actors.share_partition import DEAD_LETTERING, SharePartition
@@ -411,7 +413,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def dead_letter_topic(self, item: DeadLetterItem) -> str:
         group = self.groups.get(item.group_id)
         configured = group.settings.dead_letter_topic if group is not None else ""
-        return configured or f"{item.topic}.dlq"
+        return configured or f"{item.topic}{DEAD_LETTER_SUFFIX}"
 
     def after_archive(self, item: DeadLetterItem, now_ns: int) -> list[Effect]:
         """Archived records may move the start offset, which makes room for parked acquires."""

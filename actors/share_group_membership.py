@@ -11,7 +11,8 @@ id is refused with INCONSISTENT_GROUP_PROTOCOL, and the classic join refuses our
 
 A heartbeat is answered with every partition of the topics the member subscribes to; one that
 needs a topic's partition count waits for metadata, at most HEARTBEAT_METADATA_WAIT_MS. Bounded:
-groups, members per group, topics per member.
+groups, members per group, topics per member. A group without `dead_letter_topic` refuses to
+subscribe a topic whose default dead-letter topic, `<topic>.dlq`, could not exist.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatRespo
 from actors.share_partition import SharePartition
 
 GROUP_ID_LENGTH_MAX = 255
+# A group without `dead_letter_topic` dead-letters a topic's records to `<topic>.dlq`.
+DEAD_LETTER_SUFFIX = ".dlq"
 # A heartbeat that needs a topic's partition count waits at most this long for metadata.
 HEARTBEAT_METADATA_WAIT_MS = 1000
 
@@ -68,6 +71,9 @@ class ShareMembership:
         group = self.groups.get(request.group_id)
         if problem is None and not request.leaving:
             problem = self._check_subscription(group, request)
+        if problem is None and not request.leaving:
+            problem = check_dead_letter_names(group.settings if group is not None else request.settings,
+                                              request.topics, self.limits)
         if problem is None and group is None:
             problem = self._create_group(request)
             group = self.groups.get(request.group_id)
@@ -230,6 +236,24 @@ class ShareMembership:
         """Every topic a member subscribes to: each metadata request covers them all."""
         return {topic for group in self.groups.values() for member in group.members.values()
                 for topic in member.topics}
+
+
+def check_dead_letter_names(settings: ShareGroupSettings, topics: list[str],
+                            limits: Limits) -> tuple[int, str] | None:
+    """A group without `dead_letter_topic` dead-letters to `<topic>.dlq`, which for a topic of the
+    last few name lengths is longer than any topic may be: the controller refused to make it, and
+    a rejected record waited to be dead-lettered for good, stalling its share-partition. Refused
+    at the subscription instead, as SQS asks for a redrive target that exists."""
+    if settings.dead_letter_topic:
+        return None
+    longest = limits.topic_name_length_max
+    bad = next((topic for topic in topics if len(topic) + len(DEAD_LETTER_SUFFIX) > longest), None)
+    if bad is None:
+        return None
+    return ErrorCode.INVALID_CONFIG, (
+        f"topic {bad[:40]!r}... has {len(bad)} characters: its default dead-letter topic "
+        f"(<topic>{DEAD_LETTER_SUFFIX}) would pass topic_name_length_max ({longest}); "
+        f"subscribe it from a share group that sets dead_letter_topic")
 
 
 def check_settings(settings: ShareGroupSettings, limits: Limits) -> str | None:

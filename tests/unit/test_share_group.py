@@ -668,12 +668,16 @@ def test_a_record_dead_lettered_as_its_topic_is_made_again_does_not_take_the_new
     assert world.harness.trace_events("share-dead-letter-source-gone")
 
 
-def test_a_dead_letter_topic_that_cannot_be_made_is_asked_for_again_later_not_at_once(world):
-    """A source topic of 234 characters (the longest name) has no valid `<topic>.dlq`. Its first
-    dead letter made the group coordinator ask the controller to create it again at each refusal,
-    as fast as they came back: live, 7,812 CreateTopic refusals (and trace lines) in 7 s, the
-    controller and the group coordinator at 40% CPU each, for as long as the record waited."""
-    name = "t" * LIMITS.topic_name_length_max
+def test_a_dead_letter_topic_that_cannot_be_made_is_asked_for_again_later_not_at_once(monkeypatch):
+    """A dead-letter topic the controller refuses to make (here: the cluster holds its maximum of
+    topics; first found with a source topic of 234 characters, whose `<topic>.dlq` is too long,
+    which a heartbeat now refuses). Its first dead letter made the group coordinator ask the
+    controller to create it again at each refusal, as fast as they came back: live, 7,812
+    CreateTopic refusals (and trace lines) in 7 s, the controller and the group coordinator at 40%
+    CPU each, for as long as the record waited."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(LIMITS, topics_max=1))
+    world = World()
+    name = "orders"
     world.create_topic(name)
     world.produce(name, ["fine", "poison"])
     member = world.join("a", [name]).member_id
@@ -685,6 +689,37 @@ def test_a_dead_letter_topic_that_cannot_be_made_is_asked_for_again_later_not_at
     refusals = world.harness.trace_events("share-dead-letter-topic-refused")
     assert 1 <= len(refusals) <= 10_000 // DEAD_LETTER_TOPIC_RETRY_MS + 1, f"{len(refusals)} refusals in 10 s"
     assert world.describe().partitions[0].records[0].state == "dead-lettering", "waiting, not dropped"
+
+
+def test_a_topic_too_long_for_its_default_dead_letter_topic_needs_a_group_that_names_one(world):
+    """`<topic>.dlq` of a topic of 231-234 characters is past topic_name_length_max: the controller
+    refused to make it, and a record rejected there stayed dead-lettering for good, its
+    share-partition stalling at share_records_in_flight_max. A heartbeat subscribing such a topic
+    in a group without a dead_letter_topic is refused, saying what to set; one that names it works."""
+    longest = LIMITS.topic_name_length_max
+    fits, too_long = "f" * (longest - len(".dlq")), "t" * (longest - len(".dlq") + 1)
+    world.create_topic(fits)
+    world.create_topic(too_long)
+    world.produce(too_long, ["poison"])
+
+    refused = world.join("a", [too_long], group="default-dlq")
+    existing = world.join("b", ["orders"], group="g")
+    widened = world.heartbeat("b", existing.member_id, ["orders", too_long], group="g")
+    named = world.join("c", [too_long], group="named", dead_letter_topic="long.dlq")
+
+    assert refused.error == widened.error == ErrorCode.INVALID_CONFIG
+    assert "dead_letter_topic" in refused.error_message and f"{longest}" in refused.error_message
+    assert "default-dlq" not in world.group.share.groups, "no group made for a refused join"
+    assert world.join("d", [fits], group="fits").error == ErrorCode.NONE, "<topic>.dlq of 234 characters fits"
+    assert named.error == ErrorCode.NONE
+    acquired = world.acquire_now("c", named.member_id, too_long, group="named")
+    world.harness.deliver(GROUP, ShareAcknowledgeRequest(
+        correlation_id=world.next_id(), group_id="named", member_id=named.member_id, topic=too_long,
+        partition=0, acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="reject")]), "c")
+    world.settle(1_500)
+    assert acquired_offsets(acquired) == [(0, 1)]
+    assert [value for _, _, value, _ in dead_letters(world, "long.dlq")] == [b"poison"]
+    assert world.describe("named").partitions[0].start_offset == 1, "archived, not stuck"
 
 
 # ---------------------------------------------------------------------------- the member's side
