@@ -20,8 +20,8 @@ from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, GroupProtocol, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, MemberAssignment, OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest,
-    OffsetFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest,
-    SyncGroupResponse,
+    OffsetFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings,
+    SyncGroupRequest, SyncGroupResponse,
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
@@ -232,8 +232,10 @@ def test_the_membership_count_follows_members_that_leave_or_expire_and_survives_
 
 
 def share_heartbeat(harness: Harness, group: str, client: str, topics: list[str]) -> list:
+    # Topics of the longest names have no `<topic>.dlq`: their group names its dead-letter topic.
     request = ShareGroupHeartbeatRequest(correlation_id=11, group_id=group, client_id=client, topics=topics,
-                                         session_timeout_ms=30_000)
+                                         session_timeout_ms=30_000,
+                                         settings=ShareGroupSettings(dead_letter_topic="dead-letters"))
     return messages(harness.deliver(GROUPS, request, client), ShareGroupHeartbeatResponse)
 
 
