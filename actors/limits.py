@@ -257,6 +257,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # would be 20 million records (~250 bytes each, and up to 1 KiB of error text). Past it an
     # acquire gets only redeliveries, until records complete.
     share_records_in_flight_total_max: int = 100_000
+    # ... and over the share-partitions of one group: a group holding its records (an hour's
+    # visibility timeout, 100 attempts) took the whole bound above, and every other group got only
+    # redeliveries. Ten groups can hold this many at once (~5 MB each, with their error text)
+    # and others still acquire new records; a group reading five partitions fills their windows.
+    share_records_in_flight_per_group_max: int = 10_000
     share_fetch_records_max: int = 500
     # Share groups and their members per coordinator (KIP-932's group.share.max.groups is 10 and
     # group.share.max.size 200); each group costs its share-partitions' state in memory and on disk.

@@ -107,17 +107,18 @@ class ShareGroups(ShareMembership, ShareDelivery):
         for group in self.groups.values():
             for share_partition in group.partitions.values():
                 self.dead_letters.enqueue(group.group_id, share_partition)
-                self._count_records(share_partition)
+                self._count_records(group, share_partition)
 
-    def _count_records(self, share_partition: SharePartition) -> None:
+    def _count_records(self, group: ShareGroup, share_partition: SharePartition) -> None:
         size = len(share_partition.records)
         self.records_in_flight += size - share_partition.counted_records
+        group.records_in_flight += size - share_partition.counted_records
         share_partition.counted_records = size
 
     def persist(self, group_id: str, share_partition: SharePartition) -> None:
         """Put the share-partition's change before anyone hears of it: at the end of this step,
         before the flush its replies wait for."""
-        self._count_records(share_partition)
+        self._count_records(self.groups[group_id], share_partition)
         if share_partition.changed:
             self.unpersisted[(group_id, share_partition.topic, share_partition.partition)] = (group_id, share_partition)
             self.wrote = True
@@ -132,7 +133,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def put_many(self, items: list[tuple[str, Any]], touched: list[tuple[str, SharePartition]]) -> None:
         """Several changes that must survive a crash together (a dead-letter write's outcome)."""
         for group_id, share_partition in touched:
-            self._count_records(share_partition)
+            self._count_records(self.groups[group_id], share_partition)
             items.append((_partition_key(group_id, share_partition), share_partition.stored()))
             share_partition.changed = False
         self.state.put_many(items)
@@ -322,6 +323,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
             held += sum(member.held_bytes() for member in group.members.values())
             for share_partition in group.partitions.values():
                 share_partition.invariants(group.members)  # and no lock is held by a departed member
+            in_group = sum(len(share_partition.records) for share_partition in group.partitions.values())
+            assert in_group == group.records_in_flight, (
+                f"{group.group_id}: {in_group} records in flight, counted {group.records_in_flight}")
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
         in_flight = sum(len(share_partition.records) for group in self.groups.values()
@@ -359,6 +363,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 fresh = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
                 fresh.topic_id, fresh.changed = topic_id, True
                 self.records_in_flight -= share_partition.counted_records
+                group.records_in_flight -= share_partition.counted_records
                 self.leaders.forget_watch(key)
                 self.persist(group.group_id, fresh)
                 effects.append(Trace("share-partition-of-a-deleted-topic", {

@@ -127,7 +127,9 @@ class ShareDelivery:
         if not share_partition.initialized:
             return None
         max_records = min(request.max_records, self.limits.share_fetch_records_max)
-        room = max(0, self.limits.share_records_in_flight_total_max - self.records_in_flight)
+        limits = self.limits
+        room = max(0, min(limits.share_records_in_flight_total_max - self.records_in_flight,
+                          limits.share_records_in_flight_per_group_max - group.records_in_flight))
         acquisition = share_partition.acquire(request.member_id, max_records, now_ns, room)
         self._settle(group.group_id, share_partition)
         if not acquisition.acquired:

@@ -59,6 +59,9 @@ class ShareGroup:
         self.settings = settings
         self.members: dict[str, ShareMemberState] = {}
         self.partitions: dict[tuple[str, int], SharePartition] = {}
+        # Records in flight over its share-partitions (`share_records_in_flight_per_group_max`),
+        # counted with the coordinator's total (ShareGroups._count_records).
+        self.records_in_flight = 0
 
 
 class ShareMembership:

@@ -990,6 +990,33 @@ def test_records_in_flight_over_every_share_partition_stop_at_the_coordinators_b
                                           for partition in group.partitions.values()) <= 30
 
 
+def test_a_group_holding_its_most_records_in_flight_leaves_room_for_another_group(monkeypatch):
+    """One bound over every share group let the first group that held its records (a long
+    visibility timeout, many attempts) take all of it: another group then got only redeliveries,
+    nothing new, until the first one's records completed. Each group holds at most
+    share_records_in_flight_per_group_max, at most half the coordinator's bound."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(
+        LIMITS, share_records_in_flight_total_max=30, share_records_in_flight_per_group_max=15))
+    world = World()
+    world.create_topic("wide", partitions=2)
+    for partition in (0, 1):
+        world.produce("wide", [f"v{index}" for index in range(40)], partition=partition)
+    holder = world.join("a", ["wide"], group="g").member_id
+    other = world.join("b", ["wide"], group="h").member_id
+
+    held = acquired_offsets(world.acquire_now("a", holder, "wide", group="g", max_records=20))
+    world.acquire("a", holder, "wide", group="g", max_records=20, partition=1, wait_ms=300)
+    world.settle(400)
+    (more,) = world.acquired("a")
+    taken = acquired_offsets(world.acquire_now("b", other, "wide", group="h", max_records=20))
+
+    assert (len(held), more.acquired) == (15, []), "the holder stops at its group's bound, waiting in vain"
+    assert [offset for offset, _ in taken] == list(range(15)), "the other group still gets new records"
+    share = world.group.share
+    assert [share.groups[group].records_in_flight for group in ("g", "h")] == [15, 15]
+    assert share.records_in_flight <= 30
+
+
 def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start():
     """The share group had delivered offsets 0..29 of the old topic. The new one got 40 records:
     its window must start again (auto_offset_reset=earliest), not at 30."""
