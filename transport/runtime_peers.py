@@ -95,8 +95,9 @@ class RuntimePeers:
             fd = clients.get(peer)
             if fd is None:
                 continue  # a cluster process's connection: never closed here
-            if self.guard.close_client(fd):
-                self.count("connections_closed_unread_answers")
+            if not self.guard.close_client(fd):
+                continue  # already gone: libzmq frees its queue, and its trackers say so
+            self.count("connections_closed_unread_answers")
             outbound.forget(peer)  # its queue goes with its connection
             if outbound.allows(to, size):
                 return True
