@@ -30,7 +30,9 @@ import msgspec
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
 from actors.consumer_client import EARLIEST
-from actors.messages import ConsumerAssignment, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse
+from actors.messages import (
+    ConsumerAssignment, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse,
+)
 
 _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
 
@@ -86,7 +88,8 @@ class AssignmentIntake:
         complete now)."""
         if added:  # every committed offset of the group (partitions=None): see _resets_of
             return self._send("positions", OffsetFetchRequest(correlation_id=0, group_id=self.settings.group_id,
-                                                              partitions=None), now_ns, (self.generation, kept, added))
+                                                              partitions=None),
+                              now_ns, (self.generation, kept, added))
         return [Notify("assigned", (self.generation, self.member_id, list(self.owned), []))]
 
     def _on_positions(self, response: OffsetFetchResponse, extra: tuple, now_ns: int) -> list[Effect]:

@@ -327,7 +327,8 @@ class GroupCoordinator:
             # classic group of a share group's id, and every heartbeat of the share group was
             # refused from then on, so its members left and it delivered nothing more.
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, (
-                f"{request.group_id!r} is a share group: its progress is its share-partitions' state, not offsets")
+                f"{request.group_id!r} is a share group: its progress is its share-partitions' state, "
+                "not offsets")
         if len(request.offsets) > self.limits.group_offsets_max:
             return ErrorCode.LIMIT_REACHED, f"a commit holds at most {self.limits.group_offsets_max} entries"
         size = sum(entry_bytes(request.group_id, entry) for entry in request.offsets)

@@ -30,7 +30,8 @@ def entry_bytes(group_id: str, entry: OffsetEntry) -> int:
 
 def is_topic_name(name: str, limits: Limits) -> bool:
     """A name a topic could have (topic_admin refuses to create any other)."""
-    return bool(TOPIC_NAME.fullmatch(name)) and len(name) <= limits.topic_name_length_max and name not in (".", "..")
+    return (bool(TOPIC_NAME.fullmatch(name)) and len(name) <= limits.topic_name_length_max
+            and name not in (".", ".."))
 
 
 def check_group_id(group_id: str) -> str | None:

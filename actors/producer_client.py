@@ -95,7 +95,8 @@ class ProducerClient(ProducerMetadata):
         assert sum(self.in_flight_count.values()) == len(self.in_flight)
         for key, unsettled in self.sequences.unsettled.items():
             assert self.sequences.sent[key] - min(unsettled) <= self.settings.max_in_flight, (
-                f"{key}: batch {min(unsettled)} unsettled with {self.sequences.sent[key]} sent: the leader may forget it")
+                f"{key}: batch {min(unsettled)} unsettled with {self.sequences.sent[key]} sent: "
+                "the leader may forget it")
         missed = self.timer.uncovered(self._deadlines())
         assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 

@@ -9,7 +9,9 @@ from actors.actor import MS
 from actors.client_metadata import checked_topic
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode
-from actors.messages import InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, TopicMetadata
+from actors.messages import (
+    InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, TopicMetadata,
+)
 
 
 class ProducerMetadata:
@@ -27,7 +29,8 @@ class ProducerMetadata:
         self.correlation += 1
         self.metadata_correlation = self.correlation
         self.metadata_asked = set(self.metadata_wanted)
-        return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation, topics=sorted(self.metadata_wanted)))]
+        return [Send(self.bootstrap, MetadataRequest(correlation_id=self.correlation,
+                                                     topics=sorted(self.metadata_wanted)))]
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         self.controllers.learn(response.controller_endpoints)
@@ -59,7 +62,8 @@ class ProducerMetadata:
         if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
             # Asked again by the chase, not at once: a controller that keeps refusing (busy, not
             # ready) is asked once a chase interval, not once a round trip.
-            return [Trace("producer-id-refused", {"error": response.error, "producer_id": response.producer_id})]
+            return [Trace("producer-id-refused", {"error": response.error,
+                                                  "producer_id": response.producer_id})]
         self.producer_id, self.sequences.base_epoch = response.producer_id, response.producer_epoch
         effects: list[Effect] = []
         for key in list(self.waiting):
@@ -89,13 +93,15 @@ class ProducerMetadata:
             self.metadata_correlation = 0
             effects += self._request_metadata([])
         if self.settings.idempotent and self.producer_id < 0:
-            effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
+            effects.append(Send(self.bootstrap,
+                                InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
         return effects
 
     def _ask_controller_again(self, correlation_id: int) -> list[Effect]:
         """A voter that does not lead answered: ask the one it named (or the next one)."""
         effects: list[Effect] = []
-        if not self.controllers.follow_at_once():  # voters naming each other: asked again when the chase is due
+        # voters naming each other: asked again when the chase is due
+        if not self.controllers.follow_at_once():
             if correlation_id == self.metadata_correlation:
                 self.metadata_correlation = 0
             return effects
@@ -103,5 +109,6 @@ class ProducerMetadata:
             self.metadata_correlation = 0
             effects += self._request_metadata([])
         if correlation_id == self.producer_id_correlation and self.producer_id < 0:
-            effects.append(Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
+            effects.append(Send(self.bootstrap,
+                                InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
         return effects

@@ -18,12 +18,13 @@ Limits: dedup covers the last `BATCHES_REMEMBERED_MAX` batches of each producer 
 is why a producer keeps at most 5 requests in flight per partition), and producers forgotten by
 retention are unknown again. An unknown producer's first batch must start at sequence 0; any
 other is refused `UNKNOWN_PRODUCER_ID`, and a producer the leader forgot numbers the partition
-again from 0 under its next epoch (actors/producer_sequences.py). A producer id is the batch header's claim, so a client can invent any
-number of them: the table remembers at most `producer_ids_per_partition_max` (up to ~1.1 KB each
-with five batches) and forgets the producer that wrote least recently first, so an active
-producer keeps its dedup while an attacker's ids push each other out. (Kafka bounds the same with
-quotas on new producer ids, KIP-936.) Exactly-once stops here: it is about the broker's log, not
-about side effects a consumer performs (see docs/delivery.md).
+again from 0 under its next epoch (actors/producer_sequences.py). A producer id is the batch
+header's claim, so a client can invent any number of them: the table remembers at most
+`producer_ids_per_partition_max` (up to ~1.1 KB each with five batches) and forgets the producer
+that wrote least recently first, so an active producer keeps its dedup while an attacker's ids
+push each other out. (Kafka bounds the same with quotas on new producer ids, KIP-936.)
+Exactly-once stops here: it is about the broker's log, not about side effects a consumer performs
+(see docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ class ProducerStateTable:
             if mark.base_sequence == base_sequence and mark.last_sequence == last_sequence:
                 if mark.crc != crc:
                     return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, (
-                        f"producer {producer_id} epoch {producer_epoch} sequences {base_sequence}..{last_sequence} "
-                        f"are taken by a stored batch with other records (CRC {mark.crc:#010x}, not {crc:#010x}): "
-                        f"not stored"))
+                        f"producer {producer_id} epoch {producer_epoch} sequences "
+                        f"{base_sequence}..{last_sequence} are taken by a stored batch with other records "
+                        f"(CRC {mark.crc:#010x}, not {crc:#010x}): not stored"))
                 return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch", mark)
         expected = entry.batches[-1].last_sequence + 1 if entry.batches else 0
         if base_sequence != expected:

@@ -223,8 +223,8 @@ class DeadLetterWriter:
             self._retry_later(target, now_ns)
             return self.leaders.refresh_leaders(source.topic, now_ns)
         target.stage, target.fetching = "fetching", items
-        request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition, topic_id=topic_id,
-                               offset=min(item.offset for item in items), max_wait_ms=0,
+        request = FetchRequest(correlation_id=0, topic=source.topic, partition=source.partition,
+                               topic_id=topic_id, offset=min(item.offset for item in items), max_wait_ms=0,
                                max_bytes=self.groups.limits.share_dead_letter_fetch_bytes_max)
         return [self.leaders.send_request("dlq-fetch", target.key, endpoint, request, now_ns)]
 

@@ -150,8 +150,9 @@ class ShareFetching:
         leader = metadata.partitions[reader.partition]
         reader.topic_id = metadata.topic_id
         request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
-                               topic_id=reader.topic_id, offset=reader.to_fetch[0].first_offset, max_wait_ms=0,
-                               leader_epoch=leader.leader_epoch, max_bytes=self.settings.fetch_partition_bytes_max)
+                               topic_id=reader.topic_id, offset=reader.to_fetch[0].first_offset,
+                               max_wait_ms=0, leader_epoch=leader.leader_epoch,
+                               max_bytes=self.settings.fetch_partition_bytes_max)
         send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
         reader.fetching = send.message.correlation_id
         return [send]

@@ -124,8 +124,8 @@ def _check_producers_settled(sim: "Simulator") -> None:
     for name, shell in sim.shells.items():
         if isinstance(shell, ProducerShell) and sim.hosts[name].alive and shell.pending:
             records = sum(map(len, shell.pending.values()))
-            sim.problems.append(f"{name}: {len(shell.pending)} batches ({records} records) sent before the heal "
-                                f"have no outcome {sim.config.recovery_ms} ms after it")
+            sim.problems.append(f"{name}: {len(shell.pending)} batches ({records} records) sent before "
+                                f"the heal have no outcome {sim.config.recovery_ms} ms after it")
 
 
 def _check_in_sync(sim: "Simulator", topic: str) -> None:

@@ -262,7 +262,8 @@ def _producer_keeps_numbers_past_a_gap() -> Restore:
     numbers, which the leader never takes (it takes sequences in order), until their timeout."""
     from actors import producer_sequences
 
-    return swap(producer_sequences.PartitionSequences, "ended_undelivered", lambda self, key, sequence, epoch: None)
+    return swap(producer_sequences.PartitionSequences, "ended_undelivered",
+                lambda self, key, sequence, epoch: None)
 
 
 PATCHES = {

@@ -34,8 +34,9 @@ def topic_config(settings: dict[str, Any]) -> TopicConfig:
     known = TopicConfig.__struct_fields__
     unknown = sorted(name for name in settings if name not in known)
     if unknown:
-        raise RailmqError(ErrorCode.INVALID_CONFIG, f"unknown topic settings {', '.join(map(repr, unknown))}; "
-                                                    f"the settings are {', '.join(known)}")
+        raise RailmqError(ErrorCode.INVALID_CONFIG,
+                          f"unknown topic settings {', '.join(map(repr, unknown))}; "
+                          f"the settings are {', '.join(known)}")
     try:
         return msgspec.convert(settings, TopicConfig)
     except msgspec.ValidationError as error:

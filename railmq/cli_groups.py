@@ -27,7 +27,9 @@ from rich.markup import escape
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import GroupSummary
-from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, milliseconds_or_zero, non_negative_int
+from railmq.cli_common import (
+    EXIT_OK, UsageError, add_cluster_arguments, milliseconds_or_zero, non_negative_int,
+)
 from railmq.cli_offsets import parse_duration_ms, parse_time_ms
 from railmq.cli_tables import Column, print_table
 from railmq.lag import (

@@ -49,7 +49,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="where this node's processes listen (default: the advertised address)")
     node.add_argument("--advertise", default="", metavar="HOST",
                       help="the address other nodes and clients reach this node at (default: its --voters entry)")
-    node.add_argument("--data-dir", type=directory, required=True, metavar="DIR", help="this node's data directory")
+    node.add_argument("--data-dir", type=directory, required=True, metavar="DIR",
+                      help="this node's data directory")
     node.add_argument("--identity-from", default="", metavar="DIR",
                       help="a directory with the cluster's cluster.meta and cluster.secret, copied into a new "
                            "data directory (every node but the first)")

@@ -65,7 +65,8 @@ def parse_time_ms(text: str, now_ms: int) -> int:
     consumer's lookup."""
     moment_ms = _parse_time_ms(text.strip(), now_ms)
     if not 0 <= moment_ms <= TIME_MS_MAX:
-        raise ValueError(f"{text!r} is not a time a record can carry: before 1970 or past the year 292 million")
+        raise ValueError(f"{text!r} is not a time a record can carry: before 1970 or past the year "
+                         "292 million")
     return moment_ms
 
 

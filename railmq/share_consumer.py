@@ -220,7 +220,8 @@ class ShareConsumer(ClientShell):
         self._current_chunk = chunk
         self._current_index = 0
         self._current = [] if membership != self._membership else decode_acquired(
-            topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs, topic_id=topic_id)
+            topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs,
+            topic_id=topic_id)
 
     # ------------------------------------------------------------------ acknowledging
 

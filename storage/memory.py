@@ -95,7 +95,8 @@ class MemoryFileHandle:
         content = self._file.content
         length = len(data)
         faults = self._system.faults
-        if faults.allowed_bytes(length) < length or not faults.allows_growth(position + length - len(content)):
+        if (faults.allowed_bytes(length) < length
+                or not faults.allows_growth(position + length - len(content))):
             raise StorageFull(f"{self.path}: write quota exhausted; nothing of {length} bytes written")
         start = position
         if position > len(content):

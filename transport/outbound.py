@@ -56,7 +56,8 @@ class OutboundBudget:
         """Peers other than `besides` whose oldest unread answer was sent before `sent_before_ns`,
         holding the most first."""
         self.prune_all()
-        waited = [peer for peer, pending in self._pending.items() if peer != besides and pending[0][2] < sent_before_ns]
+        waited = [peer for peer, pending in self._pending.items()
+                  if peer != besides and pending[0][2] < sent_before_ns]
         return sorted(waited, key=self._peer_bytes.__getitem__, reverse=True)
 
     def track(self, peer: Any, tracker: Any, size: int, now_ns: int) -> None:

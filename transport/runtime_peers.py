@@ -87,7 +87,8 @@ class RuntimePeers:
             return True
         if self.guard is None or not outbound.within_peer_budget(to, size):
             return False
-        waited = outbound.unread_longest(self.clock() - self.limits.client_unread_answers_close_ms * MS, besides=to)
+        waited = outbound.unread_longest(self.clock() - self.limits.client_unread_answers_close_ms * MS,
+                                         besides=to)
         if not waited:
             return False
         clients = self.guard.table.clients_by_routing_id()
@@ -109,11 +110,11 @@ class RuntimePeers:
         self.count("answers_withheld_unread_backlog")
         outbound = self.outbound
         if outbound.within_peer_budget(to, TRACK_BYTES_MIN):
-            text = (f"{outbound.total_bytes} bytes of answers to all connections are still unread, the most this "
-                    "actor holds; ask again soon")
+            text = (f"{outbound.total_bytes} bytes of answers to all connections are still unread, "
+                    "the most this actor holds; ask again soon")
         else:
-            text = (f"{outbound.outstanding(to)} bytes of earlier answers to this connection are still unread; "
-                    "read them, then ask again")
+            text = (f"{outbound.outstanding(to)} bytes of earlier answers to this connection are "
+                    "still unread; read them, then ask again")
         if type(message) is FetchResponse:
             return msgspec.structs.replace(message, error=ErrorCode.BUSY, records=b"", error_message=text)
         correlation_id = getattr(message, "correlation_id", -1)

@@ -134,7 +134,8 @@ ERROR_WHEN = {
     "DUPLICATE_SEQUENCE_NUMBER": "Idempotent produce: a stored batch has this batch's producer id, epoch and "
                                  "sequence numbers but other records (its CRC differs), so this one is not a "
                                  "retry and is not stored. A true retry (the same bytes) is answered with "
-                                 "success and the offsets it was first written at (actors/producer_state.py).",
+                                 "success and the offsets it was first written at "
+                                 "(actors/producer_state.py).",
     "INVALID_PRODUCER_EPOCH": "Idempotent produce with an epoch older than the one the leader knows for "
                               "that producer id: a zombie producer. Fatal for that producer id.",
     "STORAGE_ERROR": "Fetch met a range of the log that failed its checks on disk (refused, never "
@@ -144,8 +145,9 @@ ERROR_WHEN = {
     "UNKNOWN_PRODUCER_ID": "Idempotent produce from a producer id the leader has no state for, with a "
                            "first sequence other than 0: a batch that overtook earlier ones the leader "
                            "refused (they go first), or a producer the leader forgot (retention removed its "
-                           "batches, or more producers wrote since), which numbers the partition again from 0 "
-                           "under its next epoch. The share groups' dead-letter writer takes a new producer id.",
+                           "batches, or more producers wrote since), which numbers the partition again "
+                           "from 0 under its next epoch. The share groups' dead-letter writer takes a new "
+                           "producer id.",
     "NON_EMPTY_GROUP": "Admin offset commit (generation -1, no member id) or group deletion while the "
                        "group has members. Stop the members first.",
     "GROUP_ID_NOT_FOUND": "Describe or delete of a group that does not exist; share requests naming a group "

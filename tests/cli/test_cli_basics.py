@@ -274,7 +274,8 @@ def test_voters_past_the_id_range_or_the_node_bound_are_refused_naming_why():
 
 
 WAIT_FLAGS = [("topics", "list", "--request-timeout-ms"), ("consume", "t", "--timeout-ms"),
-              ("consume", "t", "-g", "g", "--session-timeout-ms"), ("consume", "t", "-g", "g", "--retry-backoff-ms"),
+              ("consume", "t", "-g", "g", "--session-timeout-ms"),
+              ("consume", "t", "-g", "g", "--retry-backoff-ms"),
               ("groups", "describe", "g", "--sample-ms"), ("cluster", "health", "--timeout-ms")]
 
 
@@ -293,7 +294,8 @@ def test_a_wait_longer_than_kafkas_int_timeouts_is_refused_with_the_flags_name(f
 
 
 @pytest.mark.parametrize("text", ["@9223372036854775808", "@99999999999999999999999", "@-99999999999999999m",
-                                  "@-9223372036854775807m", "@1969-12-31", "@0001-01-01T00:00:00+14:00", "@²"])
+                                  "@-9223372036854775807m", "@1969-12-31", "@0001-01-01T00:00:00+14:00",
+                                  "@²"])
 def test_a_start_time_no_record_can_carry_is_refused_before_anything_is_asked(text, capsys):
     """`consume -o @9223372036854775808` (or -N minutes reaching before 1970) was taken, and the
     consumer's lookup raised a ValueError traceback; a date in year 1 east of UTC, an OverflowError."""

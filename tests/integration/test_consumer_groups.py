@@ -189,8 +189,8 @@ def auto_committing_member(bootstrap: str, topic: str, log_path: str, polls_proc
     """A member with auto-commit on (the default) that processes `polls_processed` polls' records,
     then takes one more poll's records and is killed before processing any of them."""
     log = open(log_path, "a", buffering=1)
-    consumer = Consumer(bootstrap, group_id=topic, client_id="auto", max_poll_records=10, auto_commit_interval_ms=0,
-                        **{**GROUP_OPTIONS, "enable_auto_commit": True})
+    consumer = Consumer(bootstrap, group_id=topic, client_id="auto", max_poll_records=10,
+                        auto_commit_interval_ms=0, **{**GROUP_OPTIONS, "enable_auto_commit": True})
     consumer.subscribe([topic])
     polls = 0
     while True:
@@ -203,7 +203,8 @@ def auto_committing_member(bootstrap: str, topic: str, log_path: str, polls_proc
             while True:
                 time.sleep(1)  # killed while "processing" them
         for record in records:
-            log.write(json.dumps({"event": "processed", "partition": record.partition, "offset": record.offset}) + "\n")
+            log.write(json.dumps({"event": "processed", "partition": record.partition,
+                                  "offset": record.offset}) + "\n")
 
 
 def test_auto_commit_never_commits_the_records_a_poll_just_returned(cluster, admin, unique_name, tmp_path):
@@ -237,7 +238,8 @@ def test_auto_commit_never_commits_the_records_a_poll_just_returned(cluster, adm
     assert delivered | processed == set(range(100))
 
 
-def test_a_handler_failing_inside_a_with_block_leaves_the_failed_poll_uncommitted(cluster, admin, unique_name):
+def test_a_handler_failing_inside_a_with_block_leaves_the_failed_poll_uncommitted(
+        cluster, admin, unique_name):
     """Auto-commit is on and the handler raises at the fourth record of a poll: leaving the `with`
     block closes the consumer, and its last commit covered the whole poll: that record and the 6
     after it were never handled by anyone. Now it commits only what earlier polls returned."""

@@ -330,9 +330,11 @@ def test_a_batch_sent_under_another_producers_next_numbers_gets_that_producer_no
         read = client.ask(FetchRequest(correlation_id=1, topic=topic, partition=0, offset=0))
         stored = parse_header(read.records)
         forged = bytes(encode_batch([(0, None, b"forged", None)], 1_000, producer_id=stored.producer_id,
-                                    producer_epoch=stored.producer_epoch, base_sequence=stored.base_sequence + 1))
+                                    producer_epoch=stored.producer_epoch,
+                                    base_sequence=stored.base_sequence + 1))
         taken = client.ask(ProduceRequest(correlation_id=2, topic=topic, partition=0, acks=-1, batch=forged))
-        assert taken.error == ErrorCode.NONE, "the forged batch is stored: nothing tells it from the producer's"
+        assert taken.error == ErrorCode.NONE, (
+            "the forged batch is stored: nothing tells it from the producer's")
 
         refused = producer.send(topic, b"second", partition=0).exception(timeout=20)
         third = producer.send(topic, b"third", partition=0).result(timeout=20)

@@ -103,8 +103,8 @@ def test_a_process_killed_inside_the_transaction_leaves_neither_the_change_nor_t
 def apply_once(bootstrap: str, topic: str, store: IdempotentStore, expected: int) -> list[bool]:
     """Read the group's records, apply each through the store, commit; whether each was applied."""
     applied: list[bool] = []
-    with Consumer(bootstrap, group_id=f"{topic}-balances", auto_offset_reset="earliest", enable_auto_commit=False,
-                  session_timeout_ms=1000, heartbeat_interval_ms=100) as consumer:
+    with Consumer(bootstrap, group_id=f"{topic}-balances", auto_offset_reset="earliest",
+                  enable_auto_commit=False, session_timeout_ms=1000, heartbeat_interval_ms=100) as consumer:
         consumer.subscribe([topic])
         deadline = time.monotonic() + 30
         while len(applied) < expected and time.monotonic() < deadline:
@@ -115,8 +115,8 @@ def apply_once(bootstrap: str, topic: str, store: IdempotentStore, expected: int
     return applied
 
 
-def test_a_topic_deleted_and_made_again_under_its_name_is_applied_not_skipped_as_redelivered(cluster, tmp_path,
-                                                                                             unique_name):
+def test_a_topic_deleted_and_made_again_under_its_name_is_applied_not_skipped_as_redelivered(
+        cluster, tmp_path, unique_name):
     """The group reads the new topic from its start (its committed offsets were of the old one),
     and the records come at offsets the store had seen: with ids of topic, partition and offset
     only, all 5 were skipped as redeliveries and never applied."""

@@ -250,7 +250,8 @@ ZOMBIE_FAULTS = SimConfig(faults=("zombie",))
 # a full disk makes (chaos/sim_faults.py `disk-full`, also left out of the default sweep); an
 # unknown producer's batch overtaking refused ones was caught by none of 120 default seeds.
 DISK_FULL_FAULTS = SimConfig(faults=("disk-full",))
-VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000), "agent-takes-any-report": (ZOMBIE_FAULTS, 1000),
+VARIANT_SWEEPS = {"trust-damaged-replicas": (DENSE_FAULTS, 2000),
+                  "agent-takes-any-report": (ZOMBIE_FAULTS, 1000),
                   "unknown-producer-any-sequence": (DENSE_FAULTS, 2000),
                   "producer-keeps-numbers-past-a-gap": (DISK_FULL_FAULTS, 1000)}
 
@@ -272,7 +273,8 @@ def test_full_disks_leave_no_producer_stuck_behind_a_gap_in_its_numbers():
     for seed in (1000, 1001, 1002):
         result = simulate(seed, DISK_FULL_FAULTS)
         result.raise_for_problems()
-        refused = [line for line in result.history if line["type"] == "info" and line.get("error") == "DISK_FULL"]
+        refused = [line for line in result.history
+                   if line["type"] == "info" and line.get("error") == "DISK_FULL"]
         assert refused, f"seed {seed}: no batch was refused DISK_FULL"
 
 

@@ -931,7 +931,8 @@ def test_records_fetched_for_a_partition_paused_meanwhile_are_returned_after_res
 
     assert consumer.poll(50) == []
     consumer.resume([("orders", 0)])
-    consumer._on_notify("records", ("orders", 0, session, stamped(13, 2), 100, 0))  # the fetch goes on from 13
+    # the fetch goes on from 13
+    consumer._on_notify("records", ("orders", 0, session, stamped(13, 2), 100, 0))
 
     assert [record.offset for record in consumer.poll(200)] == [10, 11, 12, 13, 14]
 

@@ -302,7 +302,8 @@ for codec in (Codec(secret=secret), Codec(), Codec()):  # a follower that stalls
     askers.append((codec, dealer))
 for index in range(rounds):  # a round at a time: the kernel's buffers take the first answers
     for codec, dealer in askers:
-        dealer.send_multipart(codec.encode(FetchRequest(correlation_id=index, topic="t", partition=0, offset=0)))
+        dealer.send_multipart(codec.encode(FetchRequest(correlation_id=index, topic="t", partition=0,
+                                                        offset=0)))
     time.sleep(0.1)
 time.sleep(60)
 """
@@ -319,7 +320,8 @@ def never_reading(endpoint: str, rounds: int):
                                 os.path.abspath(__file__)))))
 
 
-def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest_unread_make_room(zmq_context):
+def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest_unread_make_room(
+        zmq_context):
     """Two connections that sent fetches and never read held a runtime's whole outbound budget, and
     from then on every client's large answers were BUSY until they read or went. Now a reader past
     the budget is served: the client connection whose answers have waited unread longest, past
@@ -328,7 +330,8 @@ def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest
     from actors.messages import FetchRequest
 
     journal: list = []
-    limits = Limits(peer_outbound_bytes_max=16 << 20, outbound_bytes_max=20 << 20, client_unread_answers_close_ms=1000)
+    limits = Limits(peer_outbound_bytes_max=16 << 20, outbound_bytes_max=20 << 20,
+                    client_unread_answers_close_ms=1000)
     runtime = Runtime(answering_fetches(journal, 4 << 20), identity="outbound", context=zmq_context,
                       limits=limits, secret=SECRET)
     endpoint = runtime.bind()
@@ -347,9 +350,11 @@ def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest
         step_while(lambda: len(journal) < 24, 5)
         time.sleep(0.1)
         runtime.outbound.prune_all()
-        assert runtime.outbound.total_bytes + (4 << 20) > 20 << 20, "the three left room for the reader's answer"
+        assert runtime.outbound.total_bytes + (4 << 20) > 20 << 20, (
+            "the three left room for the reader's answer")
         time.sleep(1.1)  # their answers have now waited unread past client_unread_answers_close_ms
-        reader.send_multipart(Codec().encode(FetchRequest(correlation_id=1, topic="t", partition=0, offset=0)))
+        reader.send_multipart(Codec().encode(FetchRequest(correlation_id=1, topic="t", partition=0,
+                                                          offset=0)))
         step_while(lambda: not reader.poll(0), 5)
         answer = Codec().decode(reader.recv_multipart()) if reader.poll(0) else None
 

@@ -23,8 +23,8 @@ from actors.group_coordinator import GroupCoordinator
 from actors.limits import Limits
 from actors.messages import (
     ClientCommand, ConsumerAssignment, ErrorResponse, GroupMember, HeartbeatRequest, HeartbeatResponse,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
+    MetadataResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, PartitionMetadata,
     PeerDisconnected, SyncGroupRequest, SyncGroupResponse, TimerFired, TopicMetadata,
 )
@@ -378,14 +378,17 @@ def test_a_partition_the_topic_gained_is_read_from_its_start_when_the_group_read
     stage.metadata(partitions=1)
     for generation, partitions in ((1, [("orders", 0)]), (2, [("orders", 0), ("orders", 1)])):
         join = stage.to_groups(JoinGroupRequest)
-        stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation, protocol_name="range",
-                                       leader="c1-m", member_id="c1-m",
-                                       members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+        stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=generation,
+                                       protocol_name="range", leader="c1-m", member_id="c1-m",
+                                       members=[GroupMember(member_id="c1-m",
+                                                            metadata=join.protocols[0].metadata)]))
         sync = stage.to_groups(SyncGroupRequest)
-        stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id, assignment=assignment(*partitions)))
+        stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id,
+                                       assignment=assignment(*partitions)))
         fetch = stage.to_groups(OffsetFetchRequest)
         stage.answer(OffsetFetchResponse(correlation_id=fetch.correlation_id, offsets=[
-            OffsetEntry(topic="orders", partition=0, offset=10), OffsetEntry(topic="orders", partition=1, offset=-1)]))
+            OffsetEntry(topic="orders", partition=0, offset=10),
+            OffsetEntry(topic="orders", partition=1, offset=-1)]))
         if generation == 1:  # the topic grows: the leader rebalances, after the shell's revocation
             stage.harness.deliver("c1", MetadataResponse(correlation_id=0, topics=[topic(2)],
                                                          group_coordinator_endpoint=GROUPS), BOOTSTRAP)
@@ -404,7 +407,8 @@ def test_a_topic_new_to_the_group_starts_at_its_end_with_latest():
     join = stage.to_groups(JoinGroupRequest)
     stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=1, protocol_name="range",
                                    leader="c1-m", member_id="c1-m",
-                                   members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+                                   members=[GroupMember(member_id="c1-m",
+                                                        metadata=join.protocols[0].metadata)]))
     sync = stage.to_groups(SyncGroupRequest)
     stage.answer(SyncGroupResponse(correlation_id=sync.correlation_id,
                                    assignment=assignment(("orders", 0), ("orders", 1))))

@@ -158,7 +158,8 @@ def test_a_created_topic_survives_a_crash_right_after_the_reply(cluster):
 
 # "orders\n": `$` matches before a final newline, and a topic "orders\n" (directories named
 # "orders\n-0-<id>", listed as a second "orders") was created.
-@pytest.mark.parametrize("name", ["", "a/b", "space name", ".", "..", "x" * (DEFAULT_LIMITS.topic_name_length_max + 1), "ü",
+@pytest.mark.parametrize("name", ["", "a/b", "space name", ".", "..",
+                                  "x" * (DEFAULT_LIMITS.topic_name_length_max + 1), "ü",
                                   "orders\n", "..\n"])
 def test_a_topic_name_outside_the_allowed_alphabet_or_length_is_refused(cluster, name):
     response = cluster.create(name)

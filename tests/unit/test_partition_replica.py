@@ -386,7 +386,8 @@ def test_a_new_replica_tells_a_retry_from_another_batch_under_the_same_numbers()
     harness = reopened_as_leader(stage)
 
     response = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
-                                                           batch=idempotent(2, 0, tag="mine"))), ProduceResponse)
+                                                           batch=idempotent(2, 0, tag="mine"))),
+                    ProduceResponse)
 
     assert response.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
     assert stage.log.log_end_offset == 2

@@ -511,16 +511,16 @@ def test_after_a_batch_fails_for_good_the_partition_is_renumbered_under_a_new_ep
     def leader_answers(request: ProduceRequest, offset: int) -> None:
         header = verify_batch(request.batch)
         sent.append(header)
-        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count,
-                              header.crc)
+        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                              header.record_count, header.crc)
         if verdict.duplicate_of is not None:
             stage.answer(request, base_offset=verdict.duplicate_of.base_offset)
             return
         if verdict.error:
             stage.answer(request, error=verdict.error)
             return
-        table.record(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count, header.crc,
-                     offset)
+        table.record(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count,
+                     header.crc, offset)
         stage.answer(request, base_offset=offset)
 
     stage.send(count=2)
@@ -589,8 +589,8 @@ def test_a_batch_whose_answer_was_lost_is_retried_while_the_leader_still_remembe
 
     def leader_answers(request: ProduceRequest, answer_lost: bool = False) -> None:
         header = verify_batch(request.batch)
-        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence, header.record_count,
-                              header.crc)
+        verdict = table.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                              header.record_count, header.crc)
         if verdict.duplicate_of is not None:
             stage.answer(request, base_offset=verdict.duplicate_of.base_offset)
         elif verdict.error:
@@ -640,7 +640,8 @@ def test_batches_refused_before_a_later_one_reached_a_leader_that_did_not_know_t
     assert [(header.producer_epoch, header.base_sequence) for header in headers] == [(3, 0), (3, 2)]
     for offset, request in zip((0, 2), again):
         stage.answer(request, base_offset=offset)
-    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [(1, 0, None), (2, 2, None)]
+    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [
+        (1, 0, None), (2, 2, None)]
 
 
 def test_a_producer_the_leader_forgot_numbers_the_partition_again_from_0():
@@ -661,4 +662,5 @@ def test_a_producer_the_leader_forgot_numbers_the_partition_again_from_0():
 
     assert (header.producer_epoch, header.base_sequence) == (4, 0)
     stage.answer(again, base_offset=90)
-    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [(1, 0, None), (2, 90, None)]
+    assert [(batch_id, offset, error) for batch_id, _, offset, error in stage.done()] == [
+        (1, 0, None), (2, 90, None)]

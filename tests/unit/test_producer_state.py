@@ -26,7 +26,8 @@ def test_a_client_inventing_producer_ids_makes_a_partition_hold_a_bounded_number
         before = tracemalloc.get_traced_memory()[0]
         for producer_id in range(1, 150_001):
             for sequence in range(5 if producer_id % 3 == 0 else 1):
-                table.record(producer_id, 0, sequence, 1, crc_of(producer_id, sequence), producer_id * 5 + sequence)
+                table.record(producer_id, 0, sequence, 1, crc_of(producer_id, sequence),
+                             producer_id * 5 + sequence)
         held_mb = (tracemalloc.get_traced_memory()[0] - before) / 2**20
     finally:
         tracemalloc.stop()

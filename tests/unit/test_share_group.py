@@ -268,11 +268,13 @@ def test_an_offset_commit_to_a_share_groups_id_is_refused_and_the_share_group_go
     refused (INCONSISTENT_GROUP_PROTOCOL), so its members left and nothing more was delivered."""
     world.produce("orders", ["a", "b"])
     member = world.join("a", ["orders"], group="queue").member_id
-    world.harness.deliver(GROUP, OffsetCommitRequest(correlation_id=world.next_id(), group_id="queue", offsets=[
-        OffsetEntry(topic="orders", partition=0, offset=2)]), "admin")
+    world.harness.deliver(GROUP, OffsetCommitRequest(
+        correlation_id=world.next_id(), group_id="queue",
+        offsets=[OffsetEntry(topic="orders", partition=0, offset=2)]), "admin")
     world.settle(50)
 
-    assert only(world.harness.take("admin"), OffsetCommitResponse).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert only(world.harness.take("admin"), OffsetCommitResponse).error == (
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     assert world.heartbeat("a", member, ["orders"], group="queue").error == ErrorCode.NONE
     assert acquired_offsets(world.acquire_now("a", member, "orders", group="queue")) == [(0, 1), (1, 1)]
 
@@ -600,7 +602,8 @@ def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world)
 
 
 def delete_topic(world: World, name: str) -> None:
-    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name=name), PRODUCER)
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name=name),
+                          PRODUCER)
     for key in [key for key in world.replicas if key[0] == name]:
         world.harness.remove(world.replicas.pop(key).endpoint)
     world.settle(200)
@@ -620,7 +623,8 @@ def test_a_dead_letter_topic_deleted_after_its_first_write_is_made_again_for_the
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p1"]
     delete_topic(world, "orders.dlq")
 
-    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(2, 2), (3, 2)], "their first locks expired"
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(2, 2), (3, 2)], (
+        "their first locks expired")
     world.answer("a", member, "orders", 2, 2, "reject")
     world.answer("a", member, "orders", 3, 3, "accept")
     for _ in range(10):
@@ -640,7 +644,8 @@ def test_a_record_dead_lettered_as_its_topic_is_made_again_does_not_take_the_new
     world.produce("orders", ["old-0", "old-1", "old-2"])
     member = world.join("a", ["orders"]).member_id
     world.acquire_now("a", member, "orders")
-    world.harness.lose = lambda envelope: envelope.sender == GROUP and isinstance(envelope.message, FetchRequest)
+    world.harness.lose = lambda envelope: (envelope.sender == GROUP
+                                           and isinstance(envelope.message, FetchRequest))
     world.answer("a", member, "orders", 1, 1, "reject", error="poison")
     world.answer("a", member, "orders", 0, 0, "accept")
     world.answer("a", member, "orders", 2, 2, "accept")
@@ -714,8 +719,9 @@ def test_a_topic_too_long_for_its_default_dead_letter_topic_needs_a_group_that_n
     assert named.error == ErrorCode.NONE
     acquired = world.acquire_now("c", named.member_id, too_long, group="named")
     world.harness.deliver(GROUP, ShareAcknowledgeRequest(
-        correlation_id=world.next_id(), group_id="named", member_id=named.member_id, topic=too_long,
-        partition=0, acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="reject")]), "c")
+        correlation_id=world.next_id(), group_id="named", member_id=named.member_id,
+        topic=too_long, partition=0,
+        acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="reject")]), "c")
     world.settle(1_500)
     assert acquired_offsets(acquired) == [(0, 1)]
     assert [value for _, _, value, _ in dead_letters(world, "long.dlq")] == [b"poison"]
@@ -783,7 +789,8 @@ def test_records_handed_over_name_their_topics_id_so_an_idempotent_consumer_tell
     assert offset_message_id(record) == f"orders/0/0@{record.topic_id}"
     with IdempotentStore(str(tmp_path / "ids.db")) as store:
         made_again = msgspec.structs.replace(record, topic_id=record.topic_id + 1)
-        assert [store.process(each, lambda *_: None) for each in (record, record, made_again)] == [True, False, True]
+        assert [store.process(each, lambda *_: None) for each in (record, record, made_again)] == [
+            True, False, True]
 
 
 def test_a_member_holding_its_prefetch_bound_acquires_no_more_until_it_answers(world):
@@ -1073,7 +1080,8 @@ def test_a_partition_the_topic_gained_while_the_group_read_it_is_shared_from_its
 
     assert take(2) == [0, 1, 2], "every record of the partition the topic gained"
     world.crash_group_coordinator()
-    assert world.group.share.groups["g"].partitions[("orders", 0)].topic_partitions == 2, "kept through a restart"
+    assert world.group.share.groups["g"].partitions[("orders", 0)].topic_partitions == 2, (
+        "kept through a restart")
 
 
 def test_a_share_partition_keeps_the_id_of_its_topic_through_a_coordinator_crash(world):
