@@ -103,7 +103,7 @@ class _Connection:
     def __init__(self, peer: Any) -> None:
         self.peer = peer
         self.delivered = 0  # bytes on the wire of the messages read from it
-        self.routing_id = b""  # the ROUTER's name for it, from its last message
+        self.routing_id = b""  # the ROUTER's name for it, from its first message (fixed per connection)
 
 
 class ConnectionTable:
@@ -140,8 +140,8 @@ class ConnectionTable:
         connection = self._untrusted.pop(fd, None)
         if connection is not None:
             connection.delivered += wire_bytes(frames)
-            if routing_id is not None:
-                connection.routing_id = routing_id.bytes
+            if routing_id is not None and not connection.routing_id:
+                connection.routing_id = routing_id.bytes  # once: a connection keeps its routing id
             self._untrusted[fd] = connection
 
     def clients_by_routing_id(self) -> dict[bytes, int]:
