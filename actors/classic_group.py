@@ -15,6 +15,12 @@ Stable take over their old identity and assignment without a rebalance; the iden
 replaced is fenced (FENCED_INSTANCE_ID). "Rejoin" means another process: the one holding the
 instance that asks again without its member id (a retry, a duplicate) gets the id it has.
 
+A member id alone proves nothing (DescribeGroup lists them): a join is answered with the member's
+secret too, and a request naming a member must carry it (actors/member_secrets.py), or it is
+refused UNKNOWN_MEMBER_ID and changes nothing. Two requests need no secret, as in Kafka: a join
+of a static member without a member id (a restarted instance takes its identity over) and a leave
+naming only a `group_instance_id` (an operator removing a static member).
+
 The group coordinator owns persistence and timers; this class is the per-group state machine.
 It returns effects (replies) and never touches storage.
 """
@@ -28,6 +34,7 @@ import msgspec
 from actors.actor import MS
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
+from actors.member_secrets import MemberSecrets, refusal_text
 from actors.messages import (
     ConsumerAssignment, GroupMember, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberDescription, SyncGroupRequest,
@@ -74,8 +81,10 @@ class Member:
 
 
 class ClassicGroup:
-    def __init__(self, group_id: str, generation: int = 0, initial_delay_ms: int = 100) -> None:
+    def __init__(self, group_id: str, generation: int = 0, initial_delay_ms: int = 100,
+                 secrets: MemberSecrets = MemberSecrets()) -> None:
         self.group_id = group_id
+        self.secrets = secrets
         self.state = EMPTY
         self.generation = generation
         self.protocol_type = "consumer"
@@ -112,10 +121,14 @@ class ClassicGroup:
                     mine.last_heartbeat_ns = now_ns
                     return [Send(sender, JoinGroupResponse(
                         correlation_id=request.correlation_id, generation=self.generation,
-                        protocol_name=self.protocol_name, leader=self.leader, member_id=known))]
+                        protocol_name=self.protocol_name, leader=self.leader, member_id=known,
+                        member_secret=self.secrets.of(self.group_id, known)))]
         if member_id and member_id not in self.members:
             return [self._join_error(sender, request, ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"member {member_id} is not in group {self.group_id}; rejoin without an id")]
+        if request.member_id and not self.secrets.proves(self.group_id, member_id, request.member_secret):
+            return [self._join_error(sender, request, ErrorCode.UNKNOWN_MEMBER_ID,
+                                     refusal_text(self.group_id, member_id))]
         effects: list[Effect] = []
         if not member_id:
             member_id = new_member_id
@@ -160,7 +173,7 @@ class ClassicGroup:
         if self.state == STABLE and old.protocols == list(request.protocols):
             effects.append(Send(sender, JoinGroupResponse(
                 correlation_id=request.correlation_id, generation=self.generation, protocol_name=self.protocol_name,
-                leader=self.leader, member_id=new_id)))
+                leader=self.leader, member_id=new_id, member_secret=self.secrets.of(self.group_id, new_id))))
             return effects
         member.join_waiter = (sender, request.correlation_id)
         if self.state != PREPARING:
@@ -232,6 +245,7 @@ class ClassicGroup:
             effects.append(Send(sender, JoinGroupResponse(
                 correlation_id=correlation, generation=self.generation, protocol_name=self.protocol_name,
                 leader=self.leader, member_id=member.member_id,
+                member_secret=self.secrets.of(self.group_id, member.member_id),
                 members=everyone if member.member_id == self.leader else [])))
         effects.append(Trace("generation-started", {
             "group": self.group_id, "generation": self.generation, "leader": self.leader,
@@ -257,17 +271,23 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ sync, heartbeat, leave
 
-    def check_member(self, member_id: str, instance_id: str | None, generation: int | None) -> tuple[ErrorCode, str] | None:
+    def check_member(self, member_id: str, instance_id: str | None, generation: int | None,
+                     secret: bytes | None) -> tuple[ErrorCode, str] | None:
+        """Why a request naming this member (with `secret`; None: a leave by instance id, which
+        needs none) cannot act as it in `generation` (None: any), or None."""
         if instance_id is not None and instance_id in self.static and self.static[instance_id] != member_id:
             return ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} belongs to member {self.static[instance_id]} now"
         if member_id not in self.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {self.group_id}"
+        if secret is not None and not self.secrets.proves(self.group_id, member_id, secret):
+            return ErrorCode.UNKNOWN_MEMBER_ID, refusal_text(self.group_id, member_id)
         if generation is not None and generation != self.generation:
             return ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not the current {self.generation}"
         return None
 
     def sync(self, request: SyncGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
-        problem = self.check_member(request.member_id, request.group_instance_id, request.generation)
+        problem = self.check_member(request.member_id, request.group_instance_id, request.generation,
+                                    request.member_secret)
         if problem is not None:
             return [Send(sender, SyncGroupResponse(correlation_id=request.correlation_id, error=problem[0],
                                                    error_message=problem[1]))]
@@ -296,7 +316,8 @@ class ClassicGroup:
         return effects
 
     def heartbeat(self, request: HeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
-        problem = self.check_member(request.member_id, request.group_instance_id, request.generation)
+        problem = self.check_member(request.member_id, request.group_instance_id, request.generation,
+                                    request.member_secret)
         if problem is None and self.state == PREPARING:
             problem = (ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing; rejoin")
         if request.member_id in self.members and (problem is None or problem[0] == ErrorCode.REBALANCE_IN_PROGRESS):
@@ -306,10 +327,10 @@ class ClassicGroup:
         return [Send(sender, HeartbeatResponse(correlation_id=request.correlation_id, error=code, error_message=text))]
 
     def leave(self, request: LeaveGroupRequest, sender: Any, now_ns: int) -> list[Effect]:
-        member_id = request.member_id
+        member_id, secret = request.member_id, request.member_secret
         if not member_id and request.group_instance_id in self.static:
-            member_id = self.static[request.group_instance_id]
-        problem = self.check_member(member_id, request.group_instance_id, None)
+            member_id, secret = self.static[request.group_instance_id], None
+        problem = self.check_member(member_id, request.group_instance_id, None, secret)
         if problem is not None:
             return [Send(sender, LeaveGroupResponse(correlation_id=request.correlation_id, error=problem[0],
                                                     error_message=problem[1]))]
@@ -379,8 +400,9 @@ class ClassicGroup:
         return (self.generation, tuple(self.members) if self.state == STABLE else None)
 
     @classmethod
-    def from_record(cls, group_id: str, record: dict[str, Any], initial_delay_ms: int) -> "ClassicGroup":
-        group = cls(group_id, int(record["generation"]), initial_delay_ms)
+    def from_record(cls, group_id: str, record: dict[str, Any], initial_delay_ms: int,
+                    secrets: MemberSecrets = MemberSecrets()) -> "ClassicGroup":
+        group = cls(group_id, int(record["generation"]), initial_delay_ms, secrets)
         members = [Member.from_record(row, 0) for row in record.get("members") or []]
         if members and record.get("leader") in {member.member_id for member in members}:
             group.members = {member.member_id: member for member in members}

@@ -105,6 +105,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         self.topics: list[str] = []
         self.pattern: re.Pattern | None = None
         self.member_id = ""
+        self.member_secret = b""  # from the join answer that named member_id; carried in its requests
         self.generation = -1
         self.leader = ""
         self.protocol = ""
@@ -244,7 +245,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         subscription = Subscription(topics=list(self.topics), owned=[tuple(tp) for tp in self.owned])
         request = JoinGroupRequest(
             correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
-            group_instance_id=self.settings.group_instance_id, client_id=self.settings.client_id,
+            member_secret=self.member_secret, group_instance_id=self.settings.group_instance_id,
+            client_id=self.settings.client_id,
             session_timeout_ms=self.settings.session_timeout_ms, rebalance_timeout_ms=self.settings.max_poll_interval_ms,
             protocols=[GroupProtocol(name=self.settings.assignor, metadata=_encoder.encode(subscription))],
             reason=self.rejoin_reason)
@@ -257,6 +259,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
                                            f"generation {response.generation}", now_ns)
         if code == ErrorCode.NONE:
             self.member_id, self.generation = response.member_id, response.generation
+            self.member_secret = response.member_secret
             self.leader, self.protocol = response.leader, response.protocol_name
             self.joined_members = response.members
             self.computed_own = None
@@ -305,8 +308,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
     def _sync(self, now_ns: int, assignments: list[MemberAssignment]) -> list[Effect]:
         self.state = "syncing"
         request = SyncGroupRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
-                                   member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
-                                   assignments=assignments)
+                                   member_id=self.member_id, member_secret=self.member_secret,
+                                   group_instance_id=self.settings.group_instance_id, assignments=assignments)
         return self._send("sync", request, now_ns, timeout_ms=self._join_retry_ms())
 
     def _join_retry_ms(self) -> int:
@@ -346,7 +349,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             self.last_heartbeat_ns = now_ns
             effects += self._send("heartbeat", HeartbeatRequest(
                 correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
-                member_id=self.member_id, group_instance_id=self.settings.group_instance_id), now_ns,
+                member_id=self.member_id, member_secret=self.member_secret,
+                group_instance_id=self.settings.group_instance_id), now_ns,
                 (self.generation, self.member_id))
         return effects
 
@@ -357,7 +361,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             return effects + [Notify("fatal", RailmqError(code, text))]
         if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
-                self.member_id = ""
+                self.member_id, self.member_secret = "", b""
             lost = list(self.owned)
             self.owned, self.generation = [], -1
             self.client.assign([], now_ns)
@@ -382,11 +386,12 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
     def _leave(self, reason: str, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
         if self.member_id and self.coordinator and self.settings.group_instance_id is None:
-            effects += self._send("leave", LeaveGroupRequest(correlation_id=0, group_id=self.settings.group_id,
-                                                             member_id=self.member_id, reason=reason), now_ns)
+            leave = LeaveGroupRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+                                      member_secret=self.member_secret, reason=reason)
+            effects += self._send("leave", leave, now_ns)
         self.owned, self.generation, self.state = [], -1, "left"
         if self.settings.group_instance_id is None:
-            self.member_id = ""
+            self.member_id, self.member_secret = "", b""
         self.client.assign([], now_ns)
         return effects + [Trace("member-left", {"reason": reason})]
 

@@ -46,8 +46,8 @@ class MemberOffsets:
             return [Notify("result", (command.token, None, RailmqError(
                 ErrorCode.REBALANCE_IN_PROGRESS, f"cannot commit while {self.state}; the group is rebalancing")))]
         request = OffsetCommitRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
-                                      member_id=self.member_id, group_instance_id=self.settings.group_instance_id,
-                                      offsets=offsets)
+                                      member_id=self.member_id, member_secret=self.member_secret,
+                                      group_instance_id=self.settings.group_instance_id, offsets=offsets)
         identity = (self.generation, self.member_id)  # what the answer's group errors are about
         return self._with_coordinator(command, lambda: self._send("commit", request, now_ns,
                                                                   (command.token, offsets, identity)))

@@ -16,6 +16,10 @@ runs the timers, and owns durability:
 Commit fencing (the zombie rule): a commit must come from a current member with the current
 generation; a commit with generation -1 and no member id is an administrative commit (offset
 reset) and is only accepted while the group has no members.
+
+A request naming a member must carry the secret that member's join was answered with
+(actors/member_secrets.py), derived from `member_key`: the cluster secret in a cluster, so every
+group voter and every restart derive the same secrets and none is stored.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from actors.errors import ErrorCode
 from actors.group_membership_budget import MembershipBudget
 from actors.group_offsets import OffsetStore, check_entry, check_group_id, entry_bytes
 from actors.limits import DEFAULT_LIMITS, Limits
+from actors.member_secrets import MemberSecrets
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
     FetchResponse, GroupSummary, HeartbeatRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
@@ -52,8 +57,9 @@ ANNOUNCE_CORRELATION_ID = 1 << 40  # the group coordinator's announcements (neve
 class GroupCoordinator:
     def __init__(self, *, state: Any, coordinator: str, endpoint: str, incarnation: int, pid: int = 0,
                  limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
-                 name: str = "group-coordinator") -> None:
+                 name: str = "group-coordinator", member_key: bytes = b"") -> None:
         self.name = name
+        self.secrets = MemberSecrets(member_key)
         # At the next session expiry, rebalance deadline or share-group deadline. A step wants the
         # deadlines of the classic groups it touched (`touched`) and, if it went to the share
         # groups, theirs; the tick wants everyone's again.
@@ -73,7 +79,7 @@ class GroupCoordinator:
         self.membership = MembershipBudget(limits)  # the bytes members hold, bounded
         from actors.share_group import ShareGroups  # share groups (KIP-932), loaded from the same state
         self.share: Any = _from_record("share-group/ and share-partition/", lambda: ShareGroups(
-            state=state, coordinator=coordinator, limits=limits, rng=self.rng,
+            state=state, coordinator=coordinator, limits=limits, rng=self.rng, secrets=self.secrets,
             is_classic_group=lambda group_id: group_id in self.groups or group_id in self.offsets))
         self._load()
 
@@ -84,14 +90,15 @@ class GroupCoordinator:
         delay_ms = self.limits.group_initial_rebalance_delay_ms
         for key, value in self.state.items("group/"):
             group_id = key[len("group/"):]
-            self.groups[group_id] = _from_record(key, lambda: ClassicGroup.from_record(group_id, value, delay_ms))
+            self.groups[group_id] = _from_record(
+                key, lambda: ClassicGroup.from_record(group_id, value, delay_ms, self.secrets))
         for key, value in self.state.items("offset/"):
             self.offsets.load(*_from_record(key, lambda: _offset_from_record(key, value)))
         for group in self.groups.values():
             self.membership.measure(group)
 
     def _new_group(self, group_id: str) -> ClassicGroup:
-        return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms)
+        return ClassicGroup(group_id, 0, self.limits.group_initial_rebalance_delay_ms, self.secrets)
 
     def needs_authentication(self, message: Any) -> bool:
         """Answers to what the coordinator asked (metadata, high watermarks, records, dead-letter
@@ -346,7 +353,8 @@ class GroupCoordinator:
             return None
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"group {request.group_id!r} has no members"
-        problem = group.check_member(request.member_id, request.group_instance_id, request.generation)
+        problem = group.check_member(request.member_id, request.group_instance_id, request.generation,
+                                     request.member_secret)
         if problem is not None:
             return problem
         if group.state not in (PREPARING, "Stable"):

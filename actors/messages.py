@@ -540,6 +540,7 @@ class JoinGroupRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str = ""
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     group_instance_id: str | None = None
     client_id: str = ""
     session_timeout_ms: int = 10_000
@@ -557,6 +558,7 @@ class JoinGroupResponse(Message, kw_only=True):
     protocol_name: str = ""
     leader: str = ""
     member_id: str = ""
+    member_secret: bytes = b""  # only this member's: it carries it in every later request
     members: list[GroupMember] = []  # only for the leader
 
 
@@ -565,6 +567,7 @@ class SyncGroupRequest(Message, kw_only=True):
     group_id: str
     generation: int
     member_id: str
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     group_instance_id: str | None = None
     assignments: list[MemberAssignment] = []  # only from the leader
 
@@ -581,6 +584,7 @@ class HeartbeatRequest(Message, kw_only=True):
     group_id: str
     generation: int
     member_id: str
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     group_instance_id: str | None = None
 
 
@@ -594,6 +598,7 @@ class LeaveGroupRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     group_instance_id: str | None = None
     reason: str = ""
 
@@ -625,6 +630,7 @@ class OffsetCommitRequest(Message, kw_only=True):
     group_id: str
     generation: int = -1  # -1 with member_id "": an admin commit, only for a group with no members
     member_id: str = ""
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     group_instance_id: str | None = None
     offsets: list[OffsetEntry] = []
 
@@ -746,6 +752,7 @@ class ShareGroupHeartbeatRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str = ""  # "" to join
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     client_id: str = ""
     topics: list[str] = []
     session_timeout_ms: int = 10_000
@@ -758,6 +765,7 @@ class ShareGroupHeartbeatResponse(Message, kw_only=True):
     error: int = 0
     error_message: str = ""
     member_id: str = ""
+    member_secret: bytes = b""  # only this member's: it carries it in every later request
     partitions: list[tuple[str, int]] = []  # every partition of the member's topics
     heartbeat_interval_ms: int = 0  # the coordinator's advice: a third of the session timeout
     settings: ShareGroupSettings = ShareGroupSettings()
@@ -773,6 +781,7 @@ class ShareAcquireRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     topic: str
     partition: int
     max_records: int = 500
@@ -805,6 +814,7 @@ class ShareAcknowledgeRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
     topic: str
     partition: int
     acknowledgements: list[ShareAcknowledgement] = []

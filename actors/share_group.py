@@ -41,6 +41,7 @@ from actors.deadlines import lowered
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.limits import Limits
+from actors.member_secrets import MemberSecrets
 from actors.messages import (
     CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse, DescribeSharePartitionsRequest,
     DescribeSharePartitionsResponse, ErrorResponse, FetchResponse, GroupSummary, InitProducerIdResponse,
@@ -59,10 +60,11 @@ from actors.share_partition import DEAD_LETTERING, SharePartition
 
 class ShareGroups(ShareMembership, ShareDelivery):
     def __init__(self, *, state: Any, coordinator: str, limits: Limits, rng: random.Random,
-                 is_classic_group: Callable[[str], bool]) -> None:
+                 is_classic_group: Callable[[str], bool], secrets: MemberSecrets = MemberSecrets()) -> None:
         self.state = state
         self.limits = limits
         self.rng = rng
+        self.secrets = secrets  # a member's requests carry its secret (actors/member_secrets.py)
         self.is_classic_group = is_classic_group
         self.groups: dict[str, ShareGroup] = {}
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}

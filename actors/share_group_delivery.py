@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from actors.actor import MS
 from actors.effects import Effect, Send, SetTimer
 from actors.errors import ErrorCode
+from actors.member_secrets import refusal_text
 from actors.messages import (
     ListOffsetsResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
 )
@@ -46,7 +47,7 @@ class Refusal(NamedTuple):
 
 class ShareDelivery:
     """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `parked`, `limits`,
-    `leaders`, `persist`, `_settle`, `_parked_floor_for` and `_touch`."""
+    `secrets`, `leaders`, `persist`, `_settle`, `_parked_floor_for` and `_touch`."""
 
     # ------------------------------------------------------------------ acquire
 
@@ -83,6 +84,8 @@ class ShareDelivery:
         if member is None:
             return Refusal(ErrorCode.UNKNOWN_MEMBER_ID,
                            f"{request.member_id!r} is not a member of {group.group_id!r}; join again")
+        if not self.secrets.proves(group.group_id, member.member_id, request.member_secret):
+            return Refusal(ErrorCode.UNKNOWN_MEMBER_ID, refusal_text(group.group_id, member.member_id))
         if request.topic not in member.topics:
             return Refusal(ErrorCode.INVALID_REQUEST, f"{request.member_id} does not subscribe to {request.topic!r}")
         key = (request.topic, request.partition)

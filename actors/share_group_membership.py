@@ -28,6 +28,7 @@ from actors.errors import ErrorCode
 from actors.group_membership_budget import MEMBER_ID_SUFFIX_BYTES
 from actors.group_offsets import is_topic_name
 from actors.limits import Limits
+from actors.member_secrets import refusal_text
 from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
 from actors.share_partition import SharePartition
 
@@ -66,7 +67,7 @@ class ShareGroup:
 
 class ShareMembership:
     """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `state`, `limits`,
-    `rng`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `session_floor_ns`,
+    `rng`, `secrets`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `session_floor_ns`,
     `_settle` and `_serve_group_parked`."""
 
     def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
@@ -81,7 +82,7 @@ class ShareMembership:
             problem = self._create_group(request)
             group = self.groups.get(request.group_id)
         if problem is None:
-            problem = self._check_member(group, request.member_id, joining=not request.leaving)
+            problem = self._check_member(group, request, joining=not request.leaving)
         if problem is not None:
             return [Send(sender, ShareGroupHeartbeatResponse(correlation_id=request.correlation_id, error=problem[0],
                                                              error_message=problem[1], member_id=request.member_id))]
@@ -158,9 +159,13 @@ class ShareMembership:
         self.wrote = True
         return None
 
-    def _check_member(self, group: ShareGroup, member_id: str, joining: bool) -> tuple[int, str] | None:
+    def _check_member(self, group: ShareGroup, request: ShareGroupHeartbeatRequest,
+                      joining: bool) -> tuple[int, str] | None:
+        member_id = request.member_id
         if member_id and member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group.group_id!r}; join again"
+        if member_id and not self.secrets.proves(group.group_id, member_id, request.member_secret):
+            return ErrorCode.UNKNOWN_MEMBER_ID, refusal_text(group.group_id, member_id)
         if joining and not member_id and len(group.members) >= self.limits.share_group_members_max:
             return ErrorCode.BUSY, f"share group {group.group_id!r} has its maximum of {len(group.members)} members"
         return None
@@ -184,6 +189,7 @@ class ShareMembership:
                           request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
         return ShareGroupHeartbeatResponse(
             correlation_id=request.correlation_id, member_id=member.member_id,
+            member_secret=self.secrets.of(group.group_id, member.member_id),
             partitions=self._partitions_of(member.topics), heartbeat_interval_ms=member.session_timeout_ms // 3,
             settings=group.settings)
 

@@ -81,6 +81,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         self.topics: dict[str, TopicMetadata] = {}
         self.coordinator = ""
         self.member_id = ""
+        self.member_secret = b""  # from the heartbeat answer that named member_id; carried in its requests
         self.membership = 0
         self.group_settings = settings.group
         self.heartbeat_interval_ms = settings.heartbeat_interval_ms
@@ -214,7 +215,8 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         self.last_heartbeat_ns = now_ns
         request = ShareGroupHeartbeatRequest(
             correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
-            client_id=self.settings.client_id, topics=list(self.subscription),
+            member_secret=self.member_secret, client_id=self.settings.client_id,
+            topics=list(self.subscription),
             session_timeout_ms=self.settings.session_timeout_ms, settings=self.settings.group)
         send = self._send("heartbeat", None, self.coordinator, request, now_ns)
         self.heartbeat_in_flight = send.message.correlation_id
@@ -236,6 +238,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         effects: list[Effect] = []
         if response.member_id != self.member_id:
             effects += self._new_membership(response.member_id, response.settings)
+        self.member_secret = response.member_secret
         self.state = "stable"
         advice = response.heartbeat_interval_ms
         if advice <= 0:  # no advice (or none that makes sense: it would heartbeat in a loop)
@@ -272,7 +275,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
     def _on_member_error(self, code: int, text: str, now_ns: int) -> list[Effect]:
         effects: list[Effect] = [Trace("share-member-error", {"error": code, "message": text, "state": self.state})]
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id, self.state = "", "unjoined"
+            self.member_id, self.member_secret, self.state = "", b"", "unjoined"
             self._void_membership()
             return effects
         if code in FATAL:
@@ -306,12 +309,13 @@ class ShareMember(ShareFetching, ShareAcknowledging):
             return []
         self.state = "closing"
         request = ShareGroupHeartbeatRequest(correlation_id=0, group_id=self.settings.group_id,
-                                             member_id=self.member_id, client_id=self.settings.client_id,
+                                             member_id=self.member_id, member_secret=self.member_secret,
+                                             client_id=self.settings.client_id,
                                              session_timeout_ms=self.settings.session_timeout_ms, leaving=True)
         return [self._send("leave", None, self.coordinator, request, now_ns)]
 
     def _closed(self, error: Any) -> list[Effect]:
-        self.state, self.member_id = "closed", ""
+        self.state, self.member_id, self.member_secret = "closed", "", b""
         token, self.close_token = self.close_token, 0
         return [Notify("result", (token, None, error))] if token else []
 

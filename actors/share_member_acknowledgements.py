@@ -59,7 +59,8 @@ class ShareAcknowledging:
                     for offset in range(acknowledgement.first_offset, acknowledgement.last_offset + 1):
                         held.pop(offset, None)
             request = ShareAcknowledgeRequest(correlation_id=0, group_id=self.settings.group_id,
-                                              member_id=self.member_id, topic=key[0], partition=key[1],
+                                              member_id=self.member_id, member_secret=self.member_secret,
+                                              topic=key[0], partition=key[1],
                                               acknowledgements=acknowledgements)
             send = self._send("acknowledge", (call, key, acknowledgements), self.coordinator, request, now_ns)
             call.waiting.add(send.message.correlation_id)

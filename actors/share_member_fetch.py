@@ -104,9 +104,10 @@ class ShareFetching:
         reader.to_fetch = []
 
     def _acquire(self, reader: Reader, max_records: int, now_ns: int) -> list[Effect]:
-        request = ShareAcquireRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
-                                      topic=reader.topic, partition=reader.partition, max_records=max_records,
-                                      max_wait_ms=self.settings.acquire_max_wait_ms)
+        request = ShareAcquireRequest(
+            correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
+            member_secret=self.member_secret, topic=reader.topic, partition=reader.partition,
+            max_records=max_records, max_wait_ms=self.settings.acquire_max_wait_ms)
         send = self._send("acquire", (reader.topic, reader.partition), self.coordinator, request, now_ns)
         reader.acquiring, reader.reserved = send.message.correlation_id, max_records
         return [send]

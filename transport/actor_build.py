@@ -67,7 +67,7 @@ def build_kind(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnat
         state = DurableState.open(path, fs=fs)
         actor = GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                  incarnation=incarnation, pid=os.getpid(), limits=spec.limits,
-                                 rng=random.Random(incarnation))
+                                 rng=random.Random(incarnation), member_key=spec.secret)
         return actor, StorageFaults(fs)
     if spec.kind == "replica":
         return _build_replica(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
@@ -203,7 +203,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     def group_coordinator(state: Any) -> Any:
         return GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                 incarnation=rng.getrandbits(62) + 1, pid=os.getpid(), limits=spec.limits,
-                                rng=random.Random(rng.getrandbits(64)))
+                                rng=random.Random(rng.getrandbits(64)), member_key=spec.secret)
 
     return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
                             endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name)

@@ -21,13 +21,16 @@ from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, GroupProtocol,
     JoinGroupRequest, LinkFault, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, PartitionState,
-    ProduceRequest, ProduceResponse, ReplicaHeartbeatResponse, TopicConfig,
+    ProduceRequest, ProduceResponse, ReplicaHeartbeatResponse, ShareAcknowledgement, ShareAcknowledgeRequest,
+    ShareGroupHeartbeatRequest, TopicConfig,
 )
 from railmq.admin import Admin
 from railmq.producer import Producer
+from railmq.share_consumer import ShareConsumer
 from storage.batch import CONTROL_FLAG, encode_batch, parse_header
 from tests.conftest import TEST_LIMITS
 from tests.helpers import closed_by_peer, idle_zmtp_connection, read_values, unfinished_message, wait_for
+from tests.integration.test_share_groups import poll_until, produce, share_state
 from tests.storage.test_batch_validation import forge
 from transport.codec import Codec
 
@@ -400,6 +403,38 @@ def test_members_with_megabytes_of_subscription_metadata_are_refused_by_the_grou
 
     assert answer.error == ErrorCode.LIMIT_REACHED and "group_member_bytes_max" in answer.error_message
     assert small.error == ErrorCode.NONE and small.member_id
+
+
+def test_a_client_that_reads_a_share_members_id_can_neither_accept_its_records_nor_make_it_leave(
+        cluster, unique_name):
+    """DescribeSharePartitions names each lock's holder. Before member secrets, a client that read
+    it accepted the holder's records (never handled, and never delivered again: the member's own
+    commit then failed) or made the member leave."""
+    topic, group = unique_name(), unique_name("g")
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic)
+        endpoint = wait_for(lambda: admin.metadata().group_coordinator_endpoint, timeout_s=20,
+                            what="a group coordinator in metadata")
+    produce(cluster.bootstrap, topic, ["a", "b", "c"])
+    with ShareConsumer(cluster.bootstrap, group, max_poll_records=3) as consumer:
+        consumer.subscribe([topic])
+        poll_until(consumer, 3)
+        held = share_state(cluster.bootstrap, group).partitions[0].records
+        client = RawClient(endpoint)
+        try:
+            accepted = client.ask(ShareAcknowledgeRequest(
+                correlation_id=1, group_id=group, member_id=held[0].member_id, topic=topic, partition=0,
+                acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=2)]))
+            left = client.ask(ShareGroupHeartbeatRequest(
+                correlation_id=2, group_id=group, member_id=held[0].member_id, topics=[topic], leaving=True))
+        finally:
+            client.close()
+        committed = consumer.commit()
+
+    assert [(each.first_offset, each.last_offset, each.state) for each in held] == [(0, 2, "acquired")]
+    assert [accepted.error, left.error] == [ErrorCode.UNKNOWN_MEMBER_ID] * 2
+    assert "secret" in accepted.error_message
+    assert committed == {(topic, 0, offset): ErrorCode.NONE for offset in range(3)}, "still the member's"
 
 
 def test_a_client_posing_as_the_coordinator_changes_no_replica(cluster, unique_name):

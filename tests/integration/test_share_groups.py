@@ -117,16 +117,17 @@ class StalledMember:
             correlation_id=0, group_id=group, client_id="stalled", topics=[topic],
             settings=ShareGroupSettings(visibility_timeout_ms=visibility_timeout_ms)), 5000)
         assert joined.error == ErrorCode.NONE
-        self.member_id = joined.member_id
+        self.member_id, self.member_secret = joined.member_id, joined.member_secret
 
     def acquire(self) -> ShareAcquireResponse:
         return self.rpc.request(self.endpoint, ShareAcquireRequest(
-            correlation_id=0, group_id=self.group, member_id=self.member_id, topic=self.topic, partition=0,
-            max_records=10, max_wait_ms=3000), 5000)
+            correlation_id=0, group_id=self.group, member_id=self.member_id, member_secret=self.member_secret,
+            topic=self.topic, partition=0, max_records=10, max_wait_ms=3000), 5000)
 
     def accept(self, offset: int) -> int:
         answer = self.rpc.request(self.endpoint, ShareAcknowledgeRequest(
-            correlation_id=0, group_id=self.group, member_id=self.member_id, topic=self.topic, partition=0,
+            correlation_id=0, group_id=self.group, member_id=self.member_id, member_secret=self.member_secret,
+            topic=self.topic, partition=0,
             acknowledgements=[ShareAcknowledgement(first_offset=offset, last_offset=offset)]), 5000)
         return answer.results[0].error
 

@@ -36,6 +36,10 @@ class Members:
         self.correlation = 0
         self.effects: list = []
 
+    def secret(self, member_id: str) -> bytes:
+        """What the member's join answer gave it: each member here holds its own."""
+        return self.group.secrets.of("g", member_id)
+
     def _run(self, effects: list) -> list:
         self.group.invariants()
         self.effects += effects
@@ -47,8 +51,10 @@ class Members:
         process of the same member (a restart)."""
         self.minted += 1
         self.correlation += 1
+        member_id = self.ids.get(name, "") if known else ""
         request = JoinGroupRequest(
-            correlation_id=self.correlation, group_id="g", member_id=self.ids.get(name, "") if known else "",
+            correlation_id=self.correlation, group_id="g", member_id=member_id,
+            member_secret=self.secret(member_id),
             group_instance_id=instance, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
             protocols=[GroupProtocol(name=p, metadata=f"{name}:{p}".encode()) for p in protocols])
         return self._run(self.group.join(request, sender or name, self.now_ns, f"{name}-{self.minted}"))
@@ -56,10 +62,11 @@ class Members:
     def sync(self, name: str, assignments: dict[str, bytes] | None = None, *, generation: int | None = None,
              instance: str | None = None, member_id: str | None = None, sender: str | None = None) -> list:
         self.correlation += 1
+        member_id = self.ids[name] if member_id is None else member_id
         request = SyncGroupRequest(
             correlation_id=self.correlation, group_id="g",
             generation=self.group.generation if generation is None else generation,
-            member_id=self.ids[name] if member_id is None else member_id, group_instance_id=instance,
+            member_id=member_id, member_secret=self.secret(member_id), group_instance_id=instance,
             assignments=[MemberAssignment(member_id=self.ids[n], assignment=a)
                          for n, a in (assignments or {}).items()])
         return self._run(self.group.sync(request, sender or name, self.now_ns))
@@ -67,18 +74,19 @@ class Members:
     def heartbeat(self, name: str, *, generation: int | None = None, member_id: str | None = None,
                   instance: str | None = None) -> HeartbeatResponse:
         self.correlation += 1
+        member_id = self.ids[name] if member_id is None else member_id
         request = HeartbeatRequest(correlation_id=self.correlation, group_id="g",
                                    generation=self.group.generation if generation is None else generation,
-                                   member_id=self.ids[name] if member_id is None else member_id,
+                                   member_id=member_id, member_secret=self.secret(member_id),
                                    group_instance_id=instance)
         [response] = messages(self._run(self.group.heartbeat(request, name, self.now_ns)), HeartbeatResponse)
         return response
 
     def leave(self, name: str, *, instance: str | None = None, member_id: str | None = None) -> list:
         self.correlation += 1
-        request = LeaveGroupRequest(correlation_id=self.correlation, group_id="g",
-                                    member_id=self.ids.get(name, "") if member_id is None else member_id,
-                                    group_instance_id=instance)
+        member_id = self.ids.get(name, "") if member_id is None else member_id
+        request = LeaveGroupRequest(correlation_id=self.correlation, group_id="g", member_id=member_id,
+                                    member_secret=self.secret(member_id), group_instance_id=instance)
         return self._run(self.group.leave(request, name, self.now_ns))
 
     def advance(self, milliseconds: int) -> list:

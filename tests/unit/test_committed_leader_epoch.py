@@ -73,7 +73,7 @@ def test_a_commit_carries_the_leader_epoch_the_member_knows_for_each_partition()
 def commit_with_epochs(stage: GroupStage, *entries: OffsetEntry) -> list:
     return stage.ask("c1", OffsetCommitRequest(
         correlation_id=stage.next_correlation(), group_id="g", generation=stage.coordinator.groups["g"].generation,
-        member_id=stage.ids["c1"], offsets=list(entries)))
+        member_id=stage.ids["c1"], member_secret=stage.secrets["c1"], offsets=list(entries)))
 
 
 def fetched_offsets(stage: GroupStage) -> list[OffsetEntry]:

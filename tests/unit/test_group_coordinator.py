@@ -17,9 +17,9 @@ from actors.limits import Limits
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
     FetchRequest, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse, MemberAssignment, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, ServiceHeartbeat,
-    SyncGroupRequest, SyncGroupResponse, TimerFired,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, MemberAssignment,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
+    ServiceHeartbeat, SyncGroupRequest, SyncGroupResponse, TimerFired,
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
@@ -37,6 +37,7 @@ class Stage:
         self.coordinator = self._build()
         self.harness.add(GROUPS, self.coordinator)
         self.ids: dict[str, str] = {}
+        self.secrets: dict[str, bytes] = {}  # what each member's join answer gave it
         self.correlation = 0
 
     def _build(self) -> GroupCoordinator:
@@ -53,6 +54,10 @@ class Stage:
     def ask(self, sender: str, message) -> list:
         return self.harness.deliver(GROUPS, message, sender)
 
+    def member(self, name: str) -> dict:
+        """How a request names `name` as a member: its id and the secret its join answer gave it."""
+        return {"member_id": self.ids[name], "member_secret": self.secrets[name]}
+
     def next_correlation(self) -> int:
         self.correlation += 1
         return self.correlation
@@ -62,7 +67,8 @@ class Stage:
         request = JoinGroupRequest(
             correlation_id=self.next_correlation(), group_id=group,
             member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
-            client_id=name, session_timeout_ms=session_ms, rebalance_timeout_ms=5_000,
+            member_secret=self.secrets.get(name, b""), client_id=name, session_timeout_ms=session_ms,
+            rebalance_timeout_ms=5_000,
             protocols=[GroupProtocol(name="range", metadata=name.encode())])
         return self.ask(sender or name, request)  # another sender: another process of that member
 
@@ -70,6 +76,7 @@ class Stage:
         response = self.harness.received(sender or name, JoinGroupResponse)[-1]
         if response.error == ErrorCode.NONE:
             self.ids[name] = response.member_id
+            self.secrets[name] = response.member_secret
         return response
 
     def stable(self, *names: str, instances: dict[str, str] | None = None) -> int:
@@ -85,7 +92,7 @@ class Stage:
         assignments = [MemberAssignment(member_id=self.ids[name], assignment=name.encode()) for name in names]
         self.ask(leader, SyncGroupRequest(
             correlation_id=self.next_correlation(), group_id="g", generation=generation,
-            member_id=self.ids[leader], group_instance_id=instances.get(leader), assignments=assignments))
+            group_instance_id=instances.get(leader), assignments=assignments, **self.member(leader)))
         return generation
 
     def commit(self, name: str, offsets: dict[tuple[str, int], int], *, generation: int | None = None,
@@ -95,6 +102,7 @@ class Stage:
             correlation_id=self.next_correlation(), group_id=group,
             generation=self.coordinator.groups[group].generation if generation is None else generation,
             member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
+            member_secret=self.secrets.get(name, b""),
             offsets=[OffsetEntry(topic=topic, partition=partition, offset=offset, metadata=metadata)
                      for (topic, partition), offset in offsets.items()])
         return self.ask(name, request)
@@ -181,10 +189,10 @@ def test_join_sync_and_heartbeat_through_the_coordinator(stage):
 
     assert generation == 1
     assert only(stage.harness.received("a", SyncGroupResponse), SyncGroupResponse).assignment == b"a"
-    stage.ask("b", SyncGroupRequest(correlation_id=50, group_id="g", generation=1, member_id=stage.ids["b"]))
+    stage.ask("b", SyncGroupRequest(correlation_id=50, group_id="g", generation=1, **stage.member("b")))
     assert stage.harness.received("b", SyncGroupResponse)[-1].assignment == b"b"
     heartbeat = only(stage.ask("a", HeartbeatRequest(correlation_id=51, group_id="g", generation=1,
-                                                     member_id=stage.ids["a"])), HeartbeatResponse)
+                                                     **stage.member("a"))), HeartbeatResponse)
     assert heartbeat.error == ErrorCode.NONE
 
 
@@ -312,7 +320,8 @@ def test_invalid_entries_are_refused_one_by_one_and_the_rest_is_stored(stage):
 
 def heartbeat(stage: Stage, name: str, generation: int, member_id: str | None = None) -> HeartbeatResponse:
     request = HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
-                               member_id=stage.ids[name] if member_id is None else member_id)
+                               member_id=stage.ids[name] if member_id is None else member_id,
+                               member_secret=stage.secrets[name])
     return only(stage.ask(name, request), HeartbeatResponse)
 
 
@@ -334,7 +343,7 @@ def test_a_stable_group_carries_on_through_a_restart_in_the_same_generation(stag
     described = only(stage.ask("admin", DescribeGroupRequest(correlation_id=1, group_id="g")), DescribeGroupResponse)
     assert {member.client_id for member in described.members} == {"a", "b"}
     sync = only(stage.ask("b", SyncGroupRequest(correlation_id=2, group_id="g", generation=generation,
-                                                 member_id=stage.ids["b"])), SyncGroupResponse)
+                                                 **stage.member("b"))), SyncGroupResponse)
     assert sync.error == ErrorCode.NONE and sync.assignment == b"b", "the assignment survived the restart"
 
 
@@ -359,7 +368,7 @@ def test_restored_members_get_a_fresh_session_and_those_that_never_return_time_o
 def test_a_group_caught_mid_rebalance_restarts_without_members_and_fences_the_old_ones(stage):
     generation = stage.stable("a", "b")
     old_a = stage.ids["a"]
-    stage.ask("b", LeaveGroupRequest(correlation_id=1, group_id="g", member_id=stage.ids["b"]))
+    stage.ask("b", LeaveGroupRequest(correlation_id=1, group_id="g", **stage.member("b")))
     assert stage.coordinator.groups["g"].state == "PreparingRebalance"
 
     stage.restart()
@@ -376,12 +385,69 @@ def test_a_group_caught_mid_rebalance_restarts_without_members_and_fences_the_ol
 
 def test_a_group_emptied_before_a_restart_remembers_the_generation_it_ended(stage):
     stage.stable("a")
-    stage.ask("a", LeaveGroupRequest(correlation_id=1, group_id="g", member_id=stage.ids["a"]))
+    stage.ask("a", LeaveGroupRequest(correlation_id=1, group_id="g", **stage.member("a")))
     ended = stage.coordinator.groups["g"].generation
 
     stage.restart()
 
     assert stage.coordinator.groups["g"].generation == ended
+
+
+# ---------------------------------------------------------------------------- member secrets
+
+
+def test_a_member_id_read_from_describe_group_does_not_let_another_client_act_as_that_member(stage):
+    """DescribeGroup shows every member id and the generation. Before member secrets, a client
+    that read them left the group as another member, committed offsets in its name (the group
+    skipped records it never handled), heartbeat for a dead member, and rejoined as it."""
+    generation = stage.stable("a", "b")
+    described = only(stage.ask("mallory", DescribeGroupRequest(correlation_id=90, group_id="g")),
+                     DescribeGroupResponse)
+    victim = next(member.member_id for member in described.members if member.client_id == "a")
+    leader = described.leader
+    stage.commit("a", {("orders", 0): 3})
+    group = stage.coordinator.groups["g"]
+
+    refused = [
+        only(stage.ask("mallory", HeartbeatRequest(correlation_id=91, group_id="g", generation=generation,
+                                                   member_id=victim)), HeartbeatResponse),
+        only(stage.ask("mallory", OffsetCommitRequest(
+            correlation_id=92, group_id="g", generation=generation, member_id=victim,
+            offsets=[OffsetEntry(topic="orders", partition=0, offset=900)])), OffsetCommitResponse),
+        only(stage.ask("mallory", SyncGroupRequest(correlation_id=93, group_id="g", generation=generation,
+                                                   member_id=leader, assignments=[])), SyncGroupResponse),
+        only(stage.ask("mallory", LeaveGroupRequest(correlation_id=94, group_id="g", member_id=victim)),
+             LeaveGroupResponse),
+        only(stage.ask("mallory", JoinGroupRequest(
+            correlation_id=95, group_id="g", member_id=victim, client_id="a", session_timeout_ms=10_000,
+            rebalance_timeout_ms=5_000, protocols=[GroupProtocol(name="range", metadata=b"x")])),
+            JoinGroupResponse),
+    ]
+
+    assert [answer.error for answer in refused] == [ErrorCode.UNKNOWN_MEMBER_ID] * 5
+    assert all("secret" in answer.error_message for answer in refused)
+    assert stage.committed() == {("orders", 0): 3}
+    assert (group.state, group.generation) == ("Stable", generation)
+    assert sorted(group.members) == sorted(stage.ids.values())
+    # The member itself, with the secret its join answer gave it, carries on.
+    mine = only(stage.ask("a", HeartbeatRequest(correlation_id=96, group_id="g", generation=generation,
+                                                member_id=victim, member_secret=stage.secrets["a"])),
+                HeartbeatResponse)
+    assert mine.error == ErrorCode.NONE
+    assert stage.secrets["a"] != stage.secrets["b"] and len(stage.secrets["a"]) == 16
+
+
+def test_a_member_secret_holds_through_a_coordinator_restart_and_is_never_stored(stage):
+    generation = stage.stable("a")
+    secret = stage.secrets["a"]
+    stage.restart()
+
+    answer = only(stage.ask("a", HeartbeatRequest(correlation_id=97, group_id="g", generation=generation,
+                                                  member_id=stage.ids["a"], member_secret=secret)),
+                  HeartbeatResponse)
+
+    assert answer.error == ErrorCode.NONE
+    assert secret not in bytes(stage.fs.durable_content(STATE_PATH))
 
 
 # ---------------------------------------------------------------------------- admin
@@ -411,7 +477,7 @@ def test_deleting_a_group_needs_it_empty_and_removes_its_offsets_durably(stage):
     stage.commit("a", {("orders", 0): 3})
 
     busy = only(stage.ask("admin", DeleteGroupRequest(correlation_id=1, group_id="g")), DeleteGroupResponse)
-    stage.ask("a", LeaveGroupRequest(correlation_id=2, group_id="g", member_id=stage.ids["a"]))
+    stage.ask("a", LeaveGroupRequest(correlation_id=2, group_id="g", **stage.member("a")))
     effects = stage.ask("admin", DeleteGroupRequest(correlation_id=3, group_id="g"))
     stage.restart()
 
@@ -473,7 +539,7 @@ def test_a_silent_member_is_removed_when_its_session_ends_to_the_millisecond():
     for _ in range(30):  # "a" heartbeats every 300 ms; "b" never does
         stage.harness.advance(300)
         stage.ask("a", HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g",
-                                        generation=group.generation, member_id=stage.ids["a"]))
+                                        generation=group.generation, **stage.member("a")))
         if stage.harness.now_ns >= expires_ns - 300 * MS:
             break
     stage.harness.advance_to(expires_ns)
@@ -496,7 +562,7 @@ def test_a_stable_group_costs_wakes_only_at_its_session_deadlines():
         stage.harness.advance(300)
         for name in ("a", "b"):
             stage.ask(name, HeartbeatRequest(correlation_id=stage.next_correlation(), group_id="g",
-                                             generation=group.generation, member_id=stage.ids[name]))
+                                             generation=group.generation, **stage.member(name)))
     wakes = ticks() - before
     assert wakes <= 2, f"{wakes} wakes in 6 s of a stable group with 10 s sessions"
     assert len(group.members) == 2
@@ -514,7 +580,7 @@ def test_a_session_deadline_the_coordinator_timer_would_miss_breaks_its_invarian
 def test_a_committed_offset_keeps_the_id_of_its_topic_through_a_restart_and_old_records_read_as_unknown(stage):
     generation = stage.stable("a")
     request = OffsetCommitRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
-                                  member_id=stage.ids["a"], offsets=[
+                                  **stage.member("a"), offsets=[
                                       OffsetEntry(topic="orders", partition=0, offset=42, topic_id=4711)])
     assert only(flushed(stage.ask("a", request)), OffsetCommitResponse).error == ErrorCode.NONE
     stage.coordinator.state.put("offset/old/orders/0", [7, "", 1_000, 3])  # written before topic ids were kept
@@ -533,7 +599,7 @@ def test_a_committed_offset_keeps_the_id_of_its_topic_through_a_restart_and_old_
 def test_a_negative_topic_id_is_refused(stage):
     generation = stage.stable("a")
     request = OffsetCommitRequest(correlation_id=stage.next_correlation(), group_id="g", generation=generation,
-                                  member_id=stage.ids["a"], offsets=[
+                                  **stage.member("a"), offsets=[
                                       OffsetEntry(topic="orders", partition=0, offset=42, topic_id=-5)])
 
     [entry] = only(stage.ask("a", request), OffsetCommitResponse).offsets

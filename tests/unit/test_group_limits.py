@@ -183,7 +183,8 @@ def stable_group(harness: Harness, actor: GroupCoordinator, names: list[str]) ->
 
 def sync(harness: Harness, actor: GroupCoordinator, leader: str, ids: dict[str, str], sizes: dict[str, int]) -> list:
     request = SyncGroupRequest(correlation_id=9, group_id="g", generation=actor.groups["g"].generation,
-                               member_id=ids[leader], assignments=[
+                               member_id=ids[leader], member_secret=actor.secrets.of("g", ids[leader]),
+                               assignments=[
                                    MemberAssignment(member_id=ids[name], assignment=bytes(size))
                                    for name, size in sizes.items()])
     return messages(harness.deliver(GROUPS, request, leader), SyncGroupResponse)
@@ -220,7 +221,8 @@ def test_the_membership_count_follows_members_that_leave_or_expire_and_survives_
 
     restarted = GroupCoordinator(state=DurableState.open("/g/groups.state", fs=fs), coordinator="coordinator",
                                  endpoint=GROUPS, incarnation=2, limits=actor.limits, rng=random.Random(2))
-    harness.deliver(GROUPS, LeaveGroupRequest(correlation_id=10, group_id="g", member_id=ids["c"]), "c")
+    harness.deliver(GROUPS, LeaveGroupRequest(correlation_id=10, group_id="g", member_id=ids["c"],
+                                              member_secret=actor.secrets.of("g", ids["c"])), "c")
     harness.advance(60_000)  # every session expires
 
     assert counted == held > 6000

@@ -85,6 +85,7 @@ class World:
         self.harness.add(GROUP, self.group)
         self.replicas: dict[tuple[str, int, int], PartitionReplica] = {}
         self.correlation = 0
+        self.secrets: dict[str, bytes] = {}  # member id -> the secret its join answer gave
         self.settle(LIMITS.coordinator_election_grace_ms + 100)
 
     def _new_group_coordinator(self, incarnation: int) -> GroupCoordinator:
@@ -161,9 +162,12 @@ class World:
                   **extra) -> ShareGroupHeartbeatResponse:
         self.harness.deliver(GROUP, ShareGroupHeartbeatRequest(
             correlation_id=self.next_id(), group_id=group, member_id=member_id, client_id=member, topics=topics,
-            session_timeout_ms=SESSION_MS, **extra), member)
+            session_timeout_ms=SESSION_MS, member_secret=self.secrets.get(member_id, b""), **extra), member)
         self.settle(50)
-        return self.harness.take(member, ShareGroupHeartbeatResponse)[-1]
+        response = self.harness.take(member, ShareGroupHeartbeatResponse)[-1]
+        if response.member_id:
+            self.secrets[response.member_id] = response.member_secret
+        return response
 
     def keep_alive(self, member: str, member_id: str, topics: list[str], milliseconds: int) -> None:
         """Let time pass while the member heartbeats."""
@@ -176,7 +180,8 @@ class World:
         """Effects of the acquire (the answer may be parked: read it with `acquired`)."""
         return self.harness.deliver(GROUP, ShareAcquireRequest(
             correlation_id=self.next_id(), group_id=group, member_id=member_id, topic=topic, partition=partition,
-            max_records=max_records, max_wait_ms=wait_ms), member)
+            max_records=max_records, max_wait_ms=wait_ms, member_secret=self.secrets.get(member_id, b"")),
+            member)
 
     def acquired(self, member: str) -> list[ShareAcquireResponse]:
         self.harness.run()
@@ -194,6 +199,7 @@ class World:
                **extra) -> ShareAcknowledgeResponse:
         self.harness.deliver(GROUP, ShareAcknowledgeRequest(
             correlation_id=self.next_id(), group_id="g", member_id=member_id, topic=topic, partition=0,
+            member_secret=self.secrets.get(member_id, b""),
             acknowledgements=[ShareAcknowledgement(first_offset=first, last_offset=last, kind=kind, **extra)]),
             member)
         self.settle(50)
@@ -384,6 +390,45 @@ def test_two_members_get_disjoint_records(world):
     assert first == [(0, 1), (1, 1), (2, 1), (3, 1)] and second == [(4, 1), (5, 1)]
 
 
+def test_a_member_id_read_from_a_description_does_not_let_another_client_act_as_that_member(world):
+    """DescribeSharePartitions names each lock's holder. Before member secrets, a client that read
+    it accepted another member's records (never handled, and never delivered again), acquired in
+    its name, changed its subscription and made it leave (its locks released)."""
+    world.produce("orders", ["x", "y"])
+    a = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", a, "orders")
+    holder = world.describe().partitions[0].records[0].member_id
+    assert holder == a
+
+    def mallory(request, kind):
+        world.harness.deliver(GROUP, request, "mallory")
+        world.settle(50)
+        return world.harness.take("mallory", kind)[-1]
+
+    def heartbeat(**extra) -> ShareGroupHeartbeatRequest:
+        return ShareGroupHeartbeatRequest(correlation_id=world.next_id(), group_id="g", member_id=holder,
+                                          client_id="a", session_timeout_ms=SESSION_MS, **extra)
+
+    refused = [
+        mallory(ShareAcknowledgeRequest(
+            correlation_id=world.next_id(), group_id="g", member_id=holder, topic="orders", partition=0,
+            acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=1, kind="accept")]),
+            ShareAcknowledgeResponse),
+        mallory(ShareAcquireRequest(correlation_id=world.next_id(), group_id="g", member_id=holder,
+                                    topic="orders", partition=0), ShareAcquireResponse),
+        mallory(heartbeat(topics=[]), ShareGroupHeartbeatResponse),
+        mallory(heartbeat(topics=["orders"], leaving=True), ShareGroupHeartbeatResponse),
+    ]
+
+    assert [answer.error for answer in refused] == [ErrorCode.UNKNOWN_MEMBER_ID] * 4
+    assert all("secret" in answer.error_message for answer in refused)
+    held = world.describe().partitions[0].records
+    assert [(ranged.first_offset, ranged.last_offset, ranged.state, ranged.member_id) for ranged in held] == [
+        (0, 1, "acquired", a)]
+    assert world.group.share.groups["g"].members[a].topics == ["orders"]
+    assert world.answer("a", a, "orders", 0, 1, "accept").results[0].error == ErrorCode.NONE
+
+
 def test_an_expired_lock_is_redelivered_to_anyone_with_its_count_grown(world):
     world.produce("orders", ["x"])
     a = world.join("a", ["orders"]).member_id
@@ -459,7 +504,8 @@ def test_a_parked_acquire_gets_a_delayed_release_the_moment_its_delay_ends(world
     world.acquire("b", b, "orders", wait_ms=5_000)
     world.harness.run()
     world.harness.deliver(GROUP, ShareAcknowledgeRequest(
-        correlation_id=world.next_id(), group_id="g", member_id=a, topic="orders", partition=0,
+        correlation_id=world.next_id(), group_id="g", member_id=a, member_secret=world.secrets[a],
+        topic="orders", partition=0,
         acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="release", delay_ms=333)]), "a")
     released_ns = world.harness.now_ns
     world.harness.advance_to(released_ns + 333 * MS - 1)
@@ -720,7 +766,7 @@ def test_a_topic_too_long_for_its_default_dead_letter_topic_needs_a_group_that_n
     acquired = world.acquire_now("c", named.member_id, too_long, group="named")
     world.harness.deliver(GROUP, ShareAcknowledgeRequest(
         correlation_id=world.next_id(), group_id="named", member_id=named.member_id,
-        topic=too_long, partition=0,
+        member_secret=named.member_secret, topic=too_long, partition=0,
         acknowledgements=[ShareAcknowledgement(first_offset=0, last_offset=0, kind="reject")]), "c")
     world.settle(1_500)
     assert acquired_offsets(acquired) == [(0, 1)]
@@ -1132,8 +1178,8 @@ def test_one_acknowledgement_request_covers_at_most_what_a_member_can_hold():
     renew = ShareAcknowledgement(first_offset=0, last_offset=199, kind="renew")
 
     world.harness.deliver(GROUP, ShareAcknowledgeRequest(
-        correlation_id=world.next_id(), group_id="g", member_id=member, topic="orders", partition=0,
-        acknowledgements=[renew] * 2), "a")
+        correlation_id=world.next_id(), group_id="g", member_id=member, member_secret=world.secrets[member],
+        topic="orders", partition=0, acknowledgements=[renew] * 2), "a")
     answer = world.harness.take("a", ShareAcknowledgeResponse)[-1]
     within = world.answer("a", member, "orders", 0, 199, "renew")
 
