@@ -16,7 +16,7 @@ replaced is fenced (FENCED_INSTANCE_ID). "Rejoin" means another process: the one
 instance that asks again without its member id (a retry, a duplicate) gets the id it has.
 
 A member id alone proves nothing (DescribeGroup lists them): a join is answered with the member's
-secret too, and a request naming a member must carry it (actors/member_secrets.py), or it is
+secret too, and a request naming a member must carry it (actors/client_secrets.py), or it is
 refused UNKNOWN_MEMBER_ID and changes nothing. Two requests need no secret, as in Kafka: a join
 of a static member without a member id (a restarted instance takes its identity over) and a leave
 naming only a `group_instance_id` (an operator removing a static member).
@@ -32,9 +32,9 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.client_secrets import MemberSecrets, refusal_text
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
-from actors.member_secrets import MemberSecrets, refusal_text
 from actors.messages import (
     ConsumerAssignment, GroupMember, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberDescription, SyncGroupRequest,

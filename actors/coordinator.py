@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.actor import MS
+from actors.client_secrets import ProducerSecrets
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.elections import PartitionRecord, ReplicaView, check_alter_isr, reconcile
 from actors.errors import ErrorCode
@@ -69,8 +70,10 @@ LIVENESS_CHECK_MAX_MS = 10_000  # the longest the coordinator goes without judgi
 
 class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
     def __init__(self, *, state: Any, nodes: list[int], rng: "random.Random",
-                 limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "") -> None:
+                 limits: Limits = DEFAULT_LIMITS, name: str = "coordinator", cluster_id: str = "",
+                 client_key: bytes = b"") -> None:
         self.name = name
+        self.producer_secrets = ProducerSecrets(client_key)  # handed out with each producer id
         self.cluster_id = cluster_id
         self.state = state
         self.nodes = sorted(nodes)
@@ -396,7 +399,8 @@ class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
     def _on_init_producer_id(self, request: InitProducerIdRequest, sender: Any) -> list[Effect]:
         producer_id = int(self.state.get("producer-id/next", 1))
         self.state.put("producer-id/next", producer_id + 1)
-        reply = InitProducerIdResponse(correlation_id=request.correlation_id, producer_id=producer_id)
+        reply = InitProducerIdResponse(correlation_id=request.correlation_id, producer_id=producer_id,
+                                       producer_secret=self.producer_secrets.of(producer_id))
         return [AfterFlush(self.state, (Send(sender, reply),))]
 
     def _store_partition(self, topic: str, partition: int, record: PartitionRecord) -> None:

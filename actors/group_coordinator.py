@@ -18,7 +18,7 @@ generation; a commit with generation -1 and no member id is an administrative co
 reset) and is only accepted while the group has no members.
 
 A request naming a member must carry the secret that member's join was answered with
-(actors/member_secrets.py), derived from `member_key`: the cluster secret in a cluster, so every
+(actors/client_secrets.py), derived from `client_key`: the cluster secret in a cluster, so every
 group voter and every restart derive the same secrets and none is stored.
 """
 
@@ -31,6 +31,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.classic_group import EMPTY, PREPARING, ClassicGroup
+from actors.client_secrets import MemberSecrets
 from actors.controller_endpoints import ControllerEndpoints
 from actors.deadlines import DeadlineTimer
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
@@ -38,7 +39,6 @@ from actors.errors import ErrorCode
 from actors.group_membership_budget import MembershipBudget
 from actors.group_offsets import OffsetStore, check_entry, check_group_id, entry_bytes
 from actors.limits import DEFAULT_LIMITS, Limits
-from actors.member_secrets import MemberSecrets
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
     FetchResponse, GroupSummary, HeartbeatRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
@@ -57,9 +57,9 @@ ANNOUNCE_CORRELATION_ID = 1 << 40  # the group coordinator's announcements (neve
 class GroupCoordinator:
     def __init__(self, *, state: Any, coordinator: str, endpoint: str, incarnation: int, pid: int = 0,
                  limits: Limits = DEFAULT_LIMITS, rng: random.Random | None = None,
-                 name: str = "group-coordinator", member_key: bytes = b"") -> None:
+                 name: str = "group-coordinator", client_key: bytes = b"") -> None:
         self.name = name
-        self.secrets = MemberSecrets(member_key)
+        self.secrets = MemberSecrets(client_key)
         # At the next session expiry, rebalance deadline or share-group deadline. A step wants the
         # deadlines of the classic groups it touched (`touched`) and, if it went to the share
         # groups, theirs; the tick wants everyone's again.

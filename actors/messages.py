@@ -247,6 +247,8 @@ class InitProducerIdResponse(Message, kw_only=True):
     error_message: str = ""
     producer_id: int = -1
     producer_epoch: int = 0
+    # Only this producer's: a batch naming producer_id is taken only with it (actors/client_secrets.py).
+    producer_secret: bytes = b""
 
 
 # --------------------------------------------------------------------------- control plane
@@ -427,6 +429,8 @@ class ProduceRequest(Message, kw_only=True):
     acks: int = 1  # 0: no reply, 1: leader appended, -1: all in-sync replicas have it
     timeout_ms: int = 30_000
     batch: bytes = b""  # one record batch (storage/batch.py), its own frame (a buffer once received)
+    # A batch naming a producer id: the secret InitProducerId handed out with it (actors/client_secrets.py).
+    producer_secret: bytes = b""
 
 
 class ProduceResponse(Message, kw_only=True):
@@ -540,7 +544,7 @@ class JoinGroupRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str = ""
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
     client_id: str = ""
     session_timeout_ms: int = 10_000
@@ -567,7 +571,7 @@ class SyncGroupRequest(Message, kw_only=True):
     group_id: str
     generation: int
     member_id: str
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
     assignments: list[MemberAssignment] = []  # only from the leader
 
@@ -584,7 +588,7 @@ class HeartbeatRequest(Message, kw_only=True):
     group_id: str
     generation: int
     member_id: str
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
 
 
@@ -598,7 +602,7 @@ class LeaveGroupRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
     reason: str = ""
 
@@ -630,7 +634,7 @@ class OffsetCommitRequest(Message, kw_only=True):
     group_id: str
     generation: int = -1  # -1 with member_id "": an admin commit, only for a group with no members
     member_id: str = ""
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
     offsets: list[OffsetEntry] = []
 
@@ -752,7 +756,7 @@ class ShareGroupHeartbeatRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str = ""  # "" to join
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     client_id: str = ""
     topics: list[str] = []
     session_timeout_ms: int = 10_000
@@ -781,7 +785,7 @@ class ShareAcquireRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     topic: str
     partition: int
     max_records: int = 500
@@ -814,7 +818,7 @@ class ShareAcknowledgeRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
     member_id: str
-    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/member_secrets.py)
+    member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     topic: str
     partition: int
     acknowledgements: list[ShareAcknowledgement] = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actor import MS
+from actors.client_secrets import ProducerSecrets
 from actors.controller_endpoints import ControllerEndpoints
 from actors.effects import AfterFlush, CancelTimer, Crash, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
@@ -60,7 +61,7 @@ class PartitionReplica(RoleChanges, FetchServing):
     def __init__(self, *, topic: str, topic_id: int, partition: int, node: int, endpoint: str,
                  coordinator: str, log: Any, config: TopicConfig, incarnation: int, pid: int = 0,
                  limits: Limits = DEFAULT_LIMITS, health: Any = None, findings: list[str] = (),
-                 report_to: str = "") -> None:
+                 report_to: str = "", client_key: bytes = b"") -> None:
         self.name = f"replica/{topic}/{partition}/n{node}"
         self.topic, self.topic_id, self.partition, self.node = topic, topic_id, partition, node
         self.endpoint = endpoint
@@ -77,6 +78,7 @@ class PartitionReplica(RoleChanges, FetchServing):
         self.correlation = 0
         self.parked: list = []
         self.producers = ProducerStateTable(self.limits.producer_ids_per_partition_max)
+        self.producer_secrets = ProducerSecrets(client_key)  # a batch naming a producer id proves it
         self.counters_appended = 0
         self.deferred: list[Effect] = []  # effects found while building an answer (damage a read met)
         self.armed: set[str] = set()  # timers that are set and will fire (see _arm_timers)

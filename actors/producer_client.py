@@ -70,6 +70,7 @@ class ProducerClient(ProducerMetadata):
         self.metadata_asked: set[str] = set()  # the topics the request in flight asks for
         self.metadata_answered_ns = -(1 << 62)
         self.producer_id = -1
+        self.producer_secret = b""  # handed out with producer_id; a leader takes its batches only with it
         self.producer_id_correlation = 0
         self.timer = DeadlineTimer()  # at the next timeout, retry, delivery deadline or re-ask
         self.chase_at_ns = 0  # when metadata or a producer id still wanted is asked for again (0: none wanted)
@@ -228,7 +229,8 @@ class ProducerClient(ProducerMetadata):
         request = ProduceRequest(
             correlation_id=pending.correlation_id, topic=batch.topic, partition=batch.partition,
             topic_id=known.topic_id if known is not None else 0,
-            acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded)
+            acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded,
+            producer_secret=self.producer_secret if self.settings.idempotent else b"")
         effects: list[Effect] = [Send(endpoint, request)]
         if self.settings.acks == 0:
             effects += self._finish(pending, -1, None, now_ns, dispatch=False)  # the caller's loop sends the next

@@ -65,6 +65,7 @@ class ProducerMetadata:
             return [Trace("producer-id-refused", {"error": response.error,
                                                   "producer_id": response.producer_id})]
         self.producer_id, self.sequences.base_epoch = response.producer_id, response.producer_epoch
+        self.producer_secret = response.producer_secret
         effects: list[Effect] = []
         for key in list(self.waiting):
             effects += self._dispatch(key, now_ns)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sortedcontainers import SortedList
 
 from actors.actor import MS
+from actors.client_secrets import producer_refusal_text
 from actors.effects import Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.messages import AlterIsrRequest, FetchRequest, ProduceResponse
@@ -97,6 +98,10 @@ class LeaderRole:
             return replica.produce_error(request, sender, ErrorCode.MESSAGE_TOO_LARGE, str(error))
         except CorruptBatch as error:
             return replica.produce_error(request, sender, ErrorCode.CORRUPT_MESSAGE, str(error))
+        if header.producer_id >= 0 and not replica.producer_secrets.proves(header.producer_id,
+                                                                           request.producer_secret):
+            return replica.produce_error(request, sender, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                         producer_refusal_text(header.producer_id))
         ahead_ms = header.max_timestamp_ms - now_ns // MS
         if ahead_ms > replica.limits.record_timestamp_future_max_ms:
             return replica.produce_error(request, sender, ErrorCode.INVALID_TIMESTAMP, (

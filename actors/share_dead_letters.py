@@ -265,7 +265,8 @@ class DeadLetterWriter:
             return self.leaders.refresh_leaders(target.topic, now_ns)
         target.stage = "producing"
         request = ProduceRequest(correlation_id=0, topic=target.topic, partition=target.partition, acks=-1,
-                                 timeout_ms=self.groups.limits.share_request_timeout_ms, batch=target.batch)
+                                 timeout_ms=self.groups.limits.share_request_timeout_ms, batch=target.batch,
+                                 producer_secret=self.groups.producer_secrets.of(target.producer_id))
         return [self.leaders.send_request("dlq-produce", target.key, endpoint, request, now_ns)]
 
     # ------------------------------------------------------------------ answers

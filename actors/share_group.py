@@ -36,12 +36,12 @@ from typing import Any, Callable
 import msgspec
 
 from actors.actor import MS
+from actors.client_secrets import MemberSecrets, ProducerSecrets
 from actors.dead_letter_records import DeadLetterItem
 from actors.deadlines import lowered
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.limits import Limits
-from actors.member_secrets import MemberSecrets
 from actors.messages import (
     CreateTopicResponse, DescribeGroupRequest, DescribeGroupResponse, DescribeSharePartitionsRequest,
     DescribeSharePartitionsResponse, ErrorResponse, FetchResponse, GroupSummary, InitProducerIdResponse,
@@ -64,7 +64,10 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.state = state
         self.limits = limits
         self.rng = rng
-        self.secrets = secrets  # a member's requests carry its secret (actors/member_secrets.py)
+        self.secrets = secrets  # a member's requests carry its secret (actors/client_secrets.py)
+        # The dead-letter writer's producer ids are the cluster's like any producer's: it derives
+        # their secrets under the same key, so a restart needs none stored.
+        self.producer_secrets = ProducerSecrets(secrets.key)
         self.is_classic_group = is_classic_group
         self.groups: dict[str, ShareGroup] = {}
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from actors.actor import MS
+from actors.client_secrets import refusal_text
 from actors.effects import Effect, Send, SetTimer
 from actors.errors import ErrorCode
-from actors.member_secrets import refusal_text
 from actors.messages import (
     ListOffsetsResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareAcquireRequest, ShareAcquireResponse,
 )

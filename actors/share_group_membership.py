@@ -22,13 +22,13 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.client_secrets import refusal_text
 from actors.deadlines import lowered
 from actors.effects import Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.group_membership_budget import MEMBER_ID_SUFFIX_BYTES
 from actors.group_offsets import is_topic_name
 from actors.limits import Limits
-from actors.member_secrets import refusal_text
 from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
 from actors.share_partition import SharePartition
 

@@ -96,3 +96,18 @@ def created_again(admin, topic: str) -> bool:
             return False
         raise
     return True
+
+
+def producer_secret_of(batch: bytes) -> bytes:
+    """The secret InitProducerId hands out with the producer id `batch` names, under the key a
+    replica built without one has (b""); a batch naming no producer needs none. Tests that play
+    an honest idempotent producer send it."""
+    from actors.client_secrets import ProducerSecrets
+    from storage.batch import parse_header
+    from storage.errors import StorageError
+
+    try:
+        producer_id = parse_header(batch).producer_id
+    except StorageError:  # a batch a test damaged on purpose names no producer
+        return b""
+    return ProducerSecrets().of(producer_id) if producer_id >= 0 else b""

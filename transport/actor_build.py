@@ -67,7 +67,7 @@ def build_kind(spec: ActorSpec, fs: Any, directory: str, endpoint: str, incarnat
         state = DurableState.open(path, fs=fs)
         actor = GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                  incarnation=incarnation, pid=os.getpid(), limits=spec.limits,
-                                 rng=random.Random(incarnation), member_key=spec.secret)
+                                 rng=random.Random(incarnation), client_key=spec.secret)
         return actor, StorageFaults(fs)
     if spec.kind == "replica":
         return _build_replica(spec, fs, directory, endpoint, incarnation), StorageFaults(fs)
@@ -91,7 +91,7 @@ def _build_coordinator(spec: ActorSpec, fs: Any, directory: str, incarnation: in
                              "for --rebuild-metadata") from None
     try:
         return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(incarnation), limits=spec.limits,
-                           cluster_id=spec.cluster_id)
+                           cluster_id=spec.cluster_id, client_key=spec.secret)
     except ValueError as error:
         raise RefusedToStart(str(error)) from None
 
@@ -115,7 +115,7 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
 
     def coordinator(state: Any) -> Any:
         return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
-                           cluster_id=spec.cluster_id)
+                           cluster_id=spec.cluster_id, client_key=spec.secret)
 
     return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
                       pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
@@ -203,7 +203,7 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
     def group_coordinator(state: Any) -> Any:
         return GroupCoordinator(state=state, coordinator=spec.coordinator, endpoint=endpoint,
                                 incarnation=rng.getrandbits(62) + 1, pid=os.getpid(), limits=spec.limits,
-                                rng=random.Random(rng.getrandbits(64)), member_key=spec.secret)
+                                rng=random.Random(rng.getrandbits(64)), client_key=spec.secret)
 
     return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
                             endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
@@ -294,4 +294,5 @@ def _build_replica(spec: ActorSpec, fs: Any, directory: str, endpoint: str, inca
     return PartitionReplica(
         topic=spec.topic, topic_id=spec.topic_id, partition=spec.partition, node=spec.node, endpoint=endpoint,
         coordinator=spec.coordinator, log=opened.log, config=spec.config, incarnation=incarnation, pid=os.getpid(),
-        limits=spec.limits, health=opened.health, findings=opened.findings, report_to=spec.report_to)
+        limits=spec.limits, health=opened.health, findings=opened.findings, report_to=spec.report_to,
+        client_key=spec.secret)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.client_secrets import ProducerSecrets
 from actors.effects import AfterFlush, Crash, Exit
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -23,6 +24,7 @@ from storage.batch import encode_batch, iter_batches
 from storage.errors import LogClosed
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
+from tests.helpers import producer_secret_of
 from tests.unit.actor_harness import Harness, at_once, flushed, messages, only
 
 LEADER, COORDINATOR, CLIENT = "tcp://127.0.0.1:1/orders/0/n1", "coordinator", "client"
@@ -79,10 +81,12 @@ class Stage:
         return self.correlation
 
     def produce(self, payload: bytes | None = None, *, acks: int = 1, timeout_ms: int = 30_000,
-                count: int = 1, sender: str = CLIENT) -> list:
+                count: int = 1, sender: str = CLIENT, secret: bytes | None = None) -> list:
+        """`secret`: the producer secret sent (None: the one the batch's producer was handed)."""
+        payload = payload if payload is not None else batch(count)
         request = ProduceRequest(correlation_id=self.next_correlation(), topic="orders", partition=0,
-                                 acks=acks, timeout_ms=timeout_ms,
-                                 batch=payload if payload is not None else batch(count))
+                                 acks=acks, timeout_ms=timeout_ms, batch=payload,
+                                 producer_secret=producer_secret_of(payload) if secret is None else secret)
         return self.harness.deliver(LEADER, request, sender)
 
     def follower_fetch(self, node: int, offset: int | None = None, *, last_fetched_epoch: int | None = None,
@@ -338,6 +342,26 @@ def reopened_as_leader(stage: Stage) -> Harness:
     return harness
 
 
+def test_a_batch_naming_a_producer_id_without_that_producers_secret_is_refused_and_nothing_is_stored(stage):
+    """Every batch an idempotent producer stored names its id, which any consumer reads. Before
+    producer secrets, a client that read it wrote under it: it took the producer's next sequence
+    numbers (the producer's own batch then failed) or fenced the producer with a higher epoch."""
+    stage.produce(idempotent(2, 0))
+    end = stage.log.log_end_offset
+
+    answers = [only(stage.produce(forged, secret=secret), ProduceResponse) for forged, secret in [
+        (idempotent(1, 2, tag="next numbers"), b""),
+        (idempotent(1, 0, producer_epoch=1, tag="higher epoch"), b""),
+        (idempotent(1, 2, tag="another's secret"), ProducerSecrets().of(78)),
+    ]]
+    mine = only(stage.produce(idempotent(1, 2)), ProduceResponse)
+
+    assert [answer.error for answer in answers] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 3
+    assert all("producer secret" in answer.error_message for answer in answers)
+    assert (mine.error, mine.base_offset) == (ErrorCode.NONE, end), "its own numbers and epoch were left"
+    assert stage.log.log_end_offset == end + 1
+
+
 def test_a_retried_idempotent_batch_is_answered_with_its_original_offsets_and_not_rewritten(stage):
     stage.produce(batch(2))
     first = only(stage.produce(idempotent(3, 0)), ProduceResponse)
@@ -385,9 +409,10 @@ def test_a_new_replica_tells_a_retry_from_another_batch_under_the_same_numbers()
     stage.produce(idempotent(2, 0, tag="forged"))
     harness = reopened_as_leader(stage)
 
-    response = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
-                                                           batch=idempotent(2, 0, tag="mine"))),
-                    ProduceResponse)
+    mine = idempotent(2, 0, tag="mine")
+    request = ProduceRequest(correlation_id=1, topic="orders", partition=0, batch=mine,
+                             producer_secret=producer_secret_of(mine))
+    response = only(harness.deliver(LEADER, request), ProduceResponse)
 
     assert response.error == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
     assert stage.log.log_end_offset == 2
@@ -429,8 +454,9 @@ def test_producer_state_is_rebuilt_from_the_log_so_a_new_replica_recognises_retr
     first = only(stage.produce(idempotent(2, 0)), ProduceResponse)
     harness = reopened_as_leader(stage)
 
-    again = only(harness.deliver(LEADER, ProduceRequest(correlation_id=1, topic="orders", partition=0,
-                                                        batch=idempotent(2, 0))), ProduceResponse)
+    request = ProduceRequest(correlation_id=1, topic="orders", partition=0, batch=idempotent(2, 0),
+                             producer_secret=producer_secret_of(idempotent(2, 0)))
+    again = only(harness.deliver(LEADER, request), ProduceResponse)
 
     assert (again.base_offset, again.last_offset) == (first.base_offset, first.last_offset)
     assert stage.log.log_end_offset == 2

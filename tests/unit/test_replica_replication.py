@@ -26,6 +26,7 @@ from storage.batch import decode_records, encode_batch, iter_batches
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
 from storage.state import DurableState
+from tests.helpers import producer_secret_of
 from tests.unit.actor_harness import Harness, flushed, messages, only, unflushed_messages
 
 COORDINATOR, CLIENT = "coordinator", "client"
@@ -253,7 +254,8 @@ def test_a_new_leader_recognises_a_retry_of_an_idempotent_batch_the_old_leader_a
     cluster.produce("a", count=2)
     retried = bytes(encode_batch([(0, b"id-key", b"v", None)], 1_000, producer_id=55, producer_epoch=0,
                                  base_sequence=0))
-    first = ProduceRequest(correlation_id=100, topic="orders", partition=0, acks=-1, batch=retried)
+    first = ProduceRequest(correlation_id=100, topic="orders", partition=0, acks=-1, batch=retried,
+                           producer_secret=producer_secret_of(retried))
     cluster.harness.deliver(endpoint(old), first, CLIENT)
     cluster.harness.run()
     original = cluster.acknowledged()[-1]
@@ -265,7 +267,8 @@ def test_a_new_leader_recognises_a_retry_of_an_idempotent_batch_the_old_leader_a
     new = cluster.leader
     end = cluster.logs[new].log_end_offset
 
-    again = ProduceRequest(correlation_id=101, topic="orders", partition=0, acks=-1, batch=retried)
+    again = ProduceRequest(correlation_id=101, topic="orders", partition=0, acks=-1, batch=retried,
+                           producer_secret=producer_secret_of(retried))
     cluster.harness.deliver(endpoint(new), again, CLIENT)
     cluster.harness.run()
 
