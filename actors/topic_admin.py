@@ -38,7 +38,9 @@ class TopicRecord(msgspec.Struct, kw_only=True):
 
 class TopicAdmin:
     def _on_create_topic(self, request: CreateTopicRequest, sender: Any, now_ns: int) -> list[Effect]:
-        problem = self._check_new_topic(request)
+        config, problem = topic_config_from(request.config)
+        if problem is None:
+            problem = self._check_new_topic(request, config)
         if problem is not None:
             code, text = problem
             return [Send(sender, CreateTopicResponse(
@@ -50,7 +52,7 @@ class TopicAdmin:
             return [Send(sender, CreateTopicResponse(correlation_id=request.correlation_id,
                                                      error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
         record = TopicRecord(name=request.name, topic_id=self.rng.getrandbits(62) + 1,
-                             config=request.config, replicas=replicas)
+                             config=config, replicas=replicas)
         self.topics[request.name] = record
         self.topic_born_ns[request.name] = now_ns
         self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
@@ -62,7 +64,7 @@ class TopicAdmin:
                                         "replication_factor": request.replication_factor})
         return [trace, AfterFlush(self.state, (Send(sender, reply),))]
 
-    def _check_new_topic(self, request: CreateTopicRequest) -> tuple[ErrorCode, str] | None:
+    def _check_new_topic(self, request: CreateTopicRequest, config: TopicConfig) -> tuple[ErrorCode, str] | None:
         limits = self.limits
         if not is_topic_name(request.name, limits):
             return ErrorCode.INVALID_REQUEST, (
@@ -78,11 +80,11 @@ class TopicAdmin:
         if not 1 <= request.replication_factor <= len(self.nodes):
             return ErrorCode.INVALID_REPLICATION_FACTOR, (
                 f"replication factor {request.replication_factor} needs 1..{len(self.nodes)} nodes")
-        if request.config.batch_bytes_max > limits.fetch_bytes_max:
+        if config.batch_bytes_max > limits.fetch_bytes_max:
             return ErrorCode.INVALID_CONFIG, (
-                f"batch_bytes_max {request.config.batch_bytes_max} is above fetch_bytes_max "
+                f"batch_bytes_max {config.batch_bytes_max} is above fetch_bytes_max "
                 f"({limits.fetch_bytes_max}): a batch is fetched whole, in one answer")
-        return check_topic_config(request.config, request.replication_factor)
+        return check_topic_config(config, request.replication_factor)
 
     def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:
         record = self.topics.pop(request.name, None)
@@ -201,6 +203,23 @@ def place_replicas(nodes: list[int], first_partition: int, count: int, replicati
         [nodes[(start + partition + offset) % total] for offset in range(replication_factor)]
         for partition in range(first_partition, first_partition + count)
     ]
+
+
+def topic_config_from(settings: Any) -> tuple[TopicConfig | None, tuple[ErrorCode, str] | None]:
+    """(the TopicConfig of `settings`, by name, the others at their defaults; or why not). Every
+    name must be a setting and every value of its type: the decoder of a TopicConfig drops names
+    it does not know, so a misspelt `min_insync_replica` made a topic of min in-sync 1 silently."""
+    if isinstance(settings, TopicConfig):  # built in this process, not decoded from a frame
+        return settings, None
+    known = TopicConfig.__struct_fields__
+    unknown = sorted(str(name)[:60] for name in settings if name not in known)
+    if unknown:
+        return None, (ErrorCode.INVALID_CONFIG, f"no topic setting is called {', '.join(map(repr, unknown))}; "
+                                                f"the settings are {', '.join(known)}")
+    try:
+        return msgspec.convert(settings, TopicConfig), None
+    except msgspec.ValidationError as error:
+        return None, (ErrorCode.INVALID_CONFIG, f"bad topic setting: {str(error)[:200]}")
 
 
 def check_topic_config(config: TopicConfig, replication_factor: int) -> tuple[ErrorCode, str] | None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import msgspec
-
 from actors.controller_endpoints import ControllerEndpoints
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
@@ -18,6 +16,7 @@ from actors.messages import (
     DeleteTopicRequest, ErrorResponse, FaultControlRequest, LinkFault, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, RuntimeStatsRequest, RuntimeStatsResponse, TopicConfig, TopicMetadata,
 )
+from actors.topic_admin import topic_config_from
 from transport.rpc import RequestTimeout, RpcClient
 
 
@@ -28,19 +27,12 @@ def _check(reply: Any) -> Any:
 
 
 def topic_config(settings: dict[str, Any]) -> TopicConfig:
-    """Settings given by name, every name known and every value of its type, else `INVALID_CONFIG`.
-    The wire's decoder drops names it does not know (msgspec), so a misspelt
-    `min_insync_replica=2` made a topic of min in-sync 1 without a word."""
-    known = TopicConfig.__struct_fields__
-    unknown = sorted(name for name in settings if name not in known)
-    if unknown:
-        raise RailmqError(ErrorCode.INVALID_CONFIG,
-                          f"unknown topic settings {', '.join(map(repr, unknown))}; "
-                          f"the settings are {', '.join(known)}")
-    try:
-        return msgspec.convert(settings, TopicConfig)
-    except msgspec.ValidationError as error:
-        raise RailmqError(ErrorCode.INVALID_CONFIG, f"bad topic setting: {error}") from None
+    """Settings given by name, every name known and every value of its type, else `INVALID_CONFIG`
+    before anything is sent (the coordinator reads them the same way: actors/topic_admin.py)."""
+    config, problem = topic_config_from(settings)
+    if problem is not None:
+        raise RailmqError(*problem)
+    return config
 
 
 class Admin:

@@ -29,6 +29,7 @@ from storage.state import DurableState
 from tests.unit.actor_harness import (
     Harness, at_once, flushed, flushed_messages, messages, only, unflushed_messages,
 )
+from transport.codec import Codec
 
 COORDINATOR = "coordinator"
 ADMIN = "admin"
@@ -211,6 +212,35 @@ def test_an_invalid_topic_config_is_refused(cluster, config):
     assert response.error == ErrorCode.INVALID_CONFIG
     assert response.error_message
     assert "orders" not in cluster.coordinator.topics
+
+
+@pytest.mark.parametrize("settings", [
+    {"min_insync_replica": 2}, {"retention_mss": 1_000, "retention_ms": 5}, {"min_insync_replicas": "2"},
+    {"min_insync_replicas": 2.0}, {"unclean_leader_election": 1}, {"retention_ms": True},
+])
+def test_a_raw_clients_unknown_or_mistyped_topic_setting_is_refused_naming_it(cluster, settings):
+    """A client speaking the wire itself (no `Admin` to check first). The decoder dropped names it
+    did not know, so {"min_insync_replica": 2} made a topic of min in-sync 1 without a word, where
+    acks=all acknowledges what one copy holds; a value of another type failed the whole frame."""
+    codec = Codec()
+    request = codec.decode(codec.encode(CreateTopicRequest(correlation_id=1, name="orders", partitions=1,
+                                                           replication_factor=3, config=settings)))
+
+    response = only(cluster.ask(request), CreateTopicResponse)
+
+    assert response.error == ErrorCode.INVALID_CONFIG
+    assert next(iter(settings)) in response.error_message
+    assert "orders" not in cluster.coordinator.topics
+
+
+def test_a_raw_clients_settings_by_name_make_the_topic_with_the_rest_at_their_defaults(cluster):
+    codec = Codec()
+    request = codec.decode(codec.encode(CreateTopicRequest(
+        correlation_id=1, name="orders", partitions=1, replication_factor=3,
+        config={"min_insync_replicas": 2, "retention_ms": None})))
+
+    assert only(cluster.ask(request), CreateTopicResponse).error == ErrorCode.NONE
+    assert cluster.coordinator.topics["orders"].config == TopicConfig(min_insync_replicas=2, retention_ms=None)
 
 
 def test_a_refusal_is_sent_at_once_because_it_reveals_no_decision(cluster):
