@@ -363,15 +363,17 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ time
 
-    def deadlines(self):
+    def deadlines(self) -> list[int]:
         """When each thing `tick` does falls due: the coordinator's timer fires no later."""
-        for member in self.members.values():
-            if not (self.state == PREPARING and member.join_waiter is not None):
-                yield member.last_heartbeat_ns + member.session_timeout_ms * MS + 1
-        if self.state == PREPARING:
-            yield self.rebalance_deadline_ns
+        preparing = self.state == PREPARING
+        deadlines = [member.last_heartbeat_ns + member.session_timeout_ms * MS + 1
+                     for member in self.members.values()
+                     if not (preparing and member.join_waiter is not None)]
+        if preparing:
+            deadlines.append(self.rebalance_deadline_ns)
             if all(member.join_waiter is not None for member in self.members.values()):
-                yield self.join_not_before_ns
+                deadlines.append(self.join_not_before_ns)
+        return deadlines
 
     def tick(self, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []

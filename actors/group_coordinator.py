@@ -127,17 +127,18 @@ class GroupCoordinator:
         missed = self.timer.uncovered(self._deadlines(every_share_deadline=self.share_stepped))
         assert missed is None, f"{self.name}: the timer would fire after the deadline at {missed} ns"
 
-    def _deadlines(self, every_share_deadline: bool = False):
+    def _deadlines(self, every_share_deadline: bool = False) -> list[int]:
         """The classic groups' deadlines, and the share groups' earliest as their last step ended
         (or, for invariants(), every one of theirs)."""
+        deadlines: list[int] = []
         for group in self.groups.values():
-            yield from group.deadlines()
-        if self.share is None:
-            return
-        if every_share_deadline:
-            yield from self.share.deadlines()
-        elif self.share.next_deadline_ns is not None:
-            yield self.share.next_deadline_ns
+            deadlines += group.deadlines()
+        if self.share is not None:
+            if every_share_deadline:
+                deadlines += self.share.deadlines()
+            elif self.share.next_deadline_ns is not None:
+                deadlines.append(self.share.next_deadline_ns)
+        return deadlines
 
     # ------------------------------------------------------------------ dispatch
 

@@ -78,7 +78,7 @@ class MembershipBudget:
         limits = self.limits
         assert self.total_bytes <= limits.groups_membership_bytes_max, f"members hold {self.total_bytes:,} bytes"
         for group_id, group in groups.items():
-            held = sum(member_bytes(member) for member in group.members.values())
+            held = sum(map(member_bytes, group.members.values()))
             assert held <= self.group_bytes(group_id) <= limits.group_membership_bytes_max, (
                 f"group {group_id!r}: members hold {held:,} bytes, counted {self.group_bytes(group_id):,}")
 

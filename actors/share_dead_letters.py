@@ -108,14 +108,14 @@ class DeadLetterWriter:
         # ticks, which set it exactly; None: none waits).
         self.retry_floor_ns: int | None = None
 
-    def deadlines(self):
+    def deadlines(self) -> list[int]:
         """When a write waiting for its retry time may go, and when a refused dead-letter topic
         that records wait for may be asked for again (see `advance`)."""
-        for target in self.targets.values():
-            if not target.stage and (target.pending or target.queue):
-                yield target.retry_at_ns
+        deadlines = [target.retry_at_ns for target in self.targets.values()
+                     if not target.stage and (target.pending or target.queue)]
         if self.refused and self.unrouted:
-            yield from self.refused.values()
+            deadlines += self.refused.values()
+        return deadlines
 
     def _retry_later(self, target: DeadLetterTarget, now_ns: int) -> None:
         target.retry_at_ns = now_ns + DEAD_LETTER_RETRY_MS * MS

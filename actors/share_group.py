@@ -199,43 +199,43 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
     # ------------------------------------------------------------------ deadlines
 
-    def deadlines(self):
+    def deadlines(self) -> list[int]:
         """When each thing `tick` does falls due, every one of them: sessions, locks, parked
         acquires (their wait, a delayed release, the next high-watermark read), heartbeats waiting
         for metadata, requests in flight, metadata and dead-letter retries. The coordinator's timer
         fires no later (its invariants() check it); with none of it, there is no timer. A scan of
-        everything: the tick runs it, a step lowers floors instead."""
-        yield from self._session_deadlines()
-        yield from self._lock_deadlines()
+        everything: the tick runs it, a step lowers floors instead. Lists, not generators: the
+        coordinator's invariants() scans them all after every step that went to the share groups."""
+        deadlines = self._session_deadlines()
+        deadlines += self._lock_deadlines()
         for key in self.parked:
-            yield from self._parked_deadlines_of(key)
-        yield from self._step_deadlines()
-        yield from self.leaders.pending_deadlines()
-        yield from self.dead_letters.deadlines()
+            deadlines += self._parked_deadlines_of(key)
+        deadlines += self._step_deadlines()
+        deadlines += self.leaders.pending_deadlines()
+        deadlines += self.dead_letters.deadlines()
+        return deadlines
 
-    def _session_deadlines(self):
-        for group in self.groups.values():
-            for member in group.members.values():
-                yield member.last_seen_ns + member.session_timeout_ms * MS + 1
+    def _session_deadlines(self) -> list[int]:
+        return [member.last_seen_ns + member.session_timeout_ms * MS + 1
+                for group in self.groups.values() for member in group.members.values()]
 
-    def _lock_deadlines(self):
-        for group in self.groups.values():
-            for share_partition in group.partitions.values():
-                if share_partition.next_lock_deadline_ns is not None:
-                    yield share_partition.next_lock_deadline_ns
+    def _lock_deadlines(self) -> list[int]:
+        return [share_partition.next_lock_deadline_ns
+                for group in self.groups.values() for share_partition in group.partitions.values()
+                if share_partition.next_lock_deadline_ns is not None]
 
-    def _parked_deadlines_of(self, key: tuple[str, str, int]):
-        for parked in self.parked.get(key, ()):
-            yield parked.deadline_ns
-        yield self.groups[key[0]].partitions[key[1], key[2]].next_available_ns(self.step_ns)
-        yield self.leaders.watch_due_ns(key[1:])
+    def _parked_deadlines_of(self, key: tuple[str, str, int]) -> list[int]:
+        deadlines = [parked.deadline_ns for parked in self.parked.get(key, ())]
+        deadlines.append(self.groups[key[0]].partitions[key[1], key[2]].next_available_ns(self.step_ns))
+        deadlines.append(self.leaders.watch_due_ns(key[1:]))
+        return deadlines
 
-    def _step_deadlines(self):
+    def _step_deadlines(self) -> list[int]:
         """The few deadlines a step looks at directly: heartbeats waiting for metadata, and the
         next metadata request."""
-        for _, _, since_ns in self.waiting_heartbeats:
-            yield since_ns + HEARTBEAT_METADATA_WAIT_MS * MS
-        yield from self.leaders.metadata_deadlines(self.session_floor_ns is not None)
+        deadlines = [since_ns + HEARTBEAT_METADATA_WAIT_MS * MS for _, _, since_ns in self.waiting_heartbeats]
+        deadlines += self.leaders.metadata_deadlines(self.session_floor_ns is not None)
+        return deadlines
 
     def _set_floors(self, now_ns: int) -> None:
         """Every floor exactly: the earliest deadline of its kind still ahead (the tick's scan)."""
@@ -322,19 +322,20 @@ class ShareGroups(ShareMembership, ShareDelivery):
         parked = sum(len(waiting) for waiting in self.parked.values())
         assert parked <= self.limits.share_acquires_parked_max, f"{parked} parked acquires"
         assert not self.unpersisted, "a share-partition changed in a step that ended without putting it"
-        held = 0
+        held = in_flight = 0
         for group in self.groups.values():
-            assert len(group.members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
-            held += sum(member.held_bytes() for member in group.members.values())
+            members = group.members
+            assert len(members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
+            held += sum([member.held_bytes() for member in members.values()])
+            in_group = 0
             for share_partition in group.partitions.values():
-                share_partition.invariants(group.members)  # and no lock is held by a departed member
-            in_group = sum(len(share_partition.records) for share_partition in group.partitions.values())
+                share_partition.invariants(members)  # and no lock is held by a departed member
+                in_group += len(share_partition.records)
             assert in_group == group.records_in_flight, (
                 f"{group.group_id}: {in_group} records in flight, counted {group.records_in_flight}")
+            in_flight += in_group
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
-        in_flight = sum(len(share_partition.records) for group in self.groups.values()
-                        for share_partition in group.partitions.values())
         assert in_flight == self.records_in_flight, f"{in_flight} records in flight, counted {self.records_in_flight}"
         self.dead_letters.invariants()
 

@@ -124,17 +124,16 @@ class PartitionLeaders:
         self.metadata_correlation = send.message.correlation_id
         return [send]
 
-    def pending_deadlines(self):
+    def pending_deadlines(self) -> list[int]:
         """When each request in flight times out (`overdue`)."""
-        for outbound in self.pending.values():
-            yield outbound.deadline_ns
+        return [outbound.deadline_ns for outbound in self.pending.values()]
 
-    def metadata_deadlines(self, members: bool):
+    def metadata_deadlines(self, members: bool) -> list[int]:
         """When `refresh_if_due` has something to do."""
-        if members:
-            yield self.last_metadata_ns + METADATA_REFRESH_MS * MS + 1
+        deadlines = [self.last_metadata_ns + METADATA_REFRESH_MS * MS + 1] if members else []
         if self.metadata_wanted and not self.metadata_correlation:
-            yield self.last_metadata_ns + METADATA_INTERVAL_MIN_MS * MS
+            deadlines.append(self.last_metadata_ns + METADATA_INTERVAL_MIN_MS * MS)
+        return deadlines
 
     def watch_due_ns(self, key: tuple[str, int]) -> int:
         """When a waiting partition's high watermark may be read again (0: a read is in flight)."""
