@@ -117,9 +117,9 @@ class SharePartition:
         """What the partition leader said; the first answer places the start: auto_offset_reset,
         or the log's start for a partition the topic gained while the group read it (its records
         were written while the group was subscribed: `latest` skipped them, KAFKA-12261)."""
-        self._verified_holders = None
-        self.high_watermark = high_watermark
+        self.high_watermark = high_watermark  # not looked at by invariants(): the verified holders stay
         if not self.initialized:
+            self._verified_holders = None
             from_start = self.settings.auto_offset_reset == "earliest" or gained_while_read
             start = log_start_offset if from_start else high_watermark
             self.start_offset = self.end_offset = start
@@ -131,6 +131,7 @@ class SharePartition:
 
     def _forget_below(self, offset: int) -> None:
         """Retention deleted the records below `offset`: nothing is left there to deliver."""
+        self._verified_holders = None
         for gone in range(self.start_offset, min(offset, self.end_offset)):
             del self.records[gone]
             self.available.discard(gone)
@@ -149,14 +150,16 @@ class SharePartition:
         """Lock up to `max_records` records to the member: redeliveries first (lowest offsets
         first, once their delay has passed), then at most `new_records_max` new offsets up to the
         high watermark."""
-        self._verified_holders = None
-        self.expire_locks(now_ns)
+        self.expire_locks(now_ns)  # which clears the verified holders if a lock expired
         deadline = now_ns + self.settings.visibility_timeout_ms * MS
         taken: list[tuple[int, int]] = []
         due = [offset for offset in self.available if self.records[offset].available_at_ns <= now_ns]
+        # The verified holders are cleared only by an acquire that changes the window (a record
+        # locked or dead-lettered): most acquires of parked members find nothing to take.
         for offset in due:
             if len(taken) >= max_records:
                 break
+            self._verified_holders = None
             record = self.records[offset]
             self.available.discard(offset)
             if record.delivery_count >= self.settings.max_delivery_attempts:
@@ -165,6 +168,7 @@ class SharePartition:
             taken.append((offset, self._lock(record, member_id, deadline, now_ns)))
         limit = min(self._new_limit(), self.end_offset + new_records_max)
         while self.end_offset < limit and len(taken) < max_records:
+            self._verified_holders = None
             record = self.records[self.end_offset] = InFlightRecord()
             taken.append((self.end_offset, self._lock(record, member_id, deadline, now_ns)))
             self.end_offset += 1
