@@ -190,8 +190,9 @@ class SharePartition:
         (0: none waits that long)."""
         if self.last_available_at_ns <= after_ns:
             return 0  # every delay set so far has ended
-        return min((at for at in (self.records[offset].available_at_ns for offset in self.available) if at > after_ns),
-                   default=0)
+        records = self.records
+        ahead = [at for at in [records[offset].available_at_ns for offset in self.available] if at > after_ns]
+        return min(ahead) if ahead else 0
 
     def can_acquire(self, now_ns: int) -> bool:
         """Would `acquire` change anything now (a record to lock or to dead-letter)?"""
