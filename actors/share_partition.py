@@ -406,14 +406,17 @@ class SharePartition:
             assert self.records[self.start_offset].state not in DONE, "the start did not move past done records"
         attempts, earliest, records = self.settings.max_delivery_attempts, self.next_lock_deadline_ns, self.records
         available = 0
+        holders: set[str] = set()
         for offset, record in records.items():  # after every step of the simulator: kept lean
             state = record.state
             if state != ACQUIRED:
                 available += state == AVAILABLE
                 assert not record.holder, f"@{offset}: {state} with holder {record.holder!r}"
                 continue
-            assert record.holder, f"@{offset}: acquired without a holder"
-            assert members is None or record.holder in members, f"@{offset}: a lock held by departed {record.holder}"
+            holder = record.holder
+            assert holder, f"@{offset}: acquired without a holder"
+            assert members is None or holder in members, f"@{offset}: a lock held by departed {holder}"
+            holders.add(holder)
             assert 1 <= record.delivery_count <= attempts, (
                 f"@{offset}: delivery count {record.delivery_count} outside 1..{attempts}")
             assert earliest is not None and earliest <= record.lock_deadline_ns, (
@@ -422,7 +425,7 @@ class SharePartition:
         assert available == len(self.available) and all(
             offset in records and records[offset].state == AVAILABLE for offset in self.available), (
             "the available set is wrong")
-        self._verified_holders = frozenset(record.holder for record in records.values() if record.state == ACQUIRED)
+        self._verified_holders = frozenset(holders)
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRecords]:
