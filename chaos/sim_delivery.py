@@ -75,7 +75,7 @@ class Delivery:
             return  # sent to an endpoint of an earlier incarnation: nobody listens there
         if isinstance(target, int) and target != host.incarnation:
             return  # a reply to a process that has since died
-        if host.paused_until_ns > self.now_ns:
+        if host.paused_until_ns > self.queue.now_ns:
             self.queue.push(host.paused_until_ns, "deliver", (name, target, sender, frames, authenticated))
             return
         message = self.codec.decode(frames)
@@ -89,9 +89,10 @@ class Delivery:
         host = self.hosts[name]
         if not host.alive or host.incarnation != incarnation or host.timers.get(timer) != deadline:
             return
-        if host.clock_ns(self.now_ns) < deadline:
+        now_ns = self.queue.now_ns
+        if host.clock_ns(now_ns) < deadline:
             return  # the process's clock jumped back: the timer was queued again for later
-        if host.paused_until_ns > self.now_ns:
+        if host.paused_until_ns > now_ns:
             self.queue.push(host.paused_until_ns, "timer", (name, incarnation, timer, deadline))
             return
         del host.timers[timer]

@@ -168,21 +168,23 @@ class ShareLedger:
                                 acquired_ns, deadline_ns)
 
     def _delivered(self, key: Key, member: str, count: int, acquired_ns: int, deadline_ns: int) -> None:
-        where = f"{key[0]} {key[1]}/{key[2]}@{key[3]}"
         if key in self.accepted:
-            self.problem(f"share record {where} was delivered again (to {member}) after its accept was acknowledged")
+            self.problem(f"share record {_where(key)} was delivered again (to {member}) after its accept was "
+                         "acknowledged")
         lock = self.locks.get(key)
         if lock is not None and lock.deadline_ns > acquired_ns + MS:  # deadlines are whole milliseconds
-            self.problem(f"share record {where} locked by two members: {lock.member} (delivery {lock.delivery_count}, "
-                         f"lock valid {(lock.deadline_ns - acquired_ns) / MS:.0f} ms more) and {member}")
+            self.problem(f"share record {_where(key)} locked by two members: {lock.member} "
+                         f"(delivery {lock.delivery_count}, lock valid "
+                         f"{(lock.deadline_ns - acquired_ns) / MS:.0f} ms more) and {member}")
         if count > self.sim.config.share_max_delivery_attempts:
-            self.problem(f"share record {where} delivered a {count}th time; max_delivery_attempts is "
+            self.problem(f"share record {_where(key)} delivered a {count}th time; max_delivery_attempts is "
                          f"{self.sim.config.share_max_delivery_attempts}")
         if count <= self.counts.get(key, 0):
-            self.problem(f"share record {where}: delivery count went back from {self.counts[key]} to {count}")
+            self.problem(f"share record {_where(key)}: delivery count went back from {self.counts[key]} "
+                         f"to {count}")
         if self.not_before.get(key, 0) > acquired_ns + MS:  # the lock deadline is in whole milliseconds
-            self.problem(f"share record {where} redelivered {(self.not_before[key] - acquired_ns) / MS:.0f} ms "
-                         "before its release delay ended")
+            self.problem(f"share record {_where(key)} redelivered "
+                         f"{(self.not_before[key] - acquired_ns) / MS:.0f} ms before its release delay ended")
         self.locks[key] = Lock(member, deadline_ns, count)
         self.counts[key] = max(count, self.counts.get(key, 0))
 
@@ -200,14 +202,14 @@ class ShareLedger:
 
     def _answered(self, key: Key, member: str, acknowledgement: Any, result: Any, now_ns: int) -> None:
         lock = self.locks.get(key)
-        where = f"{key[0]} {key[1]}/{key[2]}@{key[3]}"
         if lock is None or lock.member != member or lock.deadline_ns + MS <= now_ns:
             held = "nobody's lock" if lock is None else (
                 f"the lock of {lock.member}" + (" (expired)" if lock.deadline_ns + MS <= now_ns else ""))
-            self.problem(f"share record {where}: {member}'s {acknowledgement.kind} was accepted while it was under {held}")
+            self.problem(f"share record {_where(key)}: {member}'s {acknowledgement.kind} was accepted "
+                         f"while it was under {held}")
         elif acknowledgement.delivery_count and acknowledgement.delivery_count != lock.delivery_count:
-            self.problem(f"share record {where}: an answer to delivery {acknowledgement.delivery_count} was accepted "
-                         f"for delivery {lock.delivery_count}")
+            self.problem(f"share record {_where(key)}: an answer to delivery "
+                         f"{acknowledgement.delivery_count} was accepted for delivery {lock.delivery_count}")
         kind = acknowledgement.kind
         if kind == "renew":
             if lock is not None:
@@ -291,3 +293,9 @@ def dead_lettering(host: "Host", group_id: str) -> set[Key]:
         return set()
     return {(group_id, topic, partition, offset) for (topic, partition), share_partition in group.partitions.items()
             for offset, record in share_partition.records.items() if record.state == DEAD_LETTERING}
+
+
+def _where(key: Key) -> str:
+    """A share record as problems name it (formatted only for a problem: the checks run for every
+    record)."""
+    return f"{key[0]} {key[1]}/{key[2]}@{key[3]}"
