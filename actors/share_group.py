@@ -239,13 +239,14 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
     def _set_floors(self, now_ns: int) -> None:
         """Every floor exactly: the earliest deadline of its kind still ahead (the tick's scan)."""
-        def earliest(deadlines) -> int | None:
-            return min((deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns), default=None)
+        def earliest(deadlines: list[int]) -> int | None:
+            ahead = [deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns]
+            return min(ahead) if ahead else None
 
         self.session_floor_ns = earliest(self._session_deadlines())
         self.lock_floor_ns = earliest(self._lock_deadlines())
-        self.parked_floor_ns = earliest(deadline_ns for key in self.parked
-                                        for deadline_ns in self._parked_deadlines_of(key))
+        self.parked_floor_ns = earliest([deadline_ns for key in self.parked
+                                         for deadline_ns in self._parked_deadlines_of(key)])
         self.leaders.pending_floor_ns = earliest(self.leaders.pending_deadlines())
         self.dead_letters.retry_floor_ns = earliest(self.dead_letters.deadlines())
 
