@@ -386,8 +386,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
     def _leave(self, reason: str, now_ns: int) -> list[Effect]:
         effects: list[Effect] = []
         if self.member_id and self.coordinator and self.settings.group_instance_id is None:
-            leave = LeaveGroupRequest(correlation_id=0, group_id=self.settings.group_id, member_id=self.member_id,
-                                      member_secret=self.member_secret, reason=reason)
+            leave = LeaveGroupRequest(correlation_id=0, group_id=self.settings.group_id, reason=reason,
+                                      member_id=self.member_id, member_secret=self.member_secret)
             effects += self._send("leave", leave, now_ns)
         self.owned, self.generation, self.state = [], -1, "left"
         if self.settings.group_instance_id is None:

@@ -64,7 +64,8 @@ class TopicAdmin:
                                         "replication_factor": request.replication_factor})
         return [trace, AfterFlush(self.state, (Send(sender, reply),))]
 
-    def _check_new_topic(self, request: CreateTopicRequest, config: TopicConfig) -> tuple[ErrorCode, str] | None:
+    def _check_new_topic(self, request: CreateTopicRequest,
+                         config: TopicConfig) -> tuple[ErrorCode, str] | None:
         limits = self.limits
         if not is_topic_name(request.name, limits):
             return ErrorCode.INVALID_REQUEST, (
@@ -214,8 +215,8 @@ def topic_config_from(settings: Any) -> tuple[TopicConfig | None, tuple[ErrorCod
     known = TopicConfig.__struct_fields__
     unknown = sorted(str(name)[:60] for name in settings if name not in known)
     if unknown:
-        return None, (ErrorCode.INVALID_CONFIG, f"no topic setting is called {', '.join(map(repr, unknown))}; "
-                                                f"the settings are {', '.join(known)}")
+        text = f"no topic setting is called {', '.join(map(repr, unknown))}"
+        return None, (ErrorCode.INVALID_CONFIG, f"{text}; the settings are {', '.join(known)}")
     try:
         return msgspec.convert(settings, TopicConfig), None
     except msgspec.ValidationError as error:

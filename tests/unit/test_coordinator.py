@@ -240,7 +240,8 @@ def test_a_raw_clients_settings_by_name_make_the_topic_with_the_rest_at_their_de
         config={"min_insync_replicas": 2, "retention_ms": None})))
 
     assert only(cluster.ask(request), CreateTopicResponse).error == ErrorCode.NONE
-    assert cluster.coordinator.topics["orders"].config == TopicConfig(min_insync_replicas=2, retention_ms=None)
+    made = cluster.coordinator.topics["orders"].config
+    assert made == TopicConfig(min_insync_replicas=2, retention_ms=None)
 
 
 def test_a_refusal_is_sent_at_once_because_it_reveals_no_decision(cluster):
