@@ -37,7 +37,7 @@ from actors.deadlines import DeadlineTimer
 from actors.effects import AfterFlush, Effect, Send, SetTimer, Trace
 from actors.errors import ErrorCode
 from actors.group_membership_budget import MembershipBudget
-from actors.group_offsets import OffsetStore, check_entry, check_group_id, entry_bytes
+from actors.group_offsets import OffsetStore, check_entry, check_group_id, entry_bytes, offset_from_record
 from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     DeleteGroupRequest, DeleteGroupResponse, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse,
@@ -93,7 +93,7 @@ class GroupCoordinator:
             self.groups[group_id] = _from_record(
                 key, lambda: ClassicGroup.from_record(group_id, value, delay_ms, self.secrets))
         for key, value in self.state.items("offset/"):
-            self.offsets.load(*_from_record(key, lambda: _offset_from_record(key, value)))
+            self.offsets.load(*_from_record(key, lambda: offset_from_record(key, value)))
         for group in self.groups.values():
             self.membership.measure(group)
 
@@ -435,19 +435,3 @@ def _from_record(key: str, build: Any) -> Any:
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
         raise CorruptState(f"the group state's records {key[:200]!r} are malformed "
                            f"({type(error).__name__}: {str(error)[:120]})") from None
-
-
-def _offset_from_record(key: str, value: Any) -> tuple[str, OffsetEntry]:
-    """(group id, entry) of an `offset/<group>/<topic>/<partition>` record `[offset, metadata, ms,
-    leader epoch, topic id]` (without the topic id, 0, as records were written before ids were
-    kept or when the committer knew none; without the epoch too, -1, before epochs were kept)."""
-    group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
-    offset, metadata, timestamp, leader_epoch, topic_id = [*value, -1, 0][:5] if len(value) == 3 else \
-        [*value, 0][:5]
-    if not (partition.isdigit() and type(offset) is int and offset >= 0 and isinstance(metadata, str)
-            and type(timestamp) is int and type(leader_epoch) is int and leader_epoch >= -1
-            and type(topic_id) is int and topic_id >= 0 and 3 <= len(value) <= 5):
-        raise ValueError(f"not [offset >= 0, metadata, timestamp, epoch >= -1, topic id >= 0] for a numbered "
-                         f"partition: {value!r:.80}")
-    return group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset, metadata=metadata,
-                                 commit_timestamp_ms=timestamp, leader_epoch=leader_epoch, topic_id=topic_id)

@@ -14,6 +14,7 @@ thousands of made-up groups or topics fills a bounded store, not the coordinator
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from actors.errors import ErrorCode
 from actors.limits import Limits
@@ -146,3 +147,19 @@ class OffsetStore:
 
     def __contains__(self, group_id: str) -> bool:
         return group_id in self.by_group
+
+
+def offset_from_record(key: str, value: Any) -> tuple[str, OffsetEntry]:
+    """(group id, entry) of an `offset/<group>/<topic>/<partition>` record `[offset, metadata, ms,
+    leader epoch, topic id]` (without the topic id, 0, as records were written before ids were
+    kept or when the committer knew none; without the epoch too, -1, before epochs were kept)."""
+    group_id, topic, partition = key[len("offset/"):].rsplit("/", 2)
+    offset, metadata, timestamp, leader_epoch, topic_id = [*value, -1, 0][:5] if len(value) == 3 else \
+        [*value, 0][:5]
+    if not (partition.isdigit() and type(offset) is int and offset >= 0 and isinstance(metadata, str)
+            and type(timestamp) is int and type(leader_epoch) is int and leader_epoch >= -1
+            and type(topic_id) is int and topic_id >= 0 and 3 <= len(value) <= 5):
+        raise ValueError(f"not [offset >= 0, metadata, timestamp, epoch >= -1, topic id >= 0] for a numbered "
+                         f"partition: {value!r:.80}")
+    return group_id, OffsetEntry(topic=topic, partition=int(partition), offset=offset, metadata=metadata,
+                                 commit_timestamp_ms=timestamp, leader_epoch=leader_epoch, topic_id=topic_id)
