@@ -259,9 +259,15 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     share_records_in_flight_total_max: int = 100_000
     # ... and over the share-partitions of one group: a group holding its records (an hour's
     # visibility timeout, 100 attempts) took the whole bound above, and every other group got only
-    # redeliveries. Ten groups can hold this many at once (~5 MB each, with their error text)
-    # and others still acquire new records; a group reading five partitions fills their windows.
+    # redeliveries. Each holds at most this many (~5 MB, with their error text); a group reading
+    # five partitions fills their windows.
     share_records_in_flight_per_group_max: int = 10_000
+    # ... of which every group may hold this many whatever the others hold. Anyone may make share
+    # groups, and ten holding their most took the whole bound: an eleventh got nothing new until
+    # their records completed. The coordinator keeps this many aside for each of the
+    # `share_groups_max` groups it may have (20,000 of 100,000); the groups share the rest, which
+    # eight holding their most fill. 0: nothing kept aside.
+    share_records_in_flight_reserved_per_group: int = 20
     share_fetch_records_max: int = 500
     # Share groups and their members per coordinator (KIP-932's group.share.max.groups is 10 and
     # group.share.max.size 200); each group costs its share-partitions' state in memory and on disk.
@@ -321,7 +327,7 @@ TOPIC_ID_HEX_DIGITS = 16  # a topic id is below 2**64
 
 # Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay.
 ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creation_grace_ms",
-                             "group_initial_rebalance_delay_ms"})
+                             "group_initial_rebalance_delay_ms", "share_records_in_flight_reserved_per_group"})
 # Answers whose size these bound must fit the frame every client decodes.
 ANSWER_BOUNDS = ("fetch_bytes_max", "replica_fetch_bytes_max", "offset_bytes_per_group_max",
                  "group_membership_bytes_max", "share_describe_bytes_max", "share_dead_letter_fetch_bytes_max")
@@ -336,6 +342,7 @@ ORDERED = (
     ("share_visibility_timeout_min_ms", "share_visibility_timeout_max_ms", False),
     ("frame_bytes_max", "frame_bytes_hard_max", False),
     ("frame_bytes_hard_max", "client_inbound_bytes_max", False),
+    ("share_records_in_flight_reserved_per_group", "share_records_in_flight_per_group_max", False),
 ) + tuple((name, "frame_bytes_max", False) for name in ANSWER_BOUNDS)
 
 
@@ -358,6 +365,11 @@ def limit_problems(limits: Limits) -> list[str]:
     if 0 < election <= 2 * heartbeat:
         problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller heartbeat "
                         f"intervals ({heartbeat} ms)")
+    reserved = limits.share_records_in_flight_reserved_per_group * limits.share_groups_max
+    if reserved > limits.share_records_in_flight_total_max:
+        problems.append(f"share_records_in_flight_reserved_per_group for each of share_groups_max "
+                        f"({reserved:,} records) must fit in share_records_in_flight_total_max "
+                        f"({limits.share_records_in_flight_total_max:,})")
     longest, partitions = limits.topic_name_length_max, limits.partitions_per_topic_max
     directory = longest + len(f"-{partitions - 1}-") + TOPIC_ID_HEX_DIGITS
     if directory > FILE_NAME_BYTES_MAX:

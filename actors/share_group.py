@@ -76,6 +76,9 @@ class ShareGroups(ShareMembership, ShareDelivery):
         # Records in flight over every share-partition (`share_records_in_flight_total_max`),
         # counted again whenever a share-partition changed (`persist`, `put_many`).
         self.records_in_flight = 0
+        # ... of which groups hold beyond their reservations
+        # (`share_records_in_flight_reserved_per_group`): what they take of the shared rest.
+        self.pooled_in_flight = 0
         self.wrote = False  # something was put during this step: replies wait for the flush
         # Share-partitions changed during this step, put once at its end (`_finish`): a step that
         # acquires, acknowledges and serves parked acquires changes one window several times.
@@ -116,9 +119,15 @@ class ShareGroups(ShareMembership, ShareDelivery):
 
     def _count_records(self, group: ShareGroup, share_partition: SharePartition) -> None:
         size = len(share_partition.records)
-        self.records_in_flight += size - share_partition.counted_records
-        group.records_in_flight += size - share_partition.counted_records
+        self._add_in_flight(group, size - share_partition.counted_records)
         share_partition.counted_records = size
+
+    def _add_in_flight(self, group: ShareGroup, records: int) -> None:
+        reserved = self.limits.share_records_in_flight_reserved_per_group
+        pooled_before = max(0, group.records_in_flight - reserved)
+        group.records_in_flight += records
+        self.records_in_flight += records
+        self.pooled_in_flight += max(0, group.records_in_flight - reserved) - pooled_before
 
     def persist(self, group_id: str, share_partition: SharePartition) -> None:
         """Put the share-partition's change before anyone hears of it: at the end of this step,
@@ -285,7 +294,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
                                                f"{busy[0][0]}/{busy[0][1]}; try again when that is done")
         for share_partition in group.partitions.values():
             self.unpersisted.pop((group_id, share_partition.topic, share_partition.partition), None)
-            self.records_in_flight -= share_partition.counted_records
+            self._add_in_flight(group, -share_partition.counted_records)
             self.state.delete(_partition_key(group_id, share_partition))
         self.state.delete(f"share-group/{group_id}")
         del self.groups[group_id]
@@ -323,7 +332,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
         parked = sum(len(waiting) for waiting in self.parked.values())
         assert parked <= self.limits.share_acquires_parked_max, f"{parked} parked acquires"
         assert not self.unpersisted, "a share-partition changed in a step that ended without putting it"
-        held = in_flight = 0
+        held = in_flight = pooled = 0
+        reserved = self.limits.share_records_in_flight_reserved_per_group
         for group in self.groups.values():
             members = group.members
             assert len(members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
@@ -335,9 +345,11 @@ class ShareGroups(ShareMembership, ShareDelivery):
             assert in_group == group.records_in_flight, (
                 f"{group.group_id}: {in_group} records in flight, counted {group.records_in_flight}")
             in_flight += in_group
+            pooled += max(0, in_group - reserved)
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
         assert in_flight == self.records_in_flight, f"{in_flight} records in flight, counted {self.records_in_flight}"
+        assert pooled == self.pooled_in_flight, f"{pooled} records beyond reservations, counted {self.pooled_in_flight}"
         self.dead_letters.invariants()
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
@@ -369,8 +381,7 @@ class ShareGroups(ShareMembership, ShareDelivery):
                     continue
                 fresh = group.partitions[key] = SharePartition(*key, group.settings, self.limits)
                 fresh.topic_id, fresh.changed = topic_id, True
-                self.records_in_flight -= share_partition.counted_records
-                group.records_in_flight -= share_partition.counted_records
+                self._add_in_flight(group, -share_partition.counted_records)
                 self.leaders.forget_watch(key)
                 self.persist(group.group_id, fresh)
                 effects.append(Trace("share-partition-of-a-deleted-topic", {

@@ -130,9 +130,7 @@ class ShareDelivery:
         if not share_partition.initialized:
             return None
         max_records = min(request.max_records, self.limits.share_fetch_records_max)
-        limits = self.limits
-        room = max(0, min(limits.share_records_in_flight_total_max - self.records_in_flight,
-                          limits.share_records_in_flight_per_group_max - group.records_in_flight))
+        room = self._room_in_flight(group)
         acquisition = share_partition.acquire(request.member_id, max_records, now_ns, room)
         self._settle(group.group_id, share_partition)
         if not acquisition.acquired:
@@ -140,6 +138,17 @@ class ShareDelivery:
         return ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
                                     partition=request.partition, acquired=acquisition.acquired,
                                     lock_deadline_ms=acquisition.lock_deadline_ns // MS)
+
+    def _room_in_flight(self, group: ShareGroup) -> int:
+        """How many more records `group` may take in flight: what is left of its own bound, within
+        what is left of its reservation and of the rest the groups share (actors/limits.py)."""
+        limits = self.limits
+        own = group.records_in_flight
+        reserved = limits.share_records_in_flight_reserved_per_group
+        shared = limits.share_records_in_flight_total_max - reserved * limits.share_groups_max
+        return max(0, min(limits.share_records_in_flight_per_group_max - own,
+                          max(0, reserved - own) + max(0, shared - self.pooled_in_flight),
+                          limits.share_records_in_flight_total_max - self.records_in_flight))
 
     def _acquire_error(self, request: ShareAcquireRequest, code: int, text: str) -> ShareAcquireResponse:
         return ShareAcquireResponse(correlation_id=request.correlation_id, error=code, error_message=text,

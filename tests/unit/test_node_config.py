@@ -66,6 +66,10 @@ def test_a_limits_file_changes_only_what_it_names(tmp_path):
     # Topic names this long made replica directories past the 255 bytes a file name may have.
     ('{"topic_name_length_max": 249}', "topic_name_length_max .* 255"),
     ('{"partitions_per_topic_max": 100000000000000000000}', "topic_name_length_max .* 255"),
+    # What the share groups keep aside must fit in the share records the coordinator may hold.
+    ('{"share_records_in_flight_reserved_per_group": 101}', "share_groups_max .* must fit in"),
+    ('{"share_records_in_flight_reserved_per_group": 20000}',
+     "share_records_in_flight_reserved_per_group .* at most share_records_in_flight_per_group_max"),
 ])
 def test_a_bad_limits_file_is_refused_naming_the_problem(tmp_path, text, problem):
     path = tmp_path / "limits.json"

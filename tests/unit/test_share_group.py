@@ -1023,7 +1023,8 @@ def test_records_in_flight_over_every_share_partition_stop_at_the_coordinators_b
     all of them the coordinator holds at most share_records_in_flight_total_max; past it only
     redeliveries are handed out, until records complete."""
     monkeypatch.setattr(sys.modules[__name__], "LIMITS",
-                        msgspec.structs.replace(LIMITS, share_records_in_flight_total_max=30))
+                        msgspec.structs.replace(LIMITS, share_records_in_flight_total_max=30,
+                                                share_records_in_flight_reserved_per_group=0))
     world = World()
     world.create_topic("orders")
     world.produce("orders", [f"v{index}" for index in range(50)])
@@ -1049,7 +1050,8 @@ def test_a_group_holding_its_most_records_in_flight_leaves_room_for_another_grou
     nothing new, until the first one's records completed. Each group holds at most
     share_records_in_flight_per_group_max, at most half the coordinator's bound."""
     monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(
-        LIMITS, share_records_in_flight_total_max=30, share_records_in_flight_per_group_max=15))
+        LIMITS, share_records_in_flight_total_max=30, share_records_in_flight_per_group_max=15,
+        share_records_in_flight_reserved_per_group=0))
     world = World()
     world.create_topic("wide", partitions=2)
     for partition in (0, 1):
@@ -1068,6 +1070,31 @@ def test_a_group_holding_its_most_records_in_flight_leaves_room_for_another_grou
     share = world.group.share
     assert [share.groups[group].records_in_flight for group in ("g", "h")] == [15, 15]
     assert share.records_in_flight <= 30
+
+
+def test_groups_holding_their_most_records_in_flight_leave_every_other_group_its_reservation(monkeypatch):
+    """Enough groups holding their most records in flight (an hour's visibility timeout, many
+    attempts: anyone may make share groups) filled the coordinator's whole bound, and a new group
+    got nothing at all until their records completed. Every group may now hold
+    share_records_in_flight_reserved_per_group whatever the others hold: the coordinator keeps that
+    many aside for each group it may have, and the groups share only the rest."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(
+        LIMITS, share_records_in_flight_total_max=30, share_records_in_flight_per_group_max=15,
+        share_records_in_flight_reserved_per_group=5, share_groups_max=3))
+    world = World()
+    world.create_topic("orders")
+    world.produce("orders", [f"v{index}" for index in range(60)])
+    holders = {group: world.join(group, ["orders"], group=group).member_id for group in ("g", "h", "k")}
+
+    held = {group: acquired_offsets(world.acquire_now(group, holders[group], "orders", group=group,
+                                                      max_records=20)) for group in ("g", "h")}
+    late = acquired_offsets(world.acquire_now("k", holders["k"], "orders", group="k", max_records=20))
+
+    assert [len(held["g"]), len(held["h"])] == [15, 10], "15 of the shared 15 and h's own 5 leave k its 5"
+    assert [offset for offset, _ in late] == list(range(5)), "the last group still gets its reservation"
+    share = world.group.share
+    assert share.records_in_flight == 30
+    assert share.pooled_in_flight == 15, "10 of g's and 5 of h's are beyond their reservations"
 
 
 def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start():
