@@ -327,7 +327,8 @@ TOPIC_ID_HEX_DIGITS = 16  # a topic id is below 2**64
 
 # Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay.
 ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creation_grace_ms",
-                             "group_initial_rebalance_delay_ms", "share_records_in_flight_reserved_per_group"})
+                             "group_initial_rebalance_delay_ms",
+                             "share_records_in_flight_reserved_per_group"})
 # Answers whose size these bound must fit the frame every client decodes.
 ANSWER_BOUNDS = ("fetch_bytes_max", "replica_fetch_bytes_max", "offset_bytes_per_group_max",
                  "group_membership_bytes_max", "share_describe_bytes_max", "share_dead_letter_fetch_bytes_max")

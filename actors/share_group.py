@@ -349,7 +349,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
         assert in_flight == self.records_in_flight, f"{in_flight} records in flight, counted {self.records_in_flight}"
-        assert pooled == self.pooled_in_flight, f"{pooled} records beyond reservations, counted {self.pooled_in_flight}"
+        assert pooled == self.pooled_in_flight, (
+            f"{pooled} records beyond reservations, counted {self.pooled_in_flight}")
         self.dead_letters.invariants()
 
     def _on_metadata(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
