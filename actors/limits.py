@@ -325,7 +325,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 FILE_NAME_BYTES_MAX = 255  # NAME_MAX of Linux file systems
 TOPIC_ID_HEX_DIGITS = 16  # a topic id is below 2**64
 
-# Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay.
+# Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay,
+# nothing kept aside for each share group.
 ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creation_grace_ms",
                              "group_initial_rebalance_delay_ms",
                              "share_records_in_flight_reserved_per_group"})
