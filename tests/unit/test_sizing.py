@@ -78,7 +78,8 @@ def test_hash_mod_n_moves_two_thirds_of_the_keys_from_20_to_30_partitions(report
 
 def test_the_remap_counts_the_keys_the_partitioner_puts_elsewhere():
     names = user_keys(3000)
-    moved = sum(partition_for_key(name.encode(), 20) != partition_for_key(name.encode(), 30) for name in names)
+    moved = sum(partition_for_key(name.encode(), 20) != partition_for_key(name.encode(), 30)
+                for name in names)
     assert remap(3000, 20, 30).keys_moved == moved
     assert remap(3000, 7, 7).keys_moved == 0
 
