@@ -14,6 +14,10 @@ from actors.messages import (
     ReplicaAssignment, ReplicaInfo, TopicMetadata,
 )
 
+# An unknown name is echoed whole once, in `name`, for the client to match; its error text
+# quotes only its start, so a long invented name does not come back twice.
+TOPIC_NAME_QUOTED_MAX = 60
+
 
 class ClusterViews:
     def _topic_metadata(self, name: str, now_ns: int) -> TopicMetadata:
@@ -39,11 +43,21 @@ class ClusterViews:
         return TopicMetadata(name=name, topic_id=record.topic_id, config=record.config, partitions=partitions)
 
     def _metadata(self, request: MetadataRequest, now_ns: int) -> MetadataResponse:
-        names = sorted(self.topics) if request.topics is None else request.topics
+        """Every topic, or each topic named, once. Each name was answered with its topic's whole
+        metadata, repeats included: 1,000,000 repeats of one name (a 2 MB request) cost the active
+        controller 47 s and 3.5 GB, and it was deposed meanwhile. Names are a set (Kafka's too),
+        and a request naming more than `topics_max` asks for more than the cluster can hold."""
+        most = self.limits.topics_max
+        if request.topics is not None and len(request.topics) > most:
+            return MetadataResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST,
+                                    error_message=f"a metadata request names at most topics_max ({most}) "
+                                                  f"topics, got {len(request.topics)}")
+        names = sorted(self.topics) if request.topics is None else list(dict.fromkeys(request.topics))
         topics = [
             self._topic_metadata(name, now_ns) if name in self.topics else TopicMetadata(
                 name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"topic {name!r} does not exist")
+                error_message=f"topic {name[:TOPIC_NAME_QUOTED_MAX]!r}"
+                              f"{'...' if len(name) > TOPIC_NAME_QUOTED_MAX else ''} does not exist")
             for name in names
         ]
         return MetadataResponse(

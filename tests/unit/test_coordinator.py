@@ -407,6 +407,37 @@ def test_metadata_for_every_topic_is_sorted_and_unknown_topics_carry_an_error(cl
         ("alpha", ErrorCode.NONE), ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
 
 
+def test_a_metadata_request_naming_a_topic_many_times_is_answered_once_per_topic():
+    """Each name in a MetadataRequest was answered with the topic's whole metadata, repeats
+    included: a 2 MB request naming a 3-partition topic 1,000,000 times cost the active controller
+    47 s and 3.5 GB building a ~900 MB answer (its quorum deposed it meanwhile), and 32 MiB of
+    names would have taken 50 GB. Names are answered once each (Kafka reads them as a set), and a
+    request naming more than `topics_max` is refused before anything is built."""
+    cluster = Cluster(limits=Limits(topics_max=100))
+    cluster.create("orders", partitions=3)
+    one = cluster.metadata("orders")
+
+    repeated = cluster.metadata(*["orders", "missing"] * 50)
+    refused = cluster.metadata(*["orders"] * 101)
+
+    assert [(t.name, t.error) for t in repeated.topics] == [
+        ("orders", ErrorCode.NONE), ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert repeated.topics[0] == one.topics[0]
+    assert refused.error == ErrorCode.INVALID_REQUEST and "topics_max" in refused.error_message
+    assert refused.topics == []
+
+
+def test_an_unknown_topic_name_is_not_echoed_whole_in_the_error_text(cluster):
+    """An unknown name came back twice (its name and its error text): a megabyte of name was two
+    megabytes of answer. The text quotes only its start; the name is echoed once, to match on."""
+    name = "x" * 1_000_000
+
+    answer = cluster.metadata(name)
+
+    assert answer.topics[0].name == name and answer.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert len(answer.topics[0].error_message) < 200
+
+
 def test_metadata_names_the_group_coordinator_while_it_heartbeats(cluster):
     beat = ServiceHeartbeat(role="group-coordinator", endpoint="tcp://127.0.0.1:9/groups", pid=5,
                             incarnation=1)
