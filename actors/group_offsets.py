@@ -128,8 +128,9 @@ class OffsetStore:
 
     def answer_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse | ErrorResponse:
         """The committed offsets an OffsetFetch names (all of the group's for None; -1 for a
-        partition without one). It names at most `group_offsets_max` partitions: the answer
-        repeats each, and must fit a frame."""
+        partition without one), each once. It names at most `group_offsets_max` partitions: the
+        answer repeats each, and must fit a frame (one partition named 10,000 times, its 4 KiB of
+        metadata repeated each time, made a 41 MB answer)."""
         if request.partitions is not None and len(request.partitions) > self.limits.group_offsets_max:
             return ErrorResponse(correlation_id=request.correlation_id, error=ErrorCode.INVALID_REQUEST, error_message=(
                 f"an offset fetch names at most group_offsets_max ({self.limits.group_offsets_max}) partitions, "
@@ -139,7 +140,7 @@ class OffsetStore:
             entries = [stored[key] for key in sorted(stored)]
         else:
             entries = [stored.get((topic, partition)) or OffsetEntry(topic=topic, partition=partition, offset=-1)
-                       for topic, partition in request.partitions]
+                       for topic, partition in dict.fromkeys(map(tuple, request.partitions))]
         return OffsetFetchResponse(correlation_id=request.correlation_id, offsets=entries)
 
     def get(self, group_id: str, default: dict | None = None) -> dict[tuple[str, int], OffsetEntry]:

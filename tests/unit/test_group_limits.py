@@ -411,3 +411,21 @@ def test_share_members_are_bounded_per_member_and_per_group_so_a_description_fit
                                         "group_membership_bytes_max" in answer.error_message for answer in refused)
     assert share_subscription_bytes(actor) <= actor.limits.group_membership_bytes_max
     assert sum(map(len, Codec().encode(described))) < Codec().frame_bytes_max
+
+
+def test_an_offset_fetch_naming_one_partition_many_times_is_answered_once():
+    """An OffsetFetch was answered entry by entry, repeats included: naming one partition with
+    4 KiB of committed metadata 10,000 times (40 KB with a short topic name) made a 41 MB answer,
+    past the 32 MiB every client decodes, from the one process every group shares. Each
+    partition named is answered once."""
+    from transport.codec import Codec
+
+    harness, _, _ = coordinator()
+    commit(harness, "g", [OffsetEntry(topic="t", partition=0, offset=5, metadata="m" * 4096)])
+    request = OffsetFetchRequest(correlation_id=2, group_id="g", partitions=[("t", 0), ("t", 1)] * 5_000)
+
+    answer = only(harness.deliver(GROUPS, request, "admin"), OffsetFetchResponse)
+
+    answered = [(entry.topic, entry.partition, entry.offset) for entry in answer.offsets]
+    assert answered == [("t", 0, 5), ("t", 1, -1)]
+    assert sum(map(len, Codec().encode(answer))) < 10_000
