@@ -135,6 +135,15 @@ def parse_faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+def parse_variant(text: str) -> str:
+    """A variant chaos/sim_variants.py names, or "" for none (an unknown name failed inside the sweep)."""
+    from chaos.sim_variants import VARIANTS
+
+    if text and text not in VARIANTS:
+        raise argparse.ArgumentTypeError(f"unknown variant {text!r}; choose from {', '.join(VARIANTS)}")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
     parser.add_argument("--seed", type=non_negative_int, default=1, help="the seed of one run (default 1)")
@@ -151,7 +160,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--faults", type=parse_faults, default=FAULT_KINDS,
                         help=f"comma-separated fault kinds ({','.join(FAULT_KINDS)}; also "
                              f"{','.join(OPTIONAL_FAULT_KINDS)}, only when named) or 'none'")
-    parser.add_argument("--variant", default="",
+    parser.add_argument("--variant", type=parse_variant, default="",
                         help="run with one deliberately broken rule (chaos/sim_variants.py names them)")
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
 

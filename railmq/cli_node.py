@@ -100,7 +100,11 @@ def run_node(args: argparse.Namespace) -> int:
     console = Console()
     with StopSignal() as stopping:
         try:
-            node.start()
+            try:
+                node.start()
+            except NodeConfigError as error:  # found only at the start (an --identity-from lacking a file)
+                print_error("INVALID_CONFIG", str(error))
+                return EXIT_FAILED
             console.print(f"railmq node {node.node} is up: controller {node.controller_endpoints[node.node]}, "
                           f"group voter {node.group_voter_endpoints[node.node]}, cluster {node.cluster_id}; "
                           f"clients: --bootstrap {node.bootstrap}", highlight=False, soft_wrap=True)

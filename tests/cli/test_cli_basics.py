@@ -326,3 +326,24 @@ def test_an_empty_data_directory_is_refused_not_taken_for_the_working_one(argv, 
         cli.parse(cli.build_parser(), argv)
 
     assert refused.value.code == 2 and "--data-dir" in capsys.readouterr().err
+
+
+def test_an_unknown_simulator_variant_is_a_usage_error(capsys):
+    """`railmq sim --variant bogus` ended in a ValueError traceback from inside the sweep."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["sim", "--variant", "bogus"])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--variant" in err and "ack-before-replication" in err, err
+
+
+@pytest.mark.timeout(30)
+def test_railmq_node_whose_identity_source_lacks_the_clusters_files_says_so_in_one_line(tmp_path, capsys):
+    """`railmq node --identity-from DIR` with no cluster.meta in DIR ended in a NodeConfigError
+    traceback from the node's start; the same check made before the start printed one line."""
+    code = cli.main(["node", "--node", "1", "--voters", "1=127.0.0.1", "--port", "1",
+                     "--data-dir", str(tmp_path / "data"), "--identity-from", str(tmp_path)])
+
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "has no cluster.meta" in err, err
+    assert not os.path.exists(tmp_path / "data" / "cluster.meta")
