@@ -148,18 +148,22 @@ class FetchServing:
         end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
         if end <= request.offset:
             return False
-        return request.min_bytes <= 1 or self._bytes_ready(request.offset, end, request.min_bytes) >= request.min_bytes
+        # More than one answer may carry is never there to wait for.
+        enough = min(request.min_bytes, request.max_bytes, self.limits.fetch_bytes_max)
+        return enough <= 1 or self._bytes_ready(request.offset, end, enough) >= enough
 
     def _bytes_ready(self, offset: int, end: int, enough: int) -> int:
-        """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`."""
+        """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`;
+        `enough` once `fetch_ready_batches_max` batches are there, so a check walks a bounded part
+        of the log however far behind the fetch is."""
         total = 0
         try:
-            for header in self.log.iter_headers(offset):
+            for walked, header in enumerate(self.log.iter_headers(offset), 1):
                 if header.base_offset >= end:
                     break
                 total += header.size
-                if total >= enough:
-                    break
+                if total >= enough or walked >= self.limits.fetch_ready_batches_max:
+                    return enough
         except (OffsetOutOfRange, CorruptLog):
             return enough  # answer now: the read reports the problem
         return total

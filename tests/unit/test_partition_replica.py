@@ -553,6 +553,37 @@ def test_a_fetch_with_min_bytes_gets_what_there_is_when_its_wait_ends(stage):
     assert offsets_in(only(stage.replies(FetchResponse), FetchResponse).records) == [0]
 
 
+def test_a_fetch_asking_for_more_bytes_than_any_answer_holds_costs_a_bounded_walk(stage):
+    """Whether a fetch with `min_bytes` could be answered was judged by walking the batch headers
+    from its offset until that many bytes were counted: `min_bytes=2**62` at offset 0 walked the
+    whole log (0.15 s for 100,000 small batches) on arrival, and again for each such fetch parked
+    at every append. A fetch is ready once what one answer may carry is there, and the walk stops
+    after `fetch_ready_batches_max` batches."""
+    for _ in range(600):
+        stage.produce()
+    stage.catch_up()
+    walked = []
+    iter_headers = stage.log.iter_headers
+
+    def counting(offset):
+        for header in iter_headers(offset):
+            walked.append(header.base_offset)
+            yield header
+
+    stage.log.iter_headers = counting
+
+    stage.consumer_fetch(0, max_wait_ms=30_000, min_bytes=2**62)
+    behind = stage.replies(FetchResponse)
+    for _ in range(20):
+        stage.consumer_fetch(600, max_wait_ms=30_000, min_bytes=2**62)
+    stage.produce()
+    stage.catch_up()
+
+    assert offsets_in(only(behind, FetchResponse).records)[0] == 0
+    assert stage.replies(FetchResponse) == [], "fetches at the end wait for more than one new batch"
+    assert len(walked) <= LIMITS.fetch_ready_batches_max + 20, f"{len(walked)} headers walked"
+
+
 def test_a_negative_min_bytes_is_an_invalid_request(stage):
     response = only(stage.consumer_fetch(0, min_bytes=-1), FetchResponse)
     assert response.error == ErrorCode.INVALID_REQUEST
