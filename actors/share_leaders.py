@@ -79,6 +79,7 @@ class PartitionLeaders:
         self.correlation = 0
         self.metadata_correlation = 0
         self.metadata_wanted: set[str] = set()
+        self.metadata_turn = 0  # past `topics_max` names: where the next request's share starts
         self.last_metadata_ns = 0
         self.unreachable: dict[str, int] = {}  # endpoint -> until when metadata naming it is not trusted
         # No request in flight times out before this (a lower bound between the coordinator's
@@ -115,14 +116,36 @@ class PartitionLeaders:
         if self.metadata_correlation or now_ns - self.last_metadata_ns < METADATA_INTERVAL_MIN_MS * MS:
             self.metadata_wanted.add("")  # something is wanted, even if only a refresh
             return []
-        in_use = self.topics_in_use()
-        wanted = sorted((self.metadata_wanted | in_use | set(self.topics)) - {""})
-        self.metadata_wanted.clear()
+        wanted = self._names_to_ask()
+        self.metadata_wanted.difference_update(wanted)  # what did not fit goes with the next one
+        self.metadata_wanted.discard("")
         self.last_metadata_ns = now_ns
         send = self.send_request("metadata", None, self.coordinator, MetadataRequest(correlation_id=0, topics=wanted),
                                  now_ns)
         self.metadata_correlation = send.message.correlation_id
         return [send]
+
+    def _names_to_ask(self) -> list[str]:
+        """The names of one metadata request: what was asked for, the topics known and every
+        topic members subscribe to, but at most `topics_max` (the controller refuses more). Members
+        may subscribe to names that are no topic, 10,000 each: past the bound, what was asked for
+        and the topics known go first, members' other names take the rest, each in turn."""
+        asked = self.metadata_wanted - {""}
+        known = set(self.topics) - asked
+        others = self.topics_in_use() - asked - known - {""}
+        most = self.limits.topics_max
+        if len(asked) + len(known) + len(others) <= most:
+            return sorted(asked | known | others)
+        first = sorted(asked) + sorted(known)
+        if len(first) >= most:
+            return sorted(self._in_turn(first, most))
+        return sorted(first + self._in_turn(sorted(others), most - len(first)))
+
+    def _in_turn(self, names: list[str], count: int) -> list[str]:
+        """`count` of `names`, starting where the last request's share ended."""
+        start = self.metadata_turn % len(names) if names else 0
+        self.metadata_turn = start + count
+        return (names[start:] + names[:start])[:count]
 
     def pending_deadlines(self) -> list[int]:
         """When each request in flight times out (`overdue`)."""

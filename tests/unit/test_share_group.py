@@ -1097,6 +1097,27 @@ def test_groups_holding_their_most_records_in_flight_leave_every_other_group_its
     assert share.pooled_in_flight == 15, "10 of g's and 5 of h's are beyond their reservations"
 
 
+def test_members_subscribing_to_many_names_do_not_keep_the_coordinator_from_its_leaders(monkeypatch):
+    """The group coordinator asks the controller about every topic its share members subscribe
+    to, in one metadata request, and the controller refuses a request naming more than
+    `topics_max` topics. Members may subscribe to names that are no topic (200 members of 10,000
+    each): the coordinator's every request was refused, it learnt no leader, and no share group
+    got a record. It asks about at most `topics_max` names at a time: the topics it knows and was
+    asked about first, the other names in turn."""
+    monkeypatch.setattr(sys.modules[__name__], "LIMITS", msgspec.structs.replace(LIMITS, topics_max=3))
+    world = World()
+    world.create_topic("orders")
+    world.produce("orders", ["a", "b"])
+    world.join("junk", ["nothing-1", "nothing-2", "nothing-3"], group="h")
+    member = world.join("a", ["orders"]).member_id
+
+    taken = acquired_offsets(world.acquire_now("a", member, "orders", max_records=10))
+    asked = [step.message.topics for step in world.harness.steps_of(COORDINATOR, MetadataRequest)]
+
+    assert [offset for offset, _ in taken] == [0, 1]
+    assert asked and all(len(topics) <= 3 for topics in asked), asked
+
+
 def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start():
     """The share group had delivered offsets 0..29 of the old topic. The new one got 40 records:
     its window must start again (auto_offset_reset=earliest), not at 30."""
