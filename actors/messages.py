@@ -18,10 +18,11 @@ arrive from the network.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 import msgspec
 
+from actors.limits import LONG_LIST_MAX, SETTINGS_MAX, SHORT_LIST_MAX
 
 # Offsets, timestamps and durations travel as int64s (Kafka's); msgpack carries no larger int.
 INT64_MAX = 2**63 - 1
@@ -33,6 +34,17 @@ CORRELATION_ID_MAX = INT64_MAX
 # 1,000 fetches naming a 1 MiB host held 1 GB of a leader; longer is INVALID_REQUEST at decode.
 SHORT_TEXT_CHARS_MAX = 255
 ShortText = Annotated[str, msgspec.Meta(max_length=SHORT_TEXT_CHARS_MAX)]
+# How many items a request's list or map may carry (actors/limits.py says why): the decoder
+# refuses a longer one before it builds it.
+LONG = msgspec.Meta(max_length=LONG_LIST_MAX)
+SHORT = msgspec.Meta(max_length=SHORT_LIST_MAX)
+Names = Annotated[list[str], LONG]
+PartitionKeys = Annotated[list[tuple[str, int]], LONG]
+NodeIds = Annotated[list[int], SHORT]
+# One setting's value: a TopicConfig field's type, or a wrong one the coordinator names
+# (INVALID_CONFIG); never a list or a map, which could hold millions of items.
+Setting = int | float | bool | str | None
+Settings = Annotated[dict[str, Setting], msgspec.Meta(max_length=SETTINGS_MAX)]
 
 
 class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
@@ -172,7 +184,7 @@ class CreateTopicRequest(Message, kw_only=True):
     # TopicConfig's settings by name, the others at their defaults. A map, not a TopicConfig: a
     # name the coordinator does not know, or a value of another type, is refused INVALID_CONFIG
     # naming it, where a struct's decoder dropped unknown names without a word.
-    config: dict[str, Any] = {}  # TopicConfig's settings by name; unknown or mistyped: INVALID_CONFIG
+    config: Settings = {}  # TopicConfig's settings by name; unknown or mistyped: INVALID_CONFIG
 
 
 class CreateTopicResponse(Message, kw_only=True):
@@ -200,7 +212,7 @@ class AlterTopicConfigRequest(Message, kw_only=True):
 
     correlation_id: int
     name: str
-    changes: dict[str, int | bool | None] = {}
+    changes: Annotated[dict[str, int | bool | None], msgspec.Meta(max_length=SETTINGS_MAX)] = {}
 
 
 class AlterTopicConfigResponse(Message, kw_only=True):
@@ -224,7 +236,7 @@ class CreatePartitionsResponse(Message, kw_only=True):
 
 class MetadataRequest(Message, kw_only=True):
     correlation_id: int
-    topics: list[str] | None = None  # None: every topic
+    topics: Names | None = None  # None: every topic
 
 
 class MetadataResponse(Message, kw_only=True):
@@ -296,8 +308,8 @@ class AlterIsrRequest(Message, kw_only=True):
     leader: int
     leader_epoch: int
     partition_epoch: int
-    isr: list[int]
-    isr_incarnations: list[int] = []  # the incarnation the leader saw fetching, per isr entry
+    isr: NodeIds
+    isr_incarnations: NodeIds = []  # the incarnation the leader saw fetching, per isr entry
 
 
 class AlterIsrResponse(Message, kw_only=True):
@@ -327,7 +339,7 @@ class NodeAssignmentsRequest(Message, kw_only=True):
     """The supervisor asks which replicas its nodes should run."""
 
     correlation_id: int
-    nodes: list[int]
+    nodes: NodeIds
 
 
 class NodeAssignmentsResponse(Message, kw_only=True):
@@ -553,7 +565,7 @@ class JoinGroupRequest(Message, kw_only=True):
     session_timeout_ms: int = 10_000
     rebalance_timeout_ms: int = 300_000
     protocol_type: str = "consumer"
-    protocols: list[GroupProtocol] = []
+    protocols: Annotated[list[GroupProtocol], SHORT] = []
     reason: str = ""
 
 
@@ -576,7 +588,7 @@ class SyncGroupRequest(Message, kw_only=True):
     member_id: str
     member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
-    assignments: list[MemberAssignment] = []  # only from the leader
+    assignments: Annotated[list[MemberAssignment], LONG] = []  # only from the leader
 
 
 class SyncGroupResponse(Message, kw_only=True):
@@ -639,7 +651,7 @@ class OffsetCommitRequest(Message, kw_only=True):
     member_id: str = ""
     member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     group_instance_id: str | None = None
-    offsets: list[OffsetEntry] = []
+    offsets: Annotated[list[OffsetEntry], LONG] = []
 
 
 class OffsetCommitResponse(Message, kw_only=True):
@@ -652,7 +664,7 @@ class OffsetCommitResponse(Message, kw_only=True):
 class OffsetFetchRequest(Message, kw_only=True):
     correlation_id: int
     group_id: str
-    partitions: list[tuple[str, int]] | None = None  # None: every partition with a commit
+    partitions: PartitionKeys | None = None  # None: every partition with a commit
 
 
 class OffsetFetchResponse(Message, kw_only=True):
@@ -716,7 +728,7 @@ class OffsetDeleteRequest(Message, kw_only=True):
 
     correlation_id: int
     group_id: str
-    partitions: list[tuple[str, int]] = []
+    partitions: PartitionKeys = []
 
 
 class OffsetDeleteResponse(Message, kw_only=True):
@@ -761,7 +773,7 @@ class ShareGroupHeartbeatRequest(Message, kw_only=True):
     member_id: str = ""  # "" to join
     member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     client_id: str = ""
-    topics: list[str] = []
+    topics: Names = []
     session_timeout_ms: int = 10_000
     settings: ShareGroupSettings = ShareGroupSettings()  # used by the join that creates the group
     leaving: bool = False  # the member leaves: every lock it holds is released
@@ -824,7 +836,7 @@ class ShareAcknowledgeRequest(Message, kw_only=True):
     member_secret: bytes = b""  # the secret the member's join answer gave it (actors/client_secrets.py)
     topic: str
     partition: int
-    acknowledgements: list[ShareAcknowledgement] = []
+    acknowledgements: Annotated[list[ShareAcknowledgement], LONG] = []
 
 
 class ShareAcknowledgementResult(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -908,7 +920,7 @@ class RuntimeStatsResponse(Message, kw_only=True):
 class LinkFault(msgspec.Struct, omit_defaults=True, kw_only=True):
     """Drop or delay traffic with peers whose endpoint or name starts with one of `peers`."""
 
-    peers: list[str]  # endpoint or actor-name prefixes; "*" matches everyone
+    peers: Annotated[list[str], SHORT]  # endpoint or actor-name prefixes; "*" matches everyone
     direction: str = "both"  # "in" | "out" | "both"
     drop_probability: float = 1.0
     delay_ms: int = 0
@@ -916,7 +928,7 @@ class LinkFault(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 class FaultControlRequest(Message, kw_only=True):
     correlation_id: int
-    links: list[LinkFault] = []  # replaces the runtime's current link faults
+    links: Annotated[list[LinkFault], SHORT] = []  # replaces the runtime's current link faults
     disk_full: bool = False  # storage writes fail with DISK_FULL
     fail_next_fsync: bool = False  # the next fsync fails: the actor must crash
 

@@ -22,7 +22,7 @@ from typing import Annotated, ClassVar, Union
 
 import msgspec
 
-from actors.messages import Message
+from actors.messages import LONG, SHORT, Message
 from storage.raft_log import RaftEntry
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -70,7 +70,7 @@ class RaftAppendRequest(RaftMessage, kw_only=True):
 
     prev_log_index: NonNegative
     prev_log_term: NonNegative
-    entries: list[RaftEntry] = []
+    entries: Annotated[list[RaftEntry], LONG] = []
     leader_commit: NonNegative = 0
     # The leader's next append comes within this many ms (0: the configured heartbeat interval):
     # longer while the quorum is quiet (RaftConfig.idle_heartbeat_interval_ms). A claim: the
@@ -107,7 +107,7 @@ class RaftSnapshotRequest(RaftMessage, kw_only=True):
 
     snapshot_index: NonNegative
     snapshot_term: NonNegative
-    voters: list[VoterId] = []
+    voters: Annotated[list[VoterId], SHORT] = []
     data: bytes = b""
     sequence: NonNegative = 0  # as an append's
     offset: NonNegative = 0

@@ -29,6 +29,11 @@ from transport.auth import TAG_BYTES, Signer, looks_like_tag
 # A header worth peeking at for a correlation id is small: the largest legitimate headers
 # (an offset commit for a few thousand partitions) are tens of kilobytes.
 PEEK_BYTES_MAX = 256 * 1024
+# A cluster process reads a larger frame 0 without this cluster's tag only if it is a request:
+# answers, heartbeats and reports come from processes of the cluster, and a forged one of
+# millions of tiny items cost ~25 bytes of memory a byte before its receiver could refuse it.
+# Requests are bounded field by field instead (actors/messages.py LONG_LIST_MAX).
+UNTAGGED_BYTES_MAX = 64 * 1024
 
 
 class DecodeFailure(Exception):
@@ -93,6 +98,7 @@ class Codec:
         self._encoder = msgspec.msgpack.Encoder()
         self._known_names = {cls.__name__ for cls in types}
         self._internal_names = {cls.__name__ for cls in INTERNAL_TYPES}
+        self._request_names = {name for name in self._known_names if name.endswith("Request")}
         self._empty_payloads = {
             cls: {name: b"" for name in cls.PAYLOAD_FIELDS} for cls in types if cls.PAYLOAD_FIELDS
         }
@@ -133,6 +139,11 @@ class Codec:
                 f"message of {total} bytes exceeds the limit of {self.frame_bytes_max}",
                 self._peek(header)[2],
             )
+        tagged = None  # whether this cluster's tag is on the frames, once known
+        if self.signer is not None and len(header) > UNTAGGED_BYTES_MAX:
+            tagged = len(frames) > 1 and looks_like_tag(frames[-1]) and self.signer.verify(frames)
+            if not tagged:
+                self._refuse_unless_request(header)
         try:
             message = self._decoder.decode(header)
         except Exception as error:  # noqa: BLE001 - DecodeError, ValidationError, RecursionError, ...
@@ -141,7 +152,8 @@ class Codec:
         if count == 1 and not expected:  # most messages: one frame, no payload, no tag
             return message
         if count == 2 + len(expected) and looks_like_tag(frames[-1]):
-            self.last_authenticated = self.signer is not None and self.signer.verify(frames)
+            self.last_authenticated = self.signer is not None and (
+                tagged if tagged is not None else self.signer.verify(frames))
             count -= 1
         elif count != 1 + len(expected):
             raise DecodeFailure(
@@ -153,6 +165,18 @@ class Codec:
         for name, frame in zip(expected, frames[1:count]):
             setattr(message, name, _buffer(frame))
         return message
+
+    def _refuse_unless_request(self, header: Any) -> None:
+        """Refuse a large header without this cluster's tag unless it is a request, reading only
+        its type (msgspec skips the other fields without building them)."""
+        try:
+            kind = _raw_or_none(_name_decoder, _peek_decoder.decode(header).type)
+        except Exception:  # noqa: BLE001 - not even a map of fields
+            kind = None
+        if kind not in self._request_names:
+            raise DecodeFailure(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, (
+                f"{_printable(kind)} of {len(header)} bytes is read only from a process of this cluster (it "
+                f"carries no valid authentication tag); nothing was changed"))
 
     def _peek(self, header: Any) -> tuple[bool, Any, int]:
         """(a map of fields?, type name or None, correlation id or -1) of a header that may be

@@ -122,6 +122,11 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
     return found
 
 
+def at_most(count: int | None) -> str:
+    """A list's or map's length bound, as the decoder checks it."""
+    return "" if count is None else f" (at most {count:,})"
+
+
 def type_text(kind: Any) -> str:
     """A language-neutral name for a msgspec type: what a MessagePack peer must send."""
     match kind:
@@ -139,12 +144,12 @@ def type_text(kind: Any) -> str:
             return "nil"
         case inspect_types.AnyType():
             return "any"
-        case inspect_types.ListType(item_type=item):
-            return f"array of {type_text(item)}"
+        case inspect_types.ListType(item_type=item, max_length=most):
+            return f"array of {type_text(item)}{at_most(most)}"
         case inspect_types.TupleType(item_types=items):
             return "[" + ", ".join(type_text(item) for item in items) + "]"
-        case inspect_types.DictType(key_type=key, value_type=value):
-            return f"map {type_text(key)} → {type_text(value)}"
+        case inspect_types.DictType(key_type=key, value_type=value, max_length=most):
+            return f"map {type_text(key)} → {type_text(value)}{at_most(most)}"
         case inspect_types.StructType(cls=cls):
             return f"`{cls.__name__}`"
         case inspect_types.UnionType(types=members):
