@@ -249,6 +249,10 @@ class GroupCoordinator:
             problem = (ErrorCode.INVALID_SESSION_TIMEOUT, (
                 f"session_timeout_ms must be {limits.group_session_timeout_min_ms}.."
                 f"{limits.group_session_timeout_max_ms}, got {request.session_timeout_ms}"))
+        elif not 0 < request.rebalance_timeout_ms <= limits.group_rebalance_timeout_max_ms:
+            problem = (ErrorCode.INVALID_REQUEST, (
+                f"rebalance_timeout_ms must be 1..{limits.group_rebalance_timeout_max_ms} "
+                f"(group_rebalance_timeout_max_ms), got {request.rebalance_timeout_ms}"))
         elif self.share is not None and self.share.owns(request.group_id):
             problem = (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{request.group_id!r} is a share group")
         group = self.groups.get(request.group_id)

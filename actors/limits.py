@@ -224,6 +224,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # --- groups (coordinator side) -------------------------------------------------------
     group_session_timeout_min_ms: int = 100
     group_session_timeout_max_ms: int = 300_000
+    # How long a rebalance waits for a member to join again (its `rebalance_timeout_ms`, Kafka's
+    # max.poll.interval.ms): one of 2**62 ms held its group's rebalances open for as long as it
+    # kept heartbeating without joining. An hour is longer than a poll loop should take.
+    group_rebalance_timeout_max_ms: int = 3_600_000
     group_members_max: int = 1000
     # Bytes of members (ids, subscription metadata, assignment; actors/group_membership_budget.py):
     # one member, one group and every group of the coordinator (share groups' members, their ids

@@ -63,12 +63,12 @@ class Stage:
         return self.correlation
 
     def join(self, name: str, *, group: str = "g", instance: str | None = None, session_ms: int = 10_000,
-             member_id: str | None = None, sender: str | None = None) -> list:
+             member_id: str | None = None, sender: str | None = None, rebalance_ms: int = 5_000) -> list:
         request = JoinGroupRequest(
             correlation_id=self.next_correlation(), group_id=group,
             member_id=self.ids.get(name, "") if member_id is None else member_id, group_instance_id=instance,
             member_secret=self.secrets.get(name, b""), client_id=name, session_timeout_ms=session_ms,
-            rebalance_timeout_ms=5_000,
+            rebalance_timeout_ms=rebalance_ms,
             protocols=[GroupProtocol(name="range", metadata=name.encode())])
         return self.ask(sender or name, request)  # another sender: another process of that member
 
@@ -160,6 +160,19 @@ def test_a_session_timeout_outside_the_limits_is_refused(stage, session_ms):
     stage.join("a", session_ms=session_ms)
 
     assert stage.joined("a").error == ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+@pytest.mark.parametrize("rebalance_ms", [0, -1, LIMITS.group_rebalance_timeout_max_ms + 1, 2**62])
+def test_a_rebalance_timeout_outside_the_limits_is_refused(stage, rebalance_ms):
+    """A member's rebalance timeout is how long a rebalance waits for it to join again: one of
+    2**62 ms held every rebalance of its group open for as long as it kept heartbeating without
+    joining, and 0 or less ended each one before anybody could join."""
+    stage.join("a", rebalance_ms=rebalance_ms)
+
+    answer = stage.joined("a")
+
+    assert answer.error == ErrorCode.INVALID_REQUEST and "rebalance_timeout_ms" in answer.error_message
+    assert stage.coordinator.groups == {}
 
 
 def test_a_group_refuses_members_beyond_its_maximum(stage):
