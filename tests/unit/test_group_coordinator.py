@@ -166,7 +166,7 @@ def test_a_session_timeout_outside_the_limits_is_refused(stage, session_ms):
 def test_a_rebalance_timeout_outside_the_limits_is_refused(stage, rebalance_ms):
     """A member's rebalance timeout is how long a rebalance waits for it to join again: one of
     2**62 ms held every rebalance of its group open for as long as it kept heartbeating without
-    joining, and 0 or less ended each one before anybody could join."""
+    joining, and one of 0 or less, when it was the longest of its group, ended each one at once."""
     stage.join("a", rebalance_ms=rebalance_ms)
 
     answer = stage.joined("a")
