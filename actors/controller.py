@@ -50,6 +50,10 @@ from actors.raft_messages import RaftMessage
 from actors.replicated_state import ReplicatedState
 from storage.raft_log import ENTRY_NOOP, RaftEntry, RaftLog
 
+# Written with the single coordinator's state when a new quorum's first leader applies it
+# (`bootstrap`); no decider reads it.
+BOOTSTRAPPED_KEY = "quorum/bootstrapped"
+
 if TYPE_CHECKING:
     import random
 
@@ -181,7 +185,10 @@ class Controller:
     def _activate(self, now_ns: int) -> list[Effect]:
         self.state.activate()
         if not len(self.state.committed) and self.bootstrap:
-            self.state.put_many(self.bootstrap)  # an existing cluster's metadata.state, read once
+            # An existing cluster's state (the single coordinator's file), applied once: the marker
+            # keeps the map from ever being empty again, so a later leader that read the same file
+            # never applies it over what was deleted since (every group gone, say).
+            self.state.put_many([*self.bootstrap, (BOOTSTRAPPED_KEY, True)])
         try:
             self.coordinator = self.coordinator_factory(self.state)
         except ValueError as error:  # the committed state belongs to another cluster

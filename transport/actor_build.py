@@ -13,6 +13,7 @@ Building never runs the actor and never touches a socket: that is the runtime's.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import time
@@ -117,8 +118,11 @@ def _build_controller(spec: ActorSpec, fs: Any, directory: str, endpoint: str, i
         return Coordinator(state=state, nodes=spec.nodes, rng=random.Random(rng.getrandbits(64)), limits=spec.limits,
                            cluster_id=spec.cluster_id, client_key=spec.secret)
 
-    return Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator, endpoint=endpoint,
-                      pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
+    controller = Controller(config=config, log=log, rng=rng, coordinator_factory=coordinator,
+                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
+    legacy = os.path.join(spec.data_dir, "coordinator", "metadata.state")
+    _start_from_legacy(spec, controller, legacy, lambda: _read_legacy_metadata(fs, legacy), fs)
+    return controller
 
 
 def voter_log_missing(raft_directory: str) -> bool:
@@ -190,13 +194,10 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
 
     raft_directory = os.path.join(directory, "raft")
     empty = voter_log_missing(raft_directory)
-    bootstrap: list[tuple[str, Any]] = []
     legacy = os.path.join(spec.data_dir, "group-coordinator", "groups.state")
-    if empty and not quorum_formed(spec, directory):
-        if os.path.exists(legacy):
-            bootstrap = DurableState.read(legacy, fs=fs)  # another actor's file: read, never written
-        elif not spec.reset_group_state:
-            check_group_state_present(spec.data_dir, legacy, -1)
+    starting_point = os.path.exists(legacy) or spec.reset_group_state
+    if empty and not quorum_formed(spec, directory) and not starting_point:
+        check_group_state_present(spec.data_dir, legacy, -1)
     log = _open_voter_log(spec, fs, directory, empty)
     rng = random.Random(incarnation)
 
@@ -205,8 +206,55 @@ def _build_group_voter(spec: ActorSpec, fs: Any, directory: str, endpoint: str, 
                                 incarnation=rng.getrandbits(62) + 1, pid=os.getpid(), limits=spec.limits,
                                 rng=random.Random(rng.getrandbits(64)), client_key=spec.secret)
 
-    return GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng, coordinator_factory=group_coordinator,
-                            endpoint=endpoint, pid=os.getpid(), bootstrap=bootstrap, name=spec.name)
+    voter = GroupQuorumVoter(config=_raft_config(spec), log=log, rng=rng,
+                             coordinator_factory=group_coordinator, endpoint=endpoint, pid=os.getpid(),
+                             name=spec.name)
+    # Another actor's file: read, never written (DurableState.read), and retired once superseded.
+    _start_from_legacy(spec, voter, legacy, lambda: DurableState.read(legacy, fs=fs), fs)
+    return voter
+
+
+def _start_from_legacy(spec: ActorSpec, voter: Any, legacy: str, read: Any, fs: Any) -> None:
+    """Give a voter the single coordinator's state (`legacy`: `--controllers 0` ran this cluster)
+    while its quorum may not have committed it yet, and retire the file once it has.
+
+    The committed map the voter's own log holds says which. Empty: the quorum may never have
+    applied the file — its first start can have been cut short after every voter made its journal
+    and before the first leader committed anything (a start that read the file only when the
+    journal was missing then came up as a new, empty cluster) — so the voter takes the file as its
+    starting point; its first leader applies it only to an empty map (actors/controller.py). Not
+    empty: a majority holds the quorum's own state, newer than the file, which is renamed
+    `<file>.migrated`, so a quorum that later loses every log is refused as any such quorum is,
+    instead of starting again from the file's old topics, epochs and offsets. Under the bootstrap
+    lock, as another voter may be reading the file at that moment."""
+    from transport.metadata_rebuild import unused_name
+
+    with _metadata_bootstrap_lock(spec.data_dir):
+        if not os.path.exists(legacy):
+            return
+        if not _commits_anything(voter.raft.log):
+            voter.bootstrap = voter.bootstrap or read()
+            return
+        try:
+            os.rename(legacy, unused_name(legacy + ".migrated"))
+            fs.sync_directory(os.path.dirname(legacy))
+        except OSError as error:  # the voter runs; the file is retired at a later start
+            logging.getLogger("railmq.actor").warning("%s: cannot retire %s (%s)", spec.name, legacy, error)
+
+
+def _commits_anything(log: Any) -> bool:
+    """Whether the committed map a voter's log holds (its snapshot, then its entries up to its
+    commit index, applied as the voter will apply them once started) has any key."""
+    from actors.replicated_state import ReplicatedState
+
+    state = ReplicatedState()
+    if log.snapshot is not None:
+        state.restore(log.snapshot_data, log.snapshot.index)
+    for index in range(state.applied_index + 1, log.hard_state.commit + 1):
+        if len(state.committed):
+            break
+        state.apply(log.entry(index))
+    return bool(len(state.committed))
 
 
 def check_group_state_present(data_dir: str, path: str, size: int) -> None:
@@ -260,8 +308,7 @@ METADATA_BOOTSTRAP_LOCK = ".metadata-bootstrap"
 
 
 def _read_first_metadata(spec: ActorSpec, fs: Any, legacy: str) -> list[tuple[str, Any]]:
-    from storage.errors import CorruptState
-    from storage.state import HEADER_BYTES, DurableState
+    from storage.state import HEADER_BYTES
     from transport.metadata_rebuild import HOW_TO_RECOVER, has_replica_data
 
     size = os.path.getsize(legacy) if os.path.exists(legacy) else -1
@@ -272,6 +319,13 @@ def _read_first_metadata(spec: ActorSpec, fs: Any, legacy: str) -> list[tuple[st
                 f"there is no coordinator state {legacy}, but replica directories exist: starting as a new "
                 "cluster would abandon their data. " + HOW_TO_RECOVER.format(path="the controllers' logs"))
         return []
+    return _read_legacy_metadata(fs, legacy)
+
+
+def _read_legacy_metadata(fs: Any, legacy: str) -> list[tuple[str, Any]]:
+    from storage.errors import CorruptState
+    from storage.state import DurableState
+
     try:
         return DurableState.read(legacy, fs=fs, confirm=True)  # the other voters read it too: never written
     except CorruptState as error:

@@ -106,7 +106,7 @@ def rebuild_state(data_dir: str, path: str, cluster_id: str, fs: FileSystem) -> 
     when an earlier rebuild already kept one: a second rebuild must not destroy the original)."""
     metas = [(directory, meta) for directory, meta in replica_metas(data_dir, fs) if meta.cluster_id == cluster_id]
     if os.path.exists(path):
-        os.rename(path, _unused_name(f"{path}.lost"))
+        os.rename(path, unused_name(f"{path}.lost"))
         fs.sync_directory(os.path.dirname(path) or ".")
     state = DurableState.open(path, fs=fs, confirm=True)
     topics: dict[str, TopicRecord] = {}
@@ -141,7 +141,7 @@ def rebuild_state(data_dir: str, path: str, cluster_id: str, fs: FileSystem) -> 
     return len(topics)
 
 
-def _unused_name(path: str) -> str:
+def unused_name(path: str) -> str:
     candidate, number = path, 0
     while os.path.lexists(candidate):
         number += 1

@@ -31,9 +31,10 @@ import pytest
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 from railmq.cluster import LocalCluster
+from railmq.lag import GroupAdminClient
 from railmq.producer import Producer
 from storage.directory import DirectoryInUse
-from storage.raft_log import rejoining_on_disk
+from storage.raft_log import RaftLog, rejoining_on_disk
 from tests.conftest import TEST_LIMITS
 from tests.helpers import wait_for
 from tests.integration.test_storage_faults import read_all
@@ -158,6 +159,40 @@ def test_a_voter_that_lost_its_log_waits_to_be_caught_up_and_loses_nothing(fresh
     served = read_all(cluster.bootstrap, topic, max(offset for _, offset in acked) + 1, partition=0)
     wanted = {offset: value for (p, offset), value in acked.items() if p == 0}
     assert all(served.get(offset) == value for offset, value in wanted.items()), "acknowledged writes lost"
+
+
+def test_a_first_quorum_start_cut_short_keeps_the_single_coordinators_topics_and_offsets(
+        fresh_cluster, tmp_path, unique_name):
+    """A cluster run with `--controllers 0`, then started with its quorums: a first start killed
+    after every voter made its journal and before a leader committed the old state came back, at
+    the next start, as a new, empty cluster (no topic, no committed offset, nothing said)."""
+    data_dir, topic = str(tmp_path / "cluster"), unique_name()
+    acked = cluster_with_data(fresh_cluster, data_dir, topic, controllers=0)
+    single = fresh_cluster(data_dir=data_dir, controllers=0)
+    with GroupAdminClient(single.bootstrap) as groups:
+        groups.commit_as_admin("payments", {(topic, 0): 7})
+    single.stop()
+    for node in (1, 2, 3):  # what the first quorum start leaves when every process dies at once
+        RaftLog.open(os.path.join(controller_directory(data_dir, node), "raft")).close()
+        RaftLog.open(os.path.join(data_dir, f"node-{node}", "group-coordinator", "raft")).close()
+
+    cluster = fresh_cluster(data_dir=data_dir)
+    with Admin(cluster.bootstrap) as admin:
+        admin.wait_for_leaders(topic, timeout_s=30)
+    with GroupAdminClient(cluster.bootstrap) as groups:
+        offsets = groups.describe_group("payments").offsets
+    assert [(entry.topic, entry.partition, entry.offset) for entry in offsets] == [(topic, 0, 7)]
+    wanted = {offset: value for (p, offset), value in acked.items() if p == 0}
+    served = read_all(cluster.bootstrap, topic, max(wanted) + 1, partition=0)
+    assert all(served.get(offset) == value for offset, value in wanted.items()), "acknowledged writes lost"
+    cluster.stop()
+
+    again = fresh_cluster(data_dir=data_dir)  # the quorums hold it all now: the old files are retired
+    with Admin(again.bootstrap) as admin:
+        admin.wait_for_leaders(topic, timeout_s=30)
+    for old in ("coordinator/metadata.state", "group-coordinator/groups.state"):
+        assert not os.path.exists(os.path.join(data_dir, old))
+        assert os.path.exists(os.path.join(data_dir, old + ".migrated"))
 
 
 def test_a_second_cluster_on_a_directory_in_use_is_refused_naming_the_holder(fresh_cluster, tmp_path):
