@@ -23,19 +23,22 @@ Shared-memory rings are for processes of one host: a node's replicas use ZeroMQ 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from typing import Any
 
 import msgspec
 
 from actors.limits import NODE_ID_MAX, NODES_MAX, Limits
-from storage.directory import CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, DirectoryLock
+from storage.directory import (
+    CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, ClusterMismatch, DirectoryLock, adopt_identity,
+)
 from transport.actor_main import ActorSpec
 from transport.node_agent import NodeAgent
 from transport.supervisor import Supervisor
 
 DEFAULT_NODE_PORT = 7411
+# Every limit named, with room to spare, is ~10 KB of JSON; a larger file is not a limits file.
+LIMITS_FILE_BYTES_MAX = 1024 * 1024
 FORMED_CHECK_TIMEOUT_MS = 1_000  # per other voter, at start, only for a voter whose log is empty
 
 
@@ -66,9 +69,14 @@ def load_limits(path: str) -> Limits:
     an unknown name or a value of the wrong type is refused, naming it."""
     try:
         with open(path, "rb") as handle:
-            changes = msgspec.json.decode(handle.read())
+            content = handle.read(LIMITS_FILE_BYTES_MAX + 1)  # never whole: it may be /dev/zero
     except OSError as error:
         raise NodeConfigError(f"--limits {path}: {error.strerror}") from None
+    if len(content) > LIMITS_FILE_BYTES_MAX:
+        raise NodeConfigError(f"--limits {path} is larger than {LIMITS_FILE_BYTES_MAX} bytes: "
+                              "not a limits file")
+    try:
+        changes = msgspec.json.decode(content)
     except msgspec.DecodeError as error:
         raise NodeConfigError(f"--limits {path} is not JSON: {error}") from None
     if not isinstance(changes, dict):
@@ -175,12 +183,13 @@ class ClusterNode:
         if not self.identity_from or os.path.exists(os.path.join(self.data_dir, CLUSTER_META_NAME)):
             return
         for name in (CLUSTER_META_NAME, CLUSTER_SECRET_NAME):
-            source = os.path.join(self.identity_from, name)
-            if not os.path.exists(source):
+            if not os.path.lexists(os.path.join(self.identity_from, name)):
                 raise NodeConfigError(f"{self.identity_from} has no {name}: copy it from the node that formed "
                                       "the cluster")
-            shutil.copy2(source, os.path.join(self.data_dir, name))
-        os.chmod(os.path.join(self.data_dir, CLUSTER_SECRET_NAME), 0o600)
+        try:
+            adopt_identity(self.identity_from, self.data_dir)  # checked before anything is written
+        except ClusterMismatch as error:
+            raise NodeConfigError(f"--identity-from {self.identity_from}: {error}") from None
 
     def _spec(self, kind: str, name: str, port: int, voters: dict[int, str]) -> ActorSpec:
         return ActorSpec(kind=kind, name=name, cluster_id=self.cluster_id, data_dir=self.data_dir, port=port,

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 import uuid
 
@@ -26,6 +27,10 @@ LOCK_NAME = ".lock"
 CLUSTER_META_NAME = "cluster.meta"
 CLUSTER_SECRET_NAME = "cluster.secret"
 SECRET_BYTES = 32
+# What railmq writes is ~70 bytes of meta and 32 of secret; a file far larger is not one of them,
+# and is never read whole (a device, /dev/zero, would be read until memory ran out).
+META_BYTES_MAX = 64 * 1024
+SECRET_BYTES_MAX = 1024
 
 
 class DirectoryInUse(RuntimeError):
@@ -145,11 +150,53 @@ def _holds_cluster_data(data_dir: str) -> bool:
     return any(name.startswith("node-") or name in ("coordinator", "group-coordinator") for name in names)
 
 
-def _read_meta(path: str) -> dict:
+def adopt_identity(source: str, data_dir: str) -> None:
+    """Copy a cluster's identity from `source` (a directory holding its `cluster.meta` and
+    `cluster.secret`) into `data_dir`, which has none. Both are read and checked first, within
+    their bounds (`ClusterMismatch` naming the file: nothing is written); then the secret and
+    last the meta are each written whole (temporary file, fsync, rename), so a crash between them
+    leaves no meta, and the next start copies both again instead of refusing for want of a secret."""
+    meta_path = os.path.join(source, CLUSTER_META_NAME)
     try:
-        with open(path, "rb") as handle:
-            meta = json.loads(handle.read())
-    except (OSError, ValueError, RecursionError) as error:
+        meta = _read_meta_bytes(meta_path)
+        _check_meta(meta_path, meta)
+        secret = _read_secret(os.path.join(source, CLUSTER_SECRET_NAME))
+    except ClusterMismatch as error:
+        raise ClusterMismatch(f"the identity to copy is not one: {error}") from None
+    os.makedirs(data_dir, exist_ok=True)
+    _write_atomic(os.path.join(data_dir, CLUSTER_SECRET_NAME), secret, mode=0o600)
+    _write_atomic(os.path.join(data_dir, CLUSTER_META_NAME), meta, mode=0o644)
+
+
+def _bounded_read(path: str, limit: int) -> bytes:
+    """The whole of a regular file of at most `limit` bytes; ValueError for a larger one or for
+    anything else in its place (a device, a pipe); OSError as reading raises it."""
+    # O_NONBLOCK: a pipe in its place must not hold the open until some process writes to it.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes: not a file railmq wrote")
+    return data
+
+
+def _read_meta(path: str) -> dict:
+    return _check_meta(path, _read_meta_bytes(path))
+
+
+def _read_meta_bytes(path: str) -> bytes:
+    try:
+        return _bounded_read(path, META_BYTES_MAX)
+    except (OSError, ValueError) as error:
+        raise ClusterMismatch(f"{path} is unreadable ({str(error)[:120]}); refusing to guess which cluster "
+                              "this is") from None
+
+
+def _check_meta(path: str, data: bytes) -> dict:
+    try:
+        meta = json.loads(data)
+    except (ValueError, RecursionError) as error:
         raise ClusterMismatch(f"{path} is unreadable ({str(error)[:120]}); refusing to guess which cluster "
                               "this is") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("cluster_id"), str) or not meta["cluster_id"]:
@@ -162,9 +209,8 @@ def _read_meta(path: str) -> dict:
 
 def _read_secret(path: str) -> bytes:
     try:
-        with open(path, "rb") as handle:
-            secret = handle.read()
-    except OSError as error:
+        secret = _bounded_read(path, SECRET_BYTES_MAX)
+    except (OSError, ValueError) as error:
         raise ClusterMismatch(f"the cluster secret {path} is unreadable ({error})") from None
     if len(secret) < 16:
         raise ClusterMismatch(f"the cluster secret {path} is shorter than 16 bytes")

@@ -342,3 +342,71 @@ def test_a_mark_kept_in_the_old_file_moves_into_the_journal(tmp_path, actor_lock
     assert rebuilt.raft.rejoining
     assert rejoining_on_disk(os.path.join(directory, "raft"))
     assert not os.path.exists(os.path.join(directory, LEGACY_REJOINING_MARK))
+
+
+# ------------------------------------------------------------------------- identity files of any size
+
+
+@pytest.mark.parametrize("name", [CLUSTER_META_NAME, CLUSTER_SECRET_NAME])
+def test_an_identity_file_far_larger_than_railmq_writes_is_refused_without_reading_it_whole(data_dir, name):
+    """`cluster.meta` and `cluster.secret` were read whole: a 2 MB secret was taken as the
+    cluster's key (every message then failed its tag, with nothing said), and one that is a
+    device (/dev/zero) was read until memory ran out."""
+    path = os.path.join(data_dir, name)
+    os.remove(path)
+    with open(path, "wb") as handle:
+        handle.write(b'{"cluster_id": "orders-cluster"}' + b" " * (2 << 20) if name == CLUSTER_META_NAME
+                     else os.urandom(2 << 20))
+    with pytest.raises(ClusterMismatch, match=f"{name}.*larger than"):
+        ClusterIdentity.load_or_create(data_dir)
+
+
+def test_an_identity_file_that_never_ends_is_refused(data_dir):
+    os.remove(os.path.join(data_dir, CLUSTER_SECRET_NAME))
+    os.symlink("/dev/zero", os.path.join(data_dir, CLUSTER_SECRET_NAME))
+    with pytest.raises(ClusterMismatch, match=CLUSTER_SECRET_NAME):
+        ClusterIdentity.load_or_create(data_dir)
+
+
+@pytest.mark.parametrize("damage", ["large-secret", "secret-is-a-directory", "meta-names-no-cluster",
+                                    "device"])
+def test_an_identity_source_that_is_not_one_copies_nothing_and_a_good_one_is_adopted_after(
+        data_dir, tmp_path, damage):
+    """`railmq node --identity-from DIR` copied cluster.meta, then cluster.secret, with no check
+    and no bound: a secret that is a device filled the data directory's disk (a 2 MiB tmpfs: 100%,
+    `OS_ERROR: No space left on device`), a 2 MB secret was taken as the key, and a secret that
+    could not be copied left cluster.meta alone, so every later start refused for want of a secret
+    and never copied it again."""
+    from storage.directory import adopt_identity
+
+    source = tmp_path / "identity"
+    source.mkdir()
+    for name in (CLUSTER_META_NAME, CLUSTER_SECRET_NAME):
+        with open(os.path.join(data_dir, name), "rb") as original:
+            (source / name).write_bytes(original.read())
+    secret = source / CLUSTER_SECRET_NAME
+    if damage == "large-secret":
+        secret.write_bytes(os.urandom(2 << 20))
+    elif damage == "secret-is-a-directory":
+        secret.unlink()
+        secret.mkdir()
+    elif damage == "meta-names-no-cluster":
+        (source / CLUSTER_META_NAME).write_bytes(b"{}")
+    else:
+        secret.unlink()
+        secret.symlink_to("/dev/zero")
+    node_dir = tmp_path / "node-2-data"
+    node_dir.mkdir()
+
+    with pytest.raises(ClusterMismatch, match="identity"):
+        adopt_identity(str(source), str(node_dir))
+    assert sorted(os.listdir(node_dir)) == [], "a refused identity leaves nothing behind"
+
+    secret.unlink() if not secret.is_dir() else secret.rmdir()
+    for name in (CLUSTER_META_NAME, CLUSTER_SECRET_NAME):
+        with open(os.path.join(data_dir, name), "rb") as original:
+            (source / name).write_bytes(original.read())
+    adopt_identity(str(source), str(node_dir))
+    adopted = ClusterIdentity.load_or_create(str(node_dir))
+    original = ClusterIdentity.load_or_create(data_dir)
+    assert (adopted.cluster_id, adopted.secret) == ("orders-cluster", original.secret)

@@ -104,3 +104,17 @@ def test_joining_a_controller_that_does_not_answer_fails_with_a_typed_error_and_
     error = capsys.readouterr().err
     assert code != 0 and "REQUEST_TIMED_OUT" in error and f"127.0.0.1:{port}" in error
     assert not (tmp_path / "d").exists()
+
+
+def test_a_limits_file_far_larger_than_any_limits_object_is_refused_without_reading_it_whole(tmp_path):
+    """`--limits` was read whole: `--limits /dev/zero` grew the process until memory ran out
+    (under a 1.5 GB address-space limit: a MemoryError traceback after 1.2 s)."""
+    path = tmp_path / "limits.json"
+    path.write_text(" " * (2 << 20) + '{"replica_session_timeout_ms": 2500}')  # valid JSON, 2 MB of it
+    with pytest.raises(NodeConfigError, match="larger than"):
+        load_limits(str(path))
+
+
+def test_a_limits_file_that_never_ends_is_refused():
+    with pytest.raises(NodeConfigError, match="larger than"):
+        load_limits("/dev/zero")
