@@ -78,14 +78,16 @@ def test_a_topic_setting_is_a_single_value_and_a_request_has_a_bounded_number_of
     many = ENCODE({"type": "CreateTopicRequest", "correlation_id": 4, "name": "t", "partitions": 1,
                    "config": {f"s{index}": 1 for index in range(SETTINGS_MAX + 1)}})
 
-    (refused_nested, peak), (refused_many, _) = decoded_with_peak(Codec(), [nested]), decoded_with_peak(Codec(), [many])
+    refused_nested, peak = decoded_with_peak(Codec(), [nested])
+    refused_many, _ = decoded_with_peak(Codec(), [many])
 
     assert refused(refused_nested) and "got `array`" in str(refused_nested), refused_nested
     assert peak < 2 * MB, f"{peak / MB:.1f} MB built"
     assert refused(refused_many) and f"length <= {SETTINGS_MAX}" in str(refused_many), refused_many
     kept = Codec().decode(Codec().encode(CreateTopicRequest(
         correlation_id=5, name="t", partitions=1, config={"min_insync_replicas": "2", "retention_ms": None})))
-    assert kept.config == {"min_insync_replicas": "2", "retention_ms": None}, "a wrong type is the coordinator's to name"
+    assert kept.config == {"min_insync_replicas": "2", "retention_ms": None}, (
+        "a wrong type is the coordinator's to name")
 
 
 def test_a_large_answer_without_this_clusters_tag_is_refused_unread_by_a_cluster_process():
@@ -96,7 +98,8 @@ def test_a_large_answer_without_this_clusters_tag_is_refused_unread_by_a_cluster
 
     outcome, peak = decoded_with_peak(cluster, forged)
 
-    assert isinstance(outcome, DecodeFailure) and outcome.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, outcome
+    assert isinstance(outcome, DecodeFailure), outcome
+    assert outcome.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, outcome
     assert "MetadataResponse" in str(outcome)
     assert peak < 2 * MB, f"{peak / MB:.1f} MB built for a {len(forged[0]) / MB:.1f} MB frame"
     assert client.decode(forged).controller_endpoints == answer.controller_endpoints
