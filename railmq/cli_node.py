@@ -85,6 +85,7 @@ def voters_from_controller(bootstrap: str) -> tuple[dict[int, str], int]:
 def run_node(args: argparse.Namespace) -> int:
     from railmq.member_process import StopSignal
     from railmq.node import ClusterNode, NodeConfigError, load_limits, parse_voters
+    from railmq.quorum_formed import QuorumUndecided
 
     try:
         if args.join:
@@ -101,10 +102,13 @@ def run_node(args: argparse.Namespace) -> int:
     with StopSignal() as stopping:
         try:
             try:
-                node.start()
+                node.start(stopping)
             except NodeConfigError as error:  # found only at the start (an --identity-from lacking a file)
                 print_error("INVALID_CONFIG", str(error))
                 return EXIT_FAILED
+            except QuorumUndecided:  # stopped while its voters waited to hear whether the quorum formed
+                console.print("stopped")
+                return EXIT_OK
             console.print(f"railmq node {node.node} is up: controller {node.controller_endpoints[node.node]}, "
                           f"group voter {node.group_voter_endpoints[node.node]}, cluster {node.cluster_id}; "
                           f"clients: --bootstrap {node.bootstrap}", highlight=False, soft_wrap=True)

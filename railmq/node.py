@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
 
 import msgspec
 
 from actors.limits import NODE_ID_MAX, NODES_MAX, Limits
+from railmq.quorum_formed import FormedCheck
 from storage.directory import (
     CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, ClusterMismatch, DirectoryLock, adopt_identity,
 )
@@ -39,7 +41,6 @@ from transport.supervisor import Supervisor
 DEFAULT_NODE_PORT = 7411
 # Every limit named, with room to spare, is ~10 KB of JSON; a larger file is not a limits file.
 LIMITS_FILE_BYTES_MAX = 1024 * 1024
-FORMED_CHECK_TIMEOUT_MS = 1_000  # per other voter, at start, only for a voter whose log is empty
 
 
 class NodeConfigError(ValueError):
@@ -127,7 +128,9 @@ class ClusterNode:
     def bootstrap(self) -> str:
         return ",".join(self.controller_endpoints.values())
 
-    def start(self) -> "ClusterNode":
+    def start(self, stop: threading.Event | None = None) -> "ClusterNode":
+        """Start the node's voters and agent. A voter with an empty log first waits for the other
+        voters to say whether its quorum formed (`QuorumUndecided` if `stop` is set meanwhile)."""
         os.makedirs(self.data_dir, exist_ok=True)
         self._lock = DirectoryLock(self.data_dir).acquire()
         try:
@@ -139,7 +142,7 @@ class ClusterNode:
                                              ("group-coordinator", f"group-coordinator/{self.node}", self.port + 1,
                                               self.group_voter_endpoints)):
                 spec = self._spec(kind, name, port, voters)
-                spec.quorum_formed = self._formed_elsewhere(kind, voters)
+                spec.quorum_formed = self._formed_elsewhere(kind, voters, port, stop)
                 self.supervisor.start(spec)
             self.agent = NodeAgent(
                 supervisor=self.supervisor, coordinator=self.bootstrap, nodes=[self.node], data_dir=self.data_dir,
@@ -152,31 +155,18 @@ class ClusterNode:
             raise
         return self
 
-    def _formed_elsewhere(self, kind: str, voters: dict[int, str]) -> bool:
+    def _formed_elsewhere(self, kind: str, voters: dict[int, str], port: int,
+                          stop: threading.Event | None) -> bool:
         """Whether this voter's quorum formed without it (so an empty log here is a lost one, and it
-        must wait to be caught up, docs/raft.md §7): the other voters say so, if any answers. The
-        data directories of other machines cannot be looked at, as LocalCluster's can."""
+        must wait to be caught up, docs/raft.md §7): only the other voters' answers decide
+        (railmq/quorum_formed.py), as the data directories of other machines cannot be looked at,
+        as LocalCluster's can."""
         raft = os.path.join(self.data_dir, f"node-{self.node}", kind, "raft")
         if os.path.isdir(raft) and os.listdir(raft):
             return False  # it has a log: nothing was lost
-        from actors.messages import ControllerStatusRequest, ControllerStatusResponse
-        from transport.rpc import RequestTimeout, RpcClient
-
-        rpc = RpcClient(identity=f"node-{self.node}")
-        try:
-            for node, address in voters.items():
-                if node == self.node:
-                    continue
-                try:
-                    status = rpc.request(address, ControllerStatusRequest(correlation_id=0), FORMED_CHECK_TIMEOUT_MS,
-                                         fail_fast=True)
-                except RequestTimeout:
-                    continue
-                if isinstance(status, ControllerStatusResponse) and status.commit_index > 0:
-                    return True
-            return False
-        finally:
-            rpc.close()
+        others = {node: endpoint for node, endpoint in voters.items() if node != self.node}
+        check = FormedCheck(f"tcp://{self.bind_host}:{port}", others, voters=len(voters))
+        return check.run(stop)
 
     def _adopt_identity(self) -> None:
         """Copy the cluster's identity from `identity_from` into a data directory that has none."""

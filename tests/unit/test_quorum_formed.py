@@ -1,0 +1,105 @@
+"""A voter of `railmq node` that starts with an empty log asks the other voters whether its quorum
+formed without it (railmq/quorum_formed.py).
+
+Its log may be a lost one: a node whose disk was replaced comes back empty, and voting as a new
+voter it could elect a candidate without the entries its lost log had helped commit (an entry
+committed on nodes 1 and 3, node 3 wiped and started while 1 and 2 were down, then 2 back: 2 and 3
+elect 2, and the entry, a topic or a committed offset, is gone though one disk was lost). Silence
+used to mean "never formed" after one second per voter; now only answers decide: one voter with
+any term or entry says the quorum formed, and voters with empty logs that are a majority with
+this one say it never did. Until then it waits, answering for itself that its log is empty, so
+that voters of a new cluster started together decide.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from actors.messages import ControllerStatusResponse
+from railmq.quorum_formed import FormedCheck, QuorumUndecided, empty_answers_needed, judge
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def status(term: int = 0, commit: int = 0, last: int = 0) -> ControllerStatusResponse:
+    return ControllerStatusResponse(correlation_id=1, term=term, commit_index=commit, last_index=last)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for each in sockets:
+            each.bind(("127.0.0.1", 0))
+        return [each.getsockname()[1] for each in sockets]
+    finally:
+        for each in sockets:
+            each.close()
+
+
+@pytest.mark.parametrize("voters, needed", [(3, 1), (5, 2), (7, 3)])
+def test_empty_answers_must_make_a_majority_with_this_voter(voters, needed):
+    assert empty_answers_needed(voters) == needed
+
+
+def test_one_voter_with_a_term_or_an_entry_says_the_quorum_formed():
+    assert judge({2: status(term=3, commit=5)}, voters=3) is True
+    assert judge({2: status(term=1)}, voters=3) is True, "it voted in an election"
+    assert judge({2: status(last=4)}, voters=3) is True, "it holds entries, committed or not"
+
+
+def test_silence_decides_nothing():
+    """The hole: with voters 1 and 2 down, a wiped voter 3 heard nobody and voted as new."""
+    assert judge({}, voters=3) is None
+    assert judge({2: status()}, voters=5) is None, "voters 3 to 5 may hold what this one lost"
+
+
+def test_empty_logs_that_are_a_majority_with_this_voter_say_it_never_formed():
+    """A new cluster forms with a majority of its voters; the others join later."""
+    assert judge({2: status()}, voters=3) is False
+    assert judge({2: status(), 3: status()}, voters=5) is False
+
+
+def test_a_wiped_voter_whose_peers_are_down_waits_instead_of_voting_as_new(tmp_path):
+    own, other_one, other_two = free_ports(3)
+    stop = threading.Event()
+    check = FormedCheck(f"tcp://127.0.0.1:{own}", {1: f"tcp://127.0.0.1:{other_one}",
+                                                   2: f"tcp://127.0.0.1:{other_two}"}, voters=3)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(_run(check, stop)))
+    thread.start()
+    thread.join(3.0)
+    still_waiting = thread.is_alive()
+    stop.set()
+    thread.join(10.0)
+
+    assert still_waiting, f"decided {outcome} with no voter answering"
+    assert outcome and isinstance(outcome[0], QuorumUndecided)
+
+
+def test_the_voters_of_a_new_cluster_started_together_decide_it_never_formed():
+    """Each waits for the others' answers; each answers for itself meanwhile, so nobody waits for
+    a voter that is itself waiting."""
+    ports = free_ports(3)
+    endpoints = {node: f"tcp://127.0.0.1:{port}" for node, port in zip((1, 2, 3), ports)}
+    stop = threading.Event()
+    outcomes: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda node=node: outcomes.__setitem__(node, _run(FormedCheck(
+        endpoints[node], {other: endpoint for other, endpoint in endpoints.items() if other != node}, voters=3),
+        stop))) for node in endpoints]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30.0)
+    stop.set()
+
+    assert outcomes == {1: False, 2: False, 3: False}
+
+
+def _run(check: FormedCheck, stop: threading.Event) -> object:
+    try:
+        return check.run(stop)
+    except QuorumUndecided as error:
+        return error
