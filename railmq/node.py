@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from actors.limits import NODE_ID_MAX, NODES_MAX, Limits
-from railmq.quorum_formed import FormedCheck
+from railmq.quorum_formed import FormedCheck, VoterAddressTaken
 from storage.directory import (
     CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, ClusterMismatch, DirectoryLock, adopt_identity,
 )
@@ -166,7 +166,11 @@ class ClusterNode:
             return False  # it has a log: nothing was lost
         others = {node: endpoint for node, endpoint in voters.items() if node != self.node}
         check = FormedCheck(f"tcp://{self.bind_host}:{port}", others, voters=len(voters))
-        return check.run(stop)
+        try:
+            return check.run(stop)
+        except VoterAddressTaken as error:
+            raise NodeConfigError(f"the {kind} voter's address is in use by another process ({error})") \
+                from None
 
     def _adopt_identity(self) -> None:
         """Copy the cluster's identity from `identity_from` into a data directory that has none."""

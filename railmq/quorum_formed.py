@@ -42,6 +42,10 @@ class QuorumUndecided(RuntimeError):
     """The check was stopped before enough voters answered."""
 
 
+class VoterAddressTaken(RuntimeError):
+    """Another process listens on this voter's address."""
+
+
 def empty_answers_needed(voters: int) -> int:
     """Other voters with empty logs that, with this one, are a majority."""
     return voters // 2
@@ -112,7 +116,11 @@ class _Answering:
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, ANSWER_BYTES_MAX)
-        self.socket.bind(endpoint)
+        try:
+            self.socket.bind(endpoint)
+        except zmq.ZMQError as error:
+            self.socket.close(linger=0)
+            raise VoterAddressTaken(f"{endpoint}: {error.strerror}") from None
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="formed-check-answers", daemon=True)
         self.thread.start()

@@ -19,6 +19,7 @@ import threading
 import pytest
 
 from actors.messages import ControllerStatusResponse
+from railmq.node import ClusterNode, NodeConfigError
 from railmq.quorum_formed import FormedCheck, QuorumUndecided, empty_answers_needed, judge
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,3 +104,17 @@ def _run(check: FormedCheck, stop: threading.Event) -> object:
         return check.run(stop)
     except QuorumUndecided as error:
         return error
+
+
+def test_a_voter_address_another_process_holds_is_a_typed_error_not_a_traceback(tmp_path):
+    (port,) = free_ports(1)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", port))
+    taken.listen()
+    node = ClusterNode(3, voters={1: "127.0.0.1", 2: "127.0.0.1", 3: "127.0.0.1"}, data_dir=str(tmp_path),
+                       port=port)
+    try:
+        with pytest.raises(NodeConfigError, match="in use"):
+            node._formed_elsewhere("controller", node.controller_endpoints, port, threading.Event())
+    finally:
+        taken.close()
