@@ -18,7 +18,7 @@ import msgspec
 # (or, across machines, one quorum of voters) runs and far below that cliff.
 NODE_ID_MAX = 2**31 - 1
 NODES_MAX = 1024
-# How many items a request's list or map may carry (actors/messages.py). A message is decoded
+# How many items a request's list or map may carry (actors/wire_bounds.py). A message is decoded
 # whole before any rule reads it, and a list of tiny items costs ~25 bytes of memory a byte of
 # frame: 10 million two-letter topic names (30 MB) decoded into 706 MB in 0.6 s. The limits that
 # size such lists stay within these (`limit_problems`).

@@ -22,7 +22,7 @@ from typing import Annotated, ClassVar
 
 import msgspec
 
-from actors.limits import LONG_LIST_MAX, SETTINGS_MAX, SHORT_LIST_MAX
+from actors.wire_bounds import LONG, SETTINGS, SHORT, Names, NodeIds, PartitionKeys, Settings
 
 # Offsets, timestamps and durations travel as int64s (Kafka's); msgpack carries no larger int.
 INT64_MAX = 2**63 - 1
@@ -34,17 +34,6 @@ CORRELATION_ID_MAX = INT64_MAX
 # 1,000 fetches naming a 1 MiB host held 1 GB of a leader; longer is INVALID_REQUEST at decode.
 SHORT_TEXT_CHARS_MAX = 255
 ShortText = Annotated[str, msgspec.Meta(max_length=SHORT_TEXT_CHARS_MAX)]
-# How many items a request's list or map may carry (actors/limits.py says why): the decoder
-# refuses a longer one before it builds it.
-LONG = msgspec.Meta(max_length=LONG_LIST_MAX)
-SHORT = msgspec.Meta(max_length=SHORT_LIST_MAX)
-Names = Annotated[list[str], LONG]
-PartitionKeys = Annotated[list[tuple[str, int]], LONG]
-NodeIds = Annotated[list[int], SHORT]
-# One setting's value: a TopicConfig field's type, or a wrong one the coordinator names
-# (INVALID_CONFIG); never a list or a map, which could hold millions of items.
-Setting = int | float | bool | str | None
-Settings = Annotated[dict[str, Setting], msgspec.Meta(max_length=SETTINGS_MAX)]
 
 
 class Message(msgspec.Struct, tag_field="type", tag=True, omit_defaults=True, kw_only=True):
@@ -212,7 +201,7 @@ class AlterTopicConfigRequest(Message, kw_only=True):
 
     correlation_id: int
     name: str
-    changes: Annotated[dict[str, int | bool | None], msgspec.Meta(max_length=SETTINGS_MAX)] = {}
+    changes: Annotated[dict[str, int | bool | None], SETTINGS] = {}
 
 
 class AlterTopicConfigResponse(Message, kw_only=True):

@@ -22,7 +22,8 @@ from typing import Annotated, ClassVar, Union
 
 import msgspec
 
-from actors.messages import LONG, SHORT, Message
+from actors.messages import Message
+from actors.wire_bounds import LONG, SHORT
 from storage.raft_log import RaftEntry
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]

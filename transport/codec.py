@@ -32,7 +32,7 @@ PEEK_BYTES_MAX = 256 * 1024
 # A cluster process reads a larger frame 0 without this cluster's tag only if it is a request:
 # answers, heartbeats and reports come from processes of the cluster, and a forged one of
 # millions of tiny items cost ~25 bytes of memory a byte before its receiver could refuse it.
-# Requests are bounded field by field instead (actors/messages.py LONG_LIST_MAX).
+# Requests are bounded field by field instead (actors/wire_bounds.py).
 UNTAGGED_BYTES_MAX = 64 * 1024
 
 

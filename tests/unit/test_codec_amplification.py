@@ -4,7 +4,7 @@ A message is decoded whole before its receiver checks who sent it or what it ask
 is where an attacker's bytes turn into memory. A frame of many tiny items is the worst case: 10
 million two-letter topic names (30 MB) decoded into 706 MB in 0.6 s, and a topic setting holding
 15 million empty lists (15 MB) into 1 GB in 4 s, on one actor's only thread. A request's lists
-and maps now have a length the decoder checks before it builds them (actors/messages.py), and a
+and maps now have a length the decoder checks before it builds them (actors/wire_bounds.py), and a
 cluster process reads a large frame without this cluster's tag only if it is a request: answers,
 heartbeats and reports come from inside the cluster.
 """
@@ -17,11 +17,8 @@ import msgspec
 import pytest
 
 from actors.errors import ErrorCode
-from actors.limits import Limits
-from actors.messages import (
-    LONG_LIST_MAX, SETTINGS_MAX, CreateTopicRequest, MetadataRequest, MetadataResponse,
-    OffsetFetchRequest,
-)
+from actors.limits import LONG_LIST_MAX, SETTINGS_MAX, Limits
+from actors.messages import CreateTopicRequest, MetadataRequest, MetadataResponse, OffsetFetchRequest
 from transport.auth import new_secret
 from transport.codec import Codec, DecodeFailure
 
