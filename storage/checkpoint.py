@@ -13,6 +13,12 @@ first checkpoint after open clears it, so a crash is always told apart from a cl
 Format: two fixed 64-byte slots, written alternately in place with a sequence number and a CRC,
 then fdatasync'ed, like a file-system superblock pair. A torn slot write fails its CRC and the
 other slot, one flush older, still stands; no rename or directory fsync is needed per flush.
+
+The CRC of a slot (format RPC3) is seeded with its owner (cluster, topic, topic id, partition,
+node), so another replica's checkpoint copied in its place fails its check like a damaged one:
+taken as this replica's, its higher log start hid acknowledged records below it with no word.
+Slots of the earlier formats, which name no owner, are still read (they are rewritten as RPC3
+at the first checkpoint after open).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from typing import NamedTuple
 from storage.fs import FileHandle, FileSystem
 
 RECOVERY_POINT_NAME = "recovery-point-checkpoint"
-_MAGIC = 0x52504332  # "RPC2"
+_MAGIC = 0x52504333  # "RPC3": the CRC is seeded with the owner
+_MAGIC_V2 = 0x52504332  # "RPC2": the same slot, no owner
 _MAGIC_V1 = 0x52504331  # "RPC1": no high watermark, never clean
 # magic, sequence, recovery offset, segment base, position, log start, high watermark,
 # high-watermark epoch, flags (bit 0: written by a clean close)
@@ -47,8 +54,9 @@ class RecoveryPoint(NamedTuple):
 
 
 class RecoveryPointFile:
-    def __init__(self, fs: FileSystem, path: str) -> None:
+    def __init__(self, fs: FileSystem, path: str, owner: bytes = b"") -> None:
         self._handle: FileHandle = fs.open(path, create=True)
+        self._seed = zlib.crc32(owner)
         self._sequence = 0
         self.point: RecoveryPoint | None = None
         self._load()
@@ -57,7 +65,7 @@ class RecoveryPointFile:
         data = self._handle.read_at(0, 2 * SLOT_BYTES)
         best: tuple[int, RecoveryPoint] | None = None
         for slot in range(2):
-            decoded = _decode_slot(data[slot * SLOT_BYTES: (slot + 1) * SLOT_BYTES])
+            decoded = _decode_slot(data[slot * SLOT_BYTES: (slot + 1) * SLOT_BYTES], self._seed)
             if decoded is not None and (best is None or decoded[0] > best[0]):
                 best = decoded
         if best is not None:
@@ -72,7 +80,7 @@ class RecoveryPointFile:
         sequence = self._sequence + 1
         *fields, clean = point
         body = _SLOT.pack(_MAGIC, sequence, *fields, _CLEAN if clean else 0)
-        slot = body + _CRC.pack(zlib.crc32(body))
+        slot = body + _CRC.pack(zlib.crc32(body, self._seed))
         self._handle.write_at((sequence % 2) * SLOT_BYTES, slot.ljust(SLOT_BYTES, b"\0"))
         self._handle.sync()
         self._sequence = sequence
@@ -82,15 +90,15 @@ class RecoveryPointFile:
         self._handle.close()
 
 
-def _decode_slot(data: bytes) -> tuple[int, RecoveryPoint] | None:
+def _decode_slot(data: bytes, seed: int) -> tuple[int, RecoveryPoint] | None:
     for layout in (_SLOT, _SLOT_V1):
         if len(data) < layout.size + _CRC.size:
             continue
         (crc,) = _CRC.unpack_from(data, layout.size)
-        if crc != zlib.crc32(data[: layout.size]):
-            continue
         magic, sequence, *fields = layout.unpack_from(data)
-        if layout is _SLOT and magic == _MAGIC:
+        if crc != zlib.crc32(data[: layout.size], seed if magic == _MAGIC else 0):
+            continue
+        if layout is _SLOT and magic in (_MAGIC, _MAGIC_V2):
             *values, flags = fields
             return sequence, RecoveryPoint(*values, clean=bool(flags & _CLEAN))
         if layout is _SLOT_V1 and magic == _MAGIC_V1:

@@ -64,11 +64,13 @@ class PartitionLog(ReadOperations, ShrinkOperations):
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
-    def open(cls, directory: str, config: LogConfig, *, fs: FileSystem | None = None, now_ms: int) -> "PartitionLog":
-        """Open (creating if needed) the log in `directory`, recovering from any crash first."""
+    def open(cls, directory: str, config: LogConfig, *, fs: FileSystem | None = None, now_ms: int,
+             owner: bytes = b"") -> "PartitionLog":
+        """Open (creating if needed) the log in `directory`, recovering from any crash first.
+        `owner` names whose log this is; a checkpoint written for another owner is not read."""
         fs = fs if fs is not None else OsFileSystem()
         fs.make_directory(directory)
-        checkpoint = RecoveryPointFile(fs, f"{directory}/{RECOVERY_POINT_NAME}")
+        checkpoint = RecoveryPointFile(fs, f"{directory}/{RECOVERY_POINT_NAME}", owner)
         epochs_path = f"{directory}/{EPOCH_CHECKPOINT_NAME}"
         problem = None
         try:

@@ -133,6 +133,11 @@ def check_meta(found: ReplicaMeta, expected: ReplicaMeta, directory: str) -> Non
                                f"{getattr(expected, field)!r}; refusing to serve or change it")
 
 
+def owner_key(meta: ReplicaMeta) -> bytes:
+    """What the directory's checkpoint is bound to: the fields `check_meta` compares."""
+    return msgspec.msgpack.encode([meta.cluster_id, meta.topic, meta.topic_id, meta.partition, meta.node])
+
+
 def read_health(fs: FileSystem, directory: str) -> ReplicaHealth:
     """The recorded damage; a damaged health file is itself damage of unknown extent."""
     path = f"{directory}/{HEALTH_NAME}"
@@ -209,7 +214,7 @@ def _open(fs: FileSystem, directory: str, expected: ReplicaMeta, config: LogConf
     had_checkpoint = RECOVERY_POINT_NAME in names
     had_health = HEALTH_NAME in names
     health = read_health(fs, directory)
-    log = PartitionLog.open(directory, config, fs=fs, now_ms=now_ms)
+    log = PartitionLog.open(directory, config, fs=fs, now_ms=now_ms, owner=owner_key(expected))
     findings: list[str] = []
     damage = list(health.damage)
     new_directory = health.new_directory
