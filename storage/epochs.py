@@ -25,6 +25,9 @@ from storage.fs import FileSystem
 
 EPOCH_CHECKPOINT_NAME = "leader-epoch-checkpoint"
 _CRC = struct.Struct("<I")
+# What is read of the file at most: ~15 bytes an epoch, so millions of leader changes still fit; a
+# device or a sparse file in its place is an OSError naming it (the replica refuses to open).
+EPOCH_CHECKPOINT_BYTES_MAX = 64 * 1024 * 1024
 _decoder = msgspec.msgpack.Decoder(list[tuple[int, int]])
 
 
@@ -44,7 +47,7 @@ class LeaderEpochCache:
         """Read the checkpoint; raises EpochCheckpointCorrupt when it exists but does not check out."""
         if not fs.exists(path):
             return cls(fs, path)
-        data = fs.read_file(path)
+        data = fs.read_file(path, EPOCH_CHECKPOINT_BYTES_MAX)
         if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != zlib.crc32(data[_CRC.size:]):
             raise EpochCheckpointCorrupt(f"{path}: CRC mismatch or short file ({len(data)} bytes)")
         try:

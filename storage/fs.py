@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Protocol, Sequence
 
 from storage.errors import FsyncFailed, StorageFull, StorageUnwritable
@@ -95,7 +96,7 @@ class FileSystem(Protocol):
     faults: FaultInjector
 
     def open(self, path: str, *, create: bool = False) -> FileHandle: ...
-    def read_file(self, path: str) -> bytes: ...
+    def read_file(self, path: str, bytes_max: int | None = None) -> bytes: ...
     def write_file_atomic(self, path: str, data: Buffer) -> None: ...
     def exists(self, path: str) -> bool: ...
     def list_directory(self, directory: str) -> list[str]: ...
@@ -212,6 +213,18 @@ def _open_for_writing(path: str, flags: int) -> int:
         raise
 
 
+def _require_regular_file(fd: int, path: str) -> None:
+    """Every file railmq keeps is a regular file; a device, pipe or socket in its place (a symlink to
+    /dev/zero) is refused naming it: /dev/zero read whole never ends, and writes to it vanish."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file (a device, a pipe or a socket)", path)
+
+
+def _too_large(path: str, bytes_max: int) -> OSError:
+    return OSError(errno.EFBIG, f"larger than the {bytes_max} bytes such a file may hold", path)
+
+
 def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)
@@ -229,14 +242,29 @@ class OsFileSystem:
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         existed = not create or os.path.exists(path)
         fd = _open_for_writing(path, flags)
+        try:
+            _require_regular_file(fd, path)
+        except OSError:
+            os.close(fd)
+            raise
         size = os.lseek(fd, 0, os.SEEK_END)
         if not existed:
             self.sync_directory(os.path.dirname(path) or ".")
         return OsFileHandle(path, fd, size, self.faults)
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, bytes_max: int | None = None) -> bytes:
+        """The whole file; a file that is not a regular one, or holds more than `bytes_max`, is an
+        OSError naming it (EINVAL, EFBIG), found before it is read."""
         with open(path, "rb") as handle:
-            return handle.read()
+            _require_regular_file(handle.fileno(), path)
+            if bytes_max is None:
+                return handle.read()
+            if os.fstat(handle.fileno()).st_size > bytes_max:
+                raise _too_large(path, bytes_max)
+            data = handle.read(bytes_max + 1)
+        if len(data) > bytes_max:
+            raise _too_large(path, bytes_max)
+        return data
 
     def write_file_atomic(self, path: str, data: Buffer) -> None:
         """Write to a temporary name, fsync it, rename it over `path`, fsync the directory."""

@@ -15,6 +15,7 @@ A failed (injected) fsync leaves the durable content where it was: the data may 
 
 from __future__ import annotations
 
+import errno
 import posixpath
 from typing import Sequence
 
@@ -224,10 +225,12 @@ class MemoryFileSystem:
             self.sync_directory(posixpath.dirname(path))
         return MemoryFileHandle(path, file, self)
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, bytes_max: int | None = None) -> bytes:
         file = self._files.get(posixpath.normpath(path))
         if file is None:
             raise FileNotFoundError(path)
+        if bytes_max is not None and len(file.content) > bytes_max:
+            raise OSError(errno.EFBIG, f"larger than the {bytes_max} bytes such a file may hold", path)
         return bytes(file.content)
 
     def write_file_atomic(self, path: str, data: Buffer) -> None:

@@ -37,7 +37,8 @@ from typing import Iterable
 from storage.errors import FsyncFailed, LogClosed
 from storage.fs import FileHandle, FileSystem, OsFileSystem
 from storage.raft_records import (  # noqa: F401 (the names callers use come from here)
-    ENTRY_COMMAND, ENTRY_NOOP, HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_NAME, CorruptRaftLog, CorruptRaftSnapshot,
+    ENTRY_COMMAND, ENTRY_NOOP, HEADER_BYTES, LOG_NAME, SLOT_BYTES, SNAPSHOT_FILE_BYTES_MAX, SNAPSHOT_NAME,
+    CorruptRaftLog, CorruptRaftSnapshot,
     HardState, RaftEntry, RaftLogRecovery, SnapshotMeta, Slot, choose_slot, count_records, decode_snapshot,
     encode_entry_record, encode_slot, encode_snapshot, parse_record, rejoining_on_disk,
 )
@@ -168,7 +169,7 @@ class RaftLog:
     def _read_snapshot(self, expected_index: int) -> None:
         if self._fs.exists(self._snapshot_path):
             try:
-                raw = self._fs.read_file(self._snapshot_path)
+                raw = self._fs.read_file(self._snapshot_path, SNAPSHOT_FILE_BYTES_MAX)
             except OSError as error:
                 raise CorruptRaftSnapshot(f"{self._snapshot_path}: cannot be read ({error.strerror or error})") from None
             meta, data = decode_snapshot(raw, self._snapshot_path)

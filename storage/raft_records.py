@@ -41,6 +41,7 @@ assert _SLOT.size + _CRC.size <= SLOT_BYTES
 _RECORD = RECORD  # storage/journal_frames.py: the framing the coordinators' state uses too
 _SNAPSHOT_HEADER = struct.Struct("<IIQ")  # magic, body CRC, body length
 SNAPSHOT_BYTES_MAX = 256 * 1024 * 1024
+SNAPSHOT_FILE_BYTES_MAX = _SNAPSHOT_HEADER.size + SNAPSHOT_BYTES_MAX  # what is read of the file at most
 
 
 class RaftEntry(msgspec.Struct, array_like=True, frozen=True):

@@ -34,6 +34,12 @@ from storage.segment import parse_segment_file_name
 META_NAME = "replica.meta"
 HEALTH_NAME = "replica.health"
 _MAGIC = b"RMH1"
+# What is read of each small file at most (a device or a sparse file in its place is refused, not
+# read until memory runs out): a meta holds ids and a topic's config. A health file holds a range
+# per refused batch at worst (a stale epoch checkpoint refuses every batch after its last entry,
+# ~80 bytes each), so its bound is generous: past it the replica would refuse to start.
+META_BYTES_MAX = 1024 * 1024
+HEALTH_BYTES_MAX = 256 * 1024 * 1024
 UNKNOWN_END = -1  # a damage range whose end is not known (a checkpoint or meta file went missing)
 
 
@@ -109,7 +115,7 @@ def read_meta(fs: FileSystem, directory: str) -> ReplicaMeta | None:
     if not fs.exists(path):
         return None
     try:
-        raw = fs.read_file(path)
+        raw = fs.read_file(path, META_BYTES_MAX)
     except OSError as error:
         raise ReplicaFileUnusable(f"{path} cannot be read ({error.strerror or error}); refusing to guess whose "
                                   "directory this is") from None
@@ -143,7 +149,7 @@ def read_health(fs: FileSystem, directory: str) -> ReplicaHealth:
     path = f"{directory}/{HEALTH_NAME}"
     if not fs.exists(path):
         return ReplicaHealth()
-    payload = _unseal(fs.read_file(path))
+    payload = _unseal(fs.read_file(path, HEALTH_BYTES_MAX))  # OSError: refused by `open_replica_directory`
     health = None
     if payload is not None:
         try:

@@ -89,3 +89,88 @@ def test_a_checkpoint_of_the_format_before_owners_still_reads_and_is_bound_to_it
 
     assert RecoveryPointFile(fs, "/c/point", owner=b"partition 0").point.recovery_offset == 140
     assert RecoveryPointFile(fs, "/c/point", owner=b"partition 1").point is None
+
+
+# ---------------------------------------------------------------------------- a file that is not a file
+
+def _child_with_bounded_memory(body: str, tmp_path) -> str:
+    """Run `body` in a child process limited to 1 GiB of address space and 60 s, and return what it
+    printed: a file that is read whole without a bound (/dev/zero) ends in a MemoryError there,
+    instead of taking this machine's memory."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "child.py"
+    script.write_text("import resource\nresource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+                      + textwrap.dedent(body))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "PYTHONPATH": ":".join(sys.path)})
+    return done.stdout + done.stderr
+
+
+REPLICA_CHILD = """
+import os, sys
+from storage.batch import encode_batch
+from storage.fs import OsFileSystem
+from storage.log import LogConfig
+from storage.replica_meta import ReplicaFileUnusable, ReplicaHealth, ReplicaMeta, open_replica_directory
+
+name, target, directory = {name!r}, {target!r}, {directory!r}
+meta = ReplicaMeta(cluster_id="c1", topic="orders", topic_id=1, partition=0, node=1)
+opened = open_replica_directory(OsFileSystem(), directory, meta, LogConfig(segment_bytes=4096), now_ms=0)
+for _ in range(20):
+    opened.log.append_producer_batch(bytes(encode_batch([(0, b"k", b"v" * 200, None)], 1000)), 1, 0)
+opened.health.replace(ReplicaHealth())
+opened.log.close()
+if name == "first segment":
+    name = sorted(n for n in os.listdir(directory) if n.endswith(".log"))[0]
+os.remove(os.path.join(directory, name))
+if target == "large":
+    with open(os.path.join(directory, name), "wb") as handle:
+        handle.truncate(4 << 30)  # sparse: 4 GiB that take no room
+else:
+    os.symlink(target, os.path.join(directory, name))
+try:
+    open_replica_directory(OsFileSystem(), directory, meta, LogConfig(segment_bytes=4096), now_ms=0)
+except ReplicaFileUnusable as error:
+    print("REFUSED", error)
+else:
+    print("OPENED")
+"""
+
+
+@pytest.mark.parametrize("name, target", [
+    (name, target) for name in ("replica.meta", "replica.health", "leader-epoch-checkpoint",
+                                "recovery-point-checkpoint", "first segment")
+    for target in ("/dev/zero", "large")
+    # the recovery point and the segments are read at positions, never whole: a large one is
+    # judged by its content (tests/storage/test_replica_directory_faults.py)
+    if target == "/dev/zero" or name in ("replica.meta", "replica.health", "leader-epoch-checkpoint")])
+def test_a_replica_file_that_is_a_device_or_far_too_large_is_refused_by_name(tmp_path, name, target):
+    """`replica.meta`, `replica.health` and the leader-epoch checkpoint were read whole: a symlink
+    to /dev/zero in their place was read until memory ran out (MemoryError under a 1 GiB limit,
+    the machine's memory without one), and a 4 GiB sparse file the same. A recovery point on
+    /dev/zero ended in `FsyncFailed` (a restart loop), a segment on it was read as empty."""
+    directory = str(tmp_path / "orders-0")
+    output = _child_with_bounded_memory(REPLICA_CHILD.format(name=name, target=target, directory=directory),
+                                        tmp_path)
+    shown = name if name != "first segment" else ".log"
+    assert "REFUSED" in output and shown in output, output
+
+
+def test_a_raft_snapshot_that_is_a_device_is_refused_by_name(tmp_path):
+    directory = str(tmp_path / "raft")
+    output = _child_with_bounded_memory(f"""
+        import os
+        from storage.fs import OsFileSystem
+        from storage.raft_log import CorruptRaftSnapshot, RaftLog, SNAPSHOT_NAME
+        log = RaftLog.open({directory!r}, fs=OsFileSystem())
+        log.close()
+        os.symlink("/dev/zero", os.path.join({directory!r}, SNAPSHOT_NAME))
+        try:
+            RaftLog.open({directory!r}, fs=OsFileSystem())
+        except CorruptRaftSnapshot as error:
+            print("REFUSED", error)
+        """, tmp_path)
+    assert "REFUSED" in output and "snapshot" in output, output
