@@ -218,7 +218,7 @@ def _require_regular_file(fd: int, path: str) -> None:
     /dev/zero) is refused naming it: /dev/zero read whole never ends, and writes to it vanish."""
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
-        raise OSError(errno.EINVAL, "not a regular file (a device, a pipe or a socket)", path)
+        raise OSError(errno.EINVAL, "not a regular file (a directory, a device, a pipe or a socket)", path)
 
 
 def _too_large(path: str, bytes_max: int) -> OSError:
@@ -255,8 +255,14 @@ class OsFileSystem:
     def read_file(self, path: str, bytes_max: int | None = None) -> bytes:
         """The whole file; a file that is not a regular one, or holds more than `bytes_max`, is an
         OSError naming it (EINVAL, EFBIG), found before it is read."""
-        with open(path, "rb") as handle:
-            _require_regular_file(handle.fileno(), path)
+        # O_NONBLOCK: a pipe in its place must not hold the open until some process writes to it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            _require_regular_file(fd, path)
+        except OSError:
+            os.close(fd)
+            raise
+        with open(fd, "rb") as handle:
             if bytes_max is None:
                 return handle.read()
             if os.fstat(handle.fileno()).st_size > bytes_max:
