@@ -77,8 +77,11 @@ class LeaderAnswers:
                 if taken.last is not None:
                     fetch.position = taken.last.next_offset
                     self.buffered_bytes += taken.size
-                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session,
-                                                      records if taken.size == len(records) else records[:taken.size],
+                    # The records are a view of the frame they came in: a slice of it would keep
+                    # the whole frame (up to 32 MiB) alive behind the few bytes counted, so what
+                    # is taken of a larger answer is copied out, and the frame goes.
+                    kept = records if taken.size == len(records) else bytes(records[:taken.size])
+                    effects.append(Notify("records", (fetch.topic, fetch.partition, fetch.session, kept,
                                                       response.high_watermark, fetch.topic_id)))
                 if taken.unreadable:
                     fetch.held = True

@@ -12,6 +12,9 @@ confirm, no request loop at network speed, and no buffer or map that grows past 
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import msgspec
 import pytest
 import zmq
@@ -22,7 +25,7 @@ from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.consumer_member import JOIN_BACKOFF_MS
-from actors.effects import Send
+from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
 from actors.limits import DEFAULT_LIMITS
 from actors.messages import (
@@ -49,6 +52,7 @@ from tests.unit.test_consumer_member import (
     GROUPS, HEARTBEAT_MS, Stage as MemberStage, assignment as consumer_assignment,
 )
 from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
+from transport.codec import Codec
 from transport.runtime import Runtime
 
 def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
@@ -144,6 +148,40 @@ def test_a_first_batch_larger_than_the_fetch_still_comes_whole_so_the_consumer_p
     answer(stage, request, big + stamped(1, 1), high_watermark=1_000)
 
     assert delivered_offsets(stage, 0) == [0]
+
+
+def test_a_small_answer_padded_to_megabytes_is_not_held_whole_behind_its_few_counted_bytes():
+    """A leader's answer arrives as frames the runtime reads without copying, and what the
+    consumer hands the shell is a slice of the records frame: two small batches padded with
+    megabytes (after a batch it refuses) kept every megabyte alive in the shell's buffer while
+    `buffered_bytes` counted the one batch taken. 16 answers of 4 MiB held 67 MB for 1,168 bytes
+    counted; now what is taken of a frame is copied out, and the frame goes."""
+    stage = ConsumerStage()
+    request = stage.assigned_at(0)
+    codec = Codec()
+    buffered = []  # what the shell holds until the user polls
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for offset in range(16):
+            padded = stamped(offset, 1) + stamped(offset + 1, 1) + bytes(4 * 1024 * 1024)
+            header, payload = codec.encode(FetchResponse(
+                correlation_id=request.correlation_id, topic="orders", partition=0,
+                high_watermark=offset + 1, records=padded))  # the second batch ends past the high watermark
+            arrived = codec.decode([header, zmq.Frame(payload, copy=False)])  # as the runtime reads it
+            del padded, payload
+            effects = stage.consumer.handle(arrived, LEADER, stage.harness.now_ns)
+            del arrived
+            buffered += [effect.payload for effect in effects if isinstance(effect, Notify)
+                         and effect.kind == "records"]
+            request = only([effect.message for effect in effects if isinstance(effect, Send)
+                            and isinstance(effect.message, FetchRequest)], FetchRequest)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()
+    assert len(buffered) == 16 and stage.consumer.buffered_bytes < 16 * 1024
+    assert held < 2 * 1024 * 1024, f"{held:,} bytes held for {stage.consumer.buffered_bytes:,} counted"
 
 
 # ---------------------------------------------------------------------------- produce answers
