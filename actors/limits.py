@@ -190,6 +190,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # the largest messages a client may send (`frame_bytes_max`) at once.
     client_inbound_bytes_max: int = 256 * 1024 * 1024
     client_inbound_check_interval_ms: int = 200
+    # The same for the connections of this process's DEALERs (clients' and actors' sockets to their
+    # peers; transport/peer_inbound.py): whatever listens on a peer's port sends there, and one
+    # message of ever more frames is never whole, so libzmq's count of messages never binds. A
+    # client's DEALER held all 320 MiB of one such message. Past it the connection holding the
+    # most is closed. A legitimate peer has one message in progress: room for eight of the largest.
+    peer_inbound_bytes_max: int = 256 * 1024 * 1024
     # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last
     # uncommitted proposal, to be sent once it commits (actors/controller.py). Counted in nothing,
     # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a
@@ -360,6 +366,7 @@ ORDERED = (
     ("share_visibility_timeout_min_ms", "share_visibility_timeout_max_ms", False),
     ("frame_bytes_max", "frame_bytes_hard_max", False),
     ("frame_bytes_hard_max", "client_inbound_bytes_max", False),
+    ("frame_bytes_hard_max", "peer_inbound_bytes_max", False),
     ("share_records_in_flight_reserved_per_group", "share_records_in_flight_per_group_max", False),
 ) + tuple((name, "frame_bytes_max", False) for name in ANSWER_BOUNDS)
 

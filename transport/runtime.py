@@ -42,6 +42,7 @@ from transport.clock import SteadyClock
 from transport.codec import Codec, DecodeFailure
 from transport.connections import RouterGuard, client_connections_bound
 from transport.outbound import OutboundBudget
+from transport.peer_inbound import PeerInbound
 from transport.faults import FaultSwitch
 from transport.request_timing import RequestTiming
 from transport.runtime_peers import RuntimePeers
@@ -113,6 +114,11 @@ class Runtime(RuntimePeers):
         self._monitor_peer: dict[zmq.Socket, str] = {}
         self._watch = SocketWatch()
         self._watched_fds: dict[int, Callable[[], None]] = {}
+        # The bound on what the DEALERs' connections hold before it is read (transport/peer_inbound.py).
+        self.peer_inbound = PeerInbound(
+            inbound_bytes_max=limits.peer_inbound_bytes_max,
+            check_interval_ms=limits.client_inbound_check_interval_ms, clock=self.clock, count=self.count,
+            watch=self._watch_peer_fd, unwatch=self._unwatch_peer_fd)
         self.timing = RequestTiming()  # each request type's time from arrival to answer
         self._pending_flush: list[AfterFlush] = []
         self._stopping = False
@@ -150,6 +156,15 @@ class Runtime(RuntimePeers):
 
     def _unwatch_client_fd(self, fd: int) -> None:
         if self._watched_fds.get(fd) == self.guard.data_arrived:
+            del self._watched_fds[fd]
+            self._watch.remove_fd(fd)
+
+    def _watch_peer_fd(self, fd: int) -> None:
+        self._watched_fds[fd] = self.peer_inbound.data_arrived
+        self._watch.add_edge_fd(fd)
+
+    def _unwatch_peer_fd(self, fd: int) -> None:
+        if self._watched_fds.get(fd) == self.peer_inbound.data_arrived:
             del self._watched_fds[fd]
             self._watch.remove_fd(fd)
 
@@ -214,10 +229,12 @@ class Runtime(RuntimePeers):
         self._flush_pending()
         if self.guard is not None:
             self.guard.check_if_due()
+        self.peer_inbound.check_if_due()
 
     def _poll_timeout_ms(self, extra_deadline_ns: int | None = None) -> int:
         deadline = self.timers.next_deadline()
-        for other in (self.faults.next_release_ns(), extra_deadline_ns, self.guard and self.guard.check_at_ns):
+        for other in (self.faults.next_release_ns(), extra_deadline_ns, self.guard and self.guard.check_at_ns,
+                      self.peer_inbound.check_at_ns):
             if other is not None and (deadline is None or other < deadline):
                 deadline = other
         if self._pending_flush:
@@ -240,6 +257,7 @@ class Runtime(RuntimePeers):
                 peer_name = sender.decode("utf-8", "replace")
                 frames = frames[1:]
             else:
+                self.peer_inbound.arrived(frames)
                 sender = peer_name = self._socket_peer[socket]
             self.count("messages_in")
             delay = self.faults.inbound(peer_name)
@@ -361,6 +379,7 @@ class Runtime(RuntimePeers):
         if self.trace_file is not None:
             counters["trace_lines_dropped"] = self.trace_file.dropped
         counters["peer_sockets"] = len(self._dealers)
+        counters["peer_inbound_held_bytes"] = self.peer_inbound.table.held_bytes
         if self.guard is not None:
             table = self.guard.table
             counters["connections"] = len(table)

@@ -196,9 +196,14 @@ class RuntimePeers:
             except zmq.Again:
                 break
             event = int.from_bytes(frames[0][:2], "little") if len(frames[0]) >= 2 else 0
+            fd = int.from_bytes(frames[0][2:6], "little") if len(frames[0]) >= 6 else -1
             if event == zmq.EVENT_CONNECTED:
                 self._unreachable.discard(endpoint)
-            elif event == zmq.EVENT_DISCONNECTED or (
+                self.peer_inbound.connected(endpoint, fd)  # its bytes are counted from now on
+                continue
+            if event == zmq.EVENT_DISCONNECTED:
+                self.peer_inbound.gone(endpoint, fd)
+            if event == zmq.EVENT_DISCONNECTED or (
                     event == zmq.EVENT_CONNECT_RETRIED and endpoint not in self._unreachable):
                 # A refused connection means nobody listens there: a dead process (or one not
                 # started yet). Said once per outage, until a connection succeeds again.
@@ -212,6 +217,7 @@ class RuntimePeers:
 
     def _close_dealer(self, endpoint: str) -> None:
         socket = self._dealers.pop(endpoint)
+        self.peer_inbound.closed(endpoint)
         self._watch.remove(socket)
         del self._socket_peer[socket]
         self._unreachable.discard(endpoint)

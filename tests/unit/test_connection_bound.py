@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import threading
 import time
 
 import pytest
 import zmq
 
 from actors.limits import Limits
-from actors.messages import MetadataRequest
+from actors.effects import Send
+from actors.messages import MetadataRequest, PeerDisconnected
 from tests.helpers import closed_by_peer, idle_zmtp_connection, unfinished_message, wait_for
 from tests.unit.test_codec_runtime import Recorder
 from transport.codec import Codec
@@ -368,3 +370,78 @@ def test_when_clients_that_never_read_hold_the_whole_outbound_budget_the_longest
         askers.wait()
         reader.close(linger=0)
         runtime.close()
+
+
+class Asking:
+    """An actor that asks one endpoint something at its start, as every client does first."""
+
+    name = "asking"
+
+    def __init__(self, endpoint: str, journal: list) -> None:
+        self.endpoint, self.journal = endpoint, journal
+
+    def start(self, now_ns: int) -> list:
+        return [Send(self.endpoint, MetadataRequest(correlation_id=1))]
+
+    def handle(self, message, sender, now_ns: int) -> list:
+        self.journal.append(message)
+        return []
+
+    def invariants(self) -> None:
+        pass
+
+
+def endless_message(listener: socket.socket, frames_max: int, sent: list) -> None:
+    """A process on a port a client talks to: it takes the client's connection and sends one
+    message of 1 MiB frames, each marked "more", and never its last frame. libzmq counts its
+    receive queue (ZMQ_RCVHWM) in whole messages, and ZMQ_MAXMSGSIZE bounds one frame only."""
+    connection, _ = listener.accept()
+    try:
+        greeting = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + bytes(32)
+        connection.sendall(greeting)
+        ready = b"\x05READY" + b"\x0bSocket-Type" + (6).to_bytes(4, "big") + b"ROUTER"
+        connection.sendall(bytes([0x04, len(ready)]) + ready)
+        frame = b"\x03" + (1 << 20).to_bytes(8, "big") + bytes(1 << 20)  # MORE | LONG
+        for _ in range(frames_max):
+            connection.sendall(frame)
+            sent[0] += 1
+    except OSError:
+        pass  # closed by the client
+    finally:
+        connection.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_sending_one_endless_message_is_cut_off_past_the_peer_inbound_budget(zmq_context):
+    """A client's DEALER to a port a hostile process took (a dead leader's, a dead controller's)
+    received one message of ever more frames: none of it is a message the runtime can read, so
+    it was all held (320 MiB for 320 frames of 1 MiB, and no end but the machine's memory).
+    Past `peer_inbound_bytes_max` held by the process's DEALER connections, the one holding the
+    most is closed, and the actor hears that its peer went."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    journal: list = []
+    runtime = Runtime(Asking(endpoint, journal), identity="asking", context=zmq_context,
+                      limits=Limits(peer_inbound_bytes_max=64 << 20, client_inbound_check_interval_ms=20))
+    sent = [0]
+    attacker = threading.Thread(target=endless_message, args=(listener, 320, sent), daemon=True)
+    attacker.start()
+    try:
+        runtime.apply(runtime.actor.start(runtime.clock()))
+        deadline = time.monotonic() + 30
+        while attacker.is_alive() and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        held = runtime.peer_inbound.table.held_bytes if runtime.peer_inbound is not None else None
+        assert sent[0] < 320, f"all {sent[0]} MiB of the message were taken and held ({held})"
+        # The budget, what came within one check interval and what the kernel buffers: 64-90 MiB here.
+        assert sent[0] <= 2 * 64, f"{sent[0]} MiB were taken before the connection was closed"
+        assert runtime.counters.get("peer_connections_closed_over_bytes") == 1
+        deadline = time.monotonic() + 5
+        told = lambda: any(isinstance(message, PeerDisconnected) for message in journal)  # noqa: E731
+        while not told() and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        assert told(), "the actor was not told its peer went"
+    finally:
+        listener.close()
+        runtime.close()
+        attacker.join(10)
