@@ -43,10 +43,10 @@ def checked_topic(topic: TopicMetadata, limits: Limits = DEFAULT_LIMITS) -> Topi
 
 
 def remember_topic(topics: dict[str, TopicMetadata], topic: TopicMetadata, in_use: Container[str],
-                   limits: Limits = DEFAULT_LIMITS) -> bool:
-    """Store a checked, error-free topic unless the map is full of others; a topic in use always
-    goes in (in place of the oldest one not in use). Returns whether it was stored."""
-    if topic.name not in topics and len(topics) >= limits.topics_max:
+                   most: int = DEFAULT_LIMITS.topics_max) -> bool:
+    """Store a checked topic unless the map holds `most` others; a topic in use always goes in
+    (in place of the oldest one not in use). Returns whether it was stored."""
+    if topic.name not in topics and len(topics) >= most:
         if topic.name not in in_use:
             return False
         unused = next((name for name in topics if name not in in_use), None)

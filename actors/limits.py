@@ -204,6 +204,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
     # --- coordinator ---------------------------------------------------------------------
     topics_max: int = 10_000
+    # Topic names a producer wants metadata for, keeps metadata of, and names in one metadata
+    # request (actors/producer_metadata.py); the topics it has batches for go first. Every name a
+    # user sent to was kept and asked for 20 times a second for ever, and past `topics_max` names
+    # the controller refused every request, so the producer never again learned a leader. A
+    # producer writes to a handful of topics; a thousand names of at most 255 characters (longer
+    # ones can be no topic) are a request of ~260 KB at most, a tenth of the names a controller takes.
+    # A producer uses the lower of this and `topics_max`.
+    client_metadata_topics_max: int = 1000
     # Deleted topics remembered by id (~40 bytes each), so a node agent deletes only the data of a
     # topic recorded as deleted; the oldest are forgotten past this many (a forgotten tombstone
     # can only leave an old directory on disk, never delete live data).

@@ -29,6 +29,7 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.deadlines import DeadlineTimer
 from actors.effects import Effect, Notify, Send
 from actors.errors import RETRIABLE, ErrorCode, RailmqError
+from actors.limits import DEFAULT_LIMITS, Limits
 from actors.messages import (
     ErrorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataResponse,
     PeerDisconnected, ProduceRequest, ProduceResponse, RefreshMetadata, SendBatch, Stop, TimerFired, TopicMetadata,
@@ -52,10 +53,12 @@ class ProducerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProducerClient(ProducerMetadata):
-    def __init__(self, *, bootstrap: str, settings: ProducerSettings, name: str = "producer") -> None:
+    def __init__(self, *, bootstrap: str, settings: ProducerSettings, name: str = "producer",
+                 limits: Limits = DEFAULT_LIMITS) -> None:
         self.name = name
         self.controllers = ControllerEndpoints(bootstrap)
         self.settings = settings
+        self.limits = limits
         self.topics: dict[str, TopicMetadata] = {}
         self.waiting: dict[tuple[str, int], deque[Pending]] = {}
         self.in_flight: dict[int, Pending] = {}
@@ -66,8 +69,9 @@ class ProducerClient(ProducerMetadata):
         self.batches_taken = 0
         self.correlation = 0
         self.metadata_correlation = 0
-        self.metadata_wanted: set[str] = set()
+        self.metadata_wanted: dict[str, int] = {}  # name -> when last wanted (most recent last)
         self.metadata_asked: set[str] = set()  # the topics the request in flight asks for
+        self.metadata_rounds = 0  # requests made: whose turn it is when batches' topics do not fit one
         self.metadata_answered_ns = -(1 << 62)
         self.producer_id = -1
         self.producer_secret = b""  # handed out with producer_id; a leader takes its batches only with it
@@ -141,7 +145,7 @@ class ProducerClient(ProducerMetadata):
             case InitProducerIdResponse():
                 return self._on_producer_id(message, now_ns)
             case RefreshMetadata():
-                return self._request_metadata(message.topics)
+                return self._request_metadata(message.topics, now_ns)
             case TimerFired():
                 return self._on_tick(now_ns)
             case ErrorResponse():
@@ -170,7 +174,7 @@ class ProducerClient(ProducerMetadata):
             return []
         endpoint = self._leader_endpoint(key, now_ns)
         if not endpoint:
-            return self._request_metadata([key[0]], now_ns)
+            return self._request_metadata([key[0]], now_ns, backoff=True)
         effects: list[Effect] = []
         sequences = self.sequences
         if sequences.waiting_for_start_over(key) and not self.in_flight_count.get(key, 0) \
@@ -308,7 +312,7 @@ class ProducerClient(ProducerMetadata):
 
     def _on_error_response(self, response: ErrorResponse, sender: Any, now_ns: int) -> list[Effect]:
         if self.controllers.take(response):
-            return self._ask_controller_again(response.correlation_id)
+            return self._ask_controller_again(response.correlation_id, now_ns)
         pending = self._in_flight_to(response.correlation_id, sender)
         if pending is None:
             return []
@@ -338,7 +342,7 @@ class ProducerClient(ProducerMetadata):
         else:
             queue.rotate(1)  # the retried batch goes first
         self._forget_leader(key)
-        return self._request_metadata([batch.topic])
+        return self._request_metadata([batch.topic], now_ns)
 
     def _on_disconnect(self, endpoint: str, now_ns: int) -> list[Effect]:
         """The leader's process is gone: its in-flight requests will never be answered, and
@@ -371,7 +375,7 @@ class ProducerClient(ProducerMetadata):
             effects += self._dispatch(key, now_ns)
         if self.chase_at_ns and now_ns >= self.chase_at_ns:
             self.chase_at_ns = 0  # _arm sets the next one while something is still wanted
-            effects += self._chase()
+            effects += self._chase(now_ns)
         self.timer.want_all(self._deadlines(), now_ns)
         return effects
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from chaos.simulator import Simulator
 
 History = Callable[[dict], None]
+METADATA_ASK_AGAIN_NS = 500 * 1_000_000  # the real shell's wait asks again at least this often
 Later = Callable[[int, Callable[[int], list]], None]  # (delay_ns, action(now_ns) -> messages)
 POLL_CHUNKS_MAX = 4  # fetched chunks one poll hands to processing
 
@@ -53,16 +54,21 @@ class ProducerShell:
         self.sequence = 0
         self.batch_ids = 0
         self.pending: dict[int, list[tuple[str, str]]] = {}
-        self.metadata_asked = False
+        self.metadata_asked_ns = 0
 
     def start(self) -> list[Any]:
         self.pending.clear()  # a new process: the batches of the one that died never get an outcome
         return [RefreshMetadata(topics=[self.topic])]
 
-    def next_batch(self, now_ns: int) -> SendBatch | None:
-        """One batch of records for one key's partition, or None until metadata is known."""
+    def next_batch(self, now_ns: int) -> SendBatch | RefreshMetadata | None:
+        """One batch of records for one key's partition; until metadata is known, the topic is
+        asked for again every half second (as railmq/producer.py's wait does: the actor forgets a
+        name no batch needs once nobody asked for it for a while), or None."""
         if not self.partition_count:
-            return None
+            if now_ns - self.metadata_asked_ns < METADATA_ASK_AGAIN_NS:
+                return None
+            self.metadata_asked_ns = now_ns
+            return RefreshMetadata(topics=[self.topic])
         key = self.rng.choice(self.keys)
         partition = partition_for_key(key.encode(), self.partition_count)
         count = self.rng.randint(*self.records_per_batch)
