@@ -10,13 +10,15 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
   id starts a new *membership*: everything held under the old one is void (the coordinator
   released those locks), so data still tagged with it is dropped by the shell.
 - Records: per partition, acquired at the coordinator and fetched from the partition leader
-  (actors/share_member_fetch.py), while the member holds fewer than `prefetch_records_max` locks.
+  (actors/share_member_fetch.py), while the member holds fewer than `prefetch_records_max` locks
+  and its buffer has room (`buffer_bytes_max`, the shell reports what `poll` used up).
 - Acknowledgements from the shell go to the coordinator per partition; their per-range results go
   back as one answer (actors/share_member_acknowledgements.py). Closing leaves the group, which
   releases every record still held.
 
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
-partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted); "close".
+partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted);
+"consumed" {bytes}; "close".
 Notifications: ("membership", (membership, member_id, settings)), ("share-records", (membership,
 topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms, topic_id)), ("result", (token,
 value, error)), ("acknowledged", results of token-0 acknowledgements), ("fatal", error).
@@ -60,6 +62,9 @@ class ShareMemberSettings(msgspec.Struct, frozen=True, kw_only=True):
     acquire_max_wait_ms: int = 500
     prefetch_records_max: int = 500
     fetch_partition_bytes_max: int = 4 * 1024 * 1024
+    # Fetched bytes waiting for `poll` plus what acquired records may still bring: a classic
+    # consumer's bound (ConsumerSettings.buffer_bytes_max), for the same reason.
+    buffer_bytes_max: int = 64 * 1024 * 1024
     request_timeout_ms: int = 30_000
     metadata_refresh_ms: int = 5_000
 
@@ -88,6 +93,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         self.last_heartbeat_ns = 0
         self.heartbeat_in_flight = 0
         self.readers: dict[tuple[str, int], Reader] = {}
+        self.buffered_bytes = 0  # handed to the shell and not reported consumed by `poll` yet
         self.held: dict[tuple[str, int], dict[int, int]] = {}  # offsets locked to us -> lock deadline (ms)
         self.pending: dict[int, Pending] = {}
         self.correlation = 0
@@ -104,6 +110,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
 
     def invariants(self) -> None:
         assert self.state != "stable" or self.member_id, "stable without a member id"
+        assert self.buffered_bytes >= 0, "negative buffered bytes"
         for reader in self.readers.values():
             assert not (reader.acquiring and reader.to_fetch), "an acquire in flight before the last one was fetched"
         # Lock deadlines are wanted as locks are taken or renewed; every other deadline at the end
@@ -146,6 +153,9 @@ class ShareMember(ShareFetching, ShareAcknowledging):
                 return self._request_metadata(now_ns, force=True)
             case "acknowledge":
                 return self._acknowledge(command.token, arguments["acknowledgements"], now_ns)
+            case "consumed":  # the shell opened chunks of these many bytes: room for more
+                self.buffered_bytes -= arguments["bytes"]
+                return []
             case "close":
                 return self._close(command.token, now_ns)
         return [Notify("result", (command.token, None, RailmqError(ErrorCode.INVALID_REQUEST,

@@ -9,6 +9,18 @@ more, so what it cannot handle in time stays with the others). The acquired offs
 fetched from the partition leader with the ordinary FetchRequest and handed to the shell with
 the acquired ranges, so it keeps only offsets this member holds.
 
+The buffer is bounded in bytes, as a classic consumer's is (actors/consumer_client_fetch_loop.py):
+the chunks the shell holds for `poll` (`buffered_bytes`, until the shell reports them "consumed")
+and the bytes each partition's acquired records may still bring (`Reader.budget_bytes`, reserved
+when the acquire is sent, asked for as the fetch's `max_bytes`, given back as the records come)
+together stay within `buffer_bytes_max`. A partition acquires only with room for its share of
+the buffer: records acquired and then left unfetched would only wait out their locks, unread.
+Of a fetch answer the member keeps the leading batches up to the one holding the last offset it
+acquired (what follows is other members' records), within the bytes asked after the first batch
+(which comes whole, as Kafka's fetches do), copied out of the frame when they are less than all
+of it: a slice would keep the whole frame (up to 32 MiB from whoever answers on a leader's port)
+alive behind the bytes counted.
+
 - An acquire answer is taken only if it is what was asked: the partition asked about, ranges in
   order, not overlapping, at offsets >= 0, holding at most the records asked for (the held map
   is bounded by what this member asks for). None of anything else is taken (the locks it names
@@ -26,6 +38,7 @@ from typing import Any
 import msgspec
 
 from actors.actor import MS
+from actors.consumer_client_fetch_loop import FETCH_SHARE_MIN_BYTES
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
 from actors.messages import AcquiredRecords, FetchRequest, FetchResponse, ShareAcquireRequest, ShareAcquireResponse
@@ -41,14 +54,15 @@ MEMBERSHIP_TROUBLE = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.NOT_COORD
 class Reader:
     """One partition's acquire -> fetch pipeline."""
 
-    __slots__ = ("topic", "partition", "acquiring", "reserved", "to_fetch", "lock_deadline_ms", "fetching",
-                 "retry_at_ns", "topic_id")
+    __slots__ = ("topic", "partition", "acquiring", "reserved", "budget_bytes", "to_fetch",
+                 "lock_deadline_ms", "fetching", "retry_at_ns", "topic_id")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self.acquiring = 0  # correlation of the acquire in flight
         self.reserved = 0  # records that acquire may bring (counted against the prefetch bound)
+        self.budget_bytes = 0  # bytes its acquired records may still bring (counted against the buffer)
         self.to_fetch: list[AcquiredRecords] = []  # acquired, bytes not fetched yet
         self.lock_deadline_ms = 0
         self.fetching = 0  # correlation of the fetch in flight
@@ -85,13 +99,37 @@ class ShareFetching:
             if now_ns < reader.retry_at_ns:
                 continue
             if reader.to_fetch and not reader.fetching:
-                effects += self._fetch(reader, now_ns)
+                if not reader.budget_bytes:  # its records did not all fit what it asked: more room first
+                    reader.budget_bytes = self._budget_bytes()
+                if reader.budget_bytes or now_ns // MS >= reader.lock_deadline_ms:  # expired: dropped
+                    effects += self._fetch(reader, now_ns)
             elif not reader.to_fetch and not reader.acquiring:
                 room = self.settings.prefetch_records_max - holding
-                if room > 0:
+                budget_bytes = self._budget_bytes() if room > 0 else 0
+                if budget_bytes:
                     effects += self._acquire(reader, min(room, share), now_ns)
+                    reader.budget_bytes = budget_bytes
                     holding += reader.reserved
         return effects
+
+    def _budget_bytes(self) -> int:
+        """Bytes one partition may reserve of the buffer now (0: none, wait for the shell to use
+        some up): an equal share of the buffer, up to `fetch_partition_bytes_max` and at least
+        FETCH_SHARE_MIN_BYTES unless the buffer is empty (tiny fetches cost a round trip each)."""
+        settings = self.settings
+        share = min(settings.fetch_partition_bytes_max,
+                    max(FETCH_SHARE_MIN_BYTES, settings.buffer_bytes_max // max(1, len(self.readers))))
+        room = self.buffer_room_bytes()
+        budget = min(share, room)
+        if budget <= 0 or (budget < min(share, FETCH_SHARE_MIN_BYTES) and room < settings.buffer_bytes_max):
+            return 0
+        return budget
+
+    def buffer_room_bytes(self) -> int:
+        """What the buffer can still take: the shell's chunks and what acquired records may still
+        bring both count."""
+        reserved = sum(reader.budget_bytes for reader in self.readers.values())
+        return self.settings.buffer_bytes_max - self.buffered_bytes - reserved
 
     def holding(self) -> int:
         """Locks held or asked for: the prefetch bound counts these."""
@@ -100,7 +138,7 @@ class ShareFetching:
     def _forget_reader_work(self, reader: Reader) -> None:
         self.pending.pop(reader.acquiring, None)
         self.pending.pop(reader.fetching, None)
-        reader.acquiring = reader.fetching = reader.reserved = 0
+        reader.acquiring = reader.fetching = reader.reserved = reader.budget_bytes = 0
         reader.to_fetch = []
 
     def _acquire(self, reader: Reader, max_records: int, now_ns: int) -> list[Effect]:
@@ -118,9 +156,12 @@ class ShareFetching:
             return []
         asked = reader.reserved
         reader.acquiring = reader.reserved = 0
+        if response.error != ErrorCode.NONE or not response.acquired:
+            reader.budget_bytes = 0  # nothing to fetch: the bytes reserved go back to the buffer
         refused = _acquired_refusal(response, key, asked) if response.error == ErrorCode.NONE else ""
         if refused:
             # Not what was asked: none of it is taken (the locks it names lapse at the coordinator).
+            reader.budget_bytes = 0
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             return [Trace("share-acquire-refused", {"topic": key[0], "partition": key[1], "reason": refused})]
         if response.error != ErrorCode.NONE:
@@ -152,8 +193,7 @@ class ShareFetching:
         reader.topic_id = metadata.topic_id
         request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
                                topic_id=reader.topic_id, offset=reader.to_fetch[0].first_offset,
-                               max_wait_ms=0, leader_epoch=leader.leader_epoch,
-                               max_bytes=self.settings.fetch_partition_bytes_max)
+                               max_wait_ms=0, leader_epoch=leader.leader_epoch, max_bytes=reader.budget_bytes)
         send = self._send("fetch", (reader.topic, reader.partition), leader.leader_endpoint, request, now_ns)
         reader.fetching = send.message.correlation_id
         return [send]
@@ -172,10 +212,10 @@ class ShareFetching:
         misdirected = isinstance(response, FetchResponse) and (response.topic, response.partition) != key
         if response.error != ErrorCode.NONE or misdirected:  # an answer for another partition: a stale endpoint
             return self._leader_trouble(reader, now_ns)
-        end = reader.to_fetch[0].first_offset
+        records = response.records
         try:
-            for _, header in iter_batches(response.records, verify=False):
-                end = max(end, header.next_offset)
+            size, end = _kept_prefix(records, reader.to_fetch[0].first_offset,
+                                     reader.to_fetch[-1].last_offset, reader.budget_bytes)
         except StorageError as error:  # a batch header that does not parse: ask again, later, whoever leads
             return [Trace("share-fetch-unreadable", {"topic": key[0], "partition": key[1], "reason": str(error)})] + \
                 self._leader_trouble(reader, now_ns)
@@ -184,8 +224,11 @@ class ShareFetching:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS  # a new leader's high watermark lags behind
             return []
         reader.to_fetch = rest
+        self.buffered_bytes += size
+        reader.budget_bytes = max(0, reader.budget_bytes - size) if rest else 0
+        kept = records if size == len(records) else bytes(records[:size])  # not a whole frame behind a slice
         ranges = [[r.first_offset, r.last_offset, r.delivery_count] for r in covered]
-        return [Notify("share-records", (self.membership, reader.topic, reader.partition, response.records, ranges,
+        return [Notify("share-records", (self.membership, reader.topic, reader.partition, kept, ranges,
                                          reader.lock_deadline_ms, reader.topic_id))]
 
     def _drop_unfetched(self, reader: Reader, dropped: list[AcquiredRecords]) -> None:
@@ -194,6 +237,8 @@ class ShareFetching:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
                 held.pop(offset, None)
         reader.to_fetch = [r for r in reader.to_fetch if r not in dropped]
+        if not reader.to_fetch:
+            reader.budget_bytes = 0  # nothing left to fetch: the bytes reserved go back to the buffer
 
     def _leader_trouble(self, reader: Reader, now_ns: int) -> list[Effect]:
         reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
@@ -218,6 +263,21 @@ def _acquired_refusal(response: ShareAcquireResponse, key: tuple[str, int], aske
         if total > asked:
             return f"the answer holds more than the {asked} records asked for"
     return ""
+
+
+def _kept_prefix(records: Any, first: int, last: int, max_bytes: int) -> tuple[int, int]:
+    """(bytes, end offset) of the leading batches of a fetch answer a member keeps: up to the one
+    holding `last`, the last offset it acquired (what follows is others' records), and within
+    `max_bytes` after the first batch (which comes whole). The end offset starts at `first`.
+    Raises StorageError for a header among them that does not parse."""
+    size, end = 0, first
+    for start, header in iter_batches(records, verify=False):
+        if size and start + header.size > max_bytes:
+            break
+        size, end = start + header.size, max(end, header.next_offset)
+        if header.next_offset > last:
+            break
+    return size, end
 
 
 def _split(ranges: list[AcquiredRecords], end: int) -> tuple[list[AcquiredRecords], list[AcquiredRecords]]:

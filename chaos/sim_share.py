@@ -80,6 +80,8 @@ class ShareShell:
                 records = decode_acquired(topic, partition, batches, ranges, lock_deadline_ms)
                 if records:
                     self.chunks.append((membership, topic, partition, records))
+            # Decoded at once (or dropped): the member's buffer has the room back, as after a poll.
+            return [ClientCommand(command="consumed", arguments={"bytes": len(batches)})] + self._pump()
         return self._pump()
 
     def _pump(self) -> list[Any]:

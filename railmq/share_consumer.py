@@ -24,7 +24,9 @@ answer is then refused with INVALID_RECORD_STATE and changes nothing. After
 the last poll's records.
 
 The I/O thread (transport/client_engine.py) runs actors/share_member.py; `poll` decodes the
-fetched batches here, in the caller's thread, keeping only offsets this member holds.
+fetched batches here, in the caller's thread, keeping only offsets this member holds. Fetched
+bytes waiting for `poll` are at most `buffer_bytes_max` (and a batch): past it the member
+acquires nothing more until `poll` has used some up.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Iterable
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import INT64_MAX, ShareGroupSettings
+from actors.messages import INT64_MAX, ClientCommand, ShareGroupSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ClientShell
 from railmq.records import ConsumerRecord
@@ -121,9 +123,12 @@ class ShareConsumer(ClientShell):
                  max_delivery_attempts: int = 5, dead_letter_topic: str | None = None, max_poll_records: int = 500,
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
                  client_id: str = "share-consumer", auto_offset_reset: str = "earliest",
-                 acquire_max_wait_ms: int = 500, request_timeout_ms: int = 30_000, check_crcs: bool = True) -> None:
+                 acquire_max_wait_ms: int = 500, request_timeout_ms: int = 30_000, check_crcs: bool = True,
+                 buffer_bytes_max: int = 64 * 1024 * 1024) -> None:
         if max_poll_records <= 0:
             raise ValueError("max_poll_records must be positive")
+        if buffer_bytes_max <= 0:
+            raise ValueError("buffer_bytes_max must be positive")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be smaller than session_timeout_ms")
         super().__init__(request_timeout_ms)
@@ -136,7 +141,8 @@ class ShareConsumer(ClientShell):
         settings = ShareMemberSettings(
             group_id=group_id, client_id=client_id, group=group, session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms, acquire_max_wait_ms=acquire_max_wait_ms,
-            prefetch_records_max=PREFETCH_POLLS * max_poll_records, request_timeout_ms=request_timeout_ms)
+            prefetch_records_max=PREFETCH_POLLS * max_poll_records, request_timeout_ms=request_timeout_ms,
+            buffer_bytes_max=buffer_bytes_max)
         self._chunks: deque = deque()
         self._current: list[ShareRecord] = []
         self._current_index = 0
@@ -186,20 +192,25 @@ class ShareConsumer(ClientShell):
         self._send_acknowledgements(token=0)
         deadline = time.monotonic() + timeout_ms / 1000
         out: list[ShareRecord] = []
-        with self._ready:
-            while len(out) < self.max_poll_records:
-                self._raise_errors()
-                if self._take_current(out):
-                    continue
-                if self._chunks:
-                    self._open_chunk(self._chunks.popleft())
-                    continue
-                remaining = deadline - time.monotonic()
-                if out or remaining <= 0:
-                    break
-                self._ready.wait(min(remaining, 0.1))
-            for record in out:
-                self._delivered[(record.topic, record.partition, record.offset)] = record
+        consumed = 0
+        try:
+            with self._ready:
+                while len(out) < self.max_poll_records:
+                    self._raise_errors()
+                    if self._take_current(out):
+                        continue
+                    if self._chunks:
+                        consumed += self._open_chunk(self._chunks.popleft())
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if out or remaining <= 0:
+                        break
+                    self._ready.wait(min(remaining, 0.1))
+                for record in out:
+                    self._delivered[(record.topic, record.partition, record.offset)] = record
+        finally:
+            if consumed:  # the member's buffer has room again: it acquires more
+                self._engine.submit(ClientCommand(command="consumed", arguments={"bytes": consumed}))
         return out
 
     def _take_current(self, out: list[ShareRecord]) -> bool:
@@ -215,13 +226,15 @@ class ShareConsumer(ClientShell):
             self._current, self._current_chunk = [], None
         return True
 
-    def _open_chunk(self, chunk: tuple) -> None:
+    def _open_chunk(self, chunk: tuple) -> int:
+        """Decode a fetched chunk into the current records; returns its bytes, now used up."""
         membership, topic, partition, batches, acquired, lock_deadline_ms, topic_id = chunk
         self._current_chunk = chunk
         self._current_index = 0
         self._current = [] if membership != self._membership else decode_acquired(
             topic, partition, batches, acquired, lock_deadline_ms, check_crcs=self.check_crcs,
             topic_id=topic_id)
+        return len(batches)
 
     # ------------------------------------------------------------------ acknowledging
 
