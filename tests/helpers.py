@@ -6,8 +6,11 @@ never waits past its deadline, and names what it waited for when it gives up.
 
 from __future__ import annotations
 
+import gc
 import time
-from typing import Callable, TypeVar
+import tracemalloc
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -27,6 +30,24 @@ def wait_for(predicate: Callable[[], T], timeout_s: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval_s)
+
+
+@contextmanager
+def bytes_held_from(path: str) -> Iterator[list[int]]:
+    """Measure what the block allocates and still holds at its end, counting only allocations made
+    with a frame of `path` on the stack: tracemalloc traces every thread, and a thread another test
+    left running may allocate meanwhile. The figure is in the yielded list's one item afterwards."""
+    held = [0]
+    only_from = [tracemalloc.Filter(True, path, all_frames=True)]
+    tracemalloc.start(32)
+    try:
+        before = tracemalloc.take_snapshot().filter_traces(only_from)
+        yield held
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(only_from)
+        held[0] = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
 
 
 def read_values(bootstrap: str, topic: str, partitions: int, wanted: set[bytes], timeout_s: float = 60.0) -> set[bytes]:

@@ -12,8 +12,6 @@ confirm, no request loop at network speed, and no buffer or map that grows past 
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
 
 import msgspec
 import pytest
@@ -45,6 +43,7 @@ from railmq.producer import Producer
 from railmq.records import decode_fetched_prefix
 from railmq.share_consumer import decode_acquired
 from storage.batch import compute_crc, encode_batch, parse_header, verify_batch
+from tests.helpers import bytes_held_from
 from tests.unit.actor_harness import Harness, messages, notices, only
 from tests.unit.test_client_engine import Idle
 from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
@@ -160,9 +159,7 @@ def test_a_small_answer_padded_to_megabytes_is_not_held_whole_behind_its_few_cou
     request = stage.assigned_at(0)
     codec = Codec()
     buffered = []  # what the shell holds until the user polls
-    tracemalloc.start()
-    try:
-        baseline = tracemalloc.get_traced_memory()[0]
+    with bytes_held_from(__file__) as held:
         for offset in range(16):
             padded = stamped(offset, 1) + stamped(offset + 1, 1) + bytes(4 * 1024 * 1024)
             header, payload = codec.encode(FetchResponse(
@@ -176,12 +173,9 @@ def test_a_small_answer_padded_to_megabytes_is_not_held_whole_behind_its_few_cou
                          and effect.kind == "records"]
             request = only([effect.message for effect in effects if isinstance(effect, Send)
                             and isinstance(effect.message, FetchRequest)], FetchRequest)
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - baseline
-    finally:
-        tracemalloc.stop()
+        del effects
     assert len(buffered) == 16 and stage.consumer.buffered_bytes < 16 * 1024
-    assert held < 2 * 1024 * 1024, f"{held:,} bytes held for {stage.consumer.buffered_bytes:,} counted"
+    assert held[0] < 2 * 1024 * 1024, f"{held[0]:,} bytes held for {stage.consumer.buffered_bytes:,} counted"
 
 
 # ---------------------------------------------------------------------------- produce answers

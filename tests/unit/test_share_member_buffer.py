@@ -15,8 +15,6 @@ records (copied out of the frame when they are less than all of it), and the she
 from __future__ import annotations
 
 import functools
-import gc
-import tracemalloc
 
 import zmq
 
@@ -29,6 +27,7 @@ from actors.messages import (
 )
 from actors.share_member import ShareMember, ShareMemberSettings
 from storage.batch import encode_batch, iter_batches
+from tests.helpers import bytes_held_from
 from tests.unit.actor_harness import Harness
 from transport.codec import Codec
 
@@ -167,9 +166,7 @@ def test_a_record_padded_to_megabytes_by_whoever_answers_on_a_leaders_port_is_no
     [fetch] = stage.harness.take(leader(0), FetchRequest)
     codec = Codec()
     handed = []
-    tracemalloc.start()
-    try:
-        baseline = tracemalloc.get_traced_memory()[0]
+    with bytes_held_from(__file__) as held:
         # The record acquired, then 30 MiB of others' records (a batch holds at most 16 MiB).
         padded = batch(0, 100) + batch(1, 15 * 1024 * 1024) + batch(2, 15 * 1024 * 1024)
         header, payload = codec.encode(FetchResponse(correlation_id=fetch.correlation_id, topic="orders",
@@ -181,9 +178,5 @@ def test_a_record_padded_to_megabytes_by_whoever_answers_on_a_leaders_port_is_no
         handed = [effect.payload for effect in effects
                   if isinstance(effect, Notify) and effect.kind == "share-records"]
         del effects
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - baseline
-    finally:
-        tracemalloc.stop()
     assert len(handed) == 1 and handed[0][4] == [[0, 0, 1]]
-    assert held < 1024 * 1024, f"{held:,} bytes held for one acquired record of {len(batch(0, 100))} bytes"
+    assert held[0] < 1024 * 1024, f"{held[0]:,} bytes held for one acquired record of {len(batch(0, 100))} bytes"
