@@ -222,7 +222,9 @@ class NodeAgent:
                     next_beat_ns = min(next_beat_ns, time.monotonic_ns() + NEWS_DELAY_MS * 1_000_000)
                 self._guard.on_events()
                 self._guard.check_if_due()
-                self._sleep(next_beat_ns)
+                self._sleep(next_beat_ns, rpc.connection_fds())
+                rpc.discard_unasked()  # nothing is asked between heartbeats: what came is stale
+                rpc.check_inbound()  # a process on a voter's port sending one endless message
             if not self.refused:
                 self._leave(rpc)
         finally:
@@ -239,9 +241,10 @@ class NodeAgent:
         except RequestTimeout:
             pass  # the next agent waits out the node session instead
 
-    def _sleep(self, next_beat_ns: int) -> None:
+    def _sleep(self, next_beat_ns: int, controller_fds: list[int]) -> None:
         """Until there is something to do: a process exited or became ready, a process was
-        started, a report came, a restart or the next heartbeat is due, or stop() was called.
+        started, a report came, data came on a connection to a controller (transport/rpc.py
+        bounds what those hold), a restart or the next heartbeat is due, or stop() was called.
         No period: an idle node wakes this thread once per heartbeat and per keepalive round
         (replicas send their keepalives on shared instants, actors/replica_reports.py)."""
         fds, restart_due_ns = self.supervisor.watch()
@@ -256,7 +259,7 @@ class NodeAgent:
         if self._router is not None:
             poller.register(self._router, zmq.POLLIN)
             poller.register(self._guard.monitor, zmq.POLLIN)
-        for fd in fds:
+        for fd in fds + controller_fds:
             poller.register(fd, zmq.POLLIN)
         self.wakeups += 1
         try:

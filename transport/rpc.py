@@ -3,6 +3,12 @@
 Each request carries a fresh correlation id; replies with other ids (late answers to requests
 that timed out) are discarded. A timeout raises `RequestTimeout`; the socket to that endpoint is
 then closed so nothing stale is delivered to the next request. Not thread-safe: one per thread.
+
+What a socket's connection holds before it is a message is bounded as an actor's DEALERs are
+(transport/peer_inbound.py): whatever listens on an endpoint (a process on a dead controller's
+port) may send one message of ever more frames, which libzmq keeps whole until its last frame.
+A request looks every `INBOUND_CHECK_MS` while it waits; a caller that keeps sockets between
+requests (the node agent) watches `connection_fds()` and calls `check_inbound()` when they stir.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from actors.limits import DEFAULT_LIMITS
 from actors.messages import ErrorResponse, Message
 from transport.codec import Codec, DecodeFailure
 from transport.connections import routing_id
+from transport.peer_inbound import PeerInbound
 from transport.socket_watch import connect_monitored
 
 
@@ -30,6 +37,9 @@ CONTROLLER_ATTEMPT_MS = 1000
 FAIL_FAST_CHECK_MS = 5
 PEER_DOWN_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 ELECTION_WAIT_S = 0.05  # no voter knows a leader: ask again after this
+# A waiting request counts what its connections hold this often: an endless message is cut off
+# within the budget and what loopback carries in this time.
+INBOUND_CHECK_MS = 20
 
 
 class RequestTimeout(TimeoutError):
@@ -56,12 +66,22 @@ RPC_RECEIVE_QUEUE_MAX = 4
 
 class RpcClient:
     def __init__(self, identity: str = "rpc", context: zmq.Context | None = None, *,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | None = None,
+                 inbound_bytes_max: int = DEFAULT_LIMITS.peer_inbound_bytes_max) -> None:
         self.context = context or zmq.Context.instance()
         self.identity = identity
         self.codec = Codec(DEFAULT_LIMITS.frame_bytes_hard_max, secret=secret)
         self._sockets: dict[str, zmq.Socket] = {}
         self._monitors: dict[str, zmq.Socket] = {}
+        self._down: dict[str, bool] = {}  # endpoint -> refused or dropped since the last look
+        self._connection_fds: set[int] = set()
+        self.counters: dict[str, int] = {}
+        self.inbound = PeerInbound(inbound_bytes_max=inbound_bytes_max, check_interval_ms=0,
+                                   clock=time.monotonic_ns, count=self._count,
+                                   watch=self._connection_fds.add, unwatch=self._connection_fds.discard)
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
 
     def _socket(self, endpoint: str) -> zmq.Socket:
         socket = self._sockets.get(endpoint)
@@ -78,16 +98,47 @@ class RpcClient:
             self._sockets[endpoint] = socket
         return socket
 
-    def _peer_went_down(self, endpoint: str) -> bool:
-        """Whether the monitor saw the connection refused or dropped since the last look."""
+    def _read_events(self, endpoint: str) -> None:
+        """Take in what the endpoint's monitor saw: connections made (counted from now on) and
+        refused or dropped (remembered for `_peer_went_down`)."""
         monitor = self._monitors.get(endpoint)
-        down = False
         while monitor is not None and monitor.poll(0, zmq.POLLIN):
             event = recv_monitor_message(monitor)
-            down = down or event["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CONNECT_RETRIED)
             if event["event"] == zmq.EVENT_CONNECTED:
-                down = False
-        return down
+                self._down[endpoint] = False
+                self.inbound.connected(endpoint, event["value"])
+            elif event["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CONNECT_RETRIED):
+                self._down[endpoint] = True
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    self.inbound.gone(endpoint, event["value"])
+
+    def _peer_went_down(self, endpoint: str) -> bool:
+        """Whether the monitor saw the connection refused or dropped since the last look."""
+        self._read_events(endpoint)
+        return self._down.pop(endpoint, False)
+
+    def connection_fds(self) -> list[int]:
+        """The descriptors of the sockets' connections (libzmq's): readable when data comes."""
+        return sorted(self._connection_fds)
+
+    def discard_unasked(self) -> None:
+        """Read and drop what the sockets hold while no request waits (late or unasked answers):
+        a full receive queue would stop libzmq reading the connection, which then stays readable."""
+        for socket in self._sockets.values():
+            while True:
+                try:
+                    frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self.inbound.arrived(frames)
+
+    def check_inbound(self) -> None:
+        """Shut down the connections holding the most bytes not yet read as messages, while
+        together they hold more than the budget; their sockets connect again by themselves."""
+        for endpoint in list(self._monitors):
+            self._read_events(endpoint)
+        self.inbound.data_arrived()
+        self.inbound.check_if_due()
 
     def request(self, endpoint: str, message: Message, timeout_ms: int = 5000, *,
                 authenticated_only: bool = False, fail_fast: bool = False) -> Any:
@@ -102,17 +153,20 @@ class RpcClient:
         socket.send_multipart(self.codec.encode(message), copy=False)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            self.check_inbound()
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            wait_ms = min(remaining_ms, FAIL_FAST_CHECK_MS) if fail_fast else remaining_ms
+            wait_ms = min(remaining_ms, FAIL_FAST_CHECK_MS if fail_fast else INBOUND_CHECK_MS)
             if remaining_ms <= 0 or not socket.poll(max(wait_ms, 0), zmq.POLLIN):
                 if fail_fast and remaining_ms > 0 and self._peer_went_down(endpoint):
                     self.forget(endpoint)
                     raise PeerDown(endpoint, message)
-                if remaining_ms > 0 and fail_fast:
+                if remaining_ms > 0:
                     continue
                 self.forget(endpoint)
                 raise RequestTimeout(endpoint, message, timeout_ms)
             frames = socket.recv_multipart(copy=False)
+            self._read_events(endpoint)  # its connection first: the answer may come before the report
+            self.inbound.arrived(frames)
             try:
                 reply = self.codec.decode(frames)
             except DecodeFailure:
@@ -144,8 +198,11 @@ class RpcClient:
             poller.register(socket, zmq.POLLIN)
         deadline = time.monotonic() + timeout_ms / 1000
         while pending:
+            self.check_inbound()
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            ready = poller.poll(remaining_ms) if remaining_ms > 0 else []
+            ready = poller.poll(min(remaining_ms, INBOUND_CHECK_MS)) if remaining_ms > 0 else []
+            if not ready and remaining_ms > 0:
+                continue
             if not ready:
                 waiting = sorted(pending.values())
                 endpoint, message = requests[waiting[0]]
@@ -158,6 +215,8 @@ class RpcClient:
                         frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
+                    self._read_events(sockets[socket])
+                    self.inbound.arrived(frames)
                     try:
                         reply = self.codec.decode(frames)
                     except DecodeFailure:
@@ -201,6 +260,8 @@ class RpcClient:
     def forget(self, endpoint: str) -> None:
         socket = self._sockets.pop(endpoint, None)
         monitor = self._monitors.pop(endpoint, None)
+        self.inbound.closed(endpoint)
+        self._down.pop(endpoint, None)
         if socket is not None:
             socket.disable_monitor()
             socket.close(linger=0)
