@@ -174,7 +174,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- records
 
 
-def _encoded(data: bytes | None, field: str, into: dict[str, Any]) -> None:
+def encode_field(data: bytes | None, field: str, into: dict[str, Any]) -> None:
+    """`into[field]` is `data` as UTF-8 text, or as base64 with `into[field + '_encoding']`."""
     if data is None:
         into[field] = None
         return
@@ -187,12 +188,12 @@ def _encoded(data: bytes | None, field: str, into: dict[str, Any]) -> None:
 
 def record_to_dict(record: ConsumerRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-    _encoded(record.key, "key", out)
-    _encoded(record.value, "value", out)
+    encode_field(record.key, "key", out)
+    encode_field(record.value, "value", out)
     headers = []
     for name, data in record.headers or []:
         header: dict[str, Any] = {"key": name}
-        _encoded(data, "value", header)
+        encode_field(data, "value", header)
         headers.append(header)
     out["headers"] = headers
     out["timestamp"] = record.timestamp_ms

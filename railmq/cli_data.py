@@ -3,8 +3,10 @@
 `produce TOPIC [VALUE...]` sends the values given (options may come before or after them), or one
 record per line of `--file PATH` or stdin, and prints where each landed. Flags follow kcat and rpk:
 `-k KEY`, `-K SEP` (each line is `key SEP value`), `-p P`, `-H name=value`, `-Z` (an empty value is
-a tombstone: null). Sends go out in windows of `PRODUCE_WINDOW_RECORDS` so a long pipe never
-buffers without bound and its acknowledgements are printed in input order as they arrive.
+a tombstone: null). Values, keys and header values are sent as the bytes given: a word or a line
+that is not UTF-8 is carried as surrogate escapes (os.fsdecode) and encoded back. Sends go out in
+windows of `PRODUCE_WINDOW_RECORDS` so a long pipe never buffers without bound and its
+acknowledgements are printed in input order as they arrive.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import IO, Iterable, Iterator
 
 from actors.errors import ErrorCode, RailmqError
 from railmq import cli_consume
-from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, key_value, non_negative_int
+from railmq.cli_common import (
+    EXIT_OK, UsageError, add_cluster_arguments, encode_field, key_value, non_negative_int,
+)
 from railmq.producer import Producer, RecordMetadata
 
 # Records sent before waiting for their acknowledgements: bounds memory on an endless stdin.
@@ -68,10 +72,18 @@ def _values(args: argparse.Namespace) -> Iterator[str]:
     if args.values:
         yield from args.values
     elif args.file and args.file != "-":
-        with open(args.file, encoding="utf-8") as handle:
+        with open(args.file, encoding="utf-8", errors="surrogateescape") as handle:
             yield from _lines(handle)
     else:
+        if hasattr(sys.stdin, "reconfigure"):
+            sys.stdin.reconfigure(errors="surrogateescape")
         yield from _lines(sys.stdin)
+
+
+def record_bytes(text: str | None) -> bytes | None:
+    """The bytes a word of the command line or a line of input was: a record is bytes, and a word
+    that is not UTF-8 arrives as surrogate escapes (a strict encode raised UnicodeEncodeError)."""
+    return None if text is None else text.encode("utf-8", "surrogateescape")
 
 
 def split_record(text: str, key: str | None, separator: str | None, tombstone: bool) -> Record:
@@ -94,8 +106,10 @@ def _windows(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
 
 
 def ack_to_dict(topic: str, sent: RecordMetadata, key: str | None) -> dict:
-    return {"topic": topic, "partition": sent.partition, "offset": None if sent.offset < 0 else sent.offset,
-            "timestamp": sent.timestamp_ms, "key": key}
+    out = {"topic": topic, "partition": sent.partition, "offset": None if sent.offset < 0 else sent.offset,
+           "timestamp": sent.timestamp_ms}
+    encode_field(record_bytes(key), "key", out)  # base64 when the key is not UTF-8, as consume prints it
+    return out
 
 
 def check_produce_usage(args: argparse.Namespace) -> None:
@@ -104,11 +118,17 @@ def check_produce_usage(args: argparse.Namespace) -> None:
                                       "from each value: use one")
     if args.values and args.file:
         raise UsageError(args.parser, "values come from the arguments or from --file, not both")
+    for name, _ in args.header:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(args.parser, f"-H/--header names are UTF-8 text (Kafka's header keys are "
+                                          f"strings), got {name!r}") from None
 
 
 def run_produce(args: argparse.Namespace) -> int:
     check_produce_usage(args)
-    headers = [(name, value.encode()) for name, value in args.header] or None
+    headers = [(name, record_bytes(value)) for name, value in args.header] or None
     records = (split_record(text, args.key, args.key_separator, args.tombstone) for text in _values(args))
     with Producer(args.bootstrap, acks=ACKS[args.acks], max_block_ms=args.request_timeout_ms,
                   request_timeout_ms=args.request_timeout_ms, client_id="railmq-cli") as producer:
@@ -120,7 +140,8 @@ def run_produce(args: argparse.Namespace) -> int:
 def _send_window(args: argparse.Namespace, producer: Producer, window: list[Record],
                  headers: list[tuple[str, bytes]] | None) -> None:
     try:
-        futures = [producer.send(args.topic, value, key=key, headers=headers, partition=args.partition)
+        futures = [producer.send(args.topic, record_bytes(value), key=record_bytes(key), headers=headers,
+                                 partition=args.partition)
                    for key, value in window]
         producer.flush(args.request_timeout_ms / 1000 * 3)
         acks = [future.result(0) for future in futures]

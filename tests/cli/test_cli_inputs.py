@@ -1,0 +1,83 @@
+"""Bad input to the command line, found by fuzzing every command's flags: each gets one typed line
+and exit 1 or 2, never a traceback, and nothing is read without bound. In-process, without a
+cluster: the producer is replaced by one that records what it was given."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+
+from railmq import cli, cli_data
+from railmq.producer_futures import RecordMetadata
+
+
+class RecordingProducer:
+    """Producer's interface as `railmq produce` uses it; acknowledges every send at once."""
+
+    sent: list[tuple[bytes | str | None, bytes | str | None, list | None]] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.batch_bytes_max = 1024 * 1024
+
+    def __enter__(self) -> "RecordingProducer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None):
+        RecordingProducer.sent.append((key, value, headers))
+        acknowledged = RecordMetadata(topic, 0, len(RecordingProducer.sent) - 1, 0)
+        return type("Done", (), {"result": lambda self, timeout=None: acknowledged})()
+
+    def flush(self, timeout=None) -> None:
+        pass
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    RecordingProducer.sent = []
+    monkeypatch.setattr(cli_data, "Producer", RecordingProducer)
+    monkeypatch.setattr(cli, "check_cluster", lambda bootstrap: None)
+    return RecordingProducer.sent
+
+
+def _as_bytes(data) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _stdin(monkeypatch, raw: io.RawIOBase | bytes) -> None:
+    buffer = io.BufferedReader(raw if isinstance(raw, io.RawIOBase) else io.BytesIO(raw))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(buffer, encoding="utf-8"))
+
+
+def test_produce_sends_bytes_that_are_not_utf8_as_given_from_arguments_stdin_and_files(
+        recording, monkeypatch, tmp_path, capsys):
+    """`railmq produce t $'\\xff'` (and the same in -k, -H, on stdin or in --file) ended in a
+    UnicodeEncodeError or UnicodeDecodeError traceback: records are bytes, and those were sent."""
+    value, key, header = (os.fsdecode(raw) for raw in (b"\xff\xfe", b"k\x80", b"h\xc3"))
+    assert cli.main(["produce", "t", value, "-k", key, "-H", f"trace={header}", "--json"]) == 0
+    (sent_key, sent_value, headers), = recording
+    assert (_as_bytes(sent_key), _as_bytes(sent_value)) == (b"k\x80", b"\xff\xfe")
+    assert headers == [("trace", b"h\xc3")]
+    assert '"key_encoding": "base64"' in capsys.readouterr().out
+
+    _stdin(monkeypatch, b"\xff\x00one\nk\x81:two\r\n")
+    assert cli.main(["produce", "t", "-K", ":"]) == 0
+    sent = [(_as_bytes(k), _as_bytes(v)) for k, v, _ in recording[1:]]
+    assert sent == [(None, b"\xff\x00one"), (b"k\x81", b"two")]
+
+    path = tmp_path / "records"
+    path.write_bytes(b"\x80three\n")
+    assert cli.main(["produce", "t", "--file", str(path)]) == 0
+    assert _as_bytes(recording[-1][1]) == b"\x80three"
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_header_name_that_is_not_utf8_is_a_usage_error(recording, capsys):
+    code = cli.main(["produce", "t", "v", "-H", os.fsdecode(b"n\xff=v")])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "-H" in err and not recording, err
