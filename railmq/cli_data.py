@@ -63,21 +63,30 @@ def _add_produce(commands: argparse._SubParsersAction) -> None:
     produce.set_defaults(handler=run_produce, takes_extra_values=True, precheck=check_produce_usage, parser=produce)
 
 
-def _lines(stream: IO[str]) -> Iterator[str]:
-    for line in stream:
+def _lines(stream: IO[str], source: str, record_bytes_max: int) -> Iterator[str]:
+    """Each line without its end, read a bounded amount at a time: a line longer than any record
+    the producer sends is refused where it starts (`--file /dev/zero` was one endless line, read
+    until memory ran out). A character here is at least a byte, so the bound in characters holds."""
+    number = 0
+    while line := stream.readline(record_bytes_max + 2):  # room for its \r\n
+        number += 1
+        if len(line) == record_bytes_max + 2 and not line.endswith("\n"):
+            raise RailmqError(ErrorCode.MESSAGE_TOO_LARGE,
+                              f"line {number} of {source} is longer than {record_bytes_max} bytes, more than "
+                              f"a record may hold (batch_bytes_max); stopped there")
         yield line.rstrip("\r\n")
 
 
-def _values(args: argparse.Namespace) -> Iterator[str]:
+def _values(args: argparse.Namespace, record_bytes_max: int) -> Iterator[str]:
     if args.values:
         yield from args.values
     elif args.file and args.file != "-":
         with open(args.file, encoding="utf-8", errors="surrogateescape") as handle:
-            yield from _lines(handle)
+            yield from _lines(handle, args.file, record_bytes_max)
     else:
         if hasattr(sys.stdin, "reconfigure"):
             sys.stdin.reconfigure(errors="surrogateescape")
-        yield from _lines(sys.stdin)
+        yield from _lines(sys.stdin, "stdin", record_bytes_max)
 
 
 def record_bytes(text: str | None) -> bytes | None:
@@ -129,9 +138,10 @@ def check_produce_usage(args: argparse.Namespace) -> None:
 def run_produce(args: argparse.Namespace) -> int:
     check_produce_usage(args)
     headers = [(name, record_bytes(value)) for name, value in args.header] or None
-    records = (split_record(text, args.key, args.key_separator, args.tombstone) for text in _values(args))
     with Producer(args.bootstrap, acks=ACKS[args.acks], max_block_ms=args.request_timeout_ms,
                   request_timeout_ms=args.request_timeout_ms, client_id="railmq-cli") as producer:
+        records = (split_record(text, args.key, args.key_separator, args.tombstone)
+                   for text in _values(args, producer.batch_bytes_max))
         for window in _windows(records, PRODUCE_WINDOW_RECORDS):
             _send_window(args, producer, window, headers)
     return EXIT_OK

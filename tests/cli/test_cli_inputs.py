@@ -81,3 +81,34 @@ def test_a_header_name_that_is_not_utf8_is_a_usage_error(recording, capsys):
 
     err = capsys.readouterr().err
     assert code == 2 and "-H" in err and not recording, err
+
+
+class EndlessLine(io.RawIOBase):
+    """/dev/zero on stdin: one line that never ends; reading 16 MiB of it is reading without bound."""
+
+    read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.read_bytes > 16 * 1024 * 1024:
+            raise AssertionError("read 16 MiB of one line: the read has no bound")
+        buffer[:] = b"0" * len(buffer)
+        self.read_bytes += len(buffer)
+        return len(buffer)
+
+
+@pytest.mark.timeout(30)
+def test_a_line_longer_than_any_record_is_refused_after_reading_only_that_much(
+        recording, monkeypatch, capsys):
+    """`railmq produce t --file /dev/zero` read one endless line: a MemoryError traceback after
+    3 GB under an address-space limit, all the memory there is without one."""
+    stream = EndlessLine()
+    _stdin(monkeypatch, stream)
+
+    code = cli.main(["produce", "t", "--file", "-"])
+
+    err = capsys.readouterr().err
+    assert code == 1 and "MESSAGE_TOO_LARGE" in err and "line 1" in err, err
+    assert stream.read_bytes < 4 * 1024 * 1024 and not recording
