@@ -124,13 +124,18 @@ def inputs_from(args: argparse.Namespace) -> SizingInputs:
 
 def simulate(inputs: SizingInputs, messages: int, seed: int) -> list[SimulatedDuplicates]:
     """Both commit policies on the simulated consumer, `messages` each, scaled to the inputs'."""
-    from chaos.labs.duplicates_sim import DuplicatesConfig, simulate_duplicates
+    from chaos.labs.duplicates_sim import DuplicatesConfig, SimulationStuck, simulate_duplicates
 
     runs = []
     for commit_every in (1, inputs.commit_batch_messages):
-        result = simulate_duplicates(DuplicatesConfig(messages=messages,
-                                                      crash_probability=inputs.crash_probability,
-                                                      commit_every=commit_every, seed=seed))
+        try:
+            result = simulate_duplicates(DuplicatesConfig(messages=messages,
+                                                          crash_probability=inputs.crash_probability,
+                                                          commit_every=commit_every, seed=seed))
+        except SimulationStuck as stuck:  # a batch of 40 at p = 0.5 commits once in 10^12 tries
+            raise SizingError(f"the simulated consumer could not commit batches of {commit_every:,} with a "
+                              f"crash chance of {inputs.crash_probability:g} ({stuck}): lower --commit-batch "
+                              "or --crash-probability, or skip it with --simulate-messages 0") from None
         runs.append(SimulatedDuplicates(commit_every=commit_every, messages_simulated=messages,
                                         processings=result.processings, crashes=result.crashes,
                                         scaled_to=inputs.duplicates_messages))
@@ -138,11 +143,15 @@ def simulate(inputs: SizingInputs, messages: int, seed: int) -> list[SimulatedDu
 
 
 def run_size(args: argparse.Namespace) -> int:
-    inputs = inputs_from(args)
     try:
-        report = size(inputs)
+        return _run_size(args)
     except SizingError as error:
         raise UsageError(args.parser, str(error)) from None
+
+
+def _run_size(args: argparse.Namespace) -> int:
+    inputs = inputs_from(args)
+    report = size(inputs)
     if args.json:
         simulated = simulate(inputs, args.simulate_messages, args.seed) if args.simulate_messages else []
         out = report_dict(report)

@@ -193,8 +193,9 @@ class SizingReport(msgspec.Struct, frozen=True, kw_only=True):
 
 def partitions_for(bandwidth_bytes_per_s: float, partition_mb_per_s: float, headroom: float) -> tuple[int,
                                                                                                       int]:
-    """(minimum partitions for the bandwidth, partitions with headroom)."""
-    minimum = math.ceil(bandwidth_bytes_per_s / (partition_mb_per_s * MB) - 1e-9)
+    """(minimum partitions for the bandwidth, partitions with headroom). A topic has at least one:
+    a bandwidth under a billionth of a partition's rounded to 0, and 1 ÷ partitions raised."""
+    minimum = max(1, math.ceil(bandwidth_bytes_per_s / (partition_mb_per_s * MB) - 1e-9))
     return minimum, math.ceil(minimum * headroom - 1e-9)
 
 
@@ -385,10 +386,24 @@ def size(inputs: SizingInputs) -> SizingReport:
     hot = hot_partition(inputs.keys, partitions)
     backlog, drains = backlog_quantities(inputs, partitions)
     change = remap(inputs.keys, inputs.partitions_from, inputs.partitions_to)
+    try:
+        duplicates = duplicates_quantities(inputs)
+    except OverflowError:  # (1 − p)^−B: a batch of 2,000 at p = 0.5 is past 10^308
+        raise SizingError(f"a commit batch of {inputs.commit_batch_messages:,} with a crash chance of "
+                          f"{inputs.crash_probability:g} replays more often than a float counts: lower "
+                          "--commit-batch or --crash-probability") from None
     quantities += hot_quantities(inputs, hot) + backlog + [
         Quantity(name="keys_remapped", value=change.formula_moved, unit="fraction",
                  article=ARTICLE["keys_remapped"],
                  formula=f"hash mod N, {inputs.partitions_from} → {inputs.partitions_to}: 1 − min/lcm"),
+    ] + duplicates
+    return SizingReport(inputs=inputs, quantities=quantities, hot=hot, drains=drains, remap=change,
+                        remap_large_sample=remap(large_sample_keys(inputs.keys), inputs.partitions_from,
+                                                 inputs.partitions_to))
+
+
+def duplicates_quantities(inputs: SizingInputs) -> list[Quantity]:
+    return [
         Quantity(name="duplicates_per_message_commit",
                  value=expected_duplicates(inputs.duplicates_messages, inputs.crash_probability, 1),
                  unit="messages", article=ARTICLE["duplicates_per_message_commit"],
@@ -400,9 +415,6 @@ def size(inputs: SizingInputs) -> SizingReport:
                  formula=f"{inputs.duplicates_messages:,} × (((1 − p)^−B − 1) ÷ (p B) − 1), "
                          f"B = {inputs.commit_batch_messages}"),
     ]
-    return SizingReport(inputs=inputs, quantities=quantities, hot=hot, drains=drains, remap=change,
-                        remap_large_sample=remap(large_sample_keys(inputs.keys), inputs.partitions_from,
-                                                 inputs.partitions_to))
 
 
 def large_sample_keys(keys: int) -> int:

@@ -112,3 +112,27 @@ def test_a_line_longer_than_any_record_is_refused_after_reading_only_that_much(
     err = capsys.readouterr().err
     assert code == 1 and "MESSAGE_TOO_LARGE" in err and "line 1" in err, err
     assert stream.read_bytes < 4 * 1024 * 1024 and not recording
+
+
+@pytest.mark.parametrize("flags", [["--peak", "1e-300"], ["--daily-messages", "1e-300"],
+                                   ["--peak", "10", "--partition-mb-per-s", str(2**63)],
+                                   ["--peak", "10", "--commit-batch", str(2**63)],
+                                   ["--peak", "10", "--commit-batch", "2000", "--crash-probability", "0.5"],
+                                   ["--peak", "10", "--commit-batch", "40", "--crash-probability", "0.5",
+                                    "--simulate-messages", "100"]])
+def test_size_answers_inputs_its_arithmetic_or_simulation_cannot_carry_with_a_usage_error(flags, capsys):
+    """A bandwidth under a billionth of a partition's made 0 partitions (ZeroDivisionError);
+    a commit batch of 2000 at a 50% crash chance overflowed a float (OverflowError); one of 40 left
+    the simulated consumer unable to commit (SimulationStuck): tracebacks, all three."""
+    code = cli.main(["size", "--simulate-messages", "0", *flags])
+
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err, err
+    assert code == 0 or "railmq size: error:" in err, err
+
+
+def test_size_gives_the_smallest_bandwidth_one_partition():
+    from railmq.sizing import SizingInputs, size
+
+    report = size(SizingInputs(peak_messages_per_s=1e-300))
+    assert next(q.value for q in report.quantities if q.name == "partitions_minimum") == 1
