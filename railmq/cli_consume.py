@@ -120,8 +120,17 @@ def check_consume_usage(args: argparse.Namespace) -> None:
             from railmq.share_member_process import parse_duration_ms
 
             parse_duration_ms(args.visibility_timeout)
+        if args.retries:
+            retry_policy(args)  # `--retries 2**63` was a ValueError traceback once the cluster answered
     except ValueError as error:
         raise UsageError(args.parser, str(error)) from None
+
+
+def retry_policy(args: argparse.Namespace):
+    """The RetryPolicy of `--retries` and `--retry-backoff-ms`; ValueError naming what it refuses."""
+    from railmq.retry import RetryPolicy
+
+    return RetryPolicy(attempts=args.retries, backoff_ms=args.retry_backoff_ms)
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -197,9 +206,9 @@ def _run_share_member(args: argparse.Namespace) -> int:
 
 
 def _run_with_retries(args: argparse.Namespace, options: MemberOptions) -> int:
-    from railmq.retry import DeadLetterWriter, RetryPolicy, retrying_delivery
+    from railmq.retry import DeadLetterWriter, retrying_delivery
 
-    policy = RetryPolicy(attempts=args.retries, backoff_ms=args.retry_backoff_ms)
+    policy = retry_policy(args)
     with DeadLetterWriter.connect(args.bootstrap) as dead_letters:
         wrap = retrying_delivery(policy, dead_letters, args.group, say=Notices(args.quiet))
         return run_group_member(options, wrap_delivery=wrap)

@@ -136,3 +136,16 @@ def test_size_gives_the_smallest_bandwidth_one_partition():
 
     report = size(SizingInputs(peak_messages_per_s=1e-300))
     assert next(q.value for q in report.quantities if q.name == "partitions_minimum") == 1
+
+
+@pytest.mark.parametrize("flags", [["--retries", str(2**63)], ["--retries", "101"],
+                                   ["--retries", "3", "--retry-backoff-ms", "20000"]])
+def test_a_retry_policy_the_member_cannot_keep_is_a_usage_error(flags, monkeypatch, capsys):
+    """`consume -g g --retries 2**63` (or a first backoff past the 10 s cap) ended in the retry
+    policy's ValueError traceback once the cluster was found."""
+    monkeypatch.setattr(cli, "check_cluster", lambda bootstrap: None)
+
+    code = cli.main(["consume", "t", "-g", "g", *flags])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.startswith("usage: railmq consume"), err
