@@ -21,6 +21,7 @@ from railmq.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
     add_cluster_arguments,
+    milliseconds,
     non_negative_int,
     positive_int,
     print_error,
@@ -48,7 +49,7 @@ def add_console_arguments(parser: argparse.ArgumentParser, *, data_dir: bool = T
     )
     parser.add_argument(
         "--refresh-ms",
-        type=positive_int,
+        type=milliseconds,
         default=REFRESH_MS_DEFAULT,
         metavar="MS",
         help=f"how often the topology is re-read (default {REFRESH_MS_DEFAULT}; elections and "
@@ -87,7 +88,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="the cluster's data directory, for the timeline (default: found from the coordinator)",
     )
     top.add_argument(
-        "--interval-ms", type=positive_int, default=1000, metavar="MS", help="redraw period (default 1000)"
+        "--interval-ms", type=milliseconds, default=1000, metavar="MS", help="redraw period (default 1000)"
     )
     top.add_argument(
         "--iterations",

@@ -149,3 +149,17 @@ def test_a_retry_policy_the_member_cannot_keep_is_a_usage_error(flags, monkeypat
 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and err.startswith("usage: railmq consume"), err
+
+
+@pytest.mark.parametrize("flag", [("top", "--interval-ms"), ("console", "--refresh-ms"), ("up", "--refresh-ms")],
+                         ids=" ".join)
+def test_the_consoles_periods_take_at_most_the_longest_wait_of_every_ms_flag(flag, capsys):
+    """`railmq top --interval-ms 2**63` ended in an OverflowError traceback from its sleep; the
+    `*-ms` flags of the other commands were already bounded at 2**31 - 1."""
+    from railmq.cli_common import MILLISECONDS_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), [*flag, str(2**63)])
+
+    assert refused.value.code == 2 and flag[-1] in capsys.readouterr().err
+    assert cli.parse(cli.build_parser(), [*flag, str(MILLISECONDS_MAX)]) is not None
