@@ -23,6 +23,8 @@ fields it does not know are ignored, so newer writers stay readable.
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -36,6 +38,9 @@ HISTORY_BUFFER_BYTES_MAX = 1 << 20
 # A crash of the harness loses at most this much history; short enough that a watcher tailing
 # the file (`tail -f`) sees operations almost live, long enough that flushing costs nothing.
 HISTORY_FLUSH_INTERVAL_MS = 200
+# The longest line a reader takes: a final read lists a whole partition (~40 bytes a record, so
+# millions of records fit); what is longer is no history (an endless stream), refused by line.
+HISTORY_LINE_BYTES_MAX = 512 * 1024 * 1024
 
 
 class HistoryError(Exception):
@@ -249,11 +254,28 @@ def _decode(decoder: msgspec.json.Decoder, raw: bytes | str, line_number: int) -
 
 
 def _open(path: str | Path) -> Any:
-    """Open eagerly, so a missing file fails at the call and not at some later `next()`."""
+    """Open eagerly, so a missing file fails at the call and not at some later `next()`. A file or
+    a pipe (`<(...)`) is a history; a device is not (/dev/zero was one endless line)."""
     try:
-        return open(path, "rb")
+        handle = open(path, "rb")
     except OSError as error:
         raise UnreadableHistory(f"cannot open {path}: {error.strerror or error}") from None
+    mode = os.fstat(handle.fileno()).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        handle.close()
+        raise UnreadableHistory(f"{path} is a device, not a history file")
+    return handle
+
+
+def _lines(handle: Any) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of an open history, each read at most HISTORY_LINE_BYTES_MAX at a time."""
+    line_number = 0
+    while raw := handle.readline(HISTORY_LINE_BYTES_MAX + 1):
+        line_number += 1
+        if len(raw) > HISTORY_LINE_BYTES_MAX:
+            raise MalformedHistory(line_number, f"longer than {HISTORY_LINE_BYTES_MAX:,} bytes: no line of a "
+                                                "history is (an endless stream is not a history)")
+        yield line_number, raw
 
 
 def iter_history(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -263,7 +285,7 @@ def iter_history(path: str | Path) -> Iterator[dict[str, Any]]:
 
 def _dicts_of(handle: Any) -> Iterator[dict[str, Any]]:
     with handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, raw in _lines(handle):
             yield parse_line(raw, line_number)
 
 
@@ -274,7 +296,7 @@ def iter_typed_history(path: str | Path) -> Iterator[tuple[int, HistoryLine]]:
 
 def _typed_lines_of(handle: Any) -> Iterator[tuple[int, HistoryLine]]:
     with handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, raw in _lines(handle):
             typed = decode_typed_line(raw, line_number)
             if typed is not None:
                 yield line_number, typed

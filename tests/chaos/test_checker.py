@@ -524,6 +524,14 @@ def test_cli_exits_two_on_a_missing_file(tmp_path):
     assert "cannot open" in completed.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_cli_exits_two_on_a_device_instead_of_reading_it_for_ever():
+    """`chaos check /dev/zero` read one endless line until memory ran out (MemoryError)."""
+    completed = run_cli("check", "/dev/zero")
+    assert completed.returncode == 2, completed.stderr
+    assert "is a device" in completed.stderr and "Traceback" not in completed.stderr
+
+
 def test_check_file_streams_the_same_verdict_as_check_history(tmp_path):
     lines = History().send("a0", 0).send("a1", 1).poll((0, 0, "k", "a0"), (0, 2, "k", "a1")).lines
     from_file = check_file(write_history(tmp_path / "history.jsonl", lines))

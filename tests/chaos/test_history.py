@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import chaos.history as history_module
 from chaos.history import (
     CommitLine,
     HistoryError,
@@ -199,6 +200,18 @@ def test_a_missing_file_is_unreadable_at_once(tmp_path):
         iter_history(tmp_path / "absent.jsonl")
     with pytest.raises(UnreadableHistory):
         iter_typed_history(Path(tmp_path / "absent.jsonl"))
+
+
+def test_a_line_past_the_bound_is_refused_by_number_after_reading_only_that_much(tmp_path, monkeypatch):
+    """An endless stream (a pipe of one line that never ends) is no history: its line is read at
+    most HISTORY_LINE_BYTES_MAX at a time and refused by number, not read until memory runs out."""
+    monkeypatch.setattr(history_module, "HISTORY_LINE_BYTES_MAX", 64)
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b'{"type":"heal","time_ns":1}\n' + b"x" * 1000)
+    with pytest.raises(MalformedHistory, match="line 2: longer than 64 bytes"):
+        list(iter_history(path))
+    with pytest.raises(MalformedHistory, match="line 2: longer than 64 bytes"):
+        list(iter_typed_history(path))
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to make writes fail")
