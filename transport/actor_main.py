@@ -136,7 +136,10 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     exit_code = 0
     try:
         raise_open_files_limit()  # before the bind: the client connections' bound is half of it
-        endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
+        try:
+            endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
+        except zmq.ZMQError as error:  # an address this machine lacks, a port another process holds
+            raise RefusedToStart(f"cannot listen on tcp://{spec.bind_host}:{spec.port or '*'}: {error}") from None
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
         if spec.voters and spec.kind in ("controller", "group-coordinator") and spec.limits.voter_address_check:
             from transport.voter_address import raft_address_check

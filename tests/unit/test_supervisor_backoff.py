@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from transport.actor_main import EXIT_CRASHED, EXIT_DISK_FULL, ActorSpec
-from transport.supervisor import CRASH_LOOP_WINDOW_MS, REFUSED_RESTART_DELAY_MAX_MS, ManagedActor, Supervisor
+from transport.supervisor import (
+    CRASH_LOOP_WINDOW_MS, REFUSED_RESTART_DELAY_MAX_MS, ActorStartFailed, ManagedActor, Supervisor,
+)
 
 MS = 1_000_000
 
@@ -55,3 +59,20 @@ def test_an_actor_that_keeps_failing_soon_after_it_starts_is_retried_later_and_l
     managed.started_ns = time.monotonic_ns() - (CRASH_LOOP_WINDOW_MS + 1) * MS
     assert delays(supervisor, managed, [1]) == [200], "it ran a while: a crash, not a crash loop"
     assert quick([1, 1]) == [200, 200]
+
+
+@pytest.mark.timeout(60)
+def test_an_actor_that_cannot_listen_refuses_to_start_in_one_sentence(tmp_path, capfd):
+    """`railmq node --bind 10.9.9.9` (an address this machine lacks): the actor's bind raised a
+    ZMQError whose whole traceback came before the node's one-line refusal. Now it refuses to
+    start naming the address, and its supervisor retries later and later as for any refusal."""
+    supervisor = Supervisor(restart_delay_ms=100, ready_timeout_s=30)
+    spec = ActorSpec(kind="coordinator", name="coordinator", cluster_id="c", data_dir=str(tmp_path),
+                     bind_host="192.0.2.1", port=7)  # TEST-NET-1: never an address of this machine
+    try:
+        managed = supervisor.launch(spec)
+        with pytest.raises(ActorStartFailed, match="refused to start: cannot listen on tcp://192.0.2.1:7"):
+            supervisor.wait_ready([managed])
+    finally:
+        supervisor.stop_all()
+    assert "Traceback" not in capfd.readouterr().err
