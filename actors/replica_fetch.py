@@ -114,7 +114,12 @@ class FetchServing:
                 return self._fetch_error(request, ErrorCode.STALE_BROKER_EPOCH, (
                     f"node {request.replica} is in the ISR as process {recorded:x}, not {request.incarnation:x}: "
                     "a replaced process's fetches do not count"))
-            if request.offset < self.log.log_start_offset and request.last_fetched_epoch < 0:
+            # Below the log start whatever its epoch, as Kafka's Partition.readRecords rules: retention
+            # may have taken every epoch entry up to the follower's last one, and the diverging
+            # epoch (-1) then answered told it to truncate to its own start, below what it had seen
+            # committed; it refused, and asked again every second for ever. Out of range, it starts
+            # again at this log start (FollowerRole._reset_past_leader_start).
+            if request.offset < self.log.log_start_offset:
                 return self._out_of_range(request)
             return None
         if not self.log.log_start_offset <= request.offset <= self.log.log_end_offset:

@@ -284,15 +284,21 @@ def test_a_new_leader_recognises_a_retry_of_an_idempotent_batch_the_old_leader_a
 class Pair:
     """Node 1 follows node 2; both logs are built by hand with a chosen epoch history."""
 
-    def __init__(self, leader_history, follower_history, leader_epoch: int, *, leader_start: int = 0) -> None:
+    def __init__(self, leader_history, follower_history, leader_epoch: int, *, leader_start: int = 0,
+                 leader_config: LogConfig = LogConfig(), leader_retention_at_ms: int | None = None,
+                 follower_committed: tuple[int, int] | None = None) -> None:
         self.harness = Harness()
         self.logs = {1: open_memory_log(LogConfig(), fs=MemoryFileSystem()),
-                     2: open_memory_log(LogConfig(), fs=MemoryFileSystem())}
+                     2: open_memory_log(leader_config, fs=MemoryFileSystem())}
         if leader_start:
             self.logs[2].reset_to(leader_start)
         for node, history in ((2, leader_history), (1, follower_history)):
             for epoch, tag, count in history:
                 self.logs[node].append_producer_batch(batch(count, tag), epoch, 0)
+        if leader_retention_at_ms is not None:
+            self.logs[2].apply_retention(leader_retention_at_ms)
+        if follower_committed is not None:
+            self.logs[1].note_high_watermark(*follower_committed)  # (offset, epoch) it saw committed
         self.replicas = {}
         for node in (1, 2):
             self.replicas[node] = PartitionReplica(
@@ -357,6 +363,28 @@ def test_a_follower_whose_log_ends_before_the_leaders_log_start_resets_to_it():
         {"topic": "orders", "partition": 0, "from": 0, "to": 100}]
     pair.assert_converged()
     assert pair.logs[1].log_start_offset == 100
+
+
+def test_a_follower_below_a_log_start_past_its_last_epoch_resets_to_it_instead_of_truncating():
+    """The follower held epoch 1 up to offset 4, all committed; while it was away the partition
+    had two more leaders, and retention took the leader's log up to offset 8, epoch 1 and 2 with
+    it. Its fetch at 4 carries epoch 1, which the leader no longer knows: answered with a
+    diverging epoch (-1), the follower was told to truncate to its own start, below what it had
+    seen committed, refused, and asked again every second for ever (Kafka answers a fetch below
+    the log start OFFSET_OUT_OF_RANGE whatever its epoch, and the follower starts at the leader's
+    log start)."""
+    pair = Pair(leader_history=[(1, "a", 4), (2, "b", 4), (3, "c", 4)],
+                follower_history=[(1, "a", 4)], leader_epoch=3,
+                leader_config=LogConfig(segment_bytes=1, retention_ms=1_000), leader_retention_at_ms=10_000,
+                follower_committed=(4, 1))
+    assert pair.logs[2].log_start_offset == 8
+    pair.harness.advance(5_000)
+
+    assert pair.harness.trace_events("follower-refused-truncation") == []
+    assert pair.harness.trace_events("follower-reset") == [
+        {"topic": "orders", "partition": 0, "from": 4, "to": 8}]
+    assert pair.logs[1].log_start_offset == 8
+    pair.assert_converged()
 
 
 def test_a_follower_already_matching_the_leader_is_not_truncated():
