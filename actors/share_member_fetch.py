@@ -204,9 +204,13 @@ class ShareFetching:
             return []
         reader.fetching = 0
         if response.error == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
-            gone = [r for r in reader.to_fetch if r.first_offset < response.log_start_offset
-                    or r.first_offset >= response.log_end_offset]
-            self._drop_unfetched(reader, gone)  # deleted or truncated away: nothing to deliver
+            # Deleted or truncated away: nothing to deliver. Only the offsets below the log start
+            # go of a range it moved into (one acquire is one range): dropping the range whole left
+            # records the log still holds locked to this member, undelivered, until their locks
+            # ran out and cost them a delivery attempt.
+            deleted, reader.to_fetch = _split(reader.to_fetch, response.log_start_offset)
+            truncated = [r for r in reader.to_fetch if r.first_offset >= response.log_end_offset]
+            self._drop_unfetched(reader, deleted + truncated)
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             return []
         misdirected = isinstance(response, FetchResponse) and (response.topic, response.partition) != key
