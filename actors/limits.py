@@ -336,6 +336,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # While acquires wait for new records, the coordinator re-reads the partition's high watermark
     # (a ListOffsets long poll at the leader: answered when it moves) at most this often.
     share_high_watermark_refresh_ms: int = 20
+    # A share-partition with records still to take (behind the high watermark it last read) reads
+    # its leader's log start again at most this often: retention moves it (checked every 5 s at a
+    # replica), and the offsets below it are forgotten, not handed out. Read only once caught up,
+    # a group with a backlog never saw it move: it handed out offsets the log no longer held,
+    # which members dropped and which came back after each visibility timeout until their
+    # attempts ran out. One ListOffsets per partition this often costs little.
+    share_log_start_refresh_ms: int = 5000
     # Requests the coordinator sends (metadata, ListOffsets, Fetch, Produce) are given up and
     # retried after this long without an answer.
     share_request_timeout_ms: int = 5000

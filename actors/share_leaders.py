@@ -18,7 +18,9 @@ routes each answer by its `Outbound` kind and tells this class what came back.
   flight per partition and one per `share_high_watermark_refresh_ms`; no offset at or above the
   last one read is ever handed out. Once one is known, the request is a long poll: the leader
   answers when its high watermark passes it, or after HIGH_WATERMARK_WAIT_MS — so acquires
-  waiting on an idle partition cost a request per wait, not one per refresh interval.
+  waiting on an idle partition cost a request per wait, not one per refresh interval. A
+  share-partition behind the high watermark reads the bounds again only every
+  `share_log_start_refresh_ms`, at once, for the log start retention moves under a backlog.
 - Every request carries a correlation id of its own and a deadline; `overdue` and `disconnected`
   name the ones that will never be answered, and `ShareGroups` fails them with a retriable
   error, so nothing waits for ever.
@@ -184,11 +186,15 @@ class PartitionLeaders:
     # ------------------------------------------------------------------ high watermarks
 
     def watch_if_needed(self, share_partition: SharePartition, now_ns: int) -> list[Effect]:
-        """Read the leader's high watermark again when the share-partition has caught up with it."""
+        """Read the leader's high watermark again when the share-partition has caught up with it;
+        behind it, read the log bounds every `share_log_start_refresh_ms` all the same (retention
+        moves the log start under a backlog), without waiting at the leader."""
         key = (share_partition.topic, share_partition.partition)
         watch = self.watches.setdefault(key, PartitionWatch())
         if share_partition.initialized and share_partition.end_offset < watch.high_watermark:
-            return []
+            if now_ns - watch.sent_ns < self.limits.share_log_start_refresh_ms * MS:
+                return []
+            return self._refresh_watch(key, watch, now_ns, wait=False)
         return self._refresh_watch(key, watch, now_ns)
 
     def forget_watch(self, key: tuple[str, int]) -> None:
@@ -201,7 +207,8 @@ class PartitionLeaders:
     def refresh_high_watermark(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
         return self._refresh_watch(key, self.watches.setdefault(key, PartitionWatch()), now_ns)
 
-    def _refresh_watch(self, key: tuple[str, int], watch: PartitionWatch, now_ns: int) -> list[Effect]:
+    def _refresh_watch(self, key: tuple[str, int], watch: PartitionWatch, now_ns: int,
+                       wait: bool = True) -> list[Effect]:
         if watch.correlation or now_ns - watch.sent_ns < self.limits.share_high_watermark_refresh_ms * MS:
             return []
         endpoint = self.leader_endpoint(*key, now_ns)
@@ -212,7 +219,8 @@ class PartitionLeaders:
         metadata = self.topics.get(key[0])
         request = ListOffsetsRequest(correlation_id=0, topic=key[0], partition=key[1], timestamp_ms=-1,
                                      topic_id=metadata.topic_id if metadata is not None else 0,
-                                     wait_past_offset=known, max_wait_ms=self._high_watermark_wait_ms() if known >= 0 else 0)
+                                     wait_past_offset=known,
+                                     max_wait_ms=self._high_watermark_wait_ms() if known >= 0 and wait else 0)
         send = self.send_request("list-offsets", key, endpoint, request, now_ns)
         watch.correlation = send.message.correlation_id
         return [send]

@@ -561,6 +561,30 @@ def test_a_leader_failover_costs_a_retry_never_share_state(connection_drop_seen)
     assert world.describe().partitions[0].start_offset == 1
 
 
+def test_retention_passing_a_backlog_is_seen_while_the_group_still_has_records_to_take(world):
+    """The coordinator read the leader's log start only once its share-partition had caught up with
+    the high watermark: a group with a backlog never saw retention move the start. It handed out
+    offsets the log no longer held, which members could not fetch and dropped, locked until their
+    visibility timeout, redelivered first, and so again until their attempts ran out and they
+    were dead-lettered as gone: `max_delivery_attempts` visibility timeouts for each window of
+    deleted records before the group reached one it could read."""
+    for value in range(20):
+        world.produce("orders", [f"v{value}"])  # a batch each: the log start can stop at any of them
+    member = world.join("a", ["orders"]).member_id
+    first = world.acquire_now("a", member, "orders", max_records=5)
+    assert acquired_offsets(first) == [(offset, 1) for offset in range(5)]
+    assert world.answer("a", member, "orders", 0, 4, "accept").error == ErrorCode.NONE
+
+    world.leader("orders").log.delete_records_before(15)  # retention: the segments below 15 went
+    world.keep_alive("a", member, ["orders"], LIMITS.share_log_start_refresh_ms + 1_000)
+    world.acquire_now("a", member, "orders", max_records=5)  # the first after the move may still be stale
+    world.keep_alive("a", member, ["orders"], 1_000)
+    later = world.acquire_now("a", member, "orders", max_records=5)
+
+    assert acquired_offsets(later) == [(offset, 1) for offset in range(15, 20)]
+    assert world.group.share.groups["g"].partitions[("orders", 0)].start_offset == 15
+
+
 # ---------------------------------------------------------------------------- dead letters
 
 
