@@ -131,21 +131,29 @@ class SlowPoller:
     def _lag_timestamps(
         self, descriptions: list[DescribeGroupResponse], metadata: MetadataResponse | None
     ) -> dict[tuple[str, int, int], int]:
-        """The record timestamp at each lagging committed offset (cached: it never changes)."""
-        ends = {
-            (topic.name, partition.partition): max(
-                (info.high_watermark for info in partition.replica_info if info.node == partition.leader),
-                default=0,
-            )
+        """The record timestamp at each lagging committed offset (cached: it never changes, unless
+        the offset is below the log start, where it is the oldest record left's, read each round)."""
+        leaders = {
+            (topic.name, partition.partition): [
+                info for info in partition.replica_info if info.node == partition.leader
+            ]
             for topic in (metadata.topics if metadata else [])
             for partition in topic.partitions
         }
+        ends = {key: max((info.high_watermark for info in infos), default=0)
+                for key, infos in leaders.items()}
+        starts = {key: max((info.log_start_offset for info in infos), default=0)
+                  for key, infos in leaders.items()}
         wanted = {
             (entry.topic, entry.partition, entry.offset)
             for description in descriptions
             for entry in description.offsets
             if ends.get((entry.topic, entry.partition), 0) > entry.offset >= 0
         }
+        for key in wanted:
+            if key[2] < starts.get(key[:2], 0):
+                # Retention passed the commit: the record it stands for moves with the log start.
+                self._timestamps.pop(key, None)
         self.client._topics.clear()  # leaders move: read them fresh each round
         fetched = 0
         for key in sorted(wanted - set(self._timestamps)):

@@ -11,7 +11,9 @@ import signal
 import pytest
 
 from actors.messages import (
+    DescribeGroupResponse,
     MetadataResponse,
+    OffsetEntry,
     PartitionMetadata,
     ReplicaInfo,
     StorageReport,
@@ -352,3 +354,30 @@ def test_the_appending_leader_had_a_record_no_later_than_any_follower_was_seen_w
     leader = _no_later_than_copies(passages, 1)
     assert leader.by_ns == 20 and leader.after_ns is None  # its "not yet" at 30 contradicts n2's copy at 20
     assert _no_later_than_copies({1: Passage(passed=True, after_ns=5, by_ns=8), 2: passages[2]}, 1).by_ns == 8
+
+
+def test_lag_seconds_of_a_commit_below_the_log_start_follow_the_oldest_record_left():
+    """A committed offset below the log start has no record: its lag in seconds is the age of the
+    oldest record left (`timestamp_at` reads from the log start). The console cached that answer
+    under the committed offset as if it never changed, so while retention moved on, the group's
+    lag in seconds kept the age of a record long deleted, growing without end."""
+    from chaos.console.poller import SlowPoller
+
+    class OldestLeft:
+        _topics: dict = {}
+        timestamp_ms = 1_000
+
+        def timestamp_at(self, topic: str, partition: int, offset: int) -> int:
+            return self.timestamp_ms
+
+    poller = SlowPoller.__new__(SlowPoller)
+    poller.client, poller.latency, poller._timestamps = OldestLeft(), LatencyHistogram(), {}
+    description = DescribeGroupResponse(correlation_id=0, group_id="g",
+                                        offsets=[OffsetEntry(topic="t", partition=0, offset=3)])
+    info = ReplicaInfo(node=1, log_start_offset=50, high_watermark=100)
+    metadata = MetadataResponse(correlation_id=0, topics=[TopicMetadata(
+        name="t", partitions=[PartitionMetadata(partition=0, leader=1, replica_info=[info])])])
+
+    assert poller._lag_timestamps([description], metadata) == {("t", 0, 3): 1_000}
+    poller.client.timestamp_ms = 9_000  # retention moved on: the oldest record left is newer
+    assert poller._lag_timestamps([description], metadata) == {("t", 0, 3): 9_000}
