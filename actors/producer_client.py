@@ -177,20 +177,27 @@ class ProducerClient(ProducerMetadata):
             return self._request_metadata([key[0]], now_ns, backoff=True)
         effects: list[Effect] = []
         sequences = self.sequences
-        if sequences.waiting_for_start_over(key) and not self.in_flight_count.get(key, 0) \
-                and all(pending.sequence < 0 for pending in queue):
-            sequences.start_over(key)  # nothing numbered under the old epoch is left to settle
         while queue and self.in_flight_count.get(key, 0) < self.settings.max_in_flight:
             if queue[0].retry_at_ns > now_ns:
                 break
-            if queue[0].sequence < 0 and sequences.waiting_for_start_over(key):
-                break  # numbered again once the batches still numbered under the old epoch are settled
+            if queue[0].sequence < 0 and self.settings.idempotent:
+                if not sequences.fits(key, queue[0].record_count):
+                    sequences.numbers_spent(key)  # past the header's int32: start over as behind a gap
+                if sequences.waiting_for_start_over(key) and not self._start_over(key, queue):
+                    break  # numbered again once the batches still numbered under the old epoch are settled
             if queue[0].index < 0 and self.settings.idempotent \
                     and not sequences.may_send_new(key, self.settings.max_in_flight):
                 break  # an older batch is unsettled: the leader must still remember it at its retry
             pending = queue.popleft()
             effects += self._send(pending, endpoint, now_ns)
         return effects
+
+    def _start_over(self, key: tuple[str, int], queue: deque[Pending]) -> bool:
+        """Number the partition again under its next epoch, once nothing numbered under this one
+        is left to settle."""
+        if self.in_flight_count.get(key, 0) or any(pending.sequence >= 0 for pending in queue):
+            return False
+        return self.sequences.start_over(key)
 
     def _ended_undelivered(self, key: tuple[str, int], pending: Pending) -> None:
         if self.settings.idempotent:

@@ -17,6 +17,12 @@ refused out of order and so never appended). Only when none is left does the num
 A partition's epoch is its own: the leader keeps producer state per partition, and the producer id
 is this producer's alone, so no coordinator need be asked for it.
 
+Sequence numbers only grow while the producer lives, and the batch header holds them as an int32
+(storage/batch.py, `SEQUENCE_MAX`). A batch whose numbers would run past it is not numbered under
+the epoch: the partition starts over as behind a gap (Kafka wraps to 0 instead; a new epoch keeps
+every comparison of numbers here within one epoch). Before, the 2**31st record to a partition made
+every later batch to it fail INVALID_RECORD ("cannot be encoded"), for good.
+
 The leader recognises a retry only among the producer's last 5 batches (`BATCHES_REMEMBERED_MAX`).
 Keeping 5 requests in flight is not enough for that: a batch whose answer was lost stays in flight
 for its request timeout while later ones complete and free their places, and more go out; by its
@@ -29,6 +35,7 @@ last `max_in_flight` sent (`may_send_new`): a retry always finds the leader reme
 from __future__ import annotations
 
 from actors.messages import SendBatch
+from storage.batch import SEQUENCE_MAX
 
 PRODUCER_EPOCH_MAX = 32_767  # the batch header's int16 (storage/batch.py)
 
@@ -90,6 +97,15 @@ class PartitionSequences:
 
     def epoch(self, key: Key) -> int:
         return self.epochs.get(key, self.base_epoch)
+
+    def fits(self, key: Key, count: int) -> bool:
+        """Whether `count` more records can be numbered under the partition's epoch."""
+        return self.next_sequence.get(key, 0) + count - 1 <= SEQUENCE_MAX
+
+    def numbers_spent(self, key: Key) -> None:
+        """The next batch does not fit the sequence numbers left: the partition starts over as
+        behind a gap at its next number (no batch was numbered at or past it)."""
+        self.gaps.setdefault(key, self.next_sequence.get(key, 0))
 
     def take(self, key: Key, count: int) -> tuple[int, int]:
         """(first sequence, epoch) for the next `count` records of the partition."""

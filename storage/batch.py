@@ -55,6 +55,10 @@ CONTROL_FLAG = 0x10
 # claiming more than this is garbage or an attack, and is refused before it is read.
 BATCH_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 RECORD_COUNT_MAX = 1_000_000
+# The header's int32 holds a batch's first sequence number, and its last must fit too: the
+# producer's next batch starts one past it. A producer whose numbers run out starts over from 0
+# under its next epoch (actors/producer_sequences.py) rather than wrapping as Kafka's does.
+SEQUENCE_MAX = 2**31 - 1
 
 assert HEADER_SIZE == 56
 
@@ -204,6 +208,10 @@ def validate_producer_batch(buffer: bytes | bytearray | memoryview, header: Batc
     elif header.producer_epoch < 0 or header.base_sequence < 0:
         raise InvalidBatch(f"producer {header.producer_id} sent epoch {header.producer_epoch} and base sequence "
                            f"{header.base_sequence}; both must be >= 0")
+    elif header.base_sequence + header.record_count - 1 > SEQUENCE_MAX:
+        raise InvalidBatch(f"producer {header.producer_id}'s sequence numbers {header.base_sequence}.."
+                           f"{header.base_sequence + header.record_count - 1} run past {SEQUENCE_MAX}: "
+                           "start again from 0 under the next producer epoch")
     if header.first_timestamp_ms < 0:
         raise InvalidBatch(f"first timestamp {header.first_timestamp_ms} is negative")
     payload = memoryview(buffer)[HEADER_SIZE: header.size]
