@@ -38,6 +38,7 @@ from actors.messages import (
 )
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import SharePartition
+from storage.batch import SEQUENCE_MAX
 from storage.errors import CorruptBatch
 
 if TYPE_CHECKING:  # the writer's owner, which imports this module
@@ -348,6 +349,13 @@ class DeadLetterWriter:
     def _build_if_complete(self, target: DeadLetterTarget) -> list[Effect]:
         if any(item.offset not in target.found for item in target.pending):
             return []  # the next step fetches the rest
+        if target.next_sequence + len(target.pending) - 1 > SEQUENCE_MAX:
+            # The header holds sequence numbers as an int32 and this target's only grow: past it
+            # the write goes under a new producer id from 0 (the next step asks for one). Never
+            # sent under the old numbers, which no header holds, so nothing is written twice.
+            target.producer_id, target.next_sequence = -1, 0
+            self._store(target)
+            return []
         target.batch = dead_letter_batch(target.pending, target.found, producer_id=target.producer_id,
                                          producer_epoch=target.producer_epoch, base_sequence=target.next_sequence)
         target.found = {}

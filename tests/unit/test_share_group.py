@@ -39,7 +39,7 @@ from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.idempotent import IdempotentStore, offset_message_id
 from railmq.share_consumer import decode_acquired
 from railmq.share_member_process import ShareMemberOptions, parse_duration_ms, run_share_member
-from storage.batch import decode_records, encode_batch, iter_batches
+from storage.batch import SEQUENCE_MAX, decode_records, encode_batch, iter_batches
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
 from storage.state import DurableState
@@ -669,6 +669,29 @@ def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world)
 
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
     assert target.producer_id != first_producer and target.next_sequence == 1
+
+
+def test_a_dead_letter_partition_whose_sequence_numbers_are_spent_goes_on_under_a_new_producer_id(world):
+    """The writer numbers each dead-letter partition's records from 0 for as long as the cluster
+    lives, and stores the next number; the batch header holds it as an int32. Before, once 2**31
+    had been written the next write's encoding raised `struct.error` out of the group
+    coordinator's handle(): it crashed, and its restart read the same number and crashed again.
+    Now a write whose numbers would run past 2**31 - 1 takes a new producer id from sequence 0."""
+    world.produce("orders", ["p1", "p2"])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "reject")
+    world.settle(1_500)
+    target = world.group.share.dead_letters.targets[("orders.dlq", 0)]
+    first_producer = target.producer_id
+    target.next_sequence = SEQUENCE_MAX + 1  # as after 2**31 dead letters to this partition
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(1, 2)], "the first lock expired"
+    world.answer("a", member, "orders", 1, 1, "reject")
+    world.settle(1_500)
+
+    assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
+    assert target.producer_id != first_producer and target.next_sequence == 1
+    assert world.describe().partitions[0].start_offset == 2
 
 
 def delete_topic(world: World, name: str) -> None:
