@@ -76,6 +76,7 @@ class ProducerClient(ProducerMetadata):
         self.producer_id = -1
         self.producer_secret = b""  # handed out with producer_id; a leader takes its batches only with it
         self.producer_id_correlation = 0
+        self.new_producer_id_correlation = 0  # asking for an id for partitions whose epochs are spent
         self.timer = DeadlineTimer()  # at the next timeout, retry, delivery deadline or re-ask
         self.chase_at_ns = 0  # when metadata or a producer id still wanted is asked for again (0: none wanted)
 
@@ -109,7 +110,8 @@ class ProducerClient(ProducerMetadata):
         return self._handle(message, sender, now_ns) + self._arm(now_ns)
 
     def _chasing(self) -> bool:
-        return bool(self.metadata_wanted) or (self.settings.idempotent and self.producer_id < 0)
+        return bool(self.metadata_wanted) or (self.settings.idempotent and self.producer_id < 0) \
+            or bool(self.sequences.epochs_spent)
 
     def _arm(self, now_ns: int) -> list[Effect]:
         """End of every step: the timer at the next deadline. An idle producer sets none; a busy
@@ -184,6 +186,7 @@ class ProducerClient(ProducerMetadata):
                 if not sequences.fits(key, queue[0].record_count):
                     sequences.numbers_spent(key)  # past the header's int32: start over as behind a gap
                 if sequences.waiting_for_start_over(key) and not self._start_over(key, queue):
+                    effects += self._ask_new_producer_id(key)
                     break  # numbered again once the batches still numbered under the old epoch are settled
             if queue[0].index < 0 and self.settings.idempotent \
                     and not sequences.may_send_new(key, self.settings.max_in_flight):
@@ -199,6 +202,15 @@ class ProducerClient(ProducerMetadata):
             return False
         return self.sequences.start_over(key)
 
+    def _ask_new_producer_id(self, key: tuple[str, int]) -> list[Effect]:
+        """The partition's epochs are spent: ask for a producer id to go on under (once; the
+        chase asks again while it is wanted)."""
+        if key not in self.sequences.epochs_spent or self.new_producer_id_correlation:
+            return []
+        self.correlation += 1
+        self.new_producer_id_correlation = self.correlation
+        return [Send(self.bootstrap, InitProducerIdRequest(correlation_id=self.correlation))]
+
     def _ended_undelivered(self, key: tuple[str, int], pending: Pending) -> None:
         if self.settings.idempotent:
             self.sequences.ended_undelivered(key, pending.sequence, pending.epoch)
@@ -207,16 +219,18 @@ class ProducerClient(ProducerMetadata):
     def _send(self, pending: Pending, endpoint: str, now_ns: int) -> list[Effect]:
         batch = pending.batch
         key = (batch.topic, batch.partition)
+        producer_id, producer_secret = self.sequences.producer_id(key, self.producer_id, self.producer_secret)
         if pending.encoded is not None and self.settings.idempotent and pending.sequence < 0:
             pending.sequence, pending.epoch = self.sequences.take(key, pending.record_count)
-            renumber_into(pending.encoded, pending.epoch, pending.sequence)  # behind a gap: numbered again
+            # behind a gap: numbered again
+            renumber_into(pending.encoded, producer_id, pending.epoch, pending.sequence)
         if pending.encoded is None:
             idempotent = self.settings.idempotent
             sequence = self.sequences.next_sequence.get(key, 0) if idempotent else pending.sequence
             try:
                 pending.encoded = encode_batch(
                     batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
-                    producer_id=self.producer_id if idempotent else -1,
+                    producer_id=producer_id if idempotent else -1,
                     producer_epoch=self.sequences.epoch(key) if idempotent else -1,
                     base_sequence=sequence)
             except (OverflowError, ValueError, TypeError, struct.error, msgspec.EncodeError) as error:
@@ -241,7 +255,7 @@ class ProducerClient(ProducerMetadata):
             correlation_id=pending.correlation_id, topic=batch.topic, partition=batch.partition,
             topic_id=known.topic_id if known is not None else 0,
             acks=self.settings.acks, timeout_ms=self.settings.request_timeout_ms, batch=pending.encoded,
-            producer_secret=self.producer_secret if self.settings.idempotent else b"")
+            producer_secret=producer_secret if self.settings.idempotent else b"")
         effects: list[Effect] = [Send(endpoint, request)]
         if self.settings.acks == 0:
             effects += self._finish(pending, -1, None, now_ns, dispatch=False)  # the caller's loop sends the next

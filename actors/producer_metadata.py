@@ -136,6 +136,8 @@ class ProducerMetadata:
         return effects
 
     def _on_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:
+        if self.new_producer_id_correlation and response.correlation_id == self.new_producer_id_correlation:
+            return self._on_new_producer_id(response, now_ns)
         if response.correlation_id != self.producer_id_correlation or self.producer_id >= 0:
             # A producer is numbered once: a late or duplicated answer would restart its
             # sequences under another id while batches numbered under the first are in flight.
@@ -149,6 +151,19 @@ class ProducerMetadata:
         self.producer_secret = response.producer_secret
         effects: list[Effect] = []
         for key in list(self.waiting):
+            effects += self._dispatch(key, now_ns)
+        return effects
+
+    def _on_new_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:
+        """An id for the partitions whose producer epochs are spent: they go on under it."""
+        if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
+            return [Trace("producer-id-refused", {"error": response.error,
+                                                  "producer_id": response.producer_id})]
+        self.new_producer_id_correlation = 0
+        effects: list[Effect] = []
+        for key in sorted(self.sequences.epochs_spent):
+            self.sequences.move_to(key, response.producer_id, response.producer_secret,
+                                   response.producer_epoch)
             effects += self._dispatch(key, now_ns)
         return effects
 
@@ -178,6 +193,9 @@ class ProducerMetadata:
         if self.settings.idempotent and self.producer_id < 0:
             effects.append(Send(self.bootstrap,
                                 InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
+        if self.sequences.epochs_spent and self.new_producer_id_correlation:
+            effects.append(Send(self.bootstrap,
+                                InitProducerIdRequest(correlation_id=self.new_producer_id_correlation)))
         return effects
 
     def _ask_controller_again(self, correlation_id: int, now_ns: int) -> list[Effect]:

@@ -17,11 +17,15 @@ refused out of order and so never appended). Only when none is left does the num
 A partition's epoch is its own: the leader keeps producer state per partition, and the producer id
 is this producer's alone, so no coordinator need be asked for it.
 
-Sequence numbers only grow while the producer lives, and the batch header holds them as an int32
-(storage/batch.py, `SEQUENCE_MAX`). A batch whose numbers would run past it is not numbered under
+Both numbers only grow while the producer lives, and the batch header holds them in fixed widths
+(storage/batch.py): sequence numbers as an int32 (`SEQUENCE_MAX`), epochs as an int16
+(`PRODUCER_EPOCH_MAX`). A batch whose numbers would run past `SEQUENCE_MAX` is not numbered under
 the epoch: the partition starts over as behind a gap (Kafka wraps to 0 instead; a new epoch keeps
-every comparison of numbers here within one epoch). Before, the 2**31st record to a partition made
-every later batch to it fail INVALID_RECORD ("cannot be encoded"), for good.
+every comparison of numbers here within one epoch). A partition whose epochs are spent asks for a
+new producer id and goes on under it from its epoch and sequence 0 (Kafka's producer likewise
+takes a new id once its epoch would overflow, KIP-360); the other partitions keep theirs. Before,
+the 2**31st record to a partition made every later batch to it fail INVALID_RECORD, and the
+32,768th undelivered batch every later one REQUEST_TIMED_OUT, for good.
 
 The leader recognises a retry only among the producer's last 5 batches (`BATCHES_REMEMBERED_MAX`).
 Keeping 5 requests in flight is not enough for that: a batch whose answer was lost stays in flight
@@ -73,6 +77,9 @@ class PartitionSequences:
         self.gaps: dict[Key, int] = {}
         self.sent: dict[Key, int] = {}  # batches first sent to each partition
         self.unsettled: dict[Key, set[int]] = {}  # the places of those sent and not yet settled
+        # A partition that went on under a new producer id: that id and its secret.
+        self.producer_ids: dict[Key, tuple[int, bytes]] = {}
+        self.epochs_spent: set[Key] = set()  # partitions waiting for a new producer id
 
     def may_send_new(self, key: Key, window: int) -> bool:
         """Whether a batch not sent yet may go out: the partition's oldest unsettled batch must
@@ -97,6 +104,10 @@ class PartitionSequences:
 
     def epoch(self, key: Key) -> int:
         return self.epochs.get(key, self.base_epoch)
+
+    def producer_id(self, key: Key, base_id: int, base_secret: bytes) -> tuple[int, bytes]:
+        """The producer id (and its secret) the partition's batches are numbered under."""
+        return self.producer_ids.get(key, (base_id, base_secret))
 
     def fits(self, key: Key, count: int) -> bool:
         """Whether `count` more records can be numbered under the partition's epoch."""
@@ -134,12 +145,22 @@ class PartitionSequences:
 
     def start_over(self, key: Key) -> bool:
         """Number the partition from 0 under its next epoch, once the caller has nothing numbered
-        under this one in flight or waiting; False when the epoch is spent (the batches left fail
-        at their deadline, and a new producer has a new id)."""
+        under this one in flight or waiting; False when the epochs are spent: the partition then
+        waits in `epochs_spent` for a new producer id (`move_to`)."""
         epoch = self.epoch(key) + 1
         if epoch > PRODUCER_EPOCH_MAX:
+            self.epochs_spent.add(key)
             return False
         self.epochs[key] = epoch
         self.next_sequence[key] = 0
         del self.gaps[key]
         return True
+
+    def move_to(self, key: Key, producer_id: int, secret: bytes, epoch: int) -> None:
+        """A partition whose epochs are spent goes on under a new producer id, from `epoch` (the
+        one the id came with) and sequence 0: the leader has never seen that id."""
+        self.producer_ids[key] = (producer_id, secret)
+        self.epochs[key] = epoch
+        self.next_sequence[key] = 0
+        self.gaps.pop(key, None)
+        self.epochs_spent.discard(key)

@@ -228,13 +228,15 @@ def validate_producer_batch(buffer: bytes | bytearray | memoryview, header: Batc
 
 
 _PRODUCER_EPOCH = struct.Struct("<h")  # at byte 18
+_PRODUCER_ID = struct.Struct("<q")  # at byte 24
 _BASE_SEQUENCE = struct.Struct("<i")  # at byte 32
 
 
-def renumber_into(batch: bytearray, producer_epoch: int, base_sequence: int) -> None:
-    """Give an encoded producer batch another producer epoch and first sequence number, and its
-    CRC again (both fields are the producer's, inside what the CRC covers). For a batch that was
+def renumber_into(batch: bytearray, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Give an encoded producer batch another producer id, epoch and first sequence number, and
+    its CRC again (the fields are the producer's, inside what the CRC covers). For a batch that was
     never appended and never will be under its old numbers (actors/producer_client.py)."""
+    _PRODUCER_ID.pack_into(batch, 24, producer_id)
     _PRODUCER_EPOCH.pack_into(batch, 18, producer_epoch)
     _BASE_SEQUENCE.pack_into(batch, 32, base_sequence)
     CRC_FIELD.pack_into(batch, 12, crc32(memoryview(batch)[CRC_START:]))

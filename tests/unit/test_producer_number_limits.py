@@ -9,17 +9,19 @@ leader takes.
 
 from __future__ import annotations
 
+from actors.client_secrets import ProducerSecrets
 from actors.errors import ErrorCode
-from actors.messages import ProduceResponse
-from actors.producer_sequences import SEQUENCE_MAX
+from actors.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from actors.producer_sequences import PRODUCER_EPOCH_MAX, SEQUENCE_MAX
 from actors.producer_state import ProducerStateTable
 from storage.batch import verify_batch
 from tests.unit.actor_harness import only
-from tests.unit.test_producer_client import idempotent_stage
+from tests.unit.test_producer_client import BOOTSTRAP, PRODUCER, idempotent_stage
 from tests.unit.test_partition_replica import Stage as LeaderStage
 from tests.unit.test_partition_replica import batch as leader_batch
 
 KEY = ("orders", 0)
+SECRETS = ProducerSecrets()
 
 
 class Leader:
@@ -99,3 +101,42 @@ def test_a_leader_refuses_a_batch_whose_sequence_numbers_run_past_int32():
     assert response.error == ErrorCode.INVALID_RECORD, response
     assert "sequence" in response.error_message
     assert stage.log.log_end_offset == 2
+
+
+def test_a_partition_whose_producer_epochs_are_spent_goes_on_under_a_new_producer_id():
+    """Each batch that ends undelivered (a full disk, an invalid timestamp, a delivery timeout)
+    makes the partition start over under its next producer epoch, an int16. Before, once 32,767
+    had been used the producer could not start over: every later batch to that partition waited
+    until its delivery timeout and failed REQUEST_TIMED_OUT, for good (until the producer was made
+    again). Now it asks for a new producer id, and the partition goes on under it from epoch 0 and
+    sequence 0 (Kafka's producer likewise takes a new id once an epoch would overflow, KIP-360),
+    carrying the new id's secret; the other partitions keep their id."""
+    stage = idempotent_stage(retry_backoff_ms=50)
+    stage.producer.sequences.epochs[KEY] = PRODUCER_EPOCH_MAX
+    stage.send(count=2)
+    stage.metadata({0: 1, 1: 1})
+    stage.answer(only(stage.requests(), ProduceRequest), error=ErrorCode.DISK_FULL)  # undelivered: a gap
+    stage.send(count=1)
+    stage.send(count=1, partition=1)
+    stage.harness.advance(60)
+    stage.metadata({0: 1, 1: 1})
+
+    asked = stage.harness.take(BOOTSTRAP, InitProducerIdRequest)  # at once, and again by the chase
+    assert asked, "no new producer id asked for: the partition's batches wait for their delivery timeout"
+    init = asked[-1]
+    stage.harness.deliver(PRODUCER, InitProducerIdResponse(
+        correlation_id=init.correlation_id, producer_id=901, producer_epoch=0,
+        producer_secret=SECRETS.of(901)), BOOTSTRAP)
+    requests = stage.requests()
+
+    by_partition = {request.partition: request for request in requests}
+    moved = verify_batch(by_partition[0].batch)
+    assert (moved.producer_id, moved.producer_epoch, moved.base_sequence) == (901, 0, 0)
+    assert by_partition[0].producer_secret == SECRETS.of(901)
+    kept = verify_batch(by_partition[1].batch)
+    assert (kept.producer_id, kept.producer_epoch, kept.base_sequence) == (900, 3, 0)
+    for request in requests:
+        stage.answer(request, base_offset=5)
+    outcomes = {batch_id: error for batch_id, _, _, error in stage.done()}
+    assert outcomes[1] is not None and outcomes[1].code == ErrorCode.DISK_FULL
+    assert (outcomes[2], outcomes[3]) == (None, None), outcomes
