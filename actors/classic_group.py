@@ -13,7 +13,8 @@ stalled past its session timeout comes back to ILLEGAL_GENERATION or UNKNOWN_MEM
 commits are refused. Static members (KIP-345, `group_instance_id`) that rejoin while the group is
 Stable take over their old identity and assignment without a rebalance; the identity they
 replaced is fenced (FENCED_INSTANCE_ID). "Rejoin" means another process: the one holding the
-instance that asks again without its member id (a retry, a duplicate) gets the id it has.
+instance that asks again without its member id (a retry, a duplicate) gets the id it has; so
+does a dynamic member whose join is still waiting, asked again from the same connection.
 
 A member id alone proves nothing (DescribeGroup lists them): a join is answered with the member's
 secret too, and a request naming a member must carry it (actors/client_secrets.py), or it is
@@ -123,6 +124,8 @@ class ClassicGroup:
                         correlation_id=request.correlation_id, generation=self.generation,
                         protocol_name=self.protocol_name, leader=self.leader, member_id=known,
                         member_secret=self.secrets.of(self.group_id, known)))]
+        if not member_id and request.group_instance_id is None:
+            member_id = self._waiting_join_of(sender)
         if member_id and member_id not in self.members:
             return [self._join_error(sender, request, ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"member {member_id} is not in group {self.group_id}; rejoin without an id")]
@@ -179,6 +182,19 @@ class ClassicGroup:
         if self.state != PREPARING:
             effects += self.prepare_rebalance(now_ns, f"static member {new_id} changed its subscription")
         return effects + self.maybe_complete_join(now_ns)
+
+    def _waiting_join_of(self, sender: Any) -> str:
+        """The dynamic member whose join, sent from `sender`, is still waiting ("" if none): a join
+        without a member id from there is its client asking again (its answer was late: a rebalance
+        waits up to the slowest member's rebalance timeout, a client re-asks after a session), not
+        another member. Each such retry used to add a member that never synced, was given
+        partitions and started another rebalance when its session ended (Kafka's KIP-394 problem;
+        a connection's routing id is random and never shown, so no other client can claim it)."""
+        for member in self.members.values():
+            waiter = member.join_waiter
+            if member.instance_id is None and waiter is not None and waiter[0] == sender:
+                return member.member_id
+        return ""
 
     def _compatible(self, request: JoinGroupRequest) -> bool:
         others = [m for m in self.members.values() if m.member_id != request.member_id]

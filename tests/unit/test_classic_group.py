@@ -336,6 +336,31 @@ def test_members_who_waited_out_a_long_rebalance_start_a_fresh_session_when_it_c
     assert members.ids["c"] in members.group.members
 
 
+def test_a_new_members_join_asked_again_while_it_waits_is_the_same_member_not_another():
+    """A join waits for every member to rejoin (up to the rebalance timeout, max.poll.interval.ms),
+    and a new member's client asks again, still without a member id, when its answer is late (after
+    a session: consumer_member._join_retry_ms). Each retry used to add a member: 2 retries, 2 members
+    that never synced or heartbeat were in the next generation and given partitions, and their
+    sessions' ends started yet another rebalance (what Kafka's KIP-394 member id round trip stops)."""
+    members = Members()
+    members.stable_with("a", "b")
+    members.join("c", known=False)
+    members.join("a")
+    for _ in range(2):  # b is busy (within its rebalance timeout); c's client asks again
+        for _ in range(SESSION_MS // 250):
+            members.advance(250)
+            members.heartbeat("b")
+        members.join("c", known=False)
+    members.join("b")
+
+    assert members.group.state == COMPLETING
+    assert len(members.group.members) == 3, f"members {sorted(members.group.members)}"
+    c = members.joined("c")
+    assert c.error == ErrorCode.NONE and c.member_id in members.group.members
+    leader = members.joined(leader_name(members))
+    assert sorted(m.member_id for m in leader.members) == sorted(members.group.members)
+
+
 def test_a_rejoin_with_a_forgotten_member_id_is_refused():
     members = Members()
     members.stable_with("a")
