@@ -251,6 +251,9 @@ class ClassicGroup:
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         self.state = COMPLETING
+        # The members' SyncGroup is awaited as long as their rejoin was (Kafka's pending sync,
+        # KAFKA-12890): see _sync_overdue.
+        self.rebalance_deadline_ns = now_ns + max(m.rebalance_timeout_ms for m in self.members.values()) * MS
         everyone = [GroupMember(member_id=m.member_id, group_instance_id=m.instance_id, metadata=self._metadata(m))
                     for m in self.members.values()]
         for member in self.members.values():
@@ -385,7 +388,7 @@ class ClassicGroup:
         deadlines = [member.last_heartbeat_ns + member.session_timeout_ms * MS + 1
                      for member in self.members.values()
                      if not (preparing and member.join_waiter is not None)]
-        if preparing:
+        if preparing or self.state == COMPLETING:
             deadlines.append(self.rebalance_deadline_ns)
             if all(member.join_waiter is not None for member in self.members.values()):
                 deadlines.append(self.join_not_before_ns)
@@ -399,7 +402,19 @@ class ClassicGroup:
             if now_ns - member.last_heartbeat_ns > member.session_timeout_ms * MS:
                 effects += self._remove(member.member_id, "session timed out")
                 effects += self._after_departure(now_ns, f"member {member.member_id} timed out")
-        return effects + self.maybe_complete_join(now_ns)
+        return effects + self._sync_overdue(now_ns) + self.maybe_complete_join(now_ns)
+
+    def _sync_overdue(self, now_ns: int) -> list[Effect]:
+        """Members that have not sent SyncGroup within the rebalance timeout of the join phase
+        are removed, and the others rejoin without them. A heartbeat keeps a session here, so a
+        leader that heartbeat and never synced held its group in CompletingRebalance for good,
+        with no member assigned anything (Kafka's KAFKA-12890 removes them the same way)."""
+        if self.state != COMPLETING or now_ns < self.rebalance_deadline_ns:
+            return []
+        effects: list[Effect] = []
+        for member_id in [m.member_id for m in self.members.values() if m.sync_waiter is None]:
+            effects += self._remove(member_id, "did not send SyncGroup within the rebalance timeout")
+        return effects + self._after_departure(now_ns, "members did not sync within the rebalance timeout")
 
     # ------------------------------------------------------------------ durability
 

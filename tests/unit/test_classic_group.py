@@ -361,6 +361,33 @@ def test_a_new_members_join_asked_again_while_it_waits_is_the_same_member_not_an
     assert sorted(m.member_id for m in leader.members) == sorted(members.group.members)
 
 
+def test_a_leader_that_heartbeats_but_never_syncs_does_not_hold_the_group_in_completing_rebalance():
+    """Kafka's KAFKA-12890: a heartbeat in CompletingRebalance is answered NONE and keeps the
+    session, so a leader that kept heartbeating without ever sending SyncGroup (a hostile or
+    broken client) held its group there for good: no member had an assignment. Members that have
+    not synced within the rebalance timeout are removed, and the others rejoin without them."""
+    members = Members()
+    members.join("a"), members.join("b")
+    members.advance(INITIAL_DELAY_MS + 50)
+    members.joined("a"), members.joined("b")
+    leader = leader_name(members)
+    follower = "b" if leader == "a" else "a"
+    members.sync(follower)
+    assert members.group.state == COMPLETING
+
+    for _ in range(REBALANCE_MS // 250 + 1):
+        members.advance(250)
+        members.heartbeat(leader)
+        members.heartbeat(follower)
+
+    assert members.group.state == PREPARING, "the group waits for the leader's assignment for good"
+    assert members.ids[leader] not in members.group.members
+    assert members.synced(follower).error == ErrorCode.REBALANCE_IN_PROGRESS
+    members.join(follower)
+    members.advance(50)
+    assert members.joined(follower).leader == members.ids[follower]
+
+
 def test_a_rejoin_with_a_forgotten_member_id_is_refused():
     members = Members()
     members.stable_with("a")
