@@ -100,6 +100,9 @@ class TopicAdmin:
             self.state.delete(f"partition/{request.name}/{partition}")
         for key in [key for key in self.liveness if key[0] == request.name]:
             del self.liveness[key]
+        # Nothing of a deleted topic stays in memory but its tombstone (bounded): a client creating
+        # and deleting ever new names grew this map by a name each, walked at every heartbeat.
+        self.topic_born_ns.pop(request.name, None)
         reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
         return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
 
