@@ -90,7 +90,11 @@ class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
         self.services: dict[str, Liveness] = {}
         self.started_ns = 0
         self.leaderless_check_ns = 0  # while a partition has no leader: when liveness is judged next
-        self.topic_born_ns: dict[str, int] = {}
+        # Partitions whose replicas are still being started, and when they were made: nobody is
+        # judged absent for `partition_creation_grace_ms` after. Per partition, not per topic:
+        # growing a topic started the grace again for partitions running long since. Forgotten
+        # once the grace has passed or the topic is deleted.
+        self.partition_born_ns: dict[PartitionKey, int] = {}
         self.tombstones: dict[int, str] = {}  # deleted topic id -> its name, oldest first
         self._load()
 
@@ -272,7 +276,11 @@ class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
             return SetTimer("liveness", self.leaderless_check_ns)
         deadline = now_ns + LIVENESS_CHECK_MAX_MS * MS
         graces = [self.started_ns + self.limits.coordinator_election_grace_ms * MS]
-        graces += [born + self.limits.partition_creation_grace_ms * MS for born in self.topic_born_ns.values()]
+        creation_grace_ns = self.limits.partition_creation_grace_ms * MS
+        over = [key for key, born in self.partition_born_ns.items() if born + creation_grace_ns <= now_ns]
+        for key in over:  # its grace has passed: judged like any other partition from now on
+            del self.partition_born_ns[key]
+        graces += [born + creation_grace_ns for born in self.partition_born_ns.values()]
         for grace_ns in graces:
             if grace_ns > now_ns:
                 deadline = min(deadline, grace_ns)
@@ -297,7 +305,7 @@ class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
         with the incarnation on record: nobody is judged before they had a chance to report."""
         views = {}
         record = self.partitions[(topic, partition)]
-        presume = not self._settled(topic, now_ns)
+        presume = not self._settled(topic, partition, now_ns)
         for node in self.topics[topic].replicas[partition]:
             live = self.liveness.get((topic, partition, node))
             if live is not None:
@@ -314,9 +322,9 @@ class Coordinator(TopicAdmin, NodeLiveness, ClusterViews):
                 views[node] = ReplicaView(presume, recorded, 0, reported=False)
         return views
 
-    def _settled(self, topic: str, now_ns: int) -> bool:
+    def _settled(self, topic: str, partition: int, now_ns: int) -> bool:
         grace_ns = self.limits.coordinator_election_grace_ms * MS
-        born = self.topic_born_ns.get(topic, 0)
+        born = self.partition_born_ns.get((topic, partition), 0)
         return now_ns - self.started_ns >= grace_ns and now_ns - born >= self.limits.partition_creation_grace_ms * MS
 
     def _reconcile(self, topic: str, partition: int, now_ns: int) -> list[Effect]:

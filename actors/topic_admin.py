@@ -54,7 +54,7 @@ class TopicAdmin:
         record = TopicRecord(name=request.name, topic_id=self.rng.getrandbits(62) + 1,
                              config=config, replicas=replicas)
         self.topics[request.name] = record
-        self.topic_born_ns[request.name] = now_ns
+        self.partition_born_ns.update(((request.name, number), now_ns) for number in range(len(replicas)))
         self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
         for partition, placed in enumerate(replicas):
             self._store_partition(request.name, partition, PartitionRecord(leader=placed[0], isr=list(placed)))
@@ -101,8 +101,9 @@ class TopicAdmin:
         for key in [key for key in self.liveness if key[0] == request.name]:
             del self.liveness[key]
         # Nothing of a deleted topic stays in memory but its tombstone (bounded): a client creating
-        # and deleting ever new names grew this map by a name each, walked at every heartbeat.
-        self.topic_born_ns.pop(request.name, None)
+        # and deleting ever new names grew the creation times by a name each, walked at every heartbeat.
+        for partition in range(len(record.replicas)):
+            self.partition_born_ns.pop((request.name, partition), None)
         reply = Send(sender, DeleteTopicResponse(correlation_id=request.correlation_id))
         return [Trace("topic-deleted", {"topic": request.name}), AfterFlush(self.state, (reply,))]
 
@@ -152,7 +153,9 @@ class TopicAdmin:
             return [Send(sender, CreatePartitionsResponse(correlation_id=request.correlation_id,
                                                           error=ErrorCode.LIMIT_REACHED, error_message=crowded))]
         record.replicas.extend(added)
-        self.topic_born_ns[request.name] = now_ns
+        # Only the partitions added are starting: the others' replicas run and are judged as before.
+        self.partition_born_ns.update(((request.name, number), now_ns)
+                                      for number in range(current, request.total_partitions))
         self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
         for offset, placed in enumerate(added):
             self._store_partition(request.name, current + offset, PartitionRecord(leader=placed[0], isr=list(placed)))

@@ -348,6 +348,27 @@ def test_a_deleted_topic_leaves_nothing_of_it_but_its_tombstone(cluster):
     assert len(cluster.coordinator.tombstones) == 50
 
 
+def test_growing_a_topic_gives_a_starting_grace_only_to_the_partitions_it_adds():
+    """A new partition's replicas are processes being started: nobody is judged absent for
+    `partition_creation_grace_ms`. The grace was the topic's, so every CreatePartitions started it
+    again for partitions running long since. After a controller failover a leader that died
+    unheard stays the leader until its grace ends; a client adding a partition every few seconds
+    (999 times, 83 minutes at 5 s each) kept partition 0 on its dead leader, without a leader."""
+    cluster = Cluster()
+    leader, replicas = started_topic(cluster)
+    cluster.restart()  # the new controller never hears from the leader: it died meanwhile
+    grow_every_ms = CREATION_GRACE_MS - 1_000
+
+    for total in range(2, 6):
+        grow = CreatePartitionsRequest(correlation_id=3, name="orders", total_partitions=total)
+        assert only(flushed(cluster.ask(grow)), CreatePartitionsResponse).error == ErrorCode.NONE
+        cluster.beat_for(grow_every_ms, nodes=replicas[1:])
+
+    assert cluster.record().leader == replicas[1], "partition 0 kept a leader the controller never heard from"
+    newest = cluster.replicas("orders", 4)
+    assert cluster.record("orders", 4).leader == newest[0], "the partition just added was judged in its grace"
+
+
 def test_growing_a_topic_adds_partitions_with_the_same_replication_factor(cluster):
     cluster.create("orders", partitions=2, replication_factor=2)
 
