@@ -15,8 +15,15 @@ from actors.messages import (
 )
 
 # An unknown name is echoed whole once, in `name`, for the client to match; its error text
-# quotes only its start, so a long invented name does not come back twice.
+# quotes only its start, so a long invented name does not come back twice. The same for every
+# refusal naming a topic that is none: quoted whole (repr writes a control character in four),
+# a name filling a frame came back four times its size.
 TOPIC_NAME_QUOTED_MAX = 60
+
+
+def quoted_topic(name: str) -> str:
+    """A topic name as an error text quotes it: its first TOPIC_NAME_QUOTED_MAX characters."""
+    return f"{name[:TOPIC_NAME_QUOTED_MAX]!r}{'...' if len(name) > TOPIC_NAME_QUOTED_MAX else ''}"
 
 
 class ClusterViews:
@@ -56,8 +63,7 @@ class ClusterViews:
         topics = [
             self._topic_metadata(name, now_ns) if name in self.topics else TopicMetadata(
                 name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"topic {name[:TOPIC_NAME_QUOTED_MAX]!r}"
-                              f"{'...' if len(name) > TOPIC_NAME_QUOTED_MAX else ''} does not exist")
+                error_message=f"topic {quoted_topic(name)} does not exist")
             for name in names
         ]
         return MetadataResponse(

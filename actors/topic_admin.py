@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from actors.cluster_views import quoted_topic
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.elections import PartitionRecord
 from actors.errors import ErrorCode
@@ -69,8 +70,8 @@ class TopicAdmin:
         limits = self.limits
         if not is_topic_name(request.name, limits):
             return ErrorCode.INVALID_REQUEST, (
-                f"topic name {request.name!r} must be 1-{limits.topic_name_length_max} characters of "
-                "letters, digits, '.', '_' or '-'")
+                f"topic name {quoted_topic(request.name)} must be 1-{limits.topic_name_length_max} "
+                "characters of letters, digits, '.', '_' or '-'")
         if request.name in self.topics:
             return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists"
         if len(self.topics) >= limits.topics_max:
@@ -92,7 +93,7 @@ class TopicAdmin:
         if record is None:
             return [Send(sender, DeleteTopicResponse(
                 correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"topic {request.name!r} does not exist"))]
+                error_message=f"topic {quoted_topic(request.name)} does not exist"))]
         self.state.delete(f"topic/{request.name}")
         self._record_tombstone(record)
         for partition in range(len(record.replicas)):
@@ -136,7 +137,8 @@ class TopicAdmin:
         record = self.topics.get(request.name)
         current = len(record.replicas) if record else 0
         if record is None:
-            code, text = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {request.name!r} does not exist"
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            text = f"topic {quoted_topic(request.name)} does not exist"
         elif not current < request.total_partitions <= self.limits.partitions_per_topic_max:
             code, text = ErrorCode.INVALID_PARTITIONS, (
                 f"topic {request.name!r} has {current} partitions; the new total must be larger "
@@ -167,7 +169,8 @@ class TopicAdmin:
         record = self.topics.get(request.name)
         problem = None
         if record is None:
-            problem = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {request.name!r} does not exist"
+            problem = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"topic {quoted_topic(request.name)} does not exist")
         else:
             unknown = sorted(set(request.changes) - set(TopicConfig.__struct_fields__))
             fixed = sorted(set(request.changes) - set(ALTERABLE))

@@ -244,6 +244,27 @@ def test_a_raw_clients_settings_by_name_make_the_topic_with_the_rest_at_their_de
     assert made == TopicConfig(min_insync_replicas=2, retention_ms=None)
 
 
+@pytest.mark.parametrize("kind", ["create", "delete", "grow", "alter"])
+def test_a_long_name_that_is_no_topic_is_not_echoed_whole_in_the_error_text(cluster, kind):
+    """A name of 5 MB of NUL characters was quoted whole in the refusal, and repr() writes each as
+    four characters: a 20 MB error text (a name filling the 32 MiB frame: 128 MB, past what any
+    client decodes), built, encoded and queued by the active controller's only thread."""
+    from actors.messages import AlterTopicConfigRequest
+
+    name = "\x00" * 5_000_000
+    request = {"create": CreateTopicRequest(correlation_id=1, name=name, partitions=1),
+               "delete": DeleteTopicRequest(correlation_id=1, name=name),
+               "grow": CreatePartitionsRequest(correlation_id=1, name=name, total_partitions=2),
+               "alter": AlterTopicConfigRequest(correlation_id=1, name=name, changes={"retention_ms": 1}),
+               }[kind]
+
+    [answer] = [effect.message for effect in cluster.ask(request)]
+
+    assert answer.error in (ErrorCode.INVALID_REQUEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    assert len(answer.error_message) < 400
+    assert cluster.coordinator.topics == {}
+
+
 def test_a_refusal_is_sent_at_once_because_it_reveals_no_decision(cluster):
     effects = cluster.ask(CreateTopicRequest(correlation_id=1, name="bad/name", partitions=1))
 
