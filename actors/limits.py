@@ -224,6 +224,16 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # node, what a machine that also runs two more nodes can take. A create that would pass it is
     # refused with LIMIT_REACHED, so no single request asks for tens of thousands of processes.
     replica_processes_per_node_max: int = 250
+    # The smallest segments a topic may ask for. A segment costs its replica a file and ~1.2 KB of
+    # memory (its index, its place in the log) whatever it holds: with `segment_bytes=1`, or
+    # `segment_ms=1` and a batch each millisecond, every batch had its own, and 20,000 batches of
+    # 40 bytes took 20,002 files, 81 MB of disk and 25 MB of memory (64 MiB segments: 3 files,
+    # 2 MB, 0.4 MB); a million small batches, a million files and ~1.2 GB on every replica. Kafka 4
+    # refuses segment.bytes under 1 MB and Kafka 5 segment.ms under a minute (KIP-1030), the same.
+    topic_segment_bytes_min: int = 1024 * 1024
+    # The same for time: with a segment rolled at most once a minute, a slow writer makes at most
+    # 1,440 segments a day (Kafka 5's least segment.ms).
+    topic_segment_ms_min: int = 60_000
     # Kafka allows 249 characters. A replica's directory here is `<topic>-<partition>-<topic id
     # in hex, up to 16 digits>`, and a file name holds at most 255 bytes (NAME_MAX): with 1,000
     # partitions that leaves 234 (checked below against `partitions_per_topic_max`).

@@ -86,6 +86,12 @@ class TopicAdmin:
             return ErrorCode.INVALID_CONFIG, (
                 f"batch_bytes_max {config.batch_bytes_max} is above fetch_bytes_max "
                 f"({limits.fetch_bytes_max}): a batch is fetched whole, in one answer")
+        smallest = {"segment_bytes": limits.topic_segment_bytes_min,
+                    "segment_ms": limits.topic_segment_ms_min}
+        for name, least in smallest.items():
+            if 0 < getattr(config, name) < least:  # a segment per batch: a file and its memory each
+                return ErrorCode.INVALID_CONFIG, (
+                    f"{name} must be at least {least} (topic_{name}_min), got {getattr(config, name)}")
         return check_topic_config(config, request.replication_factor)
 
     def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:

