@@ -41,6 +41,37 @@ CLIENT_EVENTS_MAX = 512  # timeline entries queued per page before it is told to
 TIMELINE_ON_CONNECT = 400
 KEEPALIVE_S = 15.0
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+# A button's or a lab's request is a few short strings (the longest, a replica's name, is under
+# 300 bytes). Any local process can POST here, and a body was read whole before any check: one
+# of 64 MiB made the console hold 128 MiB. A body past this is refused (413) as it arrives.
+REQUEST_BODY_BYTES_MAX = 16 * 1024
+
+
+class RequestRefused(Exception):
+    """A request the console will not read further: answered with `status` and the sentence."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+    def response(self) -> Response:
+        return JSONResponse({"error": self.error}, status_code=self.status)
+
+
+async def read_json_body(request: Request) -> Any:
+    """The request's JSON body, read only while it stays within `REQUEST_BODY_BYTES_MAX`."""
+    too_large = RequestRefused(413, f"a request body holds at most {REQUEST_BODY_BYTES_MAX} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared and (not declared.isdigit() or len(declared) > 12 or int(declared) > REQUEST_BODY_BYTES_MAX):
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > REQUEST_BODY_BYTES_MAX:
+            raise too_large
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks))
 
 
 class Feed:
@@ -197,8 +228,10 @@ class ConsoleApp:
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return JSONResponse({"error": "send the action as application/json"}, status_code=415)
         try:
-            body = await request.json()
+            body = await read_json_body(request)
             action, kind, name = str(body["action"]), str(body["kind"]), str(body.get("name", ""))
+        except RequestRefused as refused:
+            return refused.response()
         except (json.JSONDecodeError, KeyError, TypeError):
             return JSONResponse(
                 {"error": 'expected {"action": ..., "kind": ..., "name": ...}'}, status_code=400
@@ -238,8 +271,10 @@ class ConsoleApp:
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return JSONResponse({"error": "send the lab as application/json"}, status_code=415)
         try:
-            body = await request.json()
+            body = await read_json_body(request)
             started = self.labs.start(str(body["name"]), quick=bool(body.get("quick", True)))
+        except RequestRefused as refused:
+            return refused.response()
         except (json.JSONDecodeError, KeyError, TypeError):
             return JSONResponse({"error": 'expected {"name": ..., "quick": true}'}, status_code=400)
         except ValueError as refused:

@@ -1,0 +1,163 @@
+"""The console against a hostile local client and a hostile trace: whatever a request carries or a
+trace file holds, the console answers with a typed error (a status and a JSON `error`), never a
+traceback or a hang, and what it keeps stays bounded in bytes.
+
+In-process: the starlette app is called as ASGI with a `receive` that makes its body on demand
+(so a test can send gigabytes without holding them), and the console's parts are called directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tracemalloc
+from typing import Any, AsyncIterator, Iterable
+
+import pytest
+
+from chaos.console.counters import EventCounters
+from chaos.console.faults import FaultOutcome
+from chaos.console.snapshot import Snapshot
+
+pytest.importorskip("starlette")
+
+MIB = 1024 * 1024
+
+
+class _AppCollector:
+    """What ConsoleApp reads of a collector, and a record of the faults it was asked for."""
+
+    def __init__(self) -> None:
+        self.snapshot = Snapshot(time_ns=1)
+        self.snapshot_json = b"{}"
+        self.counters = EventCounters()
+        self.performed: list[tuple[str, str, str]] = []
+
+    def subscribe(self, subscriber: Any) -> None:
+        pass
+
+    def unsubscribe(self, subscriber: Any) -> None:
+        pass
+
+    def timeline(self, after: int = 0, limit: int = 0) -> list:
+        return []
+
+    def perform_fault(self, action: str, kind: str, name: str = "") -> FaultOutcome:
+        self.performed.append((action, kind, name))
+        return FaultOutcome(action, name, False, "refused")
+
+
+class _Labs:
+    def __init__(self) -> None:
+        self.started: list[tuple[str, bool]] = []
+
+    def start(self, name: str, *, quick: bool = True) -> dict[str, Any]:
+        self.started.append((name, quick))
+        return {"started": name}
+
+
+def _console_app(collector: Any = None, labs: Any = None) -> Any:
+    from chaos.console.app import ConsoleApp
+
+    return ConsoleApp(collector or _AppCollector(), labs=labs or _Labs()).app
+
+
+async def _call(
+    app: Any,
+    method: str,
+    path: str,
+    chunks: Iterable[bytes] | AsyncIterator[bytes] = (),
+    headers: dict[str, str] | None = None,
+    query: str = "",
+) -> tuple[int, bytes]:
+    """One request through the ASGI app: (status, body). `chunks` are sent as the body."""
+    sent: dict[str, Any] = {"status": 0, "body": b""}
+    head = {"host": "127.0.0.1:7480", "content-type": "application/json", **(headers or {})}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(name.encode(), value.encode()) for name, value in head.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 7480),
+    }
+
+    async def body() -> AsyncIterator[bytes]:
+        if hasattr(chunks, "__aiter__"):
+            async for chunk in chunks:  # type: ignore[union-attr]
+                yield chunk
+        else:
+            for chunk in chunks:  # type: ignore[union-attr]
+                yield chunk
+
+    parts = body()
+
+    async def receive() -> dict[str, Any]:
+        try:
+            chunk = await parts.__anext__()
+        except StopAsyncIteration:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            sent["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            sent["body"] += message.get("body", b"")
+
+    await app(scope, receive, send)
+    return sent["status"], sent["body"]
+
+
+def _json_error(status_body: tuple[int, bytes]) -> tuple[int, str]:
+    status, body = status_body
+    return status, json.loads(body)["error"]
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def _spaces(total_bytes: int, chunk_bytes: int = MIB) -> Iterable[bytes]:
+    """A JSON body of `total_bytes` (a long run of whitespace: valid JSON until the end)."""
+    chunk = b" " * chunk_bytes
+    for _ in range(total_bytes // chunk_bytes):
+        yield chunk
+
+
+@pytest.mark.parametrize("path", ["/api/faults", "/api/labs"])
+def test_a_huge_request_body_is_refused_before_it_is_held(path):
+    """Before: a button's POST was read whole (`request.json()`) before any check, so a body of
+    64 MiB made the console hold ~128 MiB (the chunks and their join); a gigabyte, gigabytes."""
+    collector, labs = _AppCollector(), _Labs()
+    app = _console_app(collector, labs)
+    tracemalloc.start()
+    try:
+        result = asyncio.run(_call(app, "POST", path, _spaces(64 * MIB)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MIB, f"the console held {peak / MIB:.0f} MiB for one request"
+    status, error = _json_error(result)
+    assert status == 413 and "bytes" in error
+    assert collector.performed == [] and labs.started == []
+
+
+def test_a_body_declared_larger_than_the_bound_is_refused_without_reading_it():
+    read = []
+
+    async def never_sent() -> AsyncIterator[bytes]:
+        read.append(True)
+        yield b"{}"
+
+    status, error = _json_error(
+        asyncio.run(
+            _call(_console_app(), "POST", "/api/faults", never_sent(), {"content-length": str(10**12)})
+        )
+    )
+    assert status == 413 and read == []
