@@ -71,7 +71,12 @@ async def read_json_body(request: Request) -> Any:
         if size > REQUEST_BODY_BYTES_MAX:
             raise too_large
         chunks.append(chunk)
-    return json.loads(b"".join(chunks))
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as error:
+        # ValueError: not JSON, not UTF-8, a number past Python's 4,300 digits; RecursionError:
+        # nested deeper than ~1,000 (json recurses). Each was a traceback and a 500 before.
+        raise RequestRefused(400, f"the body is not JSON the console reads: {type(error).__name__}") from None
 
 
 class Feed:
