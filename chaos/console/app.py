@@ -45,6 +45,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # 300 bytes). Any local process can POST here, and a body was read whole before any check: one
 # of 64 MiB made the console hold 128 MiB. A body past this is refused (413) as it arrives.
 REQUEST_BODY_BYTES_MAX = 16 * 1024
+# A body that promised more than it sent held its handler (and its socket) open for ever: the
+# page sends its few bytes at once, so one that takes longer than this is refused (408).
+REQUEST_BODY_READ_TIMEOUT_S = 10.0
 
 
 class RequestRefused(Exception):
@@ -65,12 +68,22 @@ async def read_json_body(request: Request) -> Any:
     declared = request.headers.get("content-length", "")
     if declared and (not declared.isdigit() or len(declared) > 12 or int(declared) > REQUEST_BODY_BYTES_MAX):
         raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > REQUEST_BODY_BYTES_MAX:
-            raise too_large
-        chunks.append(chunk)
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > REQUEST_BODY_BYTES_MAX:
+                raise too_large
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), REQUEST_BODY_READ_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise RequestRefused(
+            408, f"the body did not arrive within {REQUEST_BODY_READ_TIMEOUT_S:g} seconds"
+        ) from None
     try:
         return json.loads(b"".join(chunks))
     except (ValueError, RecursionError) as error:

@@ -188,3 +188,23 @@ def test_a_malformed_body_gets_a_typed_error_never_a_traceback(path, body):
     assert isinstance(answer.get("error") or answer.get("sentence"), str), answer
     # A field of another type is taken as its text: the action is then refused by name.
     assert all(isinstance(value, str) for call in collector.performed for value in call)
+
+
+def test_a_body_that_never_finishes_is_given_up_on(monkeypatch):
+    """Before: a POST whose Content-Length promised more than it sent held its request open for
+    ever (the handler awaited the rest of the body with no deadline): 5 s here, then the test's
+    guard; a thousand such connections held a thousand handlers and their sockets."""
+    from chaos.console import app as console_app
+
+    monkeypatch.setattr(console_app, "REQUEST_BODY_READ_TIMEOUT_S", 0.2, raising=False)
+
+    async def stalls() -> AsyncIterator[bytes]:
+        yield b'{"action": '
+        await asyncio.Event().wait()  # the rest never comes
+
+    async def guarded() -> tuple[int, bytes]:
+        headers = {"content-length": "100"}
+        return await asyncio.wait_for(_call(_console_app(), "POST", "/api/faults", stalls(), headers), 5)
+
+    status, error = _json_error(asyncio.run(guarded()))
+    assert status == 408 and "seconds" in error
