@@ -30,6 +30,7 @@ from chaos.console import events as timeline_events
 from chaos.console.counters import EventCounters, discover_data_dir
 from chaos.console.events import TimelineEntry, fault_entry
 from chaos.console.faults import (
+    ACTIONS,
     ActorProcess,
     FaultController,
     FaultOutcome,
@@ -209,8 +210,9 @@ class Collector:
     def perform_fault(self, action: str, kind: str, name: str = "") -> FaultOutcome:
         assert self.faults is not None, "the collector is not started"
         outcome = self.faults.perform(action, kind, name)
-        with self.counters.lock:
-            self.counters.faults[action] = self.counters.faults.get(action, 0) + 1
+        if action in ACTIONS:  # a label per action a POST invents would grow /metrics without end
+            with self.counters.lock:
+                self.counters.faults[action] = self.counters.faults.get(action, 0) + 1
         self.post(
             fault_entry(
                 time.time_ns(), outcome.action, outcome.target, outcome.sentence, failed=not outcome.ok

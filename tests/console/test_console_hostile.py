@@ -208,3 +208,33 @@ def test_a_body_that_never_finishes_is_given_up_on(monkeypatch):
 
     status, error = _json_error(asyncio.run(guarded()))
     assert status == 408 and "seconds" in error
+
+
+# --------------------------------------------------------------------------- fault presses
+
+
+@pytest.fixture
+def collector():
+    from chaos.console.collector import Collector
+    from chaos.console.faults import FaultController
+
+    made = Collector("tcp://127.0.0.1:1")  # never started: no thread, no request sent
+    made.faults = FaultController("tcp://127.0.0.1:1", lambda: [], secret=b"", cluster=None)
+    yield made
+    made.stop()
+
+
+def test_presses_of_invented_actions_add_no_metric_series(collector):
+    """Before: every action string a POST named became a label of railmq_console_faults, kept for
+    ever: 10,000 presses of invented 100-character actions made 10,000 series (1.4 MB a scrape)."""
+    pytest.importorskip("prometheus_client")
+    from chaos.console.faults import ACTIONS
+    from chaos.console.metrics import ClusterMetrics
+
+    for number in range(10_000):
+        collector.perform_fault(f"{number:0100d}", "replica", "replica/t/0/n1")
+    collector.perform_fault("kill", "replica", "replica/t/0/n1")  # a real action, refused: no such actor
+    assert set(collector.counters.faults) <= set(ACTIONS), len(collector.counters.faults)
+    exposition = ClusterMetrics(collector).exposition()[0]
+    assert exposition.count(b"railmq_console_faults_total{") <= len(ACTIONS)
+
