@@ -17,6 +17,20 @@ from typing import Any, Callable
 
 import msgspec
 
+# The timeline keeps its last 2,000 entries for every page. Their strings come from the trace
+# (reasons, member and group ids a client chose) and from a button's POST, so each is cut here:
+# a POST naming 8,000 characters twice made 32 KB entries, 61 MiB of timeline for 2,000 presses.
+TIMELINE_TEXT_BYTES_MAX = 1024  # a sentence read at a glance
+TIMELINE_FIELD_BYTES_MAX = 320  # an actor, topic or group name (a replica's name is under 260)
+
+
+def _clip(text: str, bytes_max: int) -> str:
+    """`text` within `bytes_max` UTF-8 bytes, ending in "…" when it was cut."""
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) <= bytes_max:
+        return text
+    return raw[: bytes_max - 3].decode("utf-8", "ignore") + "…"
+
 
 class TimelineEntry(msgspec.Struct, kw_only=True):
     time_ns: int
@@ -270,14 +284,14 @@ def to_entry(event: dict[str, Any]) -> TimelineEntry | None:
     partition = event.get("partition")
     return TimelineEntry(
         time_ns=event["time_ns"],
-        event=str(event["event"]),
+        event=_clip(str(event["event"]), TIMELINE_FIELD_BYTES_MAX),
         category=category,
         severity=severity,
-        text=text,
-        actor=str(event.get("actor", "")),
-        topic=str(event.get("topic", "")),
+        text=_clip(text, TIMELINE_TEXT_BYTES_MAX),
+        actor=_clip(str(event.get("actor", "")), TIMELINE_FIELD_BYTES_MAX),
+        topic=_clip(str(event.get("topic", "")), TIMELINE_FIELD_BYTES_MAX),
         partition=partition if isinstance(partition, int) else -1,
-        group=str(event.get("group", "")),
+        group=_clip(str(event.get("group", "")), TIMELINE_FIELD_BYTES_MAX),
     )
 
 
@@ -285,9 +299,9 @@ def fault_entry(time_ns: int, action: str, target: str, outcome: str, failed: bo
     """What a console button did ("kill replica/orders/0/n1: SIGKILL to pid 4242")."""
     return TimelineEntry(
         time_ns=time_ns,
-        event=f"console-{action}",
+        event=_clip(f"console-{action}", TIMELINE_FIELD_BYTES_MAX),
         category="fault",
         severity="critical" if failed else "warning",
-        text=f"{action} {target}: {outcome}",
+        text=_clip(f"{action} {target}: {outcome}", TIMELINE_TEXT_BYTES_MAX),
         actor="console",
     )

@@ -238,3 +238,20 @@ def test_presses_of_invented_actions_add_no_metric_series(collector):
     exposition = ClusterMetrics(collector).exposition()[0]
     assert exposition.count(b"railmq_console_faults_total{") <= len(ACTIONS)
 
+
+def test_timeline_entries_are_bounded_in_bytes_whatever_a_press_or_a_trace_line_names(collector):
+    """Before: a press's action and name went into its timeline entry whole (the action twice, in
+    the refusal's sentence too): 2,000 presses naming 16 KiB (the body bound) each kept 64 MB of
+    timeline, sent to every page; a trace line's reason of 1 MiB made a 1 MiB entry."""
+    import msgspec
+
+    from chaos.console.collector import TIMELINE_MAX
+    from chaos.console.events import to_entry
+
+    entry_bytes_budget = 4 * 1024  # a sentence an operator reads at a glance, with its fields
+    for number in range(TIMELINE_MAX):
+        collector.perform_fault(f"{number % 10}" * 8_000, "replica", "n" * 8_000)
+    timeline_bytes = len(msgspec.json.encode(collector.timeline()))
+    assert timeline_bytes <= TIMELINE_MAX * entry_bytes_budget, f"{timeline_bytes / MIB:.0f} MiB"
+    entry = to_entry({"time_ns": 1, "event": "rebalance-started", "group": "g" * MIB, "reason": "r" * MIB})
+    assert len(msgspec.json.encode(entry)) <= entry_bytes_budget
