@@ -89,6 +89,7 @@ class Collector:
         self._poller = SlowPoller(bootstrap, self.latency)
         self._timeline: deque[TimelineEntry] = deque(maxlen=TIMELINE_MAX)
         self._sequence = 0
+        self.trace_events_malformed = 0  # trace lines that parsed but not as an event reads
         self._lock = threading.Lock()
         self._subscribers: list[Subscriber] = []
         self._wake = threading.Event()
@@ -196,9 +197,16 @@ class Collector:
         """Count and keep trace events; True when one of them changed the topology."""
         entries, topology_changed = [], False
         for event in raw:
-            self.counters.count_event(event)
-            topology_changed |= event.get("event") in timeline_events.TOPOLOGY_EVENTS
-            entry = timeline_events.to_entry(event)
+            try:
+                entry = timeline_events.to_entry(event)
+                topology_changed |= event.get("event") in timeline_events.TOPOLOGY_EVENTS
+                self.counters.count_event(event)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                # A line that parses but holds another type where a list or a number belongs (a
+                # torn write that still parses, another version's actor) is skipped and counted,
+                # as a torn line is: raised here, it ended the fast thread and the timeline.
+                self.trace_events_malformed += 1
+                continue
             if entry is not None:
                 entries.append(entry)
         if entries:

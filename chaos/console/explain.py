@@ -107,6 +107,13 @@ def _no_later_than_copies(passages: dict[int, Passage], leader: int) -> Passage:
     )
 
 
+def _offset(event: dict[str, Any], field: str) -> int:
+    """An offset of a trace event, 0 when it is missing or not a number (a line that parses but
+    is not what an actor writes must not make the explain view answer 500)."""
+    value = event.get(field, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 class Explainer:
     def __init__(self, collector: Any) -> None:
         self.collector = collector
@@ -368,8 +375,8 @@ class Explainer:
                         time_ns=event["time_ns"],
                     )
                 )
-            elif name == "follower-truncated" and int(event.get("to", 0)) <= story.offset < int(
-                event.get("from", 0)
+            elif name == "follower-truncated" and (
+                _offset(event, "to") <= story.offset < _offset(event, "from")
             ):
                 story.steps.append(
                     Step(
@@ -380,7 +387,7 @@ class Explainer:
                         time_ns=event["time_ns"],
                     )
                 )
-            elif name == "retention" and int(event.get("log_start_offset", 0)) > story.offset:
+            elif name == "retention" and _offset(event, "log_start_offset") > story.offset:
                 story.steps.append(
                     Step(
                         what=f"then retention deleted it ({event.get('actor')})",

@@ -255,3 +255,43 @@ def test_timeline_entries_are_bounded_in_bytes_whatever_a_press_or_a_trace_line_
     assert timeline_bytes <= TIMELINE_MAX * entry_bytes_budget, f"{timeline_bytes / MIB:.0f} MiB"
     entry = to_entry({"time_ns": 1, "event": "rebalance-started", "group": "g" * MIB, "reason": "r" * MIB})
     assert len(msgspec.json.encode(entry)) <= entry_bytes_budget
+
+
+# --------------------------------------------------------------------------- trace lines
+
+
+WRONG_TYPES = [
+    {"time_ns": 1, "event": "isr-changed", "topic": "t", "partition": 0, "isr": 5, "previous_isr": [1]},
+    {"time_ns": 2, "event": "share-dead-lettered", "topic": "t.dlq", "partition": 0, "records": 7},
+    {"time_ns": 3, "event": "generation-started", "group": "g", "members": 3},
+    {"time_ns": 4, "event": "unclean-election", "topic": "t", "partition": 0, "isr_before": 1},
+    {"time_ns": 5, "event": ["leader-elected"], "topic": {"t": 1}, "partition": "0"},
+    {"time_ns": 6, "event": "share-dead-lettered", "topic": "t.dlq", "records": [[1, 2, 3, 4, {"a": []}]]},
+]
+
+
+def test_trace_lines_of_the_wrong_types_are_skipped_not_fatal(collector):
+    """Before: a trace line that parsed but held a number where a list belongs (`"isr": 5`) raised
+    TypeError in the collector's fast thread, which has no other guard: the thread ended, and the
+    timeline and the topology stopped for good while the page kept showing the last snapshot."""
+    good = {"time_ns": 9, "event": "topic-created", "topic": "t", "partitions": 1, "replication_factor": 1}
+    for event in WRONG_TYPES:
+        collector._consume_events([event, good])
+    texts = [entry.text for entry in collector.timeline()]
+    assert texts.count("topic t created: 1 partition(s), replication factor 1") == len(WRONG_TYPES)
+
+
+def test_the_explain_view_reads_past_trace_lines_of_the_wrong_types(tmp_path):
+    """Before: a truncation or a retention line whose offsets were not numbers raised out of
+    `explain` (int("x")): the explain view answered 500 for every offset of that partition."""
+    from chaos.console.batches import RecordFacts
+    from chaos.console.explain import Explainer, Story
+
+    story = Story(topic="t", partition=0, offset=5, record=RecordFacts(offset=5, timestamp_ms=0))
+    events = [
+        {"time_ns": 1, "event": "follower-truncated", "topic": "t", "partition": 0, "to": "x", "from": [9]},
+        {"time_ns": 2, "event": "retention", "topic": "t", "partition": 0, "log_start_offset": {"a": 1}},
+        {"time_ns": 3, "event": "retention", "topic": "t", "partition": 0, "log_start_offset": 9},
+    ]
+    Explainer(None)._afterwards(story, None, events)
+    assert [step.what.startswith("then retention deleted it") for step in story.steps] == [True]
