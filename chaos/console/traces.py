@@ -25,6 +25,10 @@ TAIL_START_BYTES_MAX = 4 * 1024 * 1024
 # One poll reads at most this much, so a burst of trace lines cannot stall the console.
 READ_CHUNK_BYTES_MAX = 8 * 1024 * 1024
 ROTATED_FILES_MAX = 3  # TraceFile keeps trace.jsonl.1 .. .3
+# The longest line the console reads. Actors write one event per line (the largest, a dead-letter
+# report, is far below this); a line without its newline was kept whole, 8 MiB more each poll, so
+# a gigabyte of line held a gigabyte. A longer line is skipped to its newline and counted as torn.
+TRACE_LINE_BYTES_MAX = 4 * 1024 * 1024
 
 
 def trace_files(path: str) -> list[str]:
@@ -43,6 +47,21 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
     return event
 
 
+def bounded_lines(handle: Any) -> Iterator[bytes]:
+    """The lines of a binary file, each at most `TRACE_LINE_BYTES_MAX` bytes: a longer one is read
+    past in bounded pieces and given as b"" (which parses as no event)."""
+    while True:
+        raw = handle.readline(TRACE_LINE_BYTES_MAX + 1)
+        if not raw:
+            return
+        if len(raw) <= TRACE_LINE_BYTES_MAX or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while raw and not raw.endswith(b"\n"):  # the rest of the oversized line, dropped
+            raw = handle.readline(TRACE_LINE_BYTES_MAX)
+        yield b""
+
+
 class TraceTail:
     """Follows one trace file. `poll()` returns the complete new lines as events."""
 
@@ -56,7 +75,7 @@ class TraceTail:
         self._retired: Any = None  # the renamed file, read once more: other writers add one last line
         self._retired_partial = b""
         self._inode = -1
-        self._partial = b""
+        self._partial: bytes | None = b""  # None: inside an oversized line, dropped to its newline
         self._open(from_start=from_start, start_bytes_max=start_bytes_max)
 
     def _open(self, *, from_start: bool, start_bytes_max: int = TAIL_START_BYTES_MAX) -> None:
@@ -112,17 +131,23 @@ class TraceTail:
             return False  # renamed and not yet recreated: keep reading the old one
 
     def _drain(self) -> list[dict[str, Any]]:
-        data = self._partial + self._handle.read(READ_CHUNK_BYTES_MAX)
+        data = self._handle.read(READ_CHUNK_BYTES_MAX)
+        if self._partial is None:  # the rest of an oversized line: dropped up to its newline
+            newline = data.find(b"\n")
+            if newline < 0:
+                return []
+            data, self._partial = data[newline + 1 :], b""
+        data = self._partial + data
         cut = data.rfind(b"\n")
-        if cut < 0:
-            self._partial = data
-            return []
-        complete, self._partial = data[:cut], data[cut + 1 :]
+        complete, self._partial = (b"", data) if cut < 0 else (data[:cut], data[cut + 1 :])
+        if len(self._partial) > TRACE_LINE_BYTES_MAX:
+            self._partial = None
+            self.torn_lines += 1
         events = []
         for raw in complete.split(b"\n"):
             if not raw.strip():
                 continue
-            event = parse_line(raw)
+            event = parse_line(raw) if len(raw) <= TRACE_LINE_BYTES_MAX else None
             if event is None:
                 self.torn_lines += 1
             else:
@@ -139,7 +164,7 @@ def coverage(path: str) -> TraceCoverage:
     files = trace_files(path)
     for name in files:
         with open(name, "rb") as handle:
-            for raw in handle:
+            for raw in bounded_lines(handle):
                 event = parse_line(raw)
                 if event is not None:
                     return TraceCoverage(files, event["time_ns"])
@@ -157,7 +182,7 @@ def scan(
         except FileNotFoundError:
             continue  # rotated away between listing and opening
         with handle:
-            for raw in handle:
+            for raw in bounded_lines(handle):
                 if needles and not all(needle in raw for needle in needles):
                     continue
                 event = parse_line(raw)

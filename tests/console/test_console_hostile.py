@@ -295,3 +295,45 @@ def test_the_explain_view_reads_past_trace_lines_of_the_wrong_types(tmp_path):
     ]
     Explainer(None)._afterwards(story, None, events)
     assert [step.what.startswith("then retention deleted it") for step in story.steps] == [True]
+
+
+def _line(time_ns: int, event: str, **details: Any) -> bytes:
+    return (json.dumps({"time_ns": time_ns, "actor": "coordinator", "event": event, **details}) + "\n").encode()
+
+
+def test_a_trace_line_of_tens_of_megabytes_is_skipped_not_held(tmp_path):
+    """Before: a line without its newline was kept whole, each poll adding 8 MiB to it (and copying
+    it again): 40 MiB of line made the follower hold 40 MiB, a gigabyte a gigabyte; the explain
+    view's scan and the coverage read such a line whole too."""
+    from chaos.console.traces import TraceTail, coverage, scan
+
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(_line(1, "topic-created", topic="t"))
+    tail = TraceTail(str(path), from_start=True)
+    assert [event["time_ns"] for event in tail.poll()] == [1]
+    with open(path, "ab") as handle:
+        for _ in range(40):
+            handle.write(b"x" * MIB)
+    tracemalloc.start()
+    try:
+        for _ in range(6):
+            tail.poll()
+        held = len(tail._partial or b"")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held <= 8 * MIB and peak < 24 * MIB, f"held {held / MIB:.0f} MiB, peak {peak / MIB:.0f} MiB"
+    with open(path, "ab") as handle:
+        handle.write(b"\n" + _line(2, "topic-deleted", topic="t"))
+    assert [event["time_ns"] for event in tail.poll()] == [2]
+    assert tail.torn_lines == 1
+
+    tracemalloc.start()
+    try:
+        found = [event["time_ns"] for event in scan(str(path), lambda event: True)]
+        earliest = coverage(str(path)).earliest_ns
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (found, earliest) == ([1, 2], 1)
+    assert peak < 24 * MIB, f"scan peak {peak / MIB:.0f} MiB"
