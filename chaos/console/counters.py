@@ -73,6 +73,26 @@ class EventCounters:
                     event.get("records") or []
                 )
 
+    def forget(self, gone: set[tuple[str, int]], topics: set[str]) -> None:
+        """Drop the series of partitions that no longer exist (`gone`) and of dead-letter topics
+        not among `topics`: a deleted topic's counters would stay in /metrics for ever."""
+        with self.lock:
+            for table in (
+                self.elections,
+                self.unclean_elections,
+                self.offline_events,
+                self.isr_shrinks,
+                self.isr_expands,
+                self.truncations,
+                self.storage_damage,
+                self.messages_in,
+                self.bytes_in,
+            ):
+                for key in gone:
+                    table.pop(key, None)
+            for topic in {topic for topic, _ in gone} - topics:
+                self.dead_lettered.pop(topic, None)
+
     def add(self, table: dict, key: Any, amount: int) -> None:
         if amount > 0:
             with self.lock:

@@ -104,8 +104,12 @@ class Journal:
         return first_passage(positions, offset)
 
     def forget(self, keep: set[tuple[str, int]]) -> None:
-        """Drop partitions that no longer exist (a deleted topic)."""
-        for key in [key for key in self._partitions if key not in keep]:
-            del self._partitions[key]
-        for key in [key for key in self._commits if key[1:] not in keep]:
-            del self._commits[key]
+        """Drop partitions that no longer exist (a deleted topic). Called from the fast thread
+        while the slow one records commits: `list(dict)` copies the keys without letting another
+        thread in, where iterating the dict itself could meet a change of size."""
+        for key in list(self._partitions):
+            if key not in keep:
+                self._partitions.pop(key, None)
+        for key in list(self._commits):
+            if key[1:] not in keep:
+                self._commits.pop(key, None)

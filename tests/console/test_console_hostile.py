@@ -298,7 +298,8 @@ def test_the_explain_view_reads_past_trace_lines_of_the_wrong_types(tmp_path):
 
 
 def _line(time_ns: int, event: str, **details: Any) -> bytes:
-    return (json.dumps({"time_ns": time_ns, "actor": "coordinator", "event": event, **details}) + "\n").encode()
+    line = {"time_ns": time_ns, "actor": "coordinator", "event": event, **details}
+    return (json.dumps(line) + "\n").encode()
 
 
 def test_a_trace_line_of_tens_of_megabytes_is_skipped_not_held(tmp_path):
@@ -337,3 +338,71 @@ def test_a_trace_line_of_tens_of_megabytes_is_skipped_not_held(tmp_path):
         tracemalloc.stop()
     assert (found, earliest) == ([1, 2], 1)
     assert peak < 24 * MIB, f"scan peak {peak / MIB:.0f} MiB"
+
+
+# --------------------------------------------------------------------------- what the cluster holds
+
+
+def _cluster_metadata(topics: list[str], log_end: int) -> Any:
+    """One partition per topic on node 1; a topic named "kept" stays at log end 5."""
+    from actors.messages import MetadataResponse, PartitionMetadata, ReplicaInfo, TopicMetadata
+
+    def partition(end: int) -> PartitionMetadata:
+        info = ReplicaInfo(node=1, endpoint="tcp://127.0.0.1:9001", pid=0, alive=True,
+                           log_end_offset=end, high_watermark=end)
+        return PartitionMetadata(partition=0, leader=1, leader_endpoint="tcp://127.0.0.1:9001",
+                                 leader_epoch=1, replicas=[1], isr=[1], replica_info=[info])
+
+    return MetadataResponse(correlation_id=0, nodes=[1], topics=[
+        TopicMetadata(name=name, partitions=[partition(5 if name == "kept" else log_end)])
+        for name in topics])
+
+
+class _MetadataAdmin:
+    def __init__(self) -> None:
+        self.answer: Any = None
+
+    def metadata(self) -> Any:
+        return self.answer
+
+    def runtime_stats(self, endpoint: str) -> Any:
+        raise TimeoutError("no actor here")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_deleted_topic_leaves_nothing_behind_in_the_console(collector):
+    """Before: `Journal.forget` was never called, and the leader offsets, sizes and counters for
+    /metrics were keyed by every partition ever seen: 2,000 topics (200-character names) created,
+    written and deleted one after another left 2,000 journals, offsets and counter series for
+    ever (4.4 MiB here; each journal holds up to 4,096 samples, so a busy one ~1 MB)."""
+    pytest.importorskip("prometheus_client")
+    from chaos.console.metrics import ClusterMetrics
+
+    admin = collector._admin = _MetadataAdmin()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for number in range(2_000):
+            name = f"{number:0200d}"
+            for log_end in (1, 5):
+                admin.answer = _cluster_metadata(["kept", name], log_end)
+                collector._refresh_metadata()
+            collector._consume_events([{"time_ns": number, "event": "leader-elected", "topic": name,
+                                        "partition": 0, "leader": 1}])
+            collector._last_leader_size[(name, 0)] = (1, 100)
+            admin.answer = _cluster_metadata(["kept"], 5)  # the topic is deleted
+            collector._refresh_metadata()
+        collector._timeline.clear()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert set(collector.journal._partitions) == {("kept", 0)}
+    assert set(collector._last_leader_end) == {("kept", 0)}
+    assert set(collector._last_leader_size) <= {("kept", 0)}
+    for table in (collector.counters.messages_in, collector.counters.elections):
+        assert set(table) <= {("kept", 0)}
+    collector.snapshot = collector.build_snapshot()
+    assert b"0000000" not in ClusterMetrics(collector).exposition()[0]
+    assert after - before < 256 * 1024, f"{(after - before) / MIB:.1f} MiB kept"
