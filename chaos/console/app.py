@@ -48,6 +48,7 @@ REQUEST_BODY_BYTES_MAX = 16 * 1024
 # A body that promised more than it sent held its handler (and its socket) open for ever: the
 # page sends its few bytes at once, so one that takes longer than this is refused (408).
 REQUEST_BODY_READ_TIMEOUT_S = 10.0
+NODE_DIGITS_MAX = 9  # node numbers are small ints; a longer path is no node of any cluster
 
 
 class RequestRefused(Exception):
@@ -183,7 +184,9 @@ class ConsoleApp:
             Route("/api/labs", self.labs_start, methods=["POST"]),
             Route("/api/labs/run", self.labs_run),
             Route("/metrics", self.cluster_metrics),
-            Route("/nodes/{node:int}/metrics", self.node_metrics),
+            # A str, parsed by node_metrics: starlette's int convertor ran int() while routing, so
+            # a node of 5,000 digits raised ValueError (Python's 4,300-digit limit): a 500.
+            Route("/nodes/{node}/metrics", self.node_metrics),
             Route("/healthz", self.health),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         ]
@@ -308,7 +311,10 @@ class ConsoleApp:
         return self._metrics(None)
 
     async def node_metrics(self, request: Request) -> Response:
-        return self._metrics(request.path_params["node"])
+        node = request.path_params["node"]
+        if not node.isascii() or not node.isdigit() or len(node) > NODE_DIGITS_MAX:
+            return JSONResponse({"error": "a node is a number of at most 9 digits"}, status_code=404)
+        return self._metrics(int(node))
 
     def _metrics(self, node: int | None) -> Response:
         if self.metrics is None:

@@ -406,3 +406,14 @@ def test_a_deleted_topic_leaves_nothing_behind_in_the_console(collector):
     collector.snapshot = collector.build_snapshot()
     assert b"0000000" not in ClusterMetrics(collector).exposition()[0]
     assert after - before < 256 * 1024, f"{(after - before) / MIB:.1f} MiB kept"
+
+
+# --------------------------------------------------------------------------- paths and queries
+
+
+@pytest.mark.parametrize("node", ["9" * 5_000, "abc", "-1", "1" * 40])
+def test_a_node_page_of_a_number_too_long_or_no_number_is_a_typed_error(node):
+    """Before: /nodes/{node:int}/metrics converted the path with int() while routing, so a node of
+    5,000 digits (a 5 KB URL) raised ValueError (Python's 4,300-digit limit): a 500 and a traceback."""
+    status, error = _json_error(asyncio.run(_call(_console_app(), "GET", f"/nodes/{node}/metrics")))
+    assert status == 404 and "node" in error
