@@ -29,7 +29,8 @@ from transport.actor_main import log_config_for
 TOPIC, TOPIC_ID = "orders", 0xA11CE
 LEADER, FOLLOWER = "tcp://127.0.0.1:9/orders/0/n1", "tcp://127.0.0.1:9/orders/0/n2"
 # Small segments (below topic_segment_bytes_min) so that a few fuzzed batches roll them.
-LIMITS = Limits(coordinator_election_grace_ms=0, partition_creation_grace_ms=0, topic_segment_bytes_min=16 * 1024)
+LIMITS = Limits(coordinator_election_grace_ms=0, partition_creation_grace_ms=0,
+                topic_segment_bytes_min=16 * 1024)
 CONFIG = TopicConfig(min_insync_replicas=2, segment_bytes=16 * 1024)
 
 
