@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any, Callable, Iterator, NamedTuple
 
 # A follower that starts on a big file reads only its last this many bytes (the timeline needs
@@ -35,6 +36,21 @@ def trace_files(path: str) -> list[str]:
     """The trace files that exist, oldest first: trace.jsonl.3 .. .1, trace.jsonl."""
     candidates = [f"{path}.{index}" for index in range(ROTATED_FILES_MAX, 0, -1)] + [path]
     return [candidate for candidate in candidates if os.path.exists(candidate)]
+
+
+def open_trace(name: str) -> Any:
+    """A trace file opened for reading, or None when it is gone or cannot be read. Only a regular
+    file is one: a FIFO in its place held the open for ever (at start, or in an explain thread)
+    and /dev/zero never ended; opened non-blocking, either is refused. An open that fails for
+    another reason (out of descriptors) is also None: the follower tries again at its next poll."""
+    try:
+        descriptor = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        return None
+    return open(descriptor, "rb")
 
 
 def parse_line(raw: bytes) -> dict[str, Any] | None:
@@ -79,9 +95,8 @@ class TraceTail:
         self._open(from_start=from_start, start_bytes_max=start_bytes_max)
 
     def _open(self, *, from_start: bool, start_bytes_max: int = TAIL_START_BYTES_MAX) -> None:
-        try:
-            handle = open(self.path, "rb")
-        except FileNotFoundError:
+        handle = open_trace(self.path)
+        if handle is None:
             return
         size = os.fstat(handle.fileno()).st_size
         if not from_start and size > start_bytes_max:
@@ -163,7 +178,10 @@ class TraceCoverage(NamedTuple):
 def coverage(path: str) -> TraceCoverage:
     files = trace_files(path)
     for name in files:
-        with open(name, "rb") as handle:
+        handle = open_trace(name)
+        if handle is None:
+            continue
+        with handle:
             for raw in bounded_lines(handle):
                 event = parse_line(raw)
                 if event is not None:
@@ -177,10 +195,9 @@ def scan(
     """Every event of every trace file, oldest first, that `keep` accepts. `needles`: byte strings
     a line must all contain to be parsed at all (a cheap filter over hundreds of MiB)."""
     for name in trace_files(path):
-        try:
-            handle = open(name, "rb")
-        except FileNotFoundError:
-            continue  # rotated away between listing and opening
+        handle = open_trace(name)
+        if handle is None:
+            continue  # rotated away between listing and opening, or no file to read
         with handle:
             for raw in bounded_lines(handle):
                 if needles and not all(needle in raw for needle in needles):

@@ -417,3 +417,23 @@ def test_a_node_page_of_a_number_too_long_or_no_number_is_a_typed_error(node):
     5,000 digits (a 5 KB URL) raised ValueError (Python's 4,300-digit limit): a 500 and a traceback."""
     status, error = _json_error(asyncio.run(_call(_console_app(), "GET", f"/nodes/{node}/metrics")))
     assert status == 404 and "node" in error
+
+
+@pytest.mark.timeout(20)
+def test_a_trace_file_that_is_a_pipe_or_a_device_is_not_read(tmp_path):
+    """A FIFO named trace.jsonl held the console's open for ever (at start, or in an explain
+    thread), and /dev/zero in its place was scanned without end: only a regular file is read."""
+    import os
+
+    from chaos.console.traces import TraceTail, coverage, scan
+
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    assert TraceTail(str(fifo), from_start=True).poll() == []
+    assert list(scan(str(fifo), lambda event: True)) == []
+    assert coverage(str(fifo)).earliest_ns is None
+    device = tmp_path / "device" / "trace.jsonl"
+    device.parent.mkdir()
+    device.symlink_to("/dev/zero")
+    assert list(scan(str(device), lambda event: True)) == []
+    assert TraceTail(str(device)).poll() == []
