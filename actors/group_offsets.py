@@ -18,7 +18,9 @@ from typing import Any
 
 from actors.errors import ErrorCode
 from actors.limits import Limits
-from actors.messages import ErrorResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse
+from actors.messages import (
+    INT32_MAX, INT64_MAX, ErrorResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
+)
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")  # whole names only (fullmatch): `$` would let "a\n" through
 GROUP_ID_LENGTH_MAX = 255
@@ -47,12 +49,16 @@ def check_entry(entry: OffsetEntry, limits: Limits) -> tuple[ErrorCode, str] | N
         return ErrorCode.INVALID_REQUEST, f"{entry.topic[:60]!r} is not a topic name"
     if not 0 <= entry.partition < limits.partitions_per_topic_max:
         return ErrorCode.INVALID_REQUEST, f"partition {entry.partition} is outside 0..{limits.partitions_per_topic_max - 1}"
-    if entry.offset < 0:
-        return ErrorCode.INVALID_REQUEST, f"offset {entry.offset} is negative"
-    if entry.leader_epoch < -1:
-        return ErrorCode.INVALID_REQUEST, f"leader epoch {entry.leader_epoch} is neither an epoch nor -1 (unknown)"
-    if entry.topic_id < 0:
-        return ErrorCode.INVALID_REQUEST, f"topic id {entry.topic_id} is negative"
+    # Offsets and topic ids are int64s and leader epochs int32s (the batch header's widths; topic
+    # ids are drawn below 2**62): msgpack carries up to 2**64 - 1, and a value no partition can
+    # hold was stored and answered as if it were one.
+    if not 0 <= entry.offset <= INT64_MAX:
+        return ErrorCode.INVALID_REQUEST, f"offset {entry.offset} is outside 0..{INT64_MAX}"
+    if not -1 <= entry.leader_epoch <= INT32_MAX:
+        return ErrorCode.INVALID_REQUEST, (f"leader epoch {entry.leader_epoch} is neither an epoch "
+                                           f"(0..{INT32_MAX}) nor -1 (unknown)")
+    if not 0 <= entry.topic_id <= INT64_MAX:
+        return ErrorCode.INVALID_REQUEST, f"topic id {entry.topic_id} is outside 0..{INT64_MAX}"
     if len(entry.metadata) > limits.offset_metadata_length_max:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE, (
             f"metadata of {len(entry.metadata)} characters is above offset_metadata_length_max "

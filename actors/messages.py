@@ -26,6 +26,7 @@ from actors.wire_bounds import LONG, SETTINGS, SHORT, Names, NodeIds, PartitionK
 
 # Offsets, timestamps and durations travel as int64s (Kafka's); msgpack carries no larger int.
 INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1  # leader epochs (the batch header's width)
 # Correlation ids are non-negative 63-bit integers (0 marks an unsolicited push, -1 "unknown" in
 # an ErrorResponse); a peer's id outside that range is never echoed back.
 CORRELATION_ID_MAX = INT64_MAX

@@ -107,7 +107,11 @@ def test_the_byte_count_is_the_same_after_a_restart():
     (OffsetEntry(topic="t", partition=-1, offset=1), ErrorCode.INVALID_REQUEST),
     (OffsetEntry(topic="t", partition=10**9, offset=1), ErrorCode.INVALID_REQUEST),
     (OffsetEntry(topic="t", partition=0, offset=1, metadata="m" * 5000), ErrorCode.OFFSET_METADATA_TOO_LARGE),
-], ids=["bad-name", "long-name", "negative-partition", "huge-partition", "long-metadata"])
+    (OffsetEntry(topic="t", partition=0, offset=2**63), ErrorCode.INVALID_REQUEST),
+    (OffsetEntry(topic="t", partition=0, offset=1, leader_epoch=2**31), ErrorCode.INVALID_REQUEST),
+    (OffsetEntry(topic="t", partition=0, offset=1, topic_id=2**63), ErrorCode.INVALID_REQUEST),
+], ids=["bad-name", "long-name", "negative-partition", "huge-partition", "long-metadata", "offset-past-int64",
+        "epoch-past-int32", "topic-id-past-int64"])
 def test_an_entry_railmq_could_not_have_made_is_refused(entry, code):
     harness, actor, _ = coordinator()
 
@@ -320,7 +324,7 @@ def test_one_commit_is_bounded_in_bytes_so_it_fits_one_entry_of_the_group_quorum
     too_large = commit(harness, "g", [OffsetEntry(topic="t", partition=partition, offset=1, metadata="m" * 4000)
                                       for partition in range(300)])
     entries = [OffsetEntry(topic=f"{partition:05d}".ljust(LONGEST_TOPIC, "t"), partition=999, offset=2**62, metadata="m" * 4000,
-                           leader_epoch=2**31, topic_id=2**62, commit_timestamp_ms=2**62) for partition in range(1000)]
+                           leader_epoch=2**31 - 1, topic_id=2**62, commit_timestamp_ms=2**62) for partition in range(1000)]
     sizes = list(accumulate(entry_bytes("g" * 255, entry) for entry in entries))
     largest = entries[:bisect_right(sizes, actor.limits.group_commit_bytes_max)]
     admitted = commit(harness, "g" * 255, largest)
