@@ -277,6 +277,9 @@ class Collector:
                 self.journal.record_commit(
                     description.group_id, entry.topic, entry.partition, now, entry.offset
                 )
+        if facts.group_ids is not None:  # a deleted group's commits and counts go with it
+            self.journal.forget_groups(facts.group_ids)
+            self.counters.forget_groups(facts.group_ids)
         self.group_rates = commit_rates(facts.descriptions, self._meters[1], now)
         meter = self._meters[2]
         for name in facts.answering:

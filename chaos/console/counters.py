@@ -93,6 +93,12 @@ class EventCounters:
             for topic in {topic for topic, _ in gone} - topics:
                 self.dead_lettered.pop(topic, None)
 
+    def forget_groups(self, keep: set[str]) -> None:
+        """Drop the rebalance counts of groups that no longer exist (a /metrics series each)."""
+        with self.lock:
+            for group in [group for group in self.rebalances if group not in keep]:
+                del self.rebalances[group]
+
     def add(self, table: dict, key: Any, amount: int) -> None:
         if amount > 0:
             with self.lock:

@@ -113,3 +113,10 @@ class Journal:
         for key in list(self._commits):
             if key[1:] not in keep:
                 self._commits.pop(key, None)
+
+    def forget_groups(self, keep: set[str]) -> None:
+        """Drop the commits of groups that no longer exist: groups made and deleted under ever-new
+        names kept theirs for good."""
+        for key in list(self._commits):
+            if key[0] not in keep:
+                self._commits.pop(key, None)

@@ -73,6 +73,7 @@ class SlowFacts:
         self.sizes: dict[tuple[str, int, int], int] = {}
         self.answering: set[str] = set()  # actors that answered RuntimeStats this round
         self.problems: list[str] = []
+        self.group_ids: set[str] | None = None  # every group the coordinator listed (None: not listed)
 
 
 class SlowPoller:
@@ -96,7 +97,7 @@ class SlowPoller:
         to ask (the ones this console paused: each would cost a timeout)."""
         facts = SlowFacts()
         facts.time_ns = time.time_ns()
-        facts.descriptions = self._groups(facts.problems, previous.descriptions, metadata)
+        facts.descriptions = self._groups(facts, previous.descriptions, metadata)
         facts.oldest_timestamps = self._lag_timestamps(facts.descriptions, metadata)
         facts.stats = self._stats(endpoints, skip, previous.stats, facts.answering)
         if data_dir and metadata is not None:
@@ -104,8 +105,9 @@ class SlowPoller:
         return facts
 
     def _groups(
-        self, problems: list[str], previous: list[DescribeGroupResponse], metadata: MetadataResponse | None
+        self, facts: SlowFacts, previous: list[DescribeGroupResponse], metadata: MetadataResponse | None
     ) -> list[DescribeGroupResponse]:
+        problems = facts.problems
         if metadata is None or not metadata.group_coordinator_endpoint:
             return previous
         try:
@@ -114,6 +116,7 @@ class SlowPoller:
         except (RailmqError, TimeoutError) as error:
             problems.append(f"the group coordinator did not list its groups: {error}")
             return previous
+        facts.group_ids = {summary.group_id for summary in summaries}
         if len(summaries) > GROUPS_MAX:
             problems.append(f"{len(summaries)} groups: the console describes the first {GROUPS_MAX}")
         descriptions = []

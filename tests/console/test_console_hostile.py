@@ -408,6 +408,32 @@ def test_a_deleted_topic_leaves_nothing_behind_in_the_console(collector):
     assert after - before < 256 * 1024, f"{(after - before) / MIB:.1f} MiB kept"
 
 
+def test_a_deleted_group_leaves_nothing_behind_in_the_console(collector):
+    """Groups made and deleted under ever-new names (anyone may commit for a new group id) kept
+    their commit journals and their rebalance counts (a /metrics series each) for good."""
+    from actors.messages import DescribeGroupResponse, OffsetEntry
+    from chaos.console.poller import SlowFacts
+
+    def described(group: str) -> DescribeGroupResponse:
+        return DescribeGroupResponse(correlation_id=0, group_id=group, state="Empty",
+                                     offsets=[OffsetEntry(topic="t", partition=0, offset=7)])
+
+    def round_listing(time_ns: int, groups: list[str]) -> SlowFacts:
+        facts = SlowFacts()
+        facts.time_ns, facts.group_ids = time_ns, set(groups)
+        facts.descriptions = [described(group) for group in groups]
+        return facts
+
+    for number in range(500):
+        name = f"group-{number:0200d}"
+        collector._consume_events([{"time_ns": number, "event": "rebalance-started", "group": name}])
+        collector._observe_slow(round_listing(number, ["kept", name]))
+        collector._observe_slow(round_listing(number + 1, ["kept"]))  # the group is deleted
+
+    assert {group for group, _, _ in collector.journal._commits} == {"kept"}
+    assert set(collector.counters.rebalances) <= {"kept"}
+
+
 # --------------------------------------------------------------------------- paths and queries
 
 
