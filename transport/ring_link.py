@@ -34,7 +34,7 @@ import msgspec
 from actors.messages import FetchRequest, FetchResponse, MetadataResponse
 from transport.doorbell import NullDoorbell
 from transport.ring import PeerGone, RingClosed, RingCorrupt, RingError, RingKeyMismatch, RingReader, RingWriter
-from transport.shm import segment_name
+from transport.shm import SegmentNotOwned, segment_name
 
 log = logging.getLogger("railmq.ring_link")
 
@@ -171,7 +171,10 @@ class RingLinks:
         """A fetch offers its ring. The name is a claim any client can make (/dev/shm lists the
         names, even to users who cannot map the segments): the offer must carry the key written
         in the ring, which only a process that can map it knows, or the leader would write one
-        client's answers into another's ring and hold its writer end."""
+        client's answers into another's ring and hold its writer end. And the segment must be
+        ours alone (transport/shm.py): a ring another user made, with a key it knows, it could
+        read or truncate under the leader's mapping (SIGBUS at the next write). A fetcher
+        running as another user gets its answers over ZeroMQ."""
         if request.host != self.host:
             self.count("ring_offers_other_host")
             return
@@ -183,7 +186,7 @@ class RingLinks:
             try:
                 self.writers[request.ring] = RingWriter.attach(request.ring, doorbell=self.doorbell,
                                                                key=request.ring_key)
-            except RingKeyMismatch:
+            except (RingKeyMismatch, SegmentNotOwned):
                 self.count("ring_offers_refused")
                 return
             except (OSError, RingError, ValueError) as error:

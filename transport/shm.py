@@ -12,6 +12,11 @@ This module owns three things the ring and the supervisor both need:
   warns about "leaked" segments. `create_segment` and `attach_segment` unregister right after
   opening, so a segment lives exactly until someone calls `unlink_segment` (its creator, or the
   supervisor for a dead creator). Nothing here unlinks implicitly.
+- **Ownership.** /dev/shm is writable by every user (mode 1777), so another user can make a
+  file under any name railmq would use, with a ring header, mode 0666, and truncate it under a
+  mapping (the next write is SIGBUS) or read what is written into it. A segment is made with
+  O_CREAT|O_EXCL and mode 0600 (`SharedMemory`), and `attach_segment` maps only a regular file
+  of this process's user that no other user may open (`SegmentNotOwned` otherwise).
 - **Liveness.** A process is identified by its pid *and* its start time (`ProcessIdentity`), so
   a recycled pid or an unreaped zombie is never mistaken for a live peer.
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
@@ -109,9 +115,37 @@ def _reserve_pages(name: str, size_bytes: int) -> None:
         os.close(descriptor)
 
 
+class SegmentNotOwned(PermissionError):
+    """A segment that is not a regular file of this process's user, closed to every other user."""
+
+
+# The permission bits a segment of ours may have: read and write for its owner, nothing for the
+# group or others (what `SharedMemory` creates with). Any other bit lets another user in.
+SEGMENT_MODE_BITS = 0o600
+
+
+def _check_own(name: str, status: os.stat_result) -> None:
+    """Refuse a segment another user made, could open, or put in place as a link or a device."""
+    mode = stat.S_IMODE(status.st_mode)
+    if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid() and not mode & ~SEGMENT_MODE_BITS:
+        return
+    raise SegmentNotOwned(f"segment {name} is not ours alone (owner uid {status.st_uid}, "
+                          f"mode {stat.filemode(status.st_mode)}); not mapping it")
+
+
 def attach_segment(name: str) -> SharedMemory:
-    """Map an existing segment (FileNotFoundError if absent); detaching never unlinks it."""
-    return _untrack(SharedMemory(name=name, create=False))
+    """Map an existing segment of our own (FileNotFoundError if absent, SegmentNotOwned if it is
+    not ours alone); detaching never unlinks it."""
+    if SHM_DIRECTORY.is_dir():
+        _check_own(name, os.lstat(SHM_DIRECTORY / name))  # before mapping: no link, no other owner
+    segment = _untrack(SharedMemory(name=name, create=False))
+    try:
+        # The very file mapped, whatever the name holds by now.
+        _check_own(name, os.fstat(segment._fd))  # noqa: SLF001 - SharedMemory keeps no public descriptor
+    except BaseException:
+        segment.close()
+        raise
+    return segment
 
 
 def unlink_segment(name: str) -> bool:
