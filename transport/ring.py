@@ -268,13 +268,15 @@ def unlink_orphaned_rings(prefix: str) -> list[str]:
 
     For start-up after the whole process tree died and no supervisor was left to clean up; call
     it only when nothing under `prefix` can be creating a ring at that moment. Segments that are
-    not rings are left alone.
+    not rings, or not ours alone, or cannot be mapped (an empty file a kill between creating and
+    sizing a segment leaves) are left alone: the prefix is known to every client, and any user
+    may put a file under it, which must not stop a start.
     """
     removed = []
     for name in list_segments(prefix):
         try:
             segment = attach_segment(name)
-        except FileNotFoundError:
+        except (OSError, ValueError):  # gone, another user's, not a file, or empty (mmap refuses)
             continue
         try:
             read_layout(name, segment)

@@ -149,17 +149,22 @@ def attach_segment(name: str) -> SharedMemory:
 
 
 def unlink_segment(name: str) -> bool:
-    """Remove a segment's name; True if it existed. Processes that mapped it keep their mapping."""
+    """Remove a segment's name if it is ours; True if it existed and was. Processes that mapped
+    it keep their mapping. Another user's file under the name is left alone: names are derived
+    from ids anyone may know, and a cluster running as an ordinary user could not remove it
+    anyway (/dev/shm has the sticky bit), which must not stop its cleanup."""
     segment_path = SHM_DIRECTORY / name
     if SHM_DIRECTORY.is_dir():
         try:
+            if os.lstat(segment_path).st_uid != os.geteuid():
+                return False
             segment_path.unlink()
         except FileNotFoundError:
             return False
         return True
     try:  # no /dev/shm: reopen through the portable API, then unlink through it
         segment = attach_segment(name)
-    except FileNotFoundError:
+    except (FileNotFoundError, SegmentNotOwned):
         return False
     segment.close()
     resource_tracker.register(segment._name, "shared_memory")  # noqa: SLF001 - unlink() unregisters it
@@ -177,7 +182,7 @@ def list_segments(prefix: str = SEGMENT_PREFIX) -> list[str]:
 
 
 def unlink_segments(prefix: str) -> list[str]:
-    """Unlink every segment whose name starts with `prefix`; returns the names removed."""
+    """Unlink every segment of ours whose name starts with `prefix`; returns the names removed."""
     return [name for name in list_segments(prefix) if unlink_segment(name)]
 
 

@@ -11,15 +11,18 @@ attack needs railmq itself to run unprivileged, a forked child drops to another 
 from __future__ import annotations
 
 import os
+import pickle
+from typing import Callable
 
 import pytest
 
 from actors.messages import FetchRequest, FetchResponse
-from transport.ring import RingReader
+from transport.ring import RingReader, unlink_orphaned_rings
 from transport.ring_link import RingLinks
-from transport.shm import SHM_DIRECTORY, SegmentNotOwned, attach_segment
+from transport.shm import SHM_DIRECTORY, SegmentNotOwned, attach_segment, list_segments, unlink_segments
 
 OTHER_USER = 65534  # nobody
+CLUSTER_USER = 65533  # an unprivileged user running the cluster, in the tests that need one
 RING_BYTES = 64 * 1024
 CHILD_TIMEOUT_S = 20
 
@@ -98,3 +101,69 @@ def test_a_segment_others_may_open_or_a_link_in_its_place_is_never_mapped(segmen
         own.close()
         own.unlink()
 
+
+
+def run_as(uid: int, work: Callable[[], object]) -> object:
+    """Run `work` in a forked child under `uid`; its result, or the exception it raised."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                outcome: object = work()
+            except Exception as error:  # noqa: BLE001 - handed to the parent to look at
+                outcome = error
+            os.write(write_end, pickle.dumps(outcome))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+    finally:
+        os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+def test_a_start_is_not_stopped_by_files_under_the_cluster_prefix_it_cannot_use(segments, foreign):
+    # Before: `railmq up` sweeps rings a killed run left (unlink_orphaned_rings over the cluster
+    # prefix, which any client learns from metadata). An empty file of another user under it
+    # failed the start (ValueError: "cannot mmap an empty file"; SegmentNotOwned once segments
+    # were checked), and so did an empty file of our own, which a kill between shm_open and
+    # ftruncate leaves: every start failed until someone removed the file by hand.
+    empty_foreign = SHM_DIRECTORY / segments.name("empty-foreign")
+    empty_foreign.touch()
+    give_to_other_user(str(empty_foreign), foreign)
+    empty_own = SHM_DIRECTORY / segments.name("empty-own")
+    empty_own.touch(mode=0o600)
+    foreign.append(str(empty_own))
+    dead, _ = foreign_ring(segments, foreign, purpose="dead-holders")  # a ring of the other user
+
+    assert unlink_orphaned_rings(segments.prefix) == []
+    assert sorted([empty_foreign.name, empty_own.name, dead]) == segments.existing()
+
+
+def test_cleanup_run_by_an_unprivileged_cluster_removes_its_own_rings_and_leaves_other_users_files(segments,
+                                                                                                  foreign):
+    # Before: a cluster running as an ordinary user could not unlink another user's file in
+    # /dev/shm (sticky bit), and the PermissionError escaped unlink_segments: the supervisor
+    # calls it for every actor that exits (Supervisor._reap, from poll), so the node agent's
+    # loop died there and nothing on the node was restarted again. The name to use is the dead
+    # actor's prefix, which anyone who knows the cluster id and a topic name computes.
+    planted = SHM_DIRECTORY / segments.name("planted")
+    planted.touch()
+    give_to_other_user(str(planted), foreign)
+    own_name = segments.name("own")
+    foreign.append(str(SHM_DIRECTORY / own_name))
+
+    def cluster_cleans_up() -> tuple[list[str], list[str]]:
+        RingReader.create(own_name, RING_BYTES).close()  # the cluster user's own ring
+        return unlink_segments(segments.prefix), list_segments(segments.prefix)
+
+    outcome = run_as(CLUSTER_USER, cluster_cleans_up)
+
+    assert outcome == ([own_name], [planted.name])
