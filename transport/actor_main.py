@@ -112,7 +112,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         from transport.ring_link import RingLinks
 
         links = RingLinks(actor_id=spec.name, cluster_id=spec.cluster_id, zero_copy=True, counters={},
-                          capacity_bytes=spec.limits.replica_ring_bytes)
+                          capacity_bytes=spec.limits.replica_ring_bytes, secret=spec.secret)
     trace = TraceFile(spec.trace_path, spec.name, bytes_max=spec.limits.trace_file_bytes_max,
                       kept=spec.limits.trace_files_kept) if spec.trace_path else None
     runtime = Runtime(None, identity=spec.name, limits=spec.limits, context=context, on_trace=trace,

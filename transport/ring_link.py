@@ -53,9 +53,10 @@ def host_identity() -> str:
 
 class RingLinks:
     def __init__(self, *, actor_id: str, cluster_id: str = "", capacity_bytes: int = 16 * 1024 * 1024,
-                 zero_copy: bool, counters: dict[str, int]) -> None:
+                 zero_copy: bool, counters: dict[str, int], secret: bytes = b"") -> None:
         self.actor_id = actor_id
         self.cluster_id = cluster_id
+        self.secret = secret  # a cluster process's: keys its rings' names (transport/shm.py actor_prefix)
         self.capacity_bytes = capacity_bytes
         self.zero_copy = zero_copy
         self.counters = counters
@@ -90,7 +91,7 @@ class RingLinks:
         if reader is not None:
             self.readers.move_to_end(endpoint)
             return reader
-        name = segment_name(self.cluster_id, self.actor_id, f"{self.token}:{endpoint}")
+        name = segment_name(self.cluster_id, self.actor_id, f"{self.token}:{endpoint}", self.secret)
         try:
             reader = RingReader.create(name, self.capacity_bytes, payload_crc=False, replace=True,
                                        doorbell=self.doorbell)

@@ -7,6 +7,7 @@ This module owns three things the ring and the supervisor both need:
   the 31-character limit some systems impose). All names of one cluster share
   `cluster_prefix(cluster_id)` and all names of one actor share `actor_prefix(...)`, so the
   supervisor can remove everything a dead actor or a stopped cluster left behind by prefix.
+  Cluster processes key the actor's hash with the cluster secret (see `actor_prefix`).
 - **Lifetime.** Python 3.11's `SharedMemory` registers every segment it opens, even one it only
   attaches to, with the resource tracker, which later unlinks it behind the owners' backs and
   warns about "leaked" segments. `create_segment` and `attach_segment` unregister right after
@@ -61,8 +62,8 @@ class ProcessIdentity(NamedTuple):
     start_time_ms: int
 
 
-def _id_hash(text: str, digits: int) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()[:digits]
+def _id_hash(text: str, digits: int, key: bytes = b"") -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=key).hexdigest()[:digits]
 
 
 def cluster_prefix(cluster_id: str) -> str:
@@ -70,14 +71,22 @@ def cluster_prefix(cluster_id: str) -> str:
     return f"{SEGMENT_PREFIX}{_id_hash(cluster_id, CLUSTER_HASH_DIGITS)}-"
 
 
-def actor_prefix(cluster_id: str, actor_id: str) -> str:
-    """The prefix every segment created for this actor starts with."""
-    return f"{cluster_prefix(cluster_id)}{_id_hash(actor_id, ACTOR_HASH_DIGITS)}-"
+def actor_prefix(cluster_id: str, actor_id: str, key: bytes = b"") -> str:
+    """The prefix every segment created for this actor starts with.
+
+    `key` is the cluster secret, for the actors of a cluster (and the supervisor that cleans up
+    after them). A client knows the cluster id (metadata answers carry it) and chooses topic
+    names, which replicas' actor ids follow from: unkeyed, it could search for a topic whose
+    replica's prefix is another replica's (32 bits: minutes in C) and delete that topic, and
+    the cleanup after its replica would unlink the other's live rings. Clients hold no secret;
+    their rings are named after a random actor id, and only the cluster's stop removes them.
+    """
+    return f"{cluster_prefix(cluster_id)}{_id_hash(actor_id, ACTOR_HASH_DIGITS, key)}-"
 
 
-def segment_name(cluster_id: str, actor_id: str, purpose: str) -> str:
+def segment_name(cluster_id: str, actor_id: str, purpose: str, key: bytes = b"") -> str:
     """The POSIX shared-memory name (without the leading slash) of one actor's segment."""
-    name = f"{actor_prefix(cluster_id, actor_id)}{_id_hash(purpose, PURPOSE_HASH_DIGITS)}"
+    name = f"{actor_prefix(cluster_id, actor_id, key)}{_id_hash(purpose, PURPOSE_HASH_DIGITS)}"
     assert len(name) <= SEGMENT_NAME_CHARS_MAX, name
     return name
 

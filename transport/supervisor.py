@@ -299,7 +299,8 @@ class Supervisor:
         self._unlink_segments(managed)
         from transport.shm import actor_prefix, unlink_segments
 
-        unlink_segments(actor_prefix(managed.spec.cluster_id, managed.spec.name))  # its rings die with it
+        # Its rings die with it; the prefix is keyed, so no topic name can make it another actor's.
+        unlink_segments(actor_prefix(managed.spec.cluster_id, managed.spec.name, managed.spec.secret))
         log.info("%s exited with code %s", managed.name, managed.exit_code)
 
     def _forget(self, managed: ManagedActor) -> None:

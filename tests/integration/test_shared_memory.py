@@ -86,7 +86,7 @@ def test_a_killed_follower_leaves_no_ring_and_replication_goes_on(fresh_cluster,
         info = admin.wait_for_leaders(topic, full_isr=True).partitions[0]
         produce(cluster.bootstrap, topic, 500)
         follower = cluster.replica_name(topic, 0, next(n for n in info.replicas if n != info.leader))
-        prefix = actor_prefix(cluster.cluster_id, follower)
+        prefix = actor_prefix(cluster.cluster_id, follower, cluster.secret)
         wait_for(lambda: any(name.startswith(prefix) for name in railmq_segments()),
                  timeout_s=30, what="the follower's ring")
         cluster.kill(follower)

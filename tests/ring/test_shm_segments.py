@@ -145,3 +145,47 @@ def test_a_new_segment_has_its_pages_reserved_up_front(ring_name):
         assert os.stat(f"/dev/shm/{ring_name}").st_blocks * 512 >= size_bytes  # not a sparse file
     finally:
         segment.close()
+
+
+def test_a_topic_named_to_collide_with_a_replicas_prefix_does_not_take_its_rings_away(monkeypatch):
+    # A client knows the cluster id (metadata answers carry it) and chooses topic names, and a
+    # replica's actor id follows from its topic's. With an unkeyed hash it could search for a
+    # topic whose replica's prefix is a victim replica's (32 bits: minutes in C; 12 here) and
+    # delete that topic: the supervisor then unlinked every segment under the prefix, the live
+    # victim's ring too (before: the victim's ring was gone from /dev/shm, so a leader that
+    # restarted could not attach it again, and another user could take the free name).
+    from actors.messages import FetchRequest
+    from transport.actor_spec import ActorSpec
+    from transport.ring_link import RingLinks
+    from transport.supervisor import ManagedActor, Supervisor
+
+    monkeypatch.setattr("transport.shm.ACTOR_HASH_DIGITS", 3)
+    cluster_id, secret = "collision-test-cluster", bytes(range(32))
+    victim_id = "replica/orders/0/n2"
+    public_prefix = actor_prefix(cluster_id, victim_id)  # all a client can compute: no secret
+    topic = next(f"t{i}" for i in range(1_000_000)
+                 if actor_prefix(cluster_id, f"replica/t{i}/0/n2") == public_prefix)
+    victim = RingLinks(actor_id=victim_id, cluster_id=cluster_id, secret=secret, zero_copy=True, counters={})
+    try:
+        offered = victim.outgoing("tcp://127.0.0.1:1", FetchRequest(correlation_id=1, topic="orders",
+                                                                    partition=0, offset=0))
+        assert offered.ring in list_segments(cluster_prefix(cluster_id))
+        attacker = ManagedActor(ActorSpec(kind="replica", name=f"replica/{topic}/0/n2", cluster_id=cluster_id,
+                                          data_dir="/nonexistent", secret=secret))
+        attacker.process = _ExitedProcess()
+
+        Supervisor()._reap(attacker)  # its topic was deleted: the replica stopped  # noqa: SLF001
+
+        assert offered.ring in list_segments(cluster_prefix(cluster_id))
+    finally:
+        victim.close()
+        unlink_segments(cluster_prefix(cluster_id))
+
+
+class _ExitedProcess:
+    """What the supervisor reads of an actor process that has exited."""
+
+    exitcode = 0
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
