@@ -220,6 +220,14 @@ class RingEnd:
         if peer.pid and not process_alive(peer):
             raise PeerGone(self._peer_role, peer)
 
+    def peer_gone(self) -> bool:
+        """Whether the peer closed its end or its process died, looked up now (`check_peer`
+        looks at most once per liveness interval)."""
+        if self._words[self._peer.closed]:
+            return True
+        peer = self._identity(self._peer)
+        return bool(peer.pid) and not process_alive(peer)
+
     def _arm(self) -> None:
         self._words[self._own.wants_doorbell] = self._arm_generation
         self._full_fence()

@@ -227,12 +227,20 @@ class RingLinks:
         return msgspec.structs.replace(message, records=b"", ring_bytes=len(message.records))
 
     def _drop_writer(self, ring: str) -> None:
+        """Let go of a ring a fetcher made. One whose reader died (a consumer killed with kill -9)
+        is unlinked too: nobody else would while the cluster runs, and a consumer crashing again
+        and again filled /dev/shm, which is memory, a ring (up to 8 MiB) at a time. A live
+        reader's ring is its creator's to unlink."""
         writer = self.writers.pop(ring, None)
-        if writer is not None:
-            try:
-                writer.close()
-            except (BufferError, RingError):
-                pass
+        if writer is None:
+            return
+        reader_gone = writer.peer_gone()
+        try:
+            writer.close()
+        except (BufferError, RingError):
+            pass
+        if reader_gone and writer.unlink():  # unlink_segment leaves another user's file alone
+            self.count("rings_of_dead_readers_unlinked")
 
     def close(self) -> None:
         for ring in list(self.writers):

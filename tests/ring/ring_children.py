@@ -111,3 +111,17 @@ def creator_dies(name: str, capacity_bytes: int, connection) -> None:
     writer.write(numbered_payload(0), timeout_ms=WAIT_MS)
     connection.send("created")
     time.sleep(HANG_S)
+
+
+def fetcher_offers_a_ring(cluster_id: str, connection) -> None:
+    """A fetching client: make a ring, hand the parent the fetch that offers it, then hang (the
+    parent kills it, as kill -9 kills a consumer)."""
+    from actors.messages import FetchRequest
+    from transport.ring_link import RingLinks
+
+    links = RingLinks(actor_id=f"doomed-{random.getrandbits(32):x}", cluster_id=cluster_id,
+                      capacity_bytes=64 * 1024, zero_copy=False, counters={})
+    request = links.outgoing("tcp://127.0.0.1:1", FetchRequest(correlation_id=1, topic="t", partition=0,
+                                                                offset=0, max_bytes=8 << 20, replica=2))
+    connection.send(request)
+    time.sleep(HANG_S)

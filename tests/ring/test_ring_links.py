@@ -86,3 +86,42 @@ def test_a_fetch_naming_a_ring_it_cannot_map_gets_its_records_over_zeromq_and_le
     assert not leader.writers and leader.counters.get("ring_offers_refused") == 1
     _, sent, seen = fetch(fetcher, leader, 2, b"c" * 100)
     assert sent.ring_bytes == 100 and bytes(seen.records) == b"c" * 100, "the owner's fetches lost the ring"
+
+
+def test_a_ring_whose_reader_was_killed_is_unlinked_when_the_leader_lets_it_go(links, segments, processes):
+    """A consumer killed with kill -9 left its rings in /dev/shm (RAM) while the cluster ran: the
+    leader closed its end and nobody unlinked them, so a consumer crashing again and again filled
+    /dev/shm 64 KiB to 8 MiB a ring. A leader letting go of a ring whose reader died unlinks it;
+    a live reader's ring is left to its creator."""
+    from tests.ring.ring_children import fetcher_offers_a_ring
+    from transport.ring_link import RINGS_MAX
+    from transport.shm import list_segments
+
+    fetcher, leader = links
+    parent_end, child_end = processes.pipe()
+    doomed = processes.start(fetcher_offers_a_ring, segments.cluster_id, child_end)
+    assert parent_end.poll(30), "the fetcher did not offer its ring"
+    offer = parent_end.recv()
+    leader.incoming(b"doomed", offer)
+    assert offer.ring in leader.writers and offer.ring in list_segments(cluster_prefix(segments.cluster_id))
+    doomed.kill()
+    doomed.join(10)
+
+    live = []
+    for index in range(RINGS_MAX):  # other fetchers' offers push the dead one's ring out
+        other = RingLinks(actor_id=f"live-{index}", cluster_id=segments.cluster_id, capacity_bytes=RING_BYTES,
+                          zero_copy=False, counters={})
+        live.append(other)
+        leader.incoming(f"live-{index}".encode(), other.outgoing(LEADER, FetchRequest(
+            correlation_id=1, topic="t", partition=0, offset=0, max_bytes=8 << 20, replica=2)))
+    try:
+        assert offer.ring not in leader.writers
+        names = list_segments(cluster_prefix(segments.cluster_id))
+        assert offer.ring not in names, "the dead reader's ring is still in /dev/shm"
+        live_rings = [links_.readers[LEADER].name for links_ in live[:1]]
+        leader.close()
+        assert set(live_rings) <= set(list_segments(cluster_prefix(segments.cluster_id))), \
+            "a live reader's ring was unlinked"
+    finally:
+        for other in live:
+            other.close()
