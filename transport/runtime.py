@@ -118,7 +118,8 @@ class Runtime(RuntimePeers):
         self.peer_inbound = PeerInbound(
             inbound_bytes_max=limits.peer_inbound_bytes_max,
             check_interval_ms=limits.client_inbound_check_interval_ms, clock=self.clock, count=self.count,
-            watch=self._watch_peer_fd, unwatch=self._unwatch_peer_fd)
+            watch=lambda fd: self._watch_connection(fd, self.peer_inbound.data_arrived),
+            unwatch=lambda fd: self._unwatch_connection(fd, self.peer_inbound.data_arrived))
         self.timing = RequestTiming()  # each request type's time from arrival to answer
         self._pending_flush: list[AfterFlush] = []
         self._stopping = False
@@ -145,26 +146,19 @@ class Runtime(RuntimePeers):
             router, untrusted_max=client_connections_bound(self.limits.client_connections_max),
             inbound_bytes_max=self.limits.client_inbound_bytes_max,
             check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=self.clock, count=self.count,
-            watch=self._watch_client_fd, unwatch=self._unwatch_client_fd)
+            watch=lambda fd: self._watch_connection(fd, self.guard.data_arrived),
+            unwatch=lambda fd: self._unwatch_connection(fd, self.guard.data_arrived))
         self._watch.add_socket(self.guard.monitor)
         self.endpoint = f"tcp://{advertise or host}:{port}"
         return self.endpoint
 
-    def _watch_client_fd(self, fd: int) -> None:
-        self._watched_fds[fd] = self.guard.data_arrived
+    def _watch_connection(self, fd: int, on_data: Callable[[], None]) -> None:
+        """Call `on_data` once per arrival of data on a connection libzmq reads (edge-triggered)."""
+        self._watched_fds[fd] = on_data
         self._watch.add_edge_fd(fd)
 
-    def _unwatch_client_fd(self, fd: int) -> None:
-        if self._watched_fds.get(fd) == self.guard.data_arrived:
-            del self._watched_fds[fd]
-            self._watch.remove_fd(fd)
-
-    def _watch_peer_fd(self, fd: int) -> None:
-        self._watched_fds[fd] = self.peer_inbound.data_arrived
-        self._watch.add_edge_fd(fd)
-
-    def _unwatch_peer_fd(self, fd: int) -> None:
-        if self._watched_fds.get(fd) == self.peer_inbound.data_arrived:
+    def _unwatch_connection(self, fd: int, on_data: Callable[[], None]) -> None:
+        if self._watched_fds.get(fd) == on_data:  # its number may be another watch's by now
             del self._watched_fds[fd]
             self._watch.remove_fd(fd)
 

@@ -15,6 +15,7 @@ import resource
 import socket
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import zmq
@@ -448,28 +449,42 @@ def test_a_peer_sending_one_endless_message_is_cut_off_past_the_peer_inbound_bud
         attacker.join(10)
 
 
+@contextmanager
+def endless_rpc_peer(zmq_context):
+    """An RpcClient with a 64 MiB budget, and a process's port that answers it one message of 320
+    frames of 1 MiB, never finished (the attacker thread, not started yet): (rpc, endpoint,
+    attacker, MiB sent so far)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    rpc = RpcClient("asking", context=zmq_context, inbound_bytes_max=64 << 20)
+    sent = [0]
+    attacker = threading.Thread(target=endless_message, args=(listener, 320, sent), daemon=True)
+    try:
+        yield rpc, endpoint, attacker, sent
+    finally:
+        listener.close()
+        rpc.close()
+        if attacker.is_alive():
+            attacker.join(10)
+
+
+def cut_off_within_twice_the_budget(rpc: RpcClient, sent: list) -> None:
+    assert sent[0] < 320, f"all {sent[0]} MiB of the message were taken and held"
+    assert sent[0] <= 2 * 64, f"{sent[0]} MiB were taken before the connection was closed"
+    assert rpc.counters.get("peer_connections_closed_over_bytes", 0) >= 1, rpc.counters
+
+
 @pytest.mark.timeout(60)
 def test_an_rpc_request_to_a_port_sending_one_endless_message_is_cut_off_past_the_budget(zmq_context):
     """Admin tools and node agents ask over transport/rpc.py's own DEALERs, outside any runtime:
     a process on a dead controller's port answering one message of ever more frames was held
     whole while the request waited (320 MiB for 320 frames). The request looks at what its
     connection holds while it waits, and past the budget shuts it down."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
-    rpc = RpcClient("asking", context=zmq_context, inbound_bytes_max=64 << 20)
-    sent = [0]
-    attacker = threading.Thread(target=endless_message, args=(listener, 320, sent), daemon=True)
-    attacker.start()
-    try:
+    with endless_rpc_peer(zmq_context) as (rpc, endpoint, attacker, sent):
+        attacker.start()
         with pytest.raises(RequestTimeout):
             rpc.request(endpoint, MetadataRequest(correlation_id=0, topics=[]), timeout_ms=8_000)
-        assert sent[0] < 320, f"all {sent[0]} MiB of the message were taken and held"
-        assert sent[0] <= 2 * 64, f"{sent[0]} MiB were taken before the connection was closed"
-        assert rpc.counters.get("peer_connections_closed_over_bytes", 0) >= 1, rpc.counters
-    finally:
-        listener.close()
-        rpc.close()
-        attacker.join(10)
+        cut_off_within_twice_the_budget(rpc, sent)
 
 
 @pytest.mark.timeout(60)
@@ -478,26 +493,15 @@ def test_a_kept_rpc_socket_is_cut_off_between_requests_by_whoever_watches_its_co
     took a controller's port after the agent's last request sends one endless message, and
     nobody reads. The agent sleeps on `connection_fds()` and calls `check_inbound()` when they
     stir, as here."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
-    rpc = RpcClient("asking", context=zmq_context, inbound_bytes_max=64 << 20)
-    sent = [0]
-    attacker = threading.Thread(target=endless_message, args=(listener, 320, sent), daemon=True)
-    try:
+    with endless_rpc_peer(zmq_context) as (rpc, endpoint, attacker, sent):
         rpc.send(endpoint, MetadataRequest(correlation_id=0, topics=[]))  # a socket kept, no request waiting
         attacker.start()
-        poller_deadline = time.monotonic() + 30
-        while attacker.is_alive() and time.monotonic() < poller_deadline:
+        deadline = time.monotonic() + 30
+        while attacker.is_alive() and time.monotonic() < deadline:
             poller = zmq.Poller()
             for fd in rpc.connection_fds():
                 poller.register(fd, zmq.POLLIN)
             poller.poll(100)
             rpc.discard_unasked()
             rpc.check_inbound()
-        assert sent[0] < 320, f"all {sent[0]} MiB of the message were taken and held"
-        assert sent[0] <= 2 * 64, f"{sent[0]} MiB were taken before the connection was closed"
-        assert rpc.counters.get("peer_connections_closed_over_bytes", 0) >= 1, rpc.counters
-    finally:
-        listener.close()
-        rpc.close()
-        attacker.join(10)
+        cut_off_within_twice_the_budget(rpc, sent)

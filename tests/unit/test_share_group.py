@@ -654,7 +654,9 @@ def test_a_dead_letter_write_lost_in_a_crash_is_sent_again_and_stored_once(world
     assert world.describe().partitions[0].records == []
 
 
-def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world):
+def first_dead_letter_then_second(world, renumber: Callable) -> tuple:
+    """Dead-letter p1, let `renumber` change the writer's target for orders.dlq/0, then
+    dead-letter p2: (the target, the producer id it wrote p1 under)."""
     world.produce("orders", ["p1", "p2"])
     member = world.join("a", ["orders"]).member_id
     world.acquire_now("a", member, "orders")
@@ -662,10 +664,18 @@ def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world)
     world.settle(1_500)
     target = world.group.share.dead_letters.targets[("orders.dlq", 0)]
     first_producer = target.producer_id
-    target.next_sequence += 7  # as if the broker had forgotten this producer's writes
+    renumber(target)
     assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(1, 2)], "its first lock expired meanwhile"
     world.answer("a", member, "orders", 1, 1, "reject")
     world.settle(1_500)
+    return target, first_producer
+
+
+def test_a_write_refused_as_out_of_order_restarts_under_a_new_producer_id(world):
+    def forgotten(target) -> None:  # as if the broker had forgotten this producer's writes
+        target.next_sequence += 7
+
+    target, first_producer = first_dead_letter_then_second(world, forgotten)
 
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
     assert target.producer_id != first_producer and target.next_sequence == 1
@@ -677,17 +687,10 @@ def test_a_dead_letter_partition_whose_sequence_numbers_are_spent_goes_on_under_
     had been written the next write's encoding raised `struct.error` out of the group
     coordinator's handle(): it crashed, and its restart read the same number and crashed again.
     Now a write whose numbers would run past 2**31 - 1 takes a new producer id from sequence 0."""
-    world.produce("orders", ["p1", "p2"])
-    member = world.join("a", ["orders"]).member_id
-    world.acquire_now("a", member, "orders")
-    world.answer("a", member, "orders", 0, 0, "reject")
-    world.settle(1_500)
-    target = world.group.share.dead_letters.targets[("orders.dlq", 0)]
-    first_producer = target.producer_id
-    target.next_sequence = SEQUENCE_MAX + 1  # as after 2**31 dead letters to this partition
-    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(1, 2)], "the first lock expired"
-    world.answer("a", member, "orders", 1, 1, "reject")
-    world.settle(1_500)
+    def spent(target) -> None:  # as after 2**31 dead letters to this partition
+        target.next_sequence = SEQUENCE_MAX + 1
+
+    target, first_producer = first_dead_letter_then_second(world, spent)
 
     assert [value for _, _, value, _ in dead_letters(world)] == [b"p1", b"p2"]
     assert target.producer_id != first_producer and target.next_sequence == 1
