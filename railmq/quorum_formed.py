@@ -74,7 +74,7 @@ class FormedCheck:
         said_at = time.monotonic()
         context = zmq.Context()
         rpc = RpcClient(identity="formed-check", context=context)
-        answering = _Answering(context, self.own_endpoint)
+        answering = EmptyLogAnswers(context, self.own_endpoint)
         try:
             while True:
                 for node, endpoint in self.others.items():
@@ -107,7 +107,7 @@ def _ask(rpc: RpcClient, endpoint: str) -> ControllerStatusResponse | None:
     return answer if isinstance(answer, ControllerStatusResponse) and not answer.error else None
 
 
-class _Answering:
+class EmptyLogAnswers:
     """This voter's address while it decides, in a thread of its own so that it answers while the
     check waits for answers: every status request is answered "empty log"."""
 

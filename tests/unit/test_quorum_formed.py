@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
+import zmq
 
 from actors.messages import ControllerStatusResponse
 from railmq.node import ClusterNode, NodeConfigError
-from railmq.quorum_formed import FormedCheck, QuorumUndecided, empty_answers_needed, judge
+from railmq.quorum_formed import EmptyLogAnswers, FormedCheck, QuorumUndecided, empty_answers_needed, judge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,19 +84,34 @@ def test_a_wiped_voter_whose_peers_are_down_waits_instead_of_voting_as_new(tmp_p
 
 def test_the_voters_of_a_new_cluster_started_together_decide_it_never_formed():
     """Each waits for the others' answers; each answers for itself meanwhile, so nobody waits for
-    a voter that is itself waiting."""
+    a voter that is itself waiting. A voter that decided goes on answering, as the voter it then
+    starts on the same address does (its log is empty too): the two that decided first used to
+    close their addresses, and a third that had asked before they listened waited for good."""
     ports = free_ports(3)
     endpoints = {node: f"tcp://127.0.0.1:{port}" for node, port in zip((1, 2, 3), ports)}
     stop = threading.Event()
     outcomes: dict[int, object] = {}
-    threads = [threading.Thread(target=lambda node=node: outcomes.__setitem__(node, _run(FormedCheck(
-        endpoints[node], {other: endpoint for other, endpoint in endpoints.items() if other != node}, voters=3),
-        stop))) for node in endpoints]
+
+    def voter(node: int) -> None:
+        others = {other: endpoint for other, endpoint in endpoints.items() if other != node}
+        outcomes[node] = _run(FormedCheck(endpoints[node], others, voters=3), stop)
+        context = zmq.Context()
+        started = EmptyLogAnswers(context, endpoints[node])  # the voter's own status answers, empty log
+        try:
+            stop.wait(30.0)
+        finally:
+            started.close()
+            context.destroy(linger=0)
+
+    threads = [threading.Thread(target=voter, args=(node,)) for node in endpoints]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join(30.0)
+    deadline = time.monotonic() + 30.0
+    while len(outcomes) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     stop.set()
+    for thread in threads:
+        thread.join(10.0)
 
     assert outcomes == {1: False, 2: False, 3: False}
 
