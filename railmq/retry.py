@@ -34,6 +34,7 @@ from typing import Any, Callable
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
+from actors.limits import Limits
 from actors.messages import RefreshMetadata, TopicConfig, TopicMetadata
 from railmq.admin import Admin
 from railmq.dlq import REASON_REJECTED, REASON_RETRIES_EXHAUSTED, DeadLetter, default_dlq_topic
@@ -49,6 +50,16 @@ DLQ_REPLICATION_FACTOR_MAX = 3
 DEAD_LETTER_ACK_TIMEOUT_MS = 30_000
 # While a producer learns of a DLQ's new partitions, it is asked again this often.
 METADATA_RECHECK_S = 0.05
+# A dead letter is its source record plus the ten railmq.dlq.* headers: their names (~250
+# bytes), seven numbers, the reason, a topic name (<= 234), the last error (<= 1000 characters,
+# <= 4000 bytes) and the group id. A DLQ topic takes batches this much larger than its source's,
+# or a record near the source's batch_bytes_max could never be dead-lettered (MESSAGE_TOO_LARGE,
+# and its consumer never committed past it). The group id is the only part without a bound of
+# its own: this leaves it some 60 KiB.
+DEAD_LETTER_HEADERS_BYTES_MAX = 64 * 1024
+# The writer's own producer takes records up to the largest batch any topic may take (a topic's
+# batch_bytes_max is at most fetch_bytes_max): the DLQ topic, not the producer, sets the limit.
+DEAD_LETTER_PRODUCER_BATCH_BYTES_MAX = Limits().fetch_bytes_max
 
 
 def wall_clock_ms() -> int:
@@ -218,18 +229,31 @@ def ensure_dead_letter_topic(admin: Admin, source_topic: str, dlq_topic: str) ->
     except RailmqError as error:
         if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise
-        replication = min(DLQ_REPLICATION_FACTOR_MAX, len(source.partitions[0].replicas))
-        config = TopicConfig(min_insync_replicas=min(source.config.min_insync_replicas, replication))
-        try:
-            return admin.create_topic(dlq_topic, count, replication, config)
-        except RailmqError as refusal:
-            if refusal.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-            dlq = admin.wait_for_leaders(dlq_topic)  # another writer created it first: use theirs
+        dlq = _create_dead_letter_topic(admin, source, dlq_topic)
     if len(dlq.partitions) < count:
         admin.create_partitions(dlq_topic, count)
         dlq = admin.describe_topic(dlq_topic)
     return dlq
+
+
+def _create_dead_letter_topic(admin: Admin, source: TopicMetadata, dlq_topic: str) -> TopicMetadata:
+    """Make the DLQ topic (or take the one another writer made first). Its batches may be
+    DEAD_LETTER_HEADERS_BYTES_MAX larger than its source's; a cluster whose fetch_bytes_max
+    refuses that (INVALID_CONFIG) gets the source's own limit."""
+    replication = min(DLQ_REPLICATION_FACTOR_MAX, len(source.partitions[0].replicas))
+    min_insync = min(source.config.min_insync_replicas, replication)
+    own = source.config.batch_bytes_max
+    candidates = [own + DEAD_LETTER_HEADERS_BYTES_MAX, own]
+    for batch_bytes_max in candidates:
+        config = TopicConfig(min_insync_replicas=min_insync, batch_bytes_max=batch_bytes_max)
+        try:
+            return admin.create_topic(dlq_topic, len(source.partitions), replication, config)
+        except RailmqError as refusal:
+            if refusal.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return admin.wait_for_leaders(dlq_topic)  # another writer created it first: use theirs
+            if refusal.code != ErrorCode.INVALID_CONFIG or batch_bytes_max == candidates[-1]:
+                raise
+    raise AssertionError("unreachable: the last limit either makes the topic or raises")
 
 
 class DeadLetterWriter:
@@ -257,7 +281,8 @@ class DeadLetterWriter:
     def connect(cls, bootstrap: str,
                 topic_for: Callable[[str], str] = default_dlq_topic) -> "DeadLetterWriter":
         """A writer with a producer of its own (acks=all, idempotent), closed with the writer."""
-        producer = Producer(bootstrap, acks="all", idempotent=True, client_id="railmq-dead-letters")
+        producer = Producer(bootstrap, acks="all", idempotent=True, client_id="railmq-dead-letters",
+                            batch_bytes_max=DEAD_LETTER_PRODUCER_BATCH_BYTES_MAX)
         writer = cls(producer, topic_for)
         writer._owns_producer = True
         return writer

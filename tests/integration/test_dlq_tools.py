@@ -247,6 +247,27 @@ def test_the_dlq_topic_grows_with_its_source(cluster, admin, unique_name):
     assert len(admin.describe_topic(f"{source}.dlq").partitions) == 3
 
 
+def test_a_poison_record_as_large_as_its_topic_allows_still_reaches_the_dlq(cluster, admin, unique_name):
+    """The ten railmq.dlq.* headers make a dead letter larger than its source record: one near the
+    source topic's batch_bytes_max (8 MiB by default) once failed MESSAGE_TOO_LARGE for good, and
+    its consumer could never commit past it."""
+    source = unique_name("large")
+    admin.create_topic(source, partitions=1, replication_factor=2)
+    value = b"x" * (8 * 1024 * 1024 - 1024)  # its dead letter is past 8 MiB
+    with Producer(cluster.bootstrap, acks="all", batch_bytes_max=8 * 1024 * 1024) as producer:
+        producer.send(source, value, key=b"big").result(30)
+    with Consumer(cluster.bootstrap) as reader:
+        [poison] = read_range(reader, TopicPartition(source, 0), 0, 1, 1, 20_000)
+    handler_error = ValueError("\u00e9" * 2000)  # the longest last_error there is, in 2-byte characters
+    with DeadLetterWriter.connect(cluster.bootstrap) as writer:
+        handler = RetryingHandler(lambda record: (_ for _ in ()).throw(handler_error),
+                                  RetryPolicy(attempts=1), writer, unique_name("g" * 200))
+        outcome = handler(poison)
+    assert outcome.status == "dead-lettered"
+    [letter] = inspect(cluster.bootstrap, f"{source}.dlq", limit=1, timeout_ms=20_000)
+    assert (letter.source_offset, letter.key, letter.value) == (0, b"big", value)
+
+
 def test_redrive_stops_at_a_record_that_names_no_source_and_moves_it_when_told_where(cluster, admin,
                                                                                     unique_name):
     source, elsewhere = unique_name("src"), unique_name("elsewhere")
