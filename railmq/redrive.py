@@ -210,7 +210,7 @@ class _Redrive:
             quota = self.burst if self.options.max_messages is None else min(
                 self.burst, self.options.max_messages - self.moved)
             records = [record for record in self.consumer.poll(POLL_WAIT_MS, max_records=quota)
-                       if record.offset < self.ends[record.partition]]
+                       if record.offset < self._end(record.partition)]
             if not records:
                 if (self.clock() - idle_since_s) * 1000 > self.options.idle_timeout_ms:
                     raise RailmqError(ErrorCode.REQUEST_TIMED_OUT,
@@ -233,17 +233,23 @@ class _Redrive:
         if len(assigned) < len(self.ends):
             return None  # still joining the group
         positions = [known_position(self.consumer, tp) for tp in assigned]
-        if all(position is not None and position >= self.ends[tp.partition]
+        if all(position is not None and position >= self._end(tp.partition)
                for tp, position in zip(assigned, positions)):
             return "caught-up"
         return None
+
+    def _end(self, partition: int) -> int:
+        """Where the redrive stops in `partition`. A partition the DLQ topic gained during the
+        redrive (a DeadLetterWriter grows it with its source) held nothing when it started: its
+        records wait for the next redrive. (Indexing `ends` by it was a KeyError traceback.)"""
+        return self.ends.get(partition, 0)
 
     def _remaining(self) -> int:
         """Records of the starting snapshot not moved yet, in the partitions this redrive holds."""
         total = 0
         for tp in self.consumer.assignment():
             position = known_position(self.consumer, tp)
-            total += self.ends[tp.partition] - min(self.ends[tp.partition], position or 0)
+            total += self._end(tp.partition) - min(self._end(tp.partition), position or 0)
         return total
 
     def _move(self, records: list[ConsumerRecord]) -> None:

@@ -20,7 +20,8 @@ from railmq.dlq import (
     TokenBucket, burst_for, redrive_destination, redriven_headers,
 )
 from railmq.producer import Producer, RecordMetadata
-from railmq.records import ConsumerRecord
+from railmq.records import ConsumerRecord, TopicPartition
+from railmq.redrive import RedriveOptions, _Redrive
 from railmq.retry import DeadLetterFailed, DeadLetterWriter, RetryingHandler, RetryPolicy, retrying_delivery
 
 SHARED_HEADER_ORDER = [
@@ -343,3 +344,32 @@ def test_token_bucket_never_lets_more_than_burst_plus_rate_times_span_through(ra
         for end_s, _ in sent[first:]:
             units = sum(count for at_s, count in sent if start_s <= at_s <= end_s)
             assert units <= burst + rate * (end_s - start_s) + 1e-6
+
+
+class GrownDeadLetterTopic:
+    """A redrive's consumer after the DLQ topic grew from 1 partition to 2 during the redrive (a
+    DeadLetterWriter grows a DLQ with its source): partition 0 is done, partition 1 is new."""
+
+    def __init__(self) -> None:
+        self.committed: list[dict] = []
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition("orders.dlq", 0), TopicPartition("orders.dlq", 1)]
+
+    def position(self, tp: TopicPartition, timeout: float | None = None) -> int:
+        return 1 if tp.partition == 0 else 0
+
+    def poll(self, timeout_ms: int, max_records: int | None = None) -> list[ConsumerRecord]:
+        return [as_dlq_record(failed_letter(source_partition=1), offset=0)]
+
+    def commit(self, offsets: dict) -> None:
+        self.committed.append(offsets)
+
+
+def test_a_redrive_whose_dlq_topic_grows_meanwhile_stops_at_its_snapshot_without_a_traceback():
+    consumer = GrownDeadLetterTopic()
+    run = _Redrive(RedriveOptions(dlq_topic="orders.dlq"), consumer, producer=None, ends={0: 1},
+                   clock=lambda: 0.0, sleep=lambda seconds: None, on_progress=None)
+    result = run.run()
+    assert (result.moved, result.remaining, result.stopped) == (0, 0, "caught-up")
+    assert consumer.committed == [], "the new partition's records wait for the next redrive"
