@@ -66,14 +66,23 @@ def left_line(group: str, handled: int) -> str:
     return f"group {group}: left after handling {handled} record{'' if handled == 1 else 's'}"
 
 
+def error_text(error: BaseException) -> str:
+    """`Type: message`. A handler's exception whose str() fails itself must not turn a notice
+    into a second failure: that one escaped the retry loop on every redelivery, for good."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return f"{type(error).__name__}: <str() failed>"
+
+
 def retry_line(where: str, attempt: int, attempts: int, backoff_ms: int, error: BaseException) -> str:
     return (f"retrying {where} in {backoff_ms} ms (attempt {attempt} of {attempts} failed: "
-            f"{type(error).__name__}: {error})")
+            f"{error_text(error)})")
 
 
 def dead_letter_line(where: str, destination: str, attempts: int, reason: str, error: BaseException) -> str:
     return (f"dead-lettered {where} to {destination} after {attempts} attempt{'' if attempts == 1 else 's'} "
-            f"({reason}: {type(error).__name__}: {error})")
+            f"({reason}: {error_text(error)})")
 
 
 class Notices:

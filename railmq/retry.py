@@ -185,7 +185,7 @@ class RetryingHandler:
         written = []
         for record in records:
             letter = DeadLetter.of_failure(record, group=self.group, reason=reason, attempts=attempts,
-                                           last_error=repr(error), first_delivery_ms=first_delivery_ms,
+                                           last_error=error_repr(error), first_delivery_ms=first_delivery_ms,
                                            dead_lettered_ms=self.clock())
             written.append(self.dead_letters.write(letter))
             self.dead_lettered += 1
@@ -194,6 +194,20 @@ class RetryingHandler:
                 self.say(dead_letter_line(_where([record]), f"{where.topic}/{where.partition}@{where.offset}",
                                           attempts, reason, error))
         return Outcome("dead-lettered", attempts, tuple(written))
+
+
+def error_repr(error: BaseException) -> str:
+    """The dead letter's last error: repr(error), or what can be said when the exception's own
+    repr() (and str()) fails. Raised from _give_up, that failure was the handler's again on every
+    redelivery: the record was never dead-lettered and its consumer never got past it."""
+    try:
+        return repr(error)
+    except Exception:
+        pass
+    try:
+        return f"{type(error).__name__}({str(error)!r})"
+    except Exception:
+        return f"<{type(error).__name__}: str() and repr() failed>"
 
 
 def _where(records: list[ConsumerRecord]) -> str:

@@ -179,6 +179,27 @@ def test_when_the_dead_letter_cannot_be_written_the_failure_propagates():
     assert wrapped.dead_lettered == 0
 
 
+class Unprintable(Exception):
+    """A handler's exception whose str() and repr() fail themselves (a field they read unset)."""
+
+    def __str__(self) -> str:
+        raise AttributeError("'Unprintable' object has no attribute 'account'")
+
+    __repr__ = __str__
+
+
+def test_an_exception_that_cannot_be_printed_is_still_retried_and_dead_lettered():
+    writer, clock, notices = FakeWriter(), FakeTime(), []
+    handler = RetryingHandler(Failing(10**9, Unprintable()), RetryPolicy(attempts=2, backoff_ms=10), writer,
+                              "billing", sleep=clock.sleep, clock=clock.clock, rng=random.Random(1),
+                              say=notices.append)
+    outcome = handler(record())
+    assert (outcome.status, outcome.attempts) == ("dead-lettered", 2)
+    [letter] = writer.letters
+    assert letter.last_error.startswith("<Unprintable: str() and repr() failed")
+    assert [line.split(" ")[0] for line in notices] == ["retrying", "dead-lettered"]
+
+
 def test_keyboard_interrupt_is_never_retried():
     def interrupted(_record):
         raise KeyboardInterrupt
