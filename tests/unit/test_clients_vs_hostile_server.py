@@ -159,7 +159,7 @@ def test_a_small_answer_padded_to_megabytes_is_not_held_whole_behind_its_few_cou
     request = stage.assigned_at(0)
     codec = Codec()
     buffered = []  # what the shell holds until the user polls
-    with bytes_held_from(__file__) as held:
+    with bytes_held_from(__file__, at_most=2 * 1024 * 1024) as held:
         for offset in range(16):
             padded = stamped(offset, 1) + stamped(offset + 1, 1) + bytes(4 * 1024 * 1024)
             header, payload = codec.encode(FetchResponse(

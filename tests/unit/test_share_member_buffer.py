@@ -166,7 +166,7 @@ def test_a_record_padded_to_megabytes_by_whoever_answers_on_a_leaders_port_is_no
     [fetch] = stage.harness.take(leader(0), FetchRequest)
     codec = Codec()
     handed = []
-    with bytes_held_from(__file__) as held:
+    with bytes_held_from(__file__, at_most=1024 * 1024) as held:
         # The record acquired, then 30 MiB of others' records (a batch holds at most 16 MiB).
         padded = batch(0, 100) + batch(1, 15 * 1024 * 1024) + batch(2, 15 * 1024 * 1024)
         header, payload = codec.encode(FetchResponse(correlation_id=fetch.correlation_id, topic="orders",
