@@ -72,6 +72,37 @@ def _as_bytes(value: Any) -> bytes | None:
     raise TypeError(f"keys and values must be bytes, str or None, not {type(value).__name__}")
 
 
+def _checked_topic(topic: Any) -> str:
+    """A topic name must be a str: any other value would reach the I/O thread's metadata request
+    and end the thread there (its `len(None)` did), failing every later send."""
+    if topic.__class__ is not str:
+        raise TypeError(f"a topic name is a str, not {type(topic).__name__}")
+    return topic
+
+
+def _checked_partition(partition: Any, count: int, topic: str) -> int:
+    """An explicit partition is an int (not a bool, a float or a str) in 0..count-1."""
+    if partition.__class__ is not int:
+        raise TypeError(f"a partition is an int, not {type(partition).__name__}")
+    if not 0 <= partition < count:
+        raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          f"{topic} has partitions 0..{count - 1}, not {partition}")
+    return partition
+
+
+def _checked_headers(headers: Any) -> list[tuple[str, bytes]]:
+    """Headers are a list of (str name, value) pairs, as Kafka's are; a bytes name is refused, not
+    sent as its repr ("b'name'")."""
+    if isinstance(headers, (str, bytes, bytearray, memoryview)):
+        raise TypeError("headers are a list of (name, value) pairs, not a string")
+    out = []
+    for header in headers:
+        if not isinstance(header, (tuple, list)) or len(header) != 2 or header[0].__class__ is not str:
+            raise TypeError(f"a header is a (str name, bytes value) pair, not {header!r:.80}")
+        out.append((header[0], _as_bytes(header[1]) or b""))
+    return out
+
+
 class Producer:
     def __init__(self, bootstrap: str, *, acks: int | str = 1, linger_ms: int = 0,
                  batch_bytes_max: int = 1024 * 1024, buffer_bytes_max: int = 64 * 1024 * 1024,
@@ -129,6 +160,8 @@ class Producer:
         # key and value are already bytes, one lock, one tuple per record).
         if self._closed:
             raise ProducerClosed()
+        if topic.__class__ is not str:
+            _checked_topic(topic)
         timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
         if value.__class__ is not bytes and value is not None:
             value = _as_bytes(value)
@@ -136,7 +169,7 @@ class Producer:
             key = _as_bytes(key)
         size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if headers:
-            headers = [(str(name), _as_bytes(data) or b"") for name, data in headers]
+            headers = _checked_headers(headers)
             size += sum(len(name) + len(data) + 8 for name, data in headers)
         if size > self.batch_bytes_max:
             raise RailmqError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -151,9 +184,8 @@ class Producer:
                     partition = self._choose_sticky(topic)
         else:
             count = self._partition_counts.get(topic) or self._wait_for_topic(topic)
-            if not 0 <= partition < count:
-                raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                  f"{topic} has partitions 0..{count - 1}, not {partition}")
+            if partition.__class__ is not int or not 0 <= partition < count:
+                _checked_partition(partition, count, topic)
         wake = False
         with self._lock:
             if self._buffered_bytes + size > self.buffer_bytes_max:
@@ -184,11 +216,12 @@ class Producer:
         their keys' partitions; keyless ones to `partition` or the sticky partition."""
         if self._closed:
             raise ProducerClosed()
+        _checked_topic(topic)
         values = [v if v.__class__ is bytes or v is None else _as_bytes(v) for v in values]
         timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
         count = self._partition_counts.get(topic) or self._wait_for_topic(topic)
-        if partition is not None and not 0 <= partition < count:
-            raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has partitions 0..{count - 1}, not {partition}")
+        if partition is not None:
+            _checked_partition(partition, count, topic)
         groups: dict[int, list[tuple]] = {}
         if keys is not None:
             if len(keys) != len(values):
@@ -300,7 +333,7 @@ class Producer:
             return self._partition_counts[topic]
 
     def partitions_for(self, topic: str) -> int:
-        return self._partition_counts.get(topic) or self._wait_for_topic(topic)
+        return self._partition_counts.get(_checked_topic(topic)) or self._wait_for_topic(topic)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait until every send so far has an outcome."""
