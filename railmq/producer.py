@@ -149,7 +149,8 @@ class Producer:
                                     idempotent=idempotent)
         self._actor = ProducerClient(bootstrap=bootstrap, settings=settings, name=client_id)
         self._engine = ClientEngine(self._actor, name=client_id, on_notify=self._on_notify, pump=self._pump,
-                                    has_work=lambda: bool(self._sealed) or self._flush_all)
+                                    has_work=lambda: bool(self._sealed) or self._flush_all,
+                                    on_stopped=self._fail_unsent)
         self._engine.start()
 
     # ------------------------------------------------------------------ user thread
@@ -336,7 +337,12 @@ class Producer:
         return self._partition_counts.get(_checked_topic(topic)) or self._wait_for_topic(topic)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered now and wait until every send so far has an outcome."""
+        """Send everything buffered now and wait until every send so far has an outcome.
+        Refused inside a send callback (as Kafka's flush is): the callback runs in the I/O thread,
+        which would then wait for itself for ever."""
+        if self._engine.on_io_thread():
+            raise RailmqError(ErrorCode.INVALID_REQUEST,
+                              "flush inside a send callback would wait for ever for its own I/O thread")
         with self._lock:
             self._flush_all = True
             waiting = list(self._in_flight.values()) + list(self._open.values())
@@ -355,6 +361,10 @@ class Producer:
 
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
+            return
+        if self._engine.on_io_thread():  # inside a send callback: Kafka's close(0), nothing waited for
+            self._closed = True
+            self._engine.stop()
             return
         try:
             self.flush(timeout)
@@ -394,6 +404,19 @@ class Producer:
                                 max_timestamp_ms=batch.max_timestamp_ms, deadline_ns=now_ns + self.delivery_timeout_ns)
             runtime.apply(actor.handle(message, b"", now_ns))
         return next_deadline
+
+    def _fail_unsent(self) -> None:
+        """The I/O thread stopped: fail the batches it was never handed (a close that did not wait
+        for them), as the actor failed those it had, so no future waits for ever."""
+        with self._lock:
+            left = list(self._open.values()) + self._sealed
+            self._open.clear()
+            self._sealed = []
+            for batch in left:
+                self._in_flight[batch.batch_id] = batch
+        for batch in left:
+            error = RailmqError(ErrorCode.REQUEST_TIMED_OUT, "the producer closed before delivery")
+            self._batch_done(batch.batch_id, batch.partition, -1, error)
 
     def _on_notify(self, kind: str, payload: Any) -> None:
         if kind == "batch-done":

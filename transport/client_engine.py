@@ -32,7 +32,8 @@ from transport.runtime import Runtime
 class ClientEngine:
     def __init__(self, actor: Any, *, name: str, on_notify: Callable[[str, Any], None],
                  pump: Callable[[int], int | None] | None = None, has_work: Callable[[], bool] | None = None,
-                 limits: Limits = DEFAULT_LIMITS, ring_links: Any = None) -> None:
+                 limits: Limits = DEFAULT_LIMITS, ring_links: Any = None,
+                 on_stopped: Callable[[], None] | None = None) -> None:
         self.context = zmq.Context()
         self.runtime = Runtime(actor, identity=name, limits=limits, context=self.context, on_notify=on_notify,
                                ring_links=ring_links)
@@ -40,6 +41,7 @@ class ClientEngine:
             ring_links.counters = self.runtime.counters
         self.pump = pump
         self.has_work = has_work
+        self.on_stopped = on_stopped  # in the engine thread, after the actor stopped: fail what is left
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
         self._pipe_lock = threading.Lock()  # the engine thread closes the pipe; other threads write to it
@@ -100,6 +102,8 @@ class ClientEngine:
                 runtime.step_until(deadline, before_sleep=self._before_sleep, after_sleep=self._after_sleep)
             self._drain_commands()
             runtime.run_stop()
+            if self.on_stopped is not None:
+                self.on_stopped()
         except BaseException as error:  # surfaced to the user's thread by the owner
             self.failure = error
         finally:
@@ -123,6 +127,11 @@ class ClientEngine:
         self.wake(force=True)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
+
+    def on_io_thread(self) -> bool:
+        """True in the engine's own thread (in a callback it runs): waiting there for the engine
+        would wait for ever."""
+        return threading.current_thread() is self._thread
 
     @property
     def alive(self) -> bool:

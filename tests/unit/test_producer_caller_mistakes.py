@@ -13,7 +13,7 @@ import pytest
 
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import PartitionMetadata, TopicMetadata
-from railmq.producer import Producer
+from railmq.producer import Producer, SendFuture
 
 NOBODY = "tcp://127.0.0.1:1"
 
@@ -64,3 +64,50 @@ def test_headers_must_be_pairs_of_a_str_name_and_a_value(producer, headers):
     with pytest.raises(TypeError, match="header"):
         producer.send("t", b"x", partition=0, headers=headers)
     still_working(producer)
+
+
+def on_first_done(producer: Producer, action) -> tuple[list, SendFuture]:
+    """Send two batches; when the first completes, run `action` in its callback (the I/O thread).
+    Returns, once the callback has begun, what it saw (its error, or "returned": filled in later)
+    and the second send's future."""
+    seen: list = []
+    began = threading.Event()
+
+    def callback(future) -> None:
+        began.set()
+        try:
+            action()
+            seen.append("returned")
+        except Exception as error:  # noqa: BLE001 - what the callback saw is the test's subject
+            seen.append(error)
+
+    producer.send("t", b"first", partition=0).add_done_callback(callback)
+    second = producer.send("t", b"second", partition=1)
+    assert began.wait(10)
+    return seen, second
+
+
+@pytest.mark.timeout(30)
+def test_flush_inside_a_callback_is_refused_not_a_deadlock_of_the_io_thread(producer):
+    # Before: flush waited, in the I/O thread, for batches only that thread could complete; the
+    # second batch never failed at its deadline and no later send was ever delivered.
+    seen, _ = on_first_done(producer, producer.flush)
+    third = producer.send("t", b"third", partition=0).exception(5)
+    assert isinstance(third, RailmqError) and third.code == ErrorCode.REQUEST_TIMED_OUT, third
+    assert isinstance(seen[0], RailmqError) and seen[0].code == ErrorCode.INVALID_REQUEST
+    assert "callback" in str(seen[0])
+    still_working(producer)
+
+
+@pytest.mark.timeout(30)
+def test_close_inside_a_callback_closes_at_once_and_fails_what_is_left(producer):
+    # Kafka's close from a callback is close(0): nothing is waited for, nothing is left pending.
+    seen, second = on_first_done(producer, producer.close)
+    stopped = threading.Event()
+    threading.Thread(target=lambda: (producer._engine._thread.join(5), stopped.set()), daemon=True).start()
+    assert stopped.wait(10), "the I/O thread never ended"
+    assert seen == ["returned"]
+    assert isinstance(second.exception(5), RailmqError)
+    with pytest.raises(RailmqError, match="closed"):
+        producer.send("t", b"late", partition=0)
+    assert producer._engine.failure is None
