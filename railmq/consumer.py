@@ -31,18 +31,20 @@ from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSet
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import INT64_MAX, ClientCommand
 from railmq.client_shell import ClientShell
-from railmq.records import ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix
+from railmq.records import (ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix, integer,
+                            partition_of, topic_names)
 from transport.client_engine import ClientEngine
 
 Session = tuple[int, int]
 
 
 def _tp(value: Any) -> TopicPartition:
-    return value if isinstance(value, TopicPartition) else TopicPartition(str(value[0]), int(value[1]))
+    return partition_of(value)
 
 
 def _checked(value: int, what: str) -> int:
     """An offset or a timestamp as the protocol carries it: an int64, never negative."""
+    value = integer(value, what)
     if not 0 <= value <= INT64_MAX:
         raise ValueError(f"{what} are 0 to {INT64_MAX} (an int64), got {value}")
     return value
@@ -154,7 +156,8 @@ class Consumer(ClientShell):
         group = self._require_group()
         if (topics is None) == (pattern is None):
             raise ValueError("subscribe to a list of topics or to a pattern, not both or neither")
-        group.subscribe(sorted(topics) if topics is not None else None, pattern, on_assign, on_revoke, on_lost)
+        names = topic_names(topics) if topics is not None else None
+        group.subscribe(names, pattern, on_assign, on_revoke, on_lost)
 
     def commit(self, offsets: dict[Any, int] | None = None, *, metadata: str = "") -> None:
         """Commit (synchronously) the given next-offsets, or the current positions of every
@@ -186,7 +189,7 @@ class Consumer(ClientShell):
     def seek(self, partition: Any, offset: int) -> None:
         tp = _tp(partition)
         self._require_assigned(tp)
-        _checked(offset, "offsets")
+        offset = _checked(offset, "offsets")
         epoch = self._next_seek_epoch(tp)
         with self._ready:
             self._positions[tp] = offset
@@ -253,7 +256,7 @@ class Consumer(ClientShell):
         out: dict[TopicPartition, tuple[int, int] | None] = {}
         for partition, timestamp in timestamps.items():
             tp = _tp(partition)
-            offset, found = self._list_offsets(tp, _checked(int(timestamp), "timestamps"))
+            offset, found = self._list_offsets(tp, _checked(timestamp, "timestamps"))
             out[tp] = None if found < 0 else (offset, found)
         return out
 

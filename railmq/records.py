@@ -13,7 +13,8 @@ starts), so a consumer can report it and let its user skip it on purpose.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import operator
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -25,6 +26,39 @@ from storage.errors import StorageError
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+def topic_names(topics: Any) -> list[str]:
+    """A subscription's topics, sorted: an iterable of str names, never a str itself (whose letters
+    would each be taken for a topic) nor a name of another type (sent on as its repr, or not at all)."""
+    if isinstance(topics, (str, bytes, bytearray)):
+        raise TypeError(f"subscribe to a list of topic names, not one {type(topics).__name__} {topics!r:.80}")
+    names = list(topics)
+    for name in names:
+        if name.__class__ is not str:
+            raise TypeError(f"a topic name is a str, not {type(name).__name__}")
+    return sorted(set(names))
+
+
+def partition_of(value: Any) -> TopicPartition:
+    """A TopicPartition from one, or from a (str topic, int partition) pair; anything else is a
+    TypeError, never coerced (a topic None became "None", a partition 0.5 became 0)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"a partition is a TopicPartition or a (topic, partition) pair, not {value!r:.80}")
+    topic, partition = value
+    if topic.__class__ is not str:
+        raise TypeError(f"a topic name is a str, not {type(topic).__name__}")
+    return TopicPartition(topic, integer(partition, "partition numbers"))
+
+
+def integer(value: Any, what: str) -> int:
+    """`value` as an int if it is one (a bool, a float or a str is not), else a TypeError naming `what`."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{what} are ints, not {type(value).__name__}")
 
 
 class ConsumerRecord(msgspec.Struct, array_like=True, gc=False):

@@ -41,7 +41,7 @@ from actors.errors import ErrorCode, RailmqError
 from actors.messages import INT64_MAX, ClientCommand, ShareGroupSettings
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ClientShell
-from railmq.records import ConsumerRecord
+from railmq.records import ConsumerRecord, topic_names
 from storage.batch import HEADER_SIZE, iter_batches
 from storage.errors import StorageError
 from transport.client_engine import ClientEngine
@@ -160,7 +160,7 @@ class ShareConsumer(ClientShell):
     # ------------------------------------------------------------------ the group
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        topics = sorted(set(topics))
+        topics = topic_names(topics)
         if not topics:
             raise ValueError("subscribe to at least one topic")
         self._command("subscribe", topics=topics)

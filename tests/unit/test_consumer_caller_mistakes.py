@@ -1,0 +1,73 @@
+"""A caller's mistakes on a `Consumer` or `ShareConsumer`: a typed error at the call, never a
+subscription or a position that silently stands for something else.
+
+No cluster: the bootstrap is a port nobody listens on, and every check here is made before
+anything would be asked of one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from railmq.consumer import Consumer
+from railmq.records import TopicPartition
+from railmq.share_consumer import ShareConsumer
+
+NOBODY = "tcp://127.0.0.1:1"
+
+
+@pytest.fixture
+def consumer():
+    consumer = Consumer(NOBODY, request_timeout_ms=500)
+    yield consumer
+    consumer.close()
+
+
+@pytest.fixture
+def member():
+    consumer = Consumer(NOBODY, group_id="g", request_timeout_ms=500)
+    yield consumer
+    consumer.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("topics", ["orders", b"orders", [None], ["orders", 5]])
+def test_subscribing_to_what_is_not_a_list_of_topic_names_is_a_type_error(member, topics):
+    # Before: subscribe("orders") subscribed to the topics "d", "e", "o", "r" and "s", and
+    # subscribe([None]) to a topic None: no error, and no record ever came.
+    with pytest.raises(TypeError, match="topic"):
+        member.subscribe(topics)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("topics", ["orders", [None], ["orders", 5]])
+def test_a_share_consumer_subscribing_to_what_is_not_a_list_of_topic_names_is_a_type_error(topics):
+    consumer = ShareConsumer(NOBODY, "g")
+    try:
+        with pytest.raises(TypeError, match="topic"):
+            consumer.subscribe(topics)
+    finally:
+        consumer.close(timeout_s=1)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("partitions", ["t", "orders", [(None, 0)], [("t", 0.5)], [("t", "1")], [("t", True)],
+                                        [(b"t", 0)]])
+def test_assigning_what_is_not_a_list_of_topic_partitions_is_a_type_error(consumer, partitions):
+    # Before: "t" raised IndexError, "orders" a ValueError from int("r"); (None, 0) was assigned as
+    # the topic "None", ("t", 0.5) as partition 0 and b"t" as the topic "b't'", without a word.
+    with pytest.raises(TypeError, match="topic|partition"):
+        consumer.assign(partitions)
+    assert consumer.assignment() == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("offset", [1.5, True, "5"])
+def test_an_offset_that_is_not_an_int_is_a_type_error(consumer, offset):
+    # Before: seek(tp, 1.5) was taken, and position() answered 1.5.
+    consumer.assign([TopicPartition("t", 0)])
+    with pytest.raises(TypeError, match="offset"):
+        consumer.seek(("t", 0), offset)
+    with pytest.raises(TypeError, match="timestamp"):
+        consumer.offsets_for_times({("t", 0): offset})  # a timestamp: the same rule
+    assert ("t", 0) not in consumer.positions()
