@@ -240,7 +240,9 @@ class ShareConsumer(ClientShell):
 
     def acknowledge(self, record: ShareRecord, kind: str = "accept", delay_ms: int = 0, error: str = "") -> None:
         """Answer one delivered record: accept (done), release (deliver again, after `delay_ms`),
-        or reject (dead-letter it now). Sent with the next poll, or at once by `commit`."""
+        or reject (dead-letter it now). Sent with the next poll, or at once by `commit`; refused
+        once closed (close released the record: an answer kept now would never be sent)."""
+        self._check_usable()
         if kind not in ACKNOWLEDGE_KINDS:
             raise ValueError(f"kind must be one of {', '.join(ACKNOWLEDGE_KINDS)}, not {kind!r}")
         if not 0 <= delay_ms <= INT64_MAX or (delay_ms and kind != "release"):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from actors.errors import ErrorCode, RailmqError
 from railmq.consumer import Consumer
 from railmq.records import TopicPartition
-from railmq.share_consumer import ShareConsumer
+from railmq.share_consumer import ShareConsumer, ShareRecord
 
 NOBODY = "tcp://127.0.0.1:1"
 
@@ -71,3 +72,16 @@ def test_an_offset_that_is_not_an_int_is_a_type_error(consumer, offset):
     with pytest.raises(TypeError, match="timestamp"):
         consumer.offsets_for_times({("t", 0): offset})  # a timestamp: the same rule
     assert ("t", 0) not in consumer.positions()
+
+
+@pytest.mark.timeout(30)
+def test_acknowledging_after_close_is_refused_not_dropped():
+    # Before: close released the record, and this later acknowledgement was taken without a word
+    # and never sent: the caller believed the record done while it went to another member.
+    consumer = ShareConsumer(NOBODY, "g")
+    record = ShareRecord(0, None, b"v", topic="t", partition=0, offset=7, delivery_count=1)
+    consumer._delivered[("t", 0, 7)] = record  # as poll records what it returned
+    consumer.close(timeout_s=0.5)
+    with pytest.raises(RailmqError, match="closed") as refused:
+        consumer.acknowledge(record)
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
