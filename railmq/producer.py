@@ -249,6 +249,8 @@ class Producer:
     def _append_many(self, topic: str, partition: int, pairs: list[tuple], timestamp: int) -> list[tuple]:
         """Append (key, value) pairs to a partition, sealing batches as they fill, with the
         per-record work done by comprehensions. Returns (batch, first index, count) spans."""
+        if not pairs:
+            return []  # an empty send_batch: nothing to send, done at once
         limit = self.batch_bytes_max
         sizes = [RECORD_OVERHEAD_BYTES + (len(v) if v is not None else 0) + (len(k) if k is not None else 0)
                  for k, v in pairs]

@@ -111,3 +111,12 @@ def test_close_inside_a_callback_closes_at_once_and_fails_what_is_left(producer)
     with pytest.raises(RailmqError, match="closed"):
         producer.send("t", b"late", partition=0)
     assert producer._engine.failure is None
+
+
+@pytest.mark.timeout(30)
+def test_an_empty_send_batch_is_done_at_once_with_no_records(producer):
+    # Before: without keys, "ValueError: max() arg is an empty sequence" (with keys=[]: a future).
+    assert producer.send_batch("t", []).result(1) == []
+    assert producer.send_batch("t", [], partition=1).result(1) == []
+    still_working(producer)
+
