@@ -34,6 +34,7 @@ from actors.messages import INT64_MAX, RefreshMetadata, SendBatch, TopicMetadata
 from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
+from railmq.records import integer
 from transport.client_engine import ClientEngine
 
 __all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
@@ -53,8 +54,8 @@ class ProducerClosed(RailmqError):
 
 def _checked_timestamp(timestamp_ms: Any) -> int:
     """A record's timestamp as a batch holds it: an int64 of milliseconds, never negative (Kafka's
-    producer refuses a negative one at send)."""
-    timestamp = int(timestamp_ms)
+    producer refuses a negative one at send). An int, not coerced: 1.9 was sent as 1, "12" as 12."""
+    timestamp = integer(timestamp_ms, "timestamps")
     if not 0 <= timestamp <= INT64_MAX:
         raise RailmqError(ErrorCode.INVALID_TIMESTAMP,
                           f"timestamp_ms must be 0 to {INT64_MAX} (milliseconds since 1970), "

@@ -120,3 +120,12 @@ def test_an_empty_send_batch_is_done_at_once_with_no_records(producer):
     assert producer.send_batch("t", [], partition=1).result(1) == []
     still_working(producer)
 
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("timestamp_ms", [1.9, "12", True])
+def test_a_timestamp_that_is_not_an_int_is_a_type_error(producer, timestamp_ms):
+    # Before: 1.9 was sent as 1 and "12" as 12, without a word.
+    with pytest.raises(TypeError, match="timestamp"):
+        producer.send("t", b"x", partition=0, timestamp_ms=timestamp_ms)
+    with pytest.raises(TypeError, match="timestamp"):
+        producer.send_batch("t", [b"x"], partition=0, timestamp_ms=timestamp_ms)
