@@ -280,14 +280,22 @@ class Consumer(ClientShell):
     # ------------------------------------------------------------------ pause / resume
 
     def pause(self, partitions: Iterable[Any]) -> None:
-        tps = [_tp(p) for p in partitions]
+        """Stop returning records of these assigned partitions until resumed. A partition not
+        assigned is refused, as Kafka's pause does: kept, it stayed paused when assigned later."""
+        tps = self._assigned(partitions)
         self._paused |= set(tps)
         self._command("pause", partitions=[list(tp) for tp in tps])
 
     def resume(self, partitions: Iterable[Any]) -> None:
-        tps = [_tp(p) for p in partitions]
+        tps = self._assigned(partitions)
         self._paused -= set(tps)
         self._command("resume", partitions=[list(tp) for tp in tps])
+
+    def _assigned(self, partitions: Iterable[Any]) -> list[TopicPartition]:
+        tps = [_tp(p) for p in partitions]
+        for tp in tps:
+            self._require_assigned(tp)
+        return tps
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)

@@ -85,3 +85,16 @@ def test_acknowledging_after_close_is_refused_not_dropped():
     with pytest.raises(RailmqError, match="closed") as refused:
         consumer.acknowledge(record)
     assert refused.value.code == ErrorCode.INVALID_REQUEST
+
+
+@pytest.mark.timeout(30)
+def test_pausing_a_partition_not_assigned_is_refused_and_a_later_assignment_delivers(consumer):
+    # Before: the pause was taken, kept, and applied to the partition when it was assigned later:
+    # a consumer that never delivered it, with no error (Kafka's pause refuses it the same way).
+    with pytest.raises(RailmqError, match="not assigned") as refused:
+        consumer.pause([("t", 3)])
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
+    with pytest.raises(RailmqError, match="not assigned"):
+        consumer.resume([("t", 3)])
+    consumer.assign([("t", 3)])
+    assert consumer.paused() == set()
