@@ -306,7 +306,9 @@ class Consumer(ClientShell):
         """Return up to `max_records` records, waiting up to `timeout_ms` for the first (group
         callbacks run meanwhile, in this thread, and do not end the wait)."""
         self._check_usable()
-        limit = max_records or self.max_poll_records
+        limit = self.max_poll_records if max_records is None else integer(max_records, "max_records values")
+        if limit <= 0:  # 0 meant max_poll_records, and a negative count returned [] at once
+            raise ValueError(f"max_records must be positive, got {max_records}")
         deadline = time.monotonic() + timeout_ms / 1000
         out: list[ConsumerRecord] = []
         consumed = 0

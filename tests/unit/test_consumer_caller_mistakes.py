@@ -98,3 +98,12 @@ def test_pausing_a_partition_not_assigned_is_refused_and_a_later_assignment_deli
         consumer.resume([("t", 3)])
     consumer.assign([("t", 3)])
     assert consumer.paused() == set()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("max_records", [0, -1, 1.5])
+def test_poll_for_no_records_or_fewer_is_refused(consumer, max_records):
+    # Before: max_records=0 meant max_poll_records (500 records to a caller that asked for none),
+    # and -1 returned [] at once, whatever the timeout: a caller's loop spun.
+    with pytest.raises((ValueError, TypeError), match="max_records"):
+        consumer.poll(0, max_records=max_records)
