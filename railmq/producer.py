@@ -162,6 +162,8 @@ class Producer:
         # key and value are already bytes, one lock, one tuple per record).
         if self._closed:
             raise ProducerClosed()
+        if self._engine.failure is not None:  # nothing would ever complete this send's future
+            self._check_engine()
         if topic.__class__ is not str:
             _checked_topic(topic)
         timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
@@ -218,6 +220,7 @@ class Producer:
         their keys' partitions; keyless ones to `partition` or the sticky partition."""
         if self._closed:
             raise ProducerClosed()
+        self._check_engine()
         _checked_topic(topic)
         values = [v if v.__class__ is bytes or v is None else _as_bytes(v) for v in values]
         timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
@@ -443,7 +446,9 @@ class Producer:
         for callback, future in callbacks:
             try:
                 callback(future)
-            except Exception:  # a user's callback must not kill the I/O thread
+            # A user's callback must not end the I/O thread, not even by sys.exit() (a BaseException):
+            # every later send would then wait for ever.
+            except BaseException:  # noqa: BLE001
                 pass
 
     def _metadata(self, topics: list[TopicMetadata]) -> None:

@@ -7,6 +7,7 @@ for a leader that never comes and fail at their delivery deadline, which is when
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -129,3 +130,24 @@ def test_a_timestamp_that_is_not_an_int_is_a_type_error(producer, timestamp_ms):
         producer.send("t", b"x", partition=0, timestamp_ms=timestamp_ms)
     with pytest.raises(TypeError, match="timestamp"):
         producer.send_batch("t", [b"x"], partition=0, timestamp_ms=timestamp_ms)
+
+
+@pytest.mark.timeout(30)
+def test_a_callback_that_calls_sys_exit_does_not_end_the_io_thread(producer):
+    # Before: SystemExit is not an Exception, so it ended the I/O thread; later sends were still
+    # taken and their futures never completed (result() without a timeout waited for ever).
+    seen, second = on_first_done(producer, lambda: sys.exit(3))
+    assert isinstance(second.exception(5), RailmqError)
+    still_working(producer)
+
+
+@pytest.mark.timeout(30)
+def test_a_send_on_a_producer_whose_io_thread_failed_is_refused_at_once(producer):
+    producer._engine.failure = MemoryError("as if the I/O thread had died of it")
+    try:
+        with pytest.raises(RuntimeError, match="I/O thread failed"):
+            producer.send("t", b"x", partition=0)
+        with pytest.raises(RuntimeError, match="I/O thread failed"):
+            producer.send_batch("t", [b"x"], partition=0)
+    finally:
+        producer._engine.failure = None  # for the fixture's close
