@@ -35,50 +35,16 @@ import msgspec
 from actors.actor import MS
 from actors.client_secrets import MemberSecrets, refusal_text
 from actors.effects import Effect, Send, Trace
+from actors.classic_group_member import Member
 from actors.errors import ErrorCode
 from actors.messages import (
-    ConsumerAssignment, GroupMember, GroupProtocol, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    ConsumerAssignment, GroupMember, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MemberDescription, SyncGroupRequest,
     SyncGroupResponse,
 )
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 _assignment_decoder = msgspec.msgpack.Decoder(ConsumerAssignment)
-
-
-class Member:
-    __slots__ = ("member_id", "instance_id", "client_id", "session_timeout_ms", "rebalance_timeout_ms",
-                 "protocols", "last_heartbeat_ns", "join_waiter", "sync_waiter", "assignment", "address")
-
-    def __init__(self, member_id: str, instance_id: str | None, client_id: str, session_timeout_ms: int,
-                 rebalance_timeout_ms: int, protocols: list[GroupProtocol], now_ns: int, assignment: bytes = b"") -> None:
-        self.member_id = member_id
-        self.instance_id = instance_id
-        self.client_id = client_id
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.protocols = protocols
-        self.last_heartbeat_ns = now_ns
-        self.join_waiter: tuple[Any, int] | None = None
-        self.sync_waiter: tuple[Any, int] | None = None
-        self.assignment = assignment
-        self.address: Any = None  # where the member's last request came from
-
-    @classmethod
-    def joining(cls, member_id: str, request: JoinGroupRequest, now_ns: int) -> "Member":
-        return cls(member_id, request.group_instance_id, request.client_id, request.session_timeout_ms,
-                   request.rebalance_timeout_ms, list(request.protocols), now_ns)
-
-    def record(self) -> list[Any]:
-        return [self.member_id, self.instance_id, self.client_id, self.session_timeout_ms, self.rebalance_timeout_ms,
-                [[protocol.name, protocol.metadata] for protocol in self.protocols], self.assignment]
-
-    @classmethod
-    def from_record(cls, record: list[Any], now_ns: int) -> "Member":
-        member_id, instance_id, client_id, session_ms, rebalance_ms, protocols, assignment = record
-        return cls(member_id, instance_id, client_id, int(session_ms), int(rebalance_ms),
-                   [GroupProtocol(name=name, metadata=bytes(metadata)) for name, metadata in protocols], now_ns,
-                   bytes(assignment))
 
 
 class ClassicGroup:

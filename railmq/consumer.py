@@ -29,29 +29,13 @@ from typing import Any, Iterable
 
 from actors.consumer_client import EARLIEST, LATEST, ConsumerClient, ConsumerSettings
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import INT64_MAX, ClientCommand
+from actors.messages import ClientCommand
 from railmq.client_shell import ClientShell
-from railmq.records import (ConsumerRecord, CorruptBatchError, TopicPartition, decode_fetched_prefix, integer,
-                            partition_of, topic_names)
+from railmq.records import (ConsumerRecord, CorruptBatchError, TopicPartition, checked_int64, checked_offsets,
+                            decode_fetched_prefix, integer, partition_of, topic_names)
 from transport.client_engine import ClientEngine
 
 Session = tuple[int, int]
-
-
-def _tp(value: Any) -> TopicPartition:
-    return partition_of(value)
-
-
-def _checked(value: int, what: str) -> int:
-    """An offset or a timestamp as the protocol carries it: an int64, never negative."""
-    value = integer(value, what)
-    if not 0 <= value <= INT64_MAX:
-        raise ValueError(f"{what} are 0 to {INT64_MAX} (an int64), got {value}")
-    return value
-
-
-def _checked_offsets(offsets: dict[Any, int] | None) -> dict[TopicPartition, int] | None:
-    return None if offsets is None else {_tp(key): _checked(offset, "offsets") for key, offset in offsets.items()}
 
 
 class Consumer(ClientShell):
@@ -117,7 +101,7 @@ class Consumer(ClientShell):
     def assign(self, partitions: Iterable[Any]) -> None:
         if self._group is not None:
             raise RailmqError(ErrorCode.INVALID_REQUEST, "a group member gets its partitions from the group")
-        self._set_assignment([_tp(tp) for tp in partitions])
+        self._set_assignment([partition_of(tp) for tp in partitions])
 
     def _set_assignment(self, partitions: list[TopicPartition]) -> None:
         with self._ready:
@@ -163,15 +147,15 @@ class Consumer(ClientShell):
         """Commit (synchronously) the given next-offsets, or the current positions of every
         assigned partition. Raises ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID if this member was
         fenced: its partitions belong to someone else now."""
-        checked = _checked_offsets(offsets)
+        checked = checked_offsets(offsets)
         self._require_group().commit(checked, metadata=metadata)
 
     def commit_async(self, offsets: dict[Any, int] | None = None, *, metadata: str = "") -> None:
-        checked = _checked_offsets(offsets)
+        checked = checked_offsets(offsets)
         self._require_group().commit(checked, metadata=metadata, asynchronous=True)
 
     def committed(self, partitions: Iterable[Any]) -> dict[TopicPartition, int | None]:
-        return self._require_group().committed([_tp(p) for p in partitions])
+        return self._require_group().committed([partition_of(p) for p in partitions])
 
     def member_id(self) -> str:
         return self._require_group().member_id
@@ -187,9 +171,9 @@ class Consumer(ClientShell):
     # ------------------------------------------------------------------ positions
 
     def seek(self, partition: Any, offset: int) -> None:
-        tp = _tp(partition)
+        tp = partition_of(partition)
         self._require_assigned(tp)
-        offset = _checked(offset, "offsets")
+        offset = checked_int64(offset, "offsets")
         epoch = self._next_seek_epoch(tp)
         with self._ready:
             self._positions[tp] = offset
@@ -199,7 +183,7 @@ class Consumer(ClientShell):
         """Move past the unreadable batch `poll` raised for (`corrupt.topic`, `corrupt.partition`),
         or for the partition given; returns the new position. The records of that batch are not
         read: skipping is the user's decision, which is why it is never made for them."""
-        tp = corrupt.topic_partition if isinstance(corrupt, CorruptBatchError) else _tp(corrupt)
+        tp = corrupt.topic_partition if isinstance(corrupt, CorruptBatchError) else partition_of(corrupt)
         with self._ready:
             error = self._corrupt.get(tp)
         if error is None:
@@ -218,7 +202,7 @@ class Consumer(ClientShell):
         self._seek_reset(partitions, LATEST)
 
     def _seek_reset(self, partitions: Iterable[Any] | None, timestamp: int) -> None:
-        for tp in [_tp(p) for p in partitions] if partitions is not None else list(self._assignment):
+        for tp in [partition_of(p) for p in partitions] if partitions is not None else list(self._assignment):
             self._require_assigned(tp)
             epoch = self._next_seek_epoch(tp)
             with self._ready:
@@ -235,7 +219,7 @@ class Consumer(ClientShell):
 
     def position(self, partition: Any, timeout: float | None = None) -> int:
         """The offset of the next record `poll` returns for this partition (waits for a reset)."""
-        tp = _tp(partition)
+        tp = partition_of(partition)
         self._require_assigned(tp)
         with self._ready:
             self._wait_until(lambda: tp in self._positions, timeout, f"the position of {tp} is not known yet")
@@ -255,17 +239,17 @@ class Consumer(ClientShell):
         """For each partition, the earliest (offset, timestamp_ms) at or after the time, or None."""
         out: dict[TopicPartition, tuple[int, int] | None] = {}
         for partition, timestamp in timestamps.items():
-            tp = _tp(partition)
-            offset, found = self._list_offsets(tp, _checked(timestamp, "timestamps"))
+            tp = partition_of(partition)
+            offset, found = self._list_offsets(tp, checked_int64(timestamp, "timestamps"))
             out[tp] = None if found < 0 else (offset, found)
         return out
 
     def beginning_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
-        return {_tp(p): self._list_offsets(_tp(p), EARLIEST)[0] for p in partitions}
+        return {partition_of(p): self._list_offsets(partition_of(p), EARLIEST)[0] for p in partitions}
 
     def end_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
         """The high watermark of each partition: the offset the next visible record will get."""
-        return {_tp(p): self._list_offsets(_tp(p), LATEST)[0] for p in partitions}
+        return {partition_of(p): self._list_offsets(partition_of(p), LATEST)[0] for p in partitions}
 
     def _list_offsets(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         deadline = time.monotonic() + self.request_timeout_s
@@ -292,7 +276,7 @@ class Consumer(ClientShell):
         self._command("resume", partitions=[list(tp) for tp in tps])
 
     def _assigned(self, partitions: Iterable[Any]) -> list[TopicPartition]:
-        tps = [_tp(p) for p in partitions]
+        tps = [partition_of(p) for p in partitions]
         for tp in tps:
             self._require_assigned(tp)
         return tps

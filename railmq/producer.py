@@ -30,11 +30,11 @@ from time import time_ns
 from typing import Any
 
 from actors.errors import ErrorCode, RailmqError
-from actors.messages import INT64_MAX, RefreshMetadata, SendBatch, TopicMetadata
+from actors.messages import RefreshMetadata, SendBatch, TopicMetadata
 from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
-from railmq.records import integer
+from railmq.producer_arguments import as_bytes, checked_headers, checked_partition, checked_timestamp, checked_topic
 from transport.client_engine import ClientEngine
 
 __all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
@@ -50,58 +50,6 @@ class BufferFull(RailmqError):
 class ProducerClosed(RailmqError):
     def __init__(self) -> None:
         super().__init__(ErrorCode.INVALID_REQUEST, "the producer is closed")
-
-
-def _checked_timestamp(timestamp_ms: Any) -> int:
-    """A record's timestamp as a batch holds it: an int64 of milliseconds, never negative (Kafka's
-    producer refuses a negative one at send). An int, not coerced: 1.9 was sent as 1, "12" as 12."""
-    timestamp = integer(timestamp_ms, "timestamps")
-    if not 0 <= timestamp <= INT64_MAX:
-        raise RailmqError(ErrorCode.INVALID_TIMESTAMP,
-                          f"timestamp_ms must be 0 to {INT64_MAX} (milliseconds since 1970), "
-                          f"got {timestamp_ms}")
-    return timestamp
-
-
-def _as_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"keys and values must be bytes, str or None, not {type(value).__name__}")
-
-
-def _checked_topic(topic: Any) -> str:
-    """A topic name must be a str: any other value would reach the I/O thread's metadata request
-    and end the thread there (its `len(None)` did), failing every later send."""
-    if topic.__class__ is not str:
-        raise TypeError(f"a topic name is a str, not {type(topic).__name__}")
-    return topic
-
-
-def _checked_partition(partition: Any, count: int, topic: str) -> int:
-    """An explicit partition is an int (not a bool, a float or a str) in 0..count-1."""
-    if partition.__class__ is not int:
-        raise TypeError(f"a partition is an int, not {type(partition).__name__}")
-    if not 0 <= partition < count:
-        raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                          f"{topic} has partitions 0..{count - 1}, not {partition}")
-    return partition
-
-
-def _checked_headers(headers: Any) -> list[tuple[str, bytes]]:
-    """Headers are a list of (str name, value) pairs, as Kafka's are; a bytes name is refused, not
-    sent as its repr ("b'name'")."""
-    if isinstance(headers, (str, bytes, bytearray, memoryview)):
-        raise TypeError("headers are a list of (name, value) pairs, not a string")
-    out = []
-    for header in headers:
-        if not isinstance(header, (tuple, list)) or len(header) != 2 or header[0].__class__ is not str:
-            raise TypeError(f"a header is a (str name, bytes value) pair, not {header!r:.80}")
-        out.append((header[0], _as_bytes(header[1]) or b""))
-    return out
 
 
 class Producer:
@@ -165,15 +113,15 @@ class Producer:
         if self._engine.failure is not None:  # nothing would ever complete this send's future
             self._check_engine()
         if topic.__class__ is not str:
-            _checked_topic(topic)
-        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
+            checked_topic(topic)
+        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else checked_timestamp(timestamp_ms)
         if value.__class__ is not bytes and value is not None:
-            value = _as_bytes(value)
+            value = as_bytes(value)
         if key.__class__ is not bytes and key is not None:
-            key = _as_bytes(key)
+            key = as_bytes(key)
         size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if headers:
-            headers = _checked_headers(headers)
+            headers = checked_headers(headers)
             size += sum(len(name) + len(data) + 8 for name, data in headers)
         if size > self.batch_bytes_max:
             raise RailmqError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -189,7 +137,7 @@ class Producer:
         else:
             count = self._partition_counts.get(topic) or self._wait_for_topic(topic)
             if partition.__class__ is not int or not 0 <= partition < count:
-                _checked_partition(partition, count, topic)
+                checked_partition(partition, count, topic)
         wake = False
         with self._lock:
             if self._buffered_bytes + size > self.buffer_bytes_max:
@@ -221,19 +169,19 @@ class Producer:
         if self._closed:
             raise ProducerClosed()
         self._check_engine()
-        _checked_topic(topic)
-        values = [v if v.__class__ is bytes or v is None else _as_bytes(v) for v in values]
-        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp(timestamp_ms)
+        checked_topic(topic)
+        values = [v if v.__class__ is bytes or v is None else as_bytes(v) for v in values]
+        timestamp = time_ns() // 1_000_000 if timestamp_ms is None else checked_timestamp(timestamp_ms)
         count = self._partition_counts.get(topic) or self._wait_for_topic(topic)
         if partition is not None:
-            _checked_partition(partition, count, topic)
+            checked_partition(partition, count, topic)
         groups: dict[int, list[tuple]] = {}
         if keys is not None:
             if len(keys) != len(values):
                 raise ValueError("keys and values must have the same length")
             choose = self._keys.partition
             for key, value in zip(keys, values):
-                key = key if key.__class__ is bytes or key is None else _as_bytes(key)
+                key = key if key.__class__ is bytes or key is None else as_bytes(key)
                 target = partition if partition is not None else (
                     choose(key, count) if key is not None else self._sticky_choice.get(topic, None))
                 if target is None:
@@ -340,7 +288,7 @@ class Producer:
             return self._partition_counts[topic]
 
     def partitions_for(self, topic: str) -> int:
-        return self._partition_counts.get(_checked_topic(topic)) or self._wait_for_topic(topic)
+        return self._partition_counts.get(checked_topic(topic)) or self._wait_for_topic(topic)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait until every send so far has an outcome.

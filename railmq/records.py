@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.errors import ErrorCode, RailmqError
+from actors.messages import INT64_MAX
 from storage.batch import HEADER_SIZE, RecordTuple, compute_crc, parse_header
 from storage.errors import StorageError
 
@@ -154,3 +155,17 @@ def decode_fetched(topic: str, partition: int, batches: bytes | memoryview, posi
     if corrupt is not None:
         raise corrupt
     return records
+
+
+def checked_int64(value: Any, what: str) -> int:
+    """An offset or a timestamp as the protocol carries it: an int64, never negative."""
+    value = integer(value, what)
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"{what} are 0 to {INT64_MAX} (an int64), got {value}")
+    return value
+
+
+def checked_offsets(offsets: dict[Any, int] | None) -> dict[TopicPartition, int] | None:
+    """A commit's offsets by partition, each checked (None: the consumer's positions)."""
+    return None if offsets is None else {
+        partition_of(key): checked_int64(offset, "offsets") for key, offset in offsets.items()}
