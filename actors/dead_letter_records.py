@@ -33,6 +33,18 @@ class DeadLetterItem(msgspec.Struct, array_like=True, frozen=True):
 
 
 HEADER_PREFIX = "railmq.dlq."
+# A dead letter is its source record plus the ten railmq.dlq.* headers: their names (~250
+# bytes), seven numbers, the reason, a topic name (<= 234), the last error (<= 1000 characters,
+# <= 4000 bytes) and the group id. A dead-letter topic takes batches this much larger than its
+# source's, or a record near the source's batch_bytes_max could never be dead-lettered
+# (MESSAGE_TOO_LARGE, and its consumer never got past it). The group id is the only part without
+# a bound of its own: this leaves it some 60 KiB.
+DEAD_LETTER_HEADERS_BYTES_MAX = 64 * 1024
+# What one record costs in a batch beyond its key, value and headers' bytes (its length, delta,
+# the msgpack framing of the tuple and of each field), and each header beyond its name and value:
+# generous upper bounds, so a write cut by `dead_letter_bytes` always fits.
+RECORD_FRAMING_BYTES = 32
+HEADER_FRAMING_BYTES = 12
 
 
 def dead_letter_headers(item: DeadLetterItem, source_timestamp_ms: int) -> list[tuple[str, bytes]]:
@@ -58,6 +70,16 @@ def source_records(batches: bytes | memoryview, wanted: set[int]) -> dict[int, S
             if header.base_offset + index in wanted:
                 found[header.base_offset + index] = (header.first_timestamp_ms + delta, key, value, headers)
     return found
+
+
+def dead_letter_bytes(item: DeadLetterItem, record: SourceRecord | None) -> int:
+    """At most what `item`'s dead letter adds to a batch (`record`: its source record; None or
+    no key and value: gone)."""
+    timestamp_ms, key, value, headers = record or (-1, None, None, None)
+    every_header = dead_letter_headers(item, timestamp_ms) + list(headers or [])
+    header_bytes = sum(HEADER_FRAMING_BYTES + len(name.encode("utf-8")) + len(data)
+                       for name, data in every_header)
+    return RECORD_FRAMING_BYTES + len(key or b"") + len(value or b"") + header_bytes
 
 
 def dead_letter_batch(items: list[DeadLetterItem], found: dict[int, SourceRecord], *, producer_id: int,

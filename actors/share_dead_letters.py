@@ -28,17 +28,19 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.actor import MS
-from actors.dead_letter_records import DeadLetterItem, dead_letter_batch, source_records
+from actors.dead_letter_records import (
+    DEAD_LETTER_HEADERS_BYTES_MAX, DeadLetterItem, dead_letter_batch, dead_letter_bytes, source_records,
+)
 from actors.deadlines import lowered
 from actors.effects import Effect, Trace
 from actors.errors import RETRIABLE, ErrorCode
 from actors.messages import (
     INT64_MAX, CreateTopicRequest, ErrorResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse,
+    MetadataResponse, ProduceRequest, ProduceResponse, TopicConfig,
 )
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_partition import SharePartition
-from storage.batch import SEQUENCE_MAX
+from storage.batch import HEADER_SIZE, SEQUENCE_MAX
 from storage.errors import CorruptBatch
 
 if TYPE_CHECKING:  # the writer's owner, which imports this module
@@ -189,8 +191,14 @@ class DeadLetterWriter:
         self.creating.add(topic)
         self.refused.pop(topic, None)  # asked again now; a refusal sets it again
         replicas = len(source.partitions[0].replicas) if source.partitions else 1
+        replication = max(1, min(3, replicas))
+        # Batches larger than the source's by the dead-letter headers' bound, or a record near the
+        # source's limit never fits (railmq/retry.py makes a classic group's the same way).
+        batch_bytes_max = source.config.batch_bytes_max + DEAD_LETTER_HEADERS_BYTES_MAX
+        config = TopicConfig(min_insync_replicas=min(source.config.min_insync_replicas, replication),
+                             batch_bytes_max=min(batch_bytes_max, self.groups.limits.fetch_bytes_max))
         request = CreateTopicRequest(correlation_id=0, name=topic, partitions=len(source.partitions),
-                                     replication_factor=max(1, min(3, replicas)))
+                                     replication_factor=replication, config=config)
         return [Trace("share-dead-letter-topic-created", {"topic": topic, "source": source_topic}),
                 self.leaders.send_request("create-topic", topic, self.leaders.coordinator, request, now_ns)]
 
@@ -300,6 +308,10 @@ class DeadLetterWriter:
     def _on_refused(self, target: DeadLetterTarget, kind: str, response: Any, now_ns: int) -> list[Effect]:
         code = response.error
         self._retry_later(target, now_ns)
+        if kind == "dlq-produce" and code == ErrorCode.MESSAGE_TOO_LARGE:
+            # One letter larger than its dead-letter topic takes (a topic made by hand with a lower
+            # limit): nothing changes until the topic does, so it is not re-sent five times a second.
+            target.retry_at_ns = now_ns + DEAD_LETTER_TOPIC_RETRY_MS * MS
         if kind == "dlq-fetch" and code == ErrorCode.OFFSET_OUT_OF_RANGE and isinstance(response, FetchResponse):
             return self._source_gone(target, response.log_start_offset, now_ns)
         if kind == "dlq-produce" and code in NEW_PRODUCER_CODES:
@@ -338,13 +350,28 @@ class DeadLetterWriter:
             return self._source_gone(target, response.log_start_offset, now_ns)
         if target.pending:
             return self._build_if_complete(target)
-        included = [item for item in target.fetching if item.offset in target.found]
+        included = self._fitting(target, [item for item in target.fetching if item.offset in target.found])
         if not included:
             self._retry_later(target, now_ns)
             return []
+        target.found = {item.offset: target.found[item.offset] for item in included}
         target.queue = [item for item in target.queue if item not in included]
         target.pending = included
         return self._build_if_complete(target)
+
+    def _fitting(self, target: DeadLetterTarget, items: list[DeadLetterItem]) -> list[DeadLetterItem]:
+        """The first of `items` whose dead letters fit one batch of the dead-letter topic (at least
+        one: a letter too large alone is refused MESSAGE_TOO_LARGE and waits, see `_on_refused`).
+        Up to 100 letters of a source batch near its limit, each with its headers, can be larger
+        than any batch the dead-letter topic takes: written as one, the write was refused for good."""
+        metadata = self.leaders.topics.get(target.topic)
+        config = metadata.config if metadata is not None else TopicConfig()
+        room = config.batch_bytes_max - HEADER_SIZE
+        for count, item in enumerate(items):
+            room -= dead_letter_bytes(item, target.found.get(item.offset))
+            if room < 0:
+                return items[:max(1, count)]
+        return items
 
     def _build_if_complete(self, target: DeadLetterTarget) -> list[Effect]:
         if any(item.offset not in target.found for item in target.pending):

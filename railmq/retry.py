@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from actors.dead_letter_records import DEAD_LETTER_HEADERS_BYTES_MAX
 from actors.errors import ErrorCode, RailmqError
 from actors.limits import Limits
 from actors.messages import RefreshMetadata, TopicConfig, TopicMetadata
@@ -50,13 +51,6 @@ DLQ_REPLICATION_FACTOR_MAX = 3
 DEAD_LETTER_ACK_TIMEOUT_MS = 30_000
 # While a producer learns of a DLQ's new partitions, it is asked again this often.
 METADATA_RECHECK_S = 0.05
-# A dead letter is its source record plus the ten railmq.dlq.* headers: their names (~250
-# bytes), seven numbers, the reason, a topic name (<= 234), the last error (<= 1000 characters,
-# <= 4000 bytes) and the group id. A DLQ topic takes batches this much larger than its source's,
-# or a record near the source's batch_bytes_max could never be dead-lettered (MESSAGE_TOO_LARGE,
-# and its consumer never committed past it). The group id is the only part without a bound of
-# its own: this leaves it some 60 KiB.
-DEAD_LETTER_HEADERS_BYTES_MAX = 64 * 1024
 # The writer's own producer takes records up to the largest batch any topic may take (a topic's
 # batch_bytes_max is at most fetch_bytes_max): the DLQ topic, not the producer, sets the limit.
 DEAD_LETTER_PRODUCER_BATCH_BYTES_MAX = Limits().fetch_bytes_max

@@ -824,6 +824,77 @@ def test_a_topic_too_long_for_its_default_dead_letter_topic_needs_a_group_that_n
     assert world.describe("named").partitions[0].start_offset == 1, "archived, not stuck"
 
 
+def produce_values(world: World, topic: str, values: list[bytes]) -> None:
+    """One batch of records with these values (key b"k", one header), acknowledged."""
+    records = [(index, b"k", value, [("origin", b"test")]) for index, value in enumerate(values)]
+    request = ProduceRequest(correlation_id=world.next_id(), topic=topic, partition=0, acks=-1,
+                             batch=bytes(encode_batch(records, 1_000)))
+    world.harness.deliver(world.leader(topic).endpoint, request, PRODUCER)
+    world.settle(100)
+    assert world.harness.take(PRODUCER, ProduceResponse)[-1].error == ErrorCode.NONE
+
+
+def test_a_record_near_its_topics_batch_limit_is_dead_lettered_whole(world):
+    """The writer made `<topic>.dlq` with the default settings, so a dead letter (the source
+    record plus its railmq.dlq.* headers) of a record near its topic's batch_bytes_max never fit:
+    the write was refused MESSAGE_TOO_LARGE for good, 8 MiB sent five times a second, and the
+    record stayed dead-lettering, holding its share-partition's start back. The dead-letter
+    topic now takes batches larger than its source's by the headers' bound."""
+    limit = TopicConfig().batch_bytes_max
+    overhead = len(encode_batch([(0, b"k", b"x" * 100_000, [("origin", b"test")])], 1_000)) - 100_000
+    produce_values(world, "orders", [b"x" * (limit - overhead)])
+    member = world.join("a", ["orders"]).member_id
+    assert acquired_offsets(world.acquire_now("a", member, "orders")) == [(0, 1)]
+    world.answer("a", member, "orders", 0, 0, "reject", error="too big to handle")
+    world.settle(1_500)
+
+    ((_, _, value, headers),) = dead_letters(world)
+    assert len(value) == limit - overhead and dict(headers)["railmq.dlq.last_error"] == b"too big to handle"
+    assert world.describe().partitions[0].start_offset == 1, "archived, not stuck"
+
+
+def test_dead_letters_whose_headers_outgrow_the_topics_headroom_go_in_several_writes(world):
+    """A hundred records rejected at once with the longest error text, from a topic with a long
+    name: their dead letters carry ~90 KB of headers more than the source batch, past what the
+    dead-letter topic takes beyond its source's limit. The writer packed them into one write,
+    refused for good; it now cuts its writes to what the dead-letter topic takes."""
+    topic = "t" * 200
+    world.create_topic(topic)
+    limit, count = TopicConfig().batch_bytes_max, 100
+    size = (limit - 4 * 1024) // count
+    produce_values(world, topic, [bytes([index]) * size for index in range(count)])
+    member = world.join("a", [topic]).member_id
+    assert len(acquired_offsets(world.acquire_now("a", member, topic, max_records=count))) == count
+    world.answer("a", member, topic, 0, count - 1, "reject", error="e" * LIMITS.share_error_text_bytes_max)
+    world.settle(3_000)
+
+    letters = dead_letters(world, f"{topic}.dlq")
+    assert [value for _, _, value, _ in letters] == [bytes([index]) * size for index in range(count)]
+    assert world.describe().partitions[0].start_offset == count
+
+
+def test_a_dead_letter_too_large_for_a_topic_made_by_hand_waits_instead_of_being_resent_at_once(world):
+    """Someone made `orders.dlq` with a lower batch limit than `orders`: a letter larger than it
+    takes can only wait for the topic to change. It was sent again every 200 ms (the retry after a
+    passing refusal), megabytes each time; it now waits as long as a refused topic does."""
+    world.harness.deliver(COORDINATOR, CreateTopicRequest(
+        correlation_id=world.next_id(), name="orders.dlq", partitions=1, replication_factor=1,
+        config=TopicConfig(batch_bytes_max=1024 * 1024)), PRODUCER)
+    assert world.harness.take(PRODUCER, CreateTopicResponse)[-1].error == ErrorCode.NONE
+    world.settle(500)
+    produce_values(world, "orders", [b"x" * (2 * 1024 * 1024)])
+    member = world.join("a", ["orders"]).member_id
+    world.acquire_now("a", member, "orders")
+    world.answer("a", member, "orders", 0, 0, "reject")
+    world.settle(DEAD_LETTER_TOPIC_RETRY_MS - 500)
+
+    refusals = world.harness.trace_events("share-dead-letter-retry")
+    assert [event["error"] for event in refusals] == [ErrorCode.MESSAGE_TOO_LARGE], "once, not every 200 ms"
+    assert world.describe().partitions[0].records[0].state == "dead-lettering", "it waits; nothing is lost"
+    world.settle(1_000)
+    assert len(world.harness.trace_events("share-dead-letter-retry")) == 2, "and is tried again"
+
+
 # ---------------------------------------------------------------------------- the member's side
 
 
