@@ -35,6 +35,11 @@ def topic_config(settings: dict[str, Any]) -> TopicConfig:
     return config
 
 
+class AdminClosed(RailmqError):
+    def __init__(self) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, "the admin client is closed")
+
+
 class Admin:
     def __init__(self, bootstrap: str, *, timeout_ms: int = 10_000, secret: bytes | None = None) -> None:
         """`secret`: the cluster secret (`LocalCluster.secret`), needed only for the fault switch."""
@@ -42,9 +47,12 @@ class Admin:
         self.controllers = ControllerEndpoints(bootstrap)
         self.timeout_ms = timeout_ms
         self.rpc = RpcClient(identity="admin", secret=secret)
+        self._closed = False
 
     def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None) -> Any:
         """One request; to the active controller when `endpoint` is the bootstrap."""
+        if self._closed:  # its sockets are gone; opening new ones would outlive the caller's close
+            raise AdminClosed()
         try:
             if endpoint == self.bootstrap:
                 return self.rpc.request_controller(self.controllers, message, timeout_ms or self.timeout_ms)
@@ -167,6 +175,7 @@ class Admin:
             correlation_id=0, links=links or [], disk_full=disk_full, fail_next_fsync=fail_next_fsync)))
 
     def close(self) -> None:
+        self._closed = True
         self.rpc.close()
 
     def __enter__(self) -> "Admin":
