@@ -19,6 +19,11 @@ from chaos.console.collector import REFRESH_MS_DEFAULT, Collector
 
 SERVER_START_TIMEOUT_S = 15.0
 SERVER_STOP_TIMEOUT_S = 10.0
+# A connection's request headers must be complete this long after it opened (or after its last
+# response), and at most this many connections are open (chaos/console/http_guard.py): past
+# either, it is closed. A page holds one for its live feed and a few for its requests.
+HEADERS_TIMEOUT_S = 10.0
+CONNECTIONS_MAX = 256
 
 
 class ConsoleStartFailed(RuntimeError):
@@ -78,8 +83,13 @@ class Console:
                 labs=self.labs,
                 metrics=_metrics_or_none(self.collector),
             )
+            from chaos.console.http_guard import GuardedH11Protocol
+
+            protocol = type("ConsoleHttpProtocol", (GuardedH11Protocol,),
+                            {"headers_timeout_s": HEADERS_TIMEOUT_S, "connections_max": CONNECTIONS_MAX})
             config = uvicorn.Config(
                 self.app.app,
+                http=protocol,
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
