@@ -11,8 +11,10 @@ from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode
 from actors.limits import FILE_NAME_BYTES_MAX
 from actors.messages import (
-    InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse, TopicMetadata,
+    INT64_MAX, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
+    TopicMetadata,
 )
+from actors.producer_sequences import PRODUCER_EPOCH_MAX
 
 
 # A name no batch needs stays wanted this long after it was last asked for: the shell's wait for a
@@ -142,7 +144,7 @@ class ProducerMetadata:
             # A producer is numbered once: a late or duplicated answer would restart its
             # sequences under another id while batches numbered under the first are in flight.
             return []
-        if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
+        if not _usable_producer_id(response):
             # Asked again by the chase, not at once: a controller that keeps refusing (busy, not
             # ready) is asked once a chase interval, not once a round trip.
             return [Trace("producer-id-refused", {"error": response.error,
@@ -156,7 +158,7 @@ class ProducerMetadata:
 
     def _on_new_producer_id(self, response: InitProducerIdResponse, now_ns: int) -> list[Effect]:
         """An id for the partitions whose producer epochs are spent: they go on under it."""
-        if response.error != ErrorCode.NONE or response.producer_id < 0 or response.producer_epoch < 0:
+        if not _usable_producer_id(response):
             return [Trace("producer-id-refused", {"error": response.error,
                                                   "producer_id": response.producer_id})]
         self.new_producer_id_correlation = 0
@@ -213,3 +215,11 @@ class ProducerMetadata:
             effects.append(Send(self.bootstrap,
                                 InitProducerIdRequest(correlation_id=self.producer_id_correlation)))
         return effects
+
+
+def _usable_producer_id(response: InitProducerIdResponse) -> bool:
+    """A success giving numbers a batch header holds: the id an int64, the epoch an int16. Others
+    are refused as no answer (asked again by the chase): taken, an epoch of 32,768 failed every
+    batch as one that cannot be encoded, and renumbering a batch under it ended the I/O thread."""
+    return response.error == ErrorCode.NONE and 0 <= response.producer_id <= INT64_MAX \
+        and 0 <= response.producer_epoch <= PRODUCER_EPOCH_MAX

@@ -36,6 +36,7 @@ from actors.messages import (
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TopicMetadata,
 )
 from actors.producer_client import CHASE_INTERVAL_MS, ProducerClient, ProducerSettings
+from actors.producer_sequences import PRODUCER_EPOCH_MAX
 from actors.share_member import ShareMember, ShareMemberSettings
 from railmq.client_shell import ERRORS_KEPT_MAX as CLIENT_ERRORS_KEPT_MAX
 from railmq.consumer import Consumer
@@ -50,7 +51,9 @@ from tests.unit.test_consumer_client import LEADER, Stage as ConsumerStage
 from tests.unit.test_consumer_member import (
     GROUPS, HEARTBEAT_MS, Stage as MemberStage, assignment as consumer_assignment,
 )
-from tests.unit.test_producer_client import DELIVERY_TIMEOUT_MS, Stage as ProducerStage, leader
+from tests.unit.test_producer_client import (
+    DELIVERY_TIMEOUT_MS, Stage as ProducerStage, idempotent_stage, leader,
+)
 from transport.codec import Codec
 from transport.runtime import Runtime
 
@@ -691,6 +694,64 @@ def test_a_success_that_gives_no_producer_id_is_not_taken_and_is_asked_again(ans
     stage.harness.take("bootstrap", InitProducerIdRequest)
     stage.harness.advance(2 * CHASE_INTERVAL_MS)  # the next tick, at most two intervals away
     assert stage.harness.take("bootstrap", InitProducerIdRequest)
+
+
+PAST_THE_HEADER = [{"producer_id": 900, "producer_epoch": PRODUCER_EPOCH_MAX + 1},
+                   {"producer_id": 2**63, "producer_epoch": 0}]
+PAST_THE_HEADER_IDS = ["epoch-past-int16", "id-past-int64"]
+
+
+@pytest.mark.parametrize("answer", PAST_THE_HEADER, ids=PAST_THE_HEADER_IDS)
+def test_a_producer_id_the_batch_header_cannot_hold_is_not_taken_and_is_asked_again(answer):
+    """A batch header holds the producer id as an int64 and its epoch as an int16. An answer
+    giving an epoch of 32,768 (or an id of 2**63) was taken: every batch of the producer then
+    failed INVALID_RECORD ("the batch cannot be encoded"), 3 of 3 here, for the producer's life."""
+    stage, init = idempotent_producer()
+    stage.send()
+    stage.metadata({0: 1})
+
+    stage.harness.deliver("producer", InitProducerIdResponse(correlation_id=init.correlation_id, **answer),
+                          "bootstrap")
+    stage.send()
+
+    assert stage.producer.producer_id < 0 and stage.requests() == [] and stage.done() == []
+    stage.harness.take("bootstrap", InitProducerIdRequest)
+    stage.harness.advance(2 * CHASE_INTERVAL_MS)
+    init = stage.harness.take("bootstrap", InitProducerIdRequest)[-1]  # asked again, by the chase
+    stage.harness.deliver("producer", InitProducerIdResponse(
+        correlation_id=init.correlation_id, producer_id=900, producer_epoch=3), "bootstrap")
+    for request in stage.requests():
+        produce_answer(stage, request, base_offset=0, last_offset=0)
+    assert [error for _, _, _, error in stage.done()] == [None, None]
+
+
+@pytest.mark.parametrize("answer", PAST_THE_HEADER, ids=PAST_THE_HEADER_IDS)
+def test_a_new_producer_id_the_batch_header_cannot_hold_does_not_end_the_io_thread(answer):
+    """A partition whose epochs are spent asks for a new producer id and renumbers its batches
+    under it. Given an epoch of 32,768 (or an id of 2**63), the renumbering raised `struct.error`
+    out of `handle()`: the producer's I/O thread ended, and every later send failed."""
+    stage = idempotent_stage(retry_backoff_ms=50)
+    stage.producer.sequences.epochs[("orders", 0)] = PRODUCER_EPOCH_MAX
+    stage.send(count=2)
+    stage.metadata({0: 1})
+    stage.send(count=1)
+    first, second = stage.requests()
+    stage.answer(first, error=ErrorCode.DISK_FULL)  # a gap: the second batch is numbered again
+    stage.answer(second, error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    stage.harness.advance(60)
+    stage.metadata({0: 1})
+    init = stage.harness.take("bootstrap", InitProducerIdRequest)[-1]
+
+    stage.harness.deliver("producer", InitProducerIdResponse(correlation_id=init.correlation_id, **answer),
+                          "bootstrap")
+
+    assert stage.requests() == [] and ("orders", 0) in stage.producer.sequences.epochs_spent
+    stage.harness.advance(2 * CHASE_INTERVAL_MS)
+    init = stage.harness.take("bootstrap", InitProducerIdRequest)[-1]  # asked again, by the chase
+    stage.harness.deliver("producer", InitProducerIdResponse(
+        correlation_id=init.correlation_id, producer_id=901, producer_epoch=0), "bootstrap")
+    header = verify_batch(only(stage.requests(), ProduceRequest).batch)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (901, 0, 0)
 
 
 def test_acknowledgement_results_that_do_not_match_what_was_acknowledged_are_not_taken():
