@@ -541,7 +541,7 @@ class MemberAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
 class ConsumerAssignment(msgspec.Struct, omit_defaults=True, kw_only=True):
     """What a consumer-group leader gives each member (the bytes of MemberAssignment.assignment)."""
 
-    partitions: list[tuple[str, int]] = []
+    partitions: PartitionKeys = []
     user_data: bytes = b""
 
 
@@ -775,7 +775,7 @@ class ShareGroupHeartbeatResponse(Message, kw_only=True):
     error_message: str = ""
     member_id: str = ""
     member_secret: bytes = b""  # only this member's: it carries it in every later request
-    partitions: list[tuple[str, int]] = []  # every partition of the member's topics
+    partitions: PartitionKeys = []  # every partition of the member's topics
     heartbeat_interval_ms: int = 0  # the coordinator's advice: a third of the session timeout
     settings: ShareGroupSettings = ShareGroupSettings()
 

@@ -25,7 +25,7 @@ from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.consumer_member import JOIN_BACKOFF_MS
 from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
-from actors.limits import DEFAULT_LIMITS
+from actors.limits import DEFAULT_LIMITS, LONG_LIST_MAX
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
@@ -54,7 +54,7 @@ from tests.unit.test_consumer_member import (
 from tests.unit.test_producer_client import (
     DELIVERY_TIMEOUT_MS, Stage as ProducerStage, idempotent_stage, leader,
 )
-from transport.codec import Codec
+from transport.codec import Codec, DecodeFailure
 from transport.runtime import Runtime
 
 def stamped(base_offset: int, count: int, value_bytes: int = 8) -> bytes:
@@ -356,6 +356,33 @@ def test_an_assignment_naming_a_topic_not_subscribed_or_an_impossible_partition_
     assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
 
 
+PARTITIONS_MAX = DEFAULT_LIMITS.partitions_per_topic_max  # a partition numbered past it is in no cluster
+
+
+def test_an_assignment_of_partitions_no_topic_has_is_refused_not_fetched():
+    """A coordinator (or a process on its port) may hand a member partitions of its topic that no
+    cluster has. A SyncGroup answer naming orders/0..999,999 (12.9 MB) was taken whole: the
+    member owned a million partitions, 495 MB held after 13 s of the I/O thread's time, and
+    every later step of the consumer took 1.5 s. Partition numbers past `partitions_per_topic_max`
+    are refused as negative ones are, and an assignment of more partitions than a list of the
+    protocol holds (`LONG_LIST_MAX`) does not decode."""
+    stage = member_synced(consumer_assignment(("orders", 0), *(("orders", p) for p in range(
+        PARTITIONS_MAX, PARTITIONS_MAX + 2_000))))
+
+    assert stage.client.fetches == {} and stage.member.owned == []
+    assert stage.harness.received(GROUPS, OffsetFetchRequest) == []
+    stage.harness.advance(JOIN_BACKOFF_MS)
+    assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
+
+
+def test_an_assignment_longer_than_any_list_of_the_protocol_does_not_decode():
+    many = [("orders", p % PARTITIONS_MAX) for p in range(LONG_LIST_MAX + 1)]
+    stage = member_synced(consumer_assignment(*many))
+
+    assert stage.client.fetches == {} and stage.member.owned == []
+    assert stage.harness.received(GROUPS, OffsetFetchRequest) == []
+
+
 def test_a_partition_named_twice_in_an_assignment_is_owned_once():
     stage = member_synced(consumer_assignment(("orders", 0), ("orders", 0)))
     fetch = stage.to_groups(OffsetFetchRequest)
@@ -614,6 +641,25 @@ def test_a_share_assignment_naming_topics_not_subscribed_or_impossible_partition
     stage = ShareStage(partitions=[("orders", 0), ("payments", 0), ("orders", -1)])
 
     assert sorted(stage.member.readers) == [("orders", 0)]
+
+
+def test_a_share_assignment_of_partitions_no_topic_has_makes_no_readers():
+    """The same for a share member: a heartbeat answer naming orders/0..299,999 made 300,000
+    readers (136 MB held); 32 MiB of such names would make about 3 million."""
+    nowhere = [("orders", p) for p in range(PARTITIONS_MAX, PARTITIONS_MAX + 2_000)]
+    stage = ShareStage(partitions=[("orders", 0), *nowhere])
+
+    assert sorted(stage.member.readers) == [("orders", 0)]
+
+
+def test_a_share_assignment_longer_than_any_list_of_the_protocol_does_not_decode():
+    """Refused by the decoder before a list is built (the runtime drops and counts such a frame;
+    the heartbeat it answered times out)."""
+    many = [("orders", p % PARTITIONS_MAX) for p in range(LONG_LIST_MAX + 1)]
+    answer = ShareGroupHeartbeatResponse(correlation_id=3, member_id="m1", partitions=many)
+
+    with pytest.raises(DecodeFailure, match="length <= 100000"):
+        Codec().decode(Codec().encode(answer))
 
 
 def test_overlapping_batches_deliver_each_acquired_offset_once():
