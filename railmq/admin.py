@@ -26,6 +26,27 @@ def _check(reply: Any) -> Any:
     return reply
 
 
+def listed_offsets(reply: Any, topic: str, partition: int) -> ListOffsetsResponse:
+    """A leader's ListOffsets answer about `topic`/`partition`, or the error it is. An answer is a
+    claim, checked as the consumer checks it (actors/consumer_client_answers.py): one naming
+    another partition (a stale or hostile process on the leader's port) or an offset no log has
+    is NOT_LEADER. Taken, a group's offsets reset to another partition's high watermark."""
+    if not isinstance(reply, ListOffsetsResponse):
+        if isinstance(reply, ErrorResponse):
+            raise RailmqError(reply.error, reply.error_message)
+        raise RailmqError(ErrorCode.NOT_LEADER, f"ListOffsets was answered with a {type(reply).__name__}")
+    if reply.error != ErrorCode.NONE:
+        raise RailmqError(reply.error, reply.error_message)
+    if (reply.topic, reply.partition) != (topic, partition):
+        raise RailmqError(ErrorCode.NOT_LEADER, (
+            f"the answer names {reply.topic[:60]!r}/{reply.partition}, not {topic!r}/{partition}"))
+    if min(reply.offset, reply.log_start_offset, reply.high_watermark) < 0:
+        raise RailmqError(ErrorCode.NOT_LEADER, (
+            f"the answer gives offset {reply.offset}, log start {reply.log_start_offset} and high watermark "
+            f"{reply.high_watermark}: no log has an offset below 0"))
+    return reply
+
+
 def topic_config(settings: dict[str, Any]) -> TopicConfig:
     """Settings given by name, every name known and every value of its type, else `INVALID_CONFIG`
     before anything is sent (the coordinator reads them the same way: actors/topic_admin.py)."""
@@ -155,11 +176,11 @@ class Admin:
             if leader:
                 reply = self._request(leader, ListOffsetsRequest(
                     correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms))
-                if reply.error == ErrorCode.NONE:
-                    return reply
-                error = RailmqError(reply.error, reply.error_message)
-                if not error.retriable:
-                    raise error
+                try:
+                    return listed_offsets(reply, topic, partition)
+                except RailmqError as error:
+                    if not error.retriable:
+                        raise
             if time.monotonic() > deadline:
                 raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader answered for {topic}/{partition}")
             time.sleep(0.05)

@@ -33,7 +33,7 @@ from actors.messages import (
     DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, FetchRequest,
     GroupSummary, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetEntry, TopicMetadata,
 )
-from railmq.admin import Admin
+from railmq.admin import Admin, listed_offsets
 from railmq.records import decode_fetched
 from transport.rpc import RequestTimeout
 
@@ -338,7 +338,7 @@ class GroupAdminClient:
         def attempt() -> int:
             request = ListOffsetsRequest(correlation_id=0, topic=topic, partition=partition,
                                          timestamp_ms=timestamp_ms)
-            return _checked(self._ask(self._leader(topic, partition), request)).offset
+            return listed_offsets(self._ask(self._leader(topic, partition), request), topic, partition).offset
         return self._retrying(attempt)
 
     def list_offsets(self, keys: list[TopicPartitionKey], timestamp_ms: int) -> dict[TopicPartitionKey, int]:
@@ -352,7 +352,7 @@ class GroupAdminClient:
                 replies = self.admin.rpc.request_many(requests, self.timeout_ms)
             except RequestTimeout as timeout:
                 raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, str(timeout)) from None
-            return {key: _checked(reply).offset for key, reply in zip(keys, replies)}
+            return {key: listed_offsets(reply, *key).offset for key, reply in zip(keys, replies)}
         except RailmqError as error:
             if not error.retriable:
                 raise

@@ -1,0 +1,116 @@
+"""The synchronous admin clients (railmq/admin.py, railmq/lag.py) against a stale or hostile server.
+
+Whatever listens on a leader's port (a stale process, another local program) answers what it
+likes. An answer is a claim: offsets a tool will commit for a group, or stop a redrive at, must be
+the asked partition's, and an offset no log has is no answer. The test plays the controller and
+the partition's leader on one ROUTER in a thread, and stops it (and closes its socket) whatever
+happens.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import zmq
+
+from actors.errors import ErrorCode, RailmqError
+from actors.messages import (
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata,
+)
+from railmq.admin import Admin
+from railmq.lag import EARLIEST, LATEST, GroupAdminClient
+from transport.codec import Codec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class HostileServer:
+    """The controller and the leader of orders/0, answering every ListOffsets with `offsets`."""
+
+    def __init__(self, **offsets) -> None:
+        self.offsets = offsets
+        self.router = zmq.Context.instance().socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.endpoint = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        codec = Codec()
+        while not self.stopping.is_set():
+            if not self.router.poll(20):
+                continue
+            identity, *frames = self.router.recv_multipart()
+            request = codec.decode(frames)
+            if isinstance(request, MetadataRequest):
+                answer = MetadataResponse(correlation_id=request.correlation_id, topics=[TopicMetadata(
+                    name="orders", topic_id=7, partitions=[PartitionMetadata(
+                        partition=0, leader=1, leader_endpoint=self.endpoint)])])
+            else:
+                answer = ListOffsetsResponse(correlation_id=request.correlation_id, **self.offsets)
+            self.router.send_multipart([identity, *codec.encode(answer)])
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        self.router.close(linger=0)
+
+
+@pytest.fixture
+def serve():
+    servers: list[HostileServer] = []
+
+    def start(**offsets) -> HostileServer:
+        servers.append(HostileServer(**offsets))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+CLAIMS = [
+    {"topic": "payments", "partition": 0, "offset": 10**12, "high_watermark": 10**12},  # another topic
+    {"topic": "orders", "partition": 3, "offset": 10**12, "high_watermark": 10**12},  # another partition
+    {"topic": "orders", "partition": 0, "offset": -7, "high_watermark": -7},  # no log has it
+]
+CLAIM_IDS = ["another-topic", "another-partition", "negative"]
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=CLAIM_IDS)
+def test_an_offset_a_group_tool_would_commit_is_not_taken_from_an_answer_about_elsewhere(serve, claim):
+    """`railmq groups reset-offsets --to-latest` plans each partition's new offset from its
+    leader's ListOffsets answer and commits it for the group. An answer naming another partition
+    (or an offset below 0) was taken as orders/0's: the plan read 10**12 (or -7), and the group
+    would have resumed there, skipping every record of orders/0. Such an answer is refused as
+    NOT_LEADER, as the consumer refuses it."""
+    server = serve(**claim)
+    with GroupAdminClient(server.endpoint, timeout_ms=500) as client:
+        for timestamp in (LATEST, EARLIEST):
+            with pytest.raises(RailmqError) as refused:
+                client.list_offset("orders", 0, timestamp)
+            assert refused.value.code == ErrorCode.NOT_LEADER, refused.value
+            with pytest.raises(RailmqError):
+                client.list_offsets([("orders", 0)], timestamp)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=CLAIM_IDS)
+def test_partition_bounds_are_not_taken_from_an_answer_about_elsewhere(serve, claim):
+    """`Admin.list_offsets` gives the bounds a dead-letter redrive stops at and `dlq inspect`
+    reads up to: an answer about another partition was returned as orders/0's."""
+    server = serve(**claim)
+    with Admin(server.endpoint, timeout_ms=500) as admin:
+        with pytest.raises(RailmqError) as refused:
+            admin.list_offsets("orders", 0, LATEST)
+    assert refused.value.code in (ErrorCode.NOT_LEADER, ErrorCode.LEADER_NOT_AVAILABLE), refused.value
+
+
+def test_an_honest_answer_is_still_taken(serve):
+    server = serve(topic="orders", partition=0, offset=42, high_watermark=42)
+    with GroupAdminClient(server.endpoint, timeout_ms=500) as client:
+        assert client.list_offset("orders", 0, LATEST) == 42
+        assert client.list_offsets([("orders", 0)], LATEST) == {("orders", 0): 42}
+    with Admin(server.endpoint, timeout_ms=500) as admin:
+        assert admin.list_offsets("orders", 0, LATEST).offset == 42
