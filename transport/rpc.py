@@ -181,8 +181,9 @@ class RpcClient:
     def request_many(self, requests: list[tuple[str, Message]], timeout_ms: int = 5000) -> list[Any]:
         """Send every (endpoint, message) at once and return the replies in the same order, within
         `timeout_ms` in all: one round trip for many peers instead of one after another (a lag
-        reading, whose log ends are worth the moment they were read). RequestTimeout names the
-        first request left unanswered; its socket, and every other still waited on, is dropped."""
+        reading, whose log ends are worth the moment they were read). A reply counts only from the
+        endpoint its request went to. RequestTimeout names the first request left unanswered; its
+        socket, and every other still waited on, is dropped."""
         replies: list[Any] = [None] * len(requests)
         pending: dict[int, int] = {}  # correlation id -> position
         sockets: dict[zmq.Socket, str] = {}
@@ -221,9 +222,13 @@ class RpcClient:
                         reply = self.codec.decode(frames)
                     except DecodeFailure:
                         continue
-                    position = pending.pop(getattr(reply, "correlation_id", None), None)
-                    if position is not None:
+                    correlation_id = getattr(reply, "correlation_id", None)
+                    position = pending.get(correlation_id)
+                    # Only from where the request went: the ids come from one counter, so the
+                    # server of one request can guess the id of the one sent before it elsewhere.
+                    if position is not None and requests[position][0] == sockets[socket]:
                         replies[position] = reply
+                        del pending[correlation_id]
         return replies
 
     def request_controller(self, controllers: ControllerEndpoints, message: Message, timeout_ms: int = 5000, *,

@@ -123,3 +123,42 @@ def test_a_server_pushing_unasked_answers_fills_no_more_than_a_few_of_them():
         server.kill()
         server.wait(5)
     assert grown_mb < 60, f"the client holds {grown_mb:.0f} MiB of answers it never asked for"
+
+
+def test_an_answer_from_another_endpoint_than_its_request_went_to_is_not_taken():
+    """`request_many` numbers its requests from one counter, so the server of one request can
+    guess the correlation id of the request sent just before it to another leader, and answer it.
+    That answer was taken as the other leader's: a lag reading or an offsets reset read offset
+    666 for partition 0 from the server of partition 1, whose own leader never answered. Now an
+    answer counts only from the endpoint its request went to; the other request times out."""
+    context = zmq.Context.instance()
+    silent, guessing = context.socket(zmq.ROUTER), context.socket(zmq.ROUTER)
+    endpoints = []
+    for router in (silent, guessing):
+        router.setsockopt(zmq.LINGER, 0)
+        endpoints.append(f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}")
+
+    def guess() -> None:
+        codec = Codec()
+        if not guessing.poll(5000):
+            return
+        identity, *frames = guessing.recv_multipart()
+        request = codec.decode(frames)
+        for correlation_id, partition, offset in ((request.correlation_id - 1, 0, 666),
+                                                  (request.correlation_id, 1, 101)):
+            guessing.send_multipart([identity, *codec.encode(ListOffsetsResponse(
+                correlation_id=correlation_id, topic="t", partition=partition, offset=offset))])
+
+    server = threading.Thread(target=guess)
+    server.start()
+    client = RpcClient("test")
+    try:
+        with pytest.raises(RequestTimeout) as timeout:
+            client.request_many([(endpoints[0], asks(endpoints[0], [0])[0][1]),
+                                 (endpoints[1], asks(endpoints[1], [1])[0][1])], timeout_ms=500)
+        assert timeout.value.endpoint == endpoints[0]
+    finally:
+        client.close()
+        server.join(10)
+        silent.close(linger=0)
+        guessing.close(linger=0)
