@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from actors.controller_endpoints import ControllerEndpoints
+from actors.controller_endpoints import ENDPOINTS_MAX, ControllerEndpoints
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest, CreateTopicRequest,
@@ -83,9 +83,12 @@ class Admin:
 
     def quorum_status(self, timeout_s: float = 2.0) -> list[ControllerStatusResponse]:
         """Every voter's own view of the quorum (one request to each; a voter that does not answer
-        within `timeout_s` is listed with `role="unreachable"`). Empty with a single coordinator."""
+        within `timeout_s` is listed with `role="unreachable"`). Empty with a single coordinator.
+        At most `ENDPOINTS_MAX` voters, each once: the list is the answering process's claim, and
+        1,000 names that never answer held this call for 1,000 x `timeout_s`."""
         first = self._request(self.bootstrap, MetadataRequest(correlation_id=0, topics=[]), int(timeout_s * 1000))
-        endpoints = list(first.controller_endpoints) if isinstance(first, MetadataResponse) else []
+        named = first.controller_endpoints if isinstance(first, MetadataResponse) else []
+        endpoints = list(dict.fromkeys(e for e in named if isinstance(e, str) and e))[:ENDPOINTS_MAX]
         answers = []
         for endpoint in endpoints:
             try:

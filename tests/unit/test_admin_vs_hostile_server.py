@@ -10,10 +10,12 @@ happens.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import zmq
 
+from actors.controller_endpoints import ENDPOINTS_MAX
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ListOffsetsResponse, MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata,
@@ -28,7 +30,8 @@ pytestmark = pytest.mark.timeout(60)
 class HostileServer:
     """The controller and the leader of orders/0, answering every ListOffsets with `offsets`."""
 
-    def __init__(self, **offsets) -> None:
+    def __init__(self, voters: list[str] | None = None, **offsets) -> None:
+        self.voters = voters or []
         self.offsets = offsets
         self.router = zmq.Context.instance().socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -45,7 +48,8 @@ class HostileServer:
             identity, *frames = self.router.recv_multipart()
             request = codec.decode(frames)
             if isinstance(request, MetadataRequest):
-                answer = MetadataResponse(correlation_id=request.correlation_id, topics=[TopicMetadata(
+                answer = MetadataResponse(correlation_id=request.correlation_id,
+                                          controller_endpoints=self.voters, topics=[TopicMetadata(
                     name="orders", topic_id=7, partitions=[PartitionMetadata(
                         partition=0, leader=1, leader_endpoint=self.endpoint)])])
             else:
@@ -62,8 +66,8 @@ class HostileServer:
 def serve():
     servers: list[HostileServer] = []
 
-    def start(**offsets) -> HostileServer:
-        servers.append(HostileServer(**offsets))
+    def start(voters: list[str] | None = None, **offsets) -> HostileServer:
+        servers.append(HostileServer(voters, **offsets))
         return servers[-1]
 
     yield start
@@ -114,3 +118,26 @@ def test_an_honest_answer_is_still_taken(serve):
         assert client.list_offsets([("orders", 0)], LATEST) == {("orders", 0): 42}
     with Admin(server.endpoint, timeout_ms=500) as admin:
         assert admin.list_offsets("orders", 0, LATEST).offset == 42
+
+
+def test_a_quorum_status_asks_no_more_voters_than_a_quorum_has(serve):
+    """`railmq cluster status` asks each voter the controller names for its own view, waiting up
+    to `timeout_s` for each. A process on the controller's port naming 1,000 voters that never
+    answer held it for 1,000 x timeout_s (over 3 minutes at 0.2 s, 33 minutes at the default 2 s),
+    with a socket to each. Only the first `ENDPOINTS_MAX` voters named are asked (as every client
+    keeps, actors/controller_endpoints.py), each once."""
+    silent = zmq.Context.instance().socket(zmq.ROUTER)  # accepts, never answers
+    silent.setsockopt(zmq.LINGER, 0)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        voters = [f"tcp://127.0.0.1:{port}"] * 3 + [f"tcp://127.0.0.{n // 250 + 2}:{n % 250 + 1}"
+                                                     for n in range(1_000)]
+        server = serve(voters=voters)
+        with Admin(server.endpoint, timeout_ms=500) as admin:
+            started = time.monotonic()
+            answers = admin.quorum_status(timeout_s=0.2)
+            took = time.monotonic() - started
+    finally:
+        silent.close(linger=0)
+    assert [answer.endpoint for answer in answers] == list(dict.fromkeys(voters))[:ENDPOINTS_MAX]
+    assert took < ENDPOINTS_MAX * 0.2 + 2, f"{took:.1f} s"
