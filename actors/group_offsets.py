@@ -21,6 +21,7 @@ from actors.limits import Limits
 from actors.messages import (
     INT32_MAX, INT64_MAX, ErrorResponse, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse,
 )
+from actors.wire_bounds import text_bytes
 
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")  # whole names only (fullmatch): `$` would let "a\n" through
 GROUP_ID_LENGTH_MAX = 255
@@ -28,7 +29,9 @@ ENTRY_OVERHEAD_BYTES = 64  # the key, three numbers and the journal record aroun
 
 
 def entry_bytes(group_id: str, entry: OffsetEntry) -> int:
-    return ENTRY_OVERHEAD_BYTES + len(group_id) + len(entry.topic) + len(entry.metadata)
+    """In the bytes the entry is encoded in: counted in characters, metadata of 4,096 characters
+    above U+FFFF (16 KiB each) let one group's OffsetFetch answer reach 63.7 MB."""
+    return ENTRY_OVERHEAD_BYTES + text_bytes(group_id) + text_bytes(entry.topic) + text_bytes(entry.metadata)
 
 
 def is_topic_name(name: str, limits: Limits) -> bool:

@@ -22,3 +22,11 @@ NodeIds = Annotated[list[int], SHORT]
 # (INVALID_CONFIG); never a list or a map, which could hold millions of items.
 Setting = int | float | bool | str | None
 Settings = Annotated[dict[str, Setting], SETTINGS]
+
+
+def text_bytes(text: str) -> int:
+    """The bytes a client's text takes as msgpack carries it and the state stores it (UTF-8). A
+    count of characters is not a bound in bytes: a character above U+FFFF is 4 bytes, and one of
+    4,096 such characters was counted as 4 KiB of a byte budget while it took 16 KiB in every
+    answer and record (in memory, 4 bytes a character and 4 more once encoded, which CPython keeps)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -434,3 +434,27 @@ def test_an_offset_fetch_naming_one_partition_many_times_is_answered_once():
     answered = [(entry.topic, entry.partition, entry.offset) for entry in answer.offsets]
     assert answered == [("t", 0, 5), ("t", 1, -1)]
     assert sum(map(len, Codec().encode(answer))) < 10_000
+
+
+@pytest.mark.timeout(120)
+def test_offsets_with_non_ascii_metadata_are_counted_in_bytes_so_a_groups_answer_fits_a_frame():
+    """The bounds on committed offsets counted characters: metadata of 4,096 characters from
+    above U+FFFF (4 bytes each in UTF-8, as msgpack carries them and the state stores them) was
+    counted as 4 KiB, so `offset_bytes_per_group_max` (16 MiB) admitted 3,817 such partitions in
+    one group, and its OffsetFetch answer was 63.7 MB, past the 32 MiB every client decodes.
+    Offsets are counted in the bytes they are encoded in."""
+    from transport.codec import Codec
+
+    harness, actor, _ = coordinator()
+    wide = "\U0001F600" * actor.limits.offset_metadata_length_max
+    entries = [OffsetEntry(topic=f"{index:06d}".ljust(LONGEST_TOPIC, "t"), partition=index % 1000, offset=1,
+                           metadata=wide) for index in range(5_000)]
+    answers = [commit(harness, "g", entries[start:start + 40]) for start in range(0, len(entries), 40)]
+    fetched = only(harness.deliver(GROUPS, OffsetFetchRequest(correlation_id=2, group_id="g"), "admin"),
+                   OffsetFetchResponse)
+
+    size = sum(map(len, Codec().encode(fetched)))
+    assert size < Codec().frame_bytes_max, f"an OffsetFetch answer of {size:,} bytes"
+    assert any(entry.error == ErrorCode.LIMIT_REACHED for answer in answers for entry in answer.offsets)
+    stored = sum(len(msgspec.msgpack.encode(entry.metadata)) for entry in actor.offsets.get("g").values())
+    assert stored <= actor.limits.offset_bytes_per_group_max
