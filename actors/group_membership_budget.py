@@ -14,10 +14,12 @@ terabytes. So the bytes are bounded:
 - every group together: `groups_membership_bytes_max` (64 MiB, as for committed offsets).
 
 A join or a leader's assignments that would pass one is refused with LIMIT_REACHED naming it, and
-the group keeps what it held. A join is judged by an upper bound of what it adds (its member id's
-length is known only once it is made); each group's count is measured again after every join and
-sync and whenever its members, state or generation changed, so what members take away (leaving,
-expiring, a rebalance) is given back.
+the group keeps what it held. Texts (ids, assignor names) count in the bytes they are encoded in
+(`text_bytes`): counted in characters, client ids above U+FFFF made members hold four times each
+bound. A join is judged by an upper bound of what it adds (its member id's length is known only
+once it is made); each group's count is measured again after every join and sync and whenever its
+members, state or generation changed, so what members take away (leaving, expiring, a rebalance)
+is given back.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actors.messages import GroupProtocol, JoinGroupRequest, SyncGroupRequest
+from actors.wire_bounds import text_bytes
 
 if TYPE_CHECKING:
     from actors.classic_group import ClassicGroup, Member
@@ -36,12 +39,12 @@ MEMBER_ID_SUFFIX_BYTES = 13
 
 
 def protocols_bytes(protocols: list[GroupProtocol]) -> int:
-    return sum(len(protocol.name) + len(protocol.metadata) for protocol in protocols)
+    return sum(text_bytes(protocol.name) + len(protocol.metadata) for protocol in protocols)
 
 
 def member_bytes(member: "Member") -> int:
-    return (len(member.member_id) + len(member.instance_id or "") + len(member.client_id) + len(member.assignment)
-            + protocols_bytes(member.protocols))
+    return (text_bytes(member.member_id) + text_bytes(member.instance_id or "") + text_bytes(member.client_id)
+            + len(member.assignment) + protocols_bytes(member.protocols))
 
 
 def _shape(group: "ClassicGroup") -> tuple:
@@ -90,8 +93,9 @@ class MembershipBudget:
             after = before - protocols_bytes(known.protocols) + protocols_bytes(request.protocols)
         else:
             before = 0
-            after = (len(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES + len(request.client_id)
-                     + len(request.group_instance_id or "") + protocols_bytes(request.protocols))
+            after = (text_bytes(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES
+                     + text_bytes(request.client_id) + text_bytes(request.group_instance_id or "")
+                     + protocols_bytes(request.protocols))
         return self._refuse(request.group_id, after, after - before, "a member with its ids and subscription")
 
     def refuse_assignments(self, group: "ClassicGroup", request: SyncGroupRequest) -> str | None:

@@ -31,6 +31,7 @@ from actors.group_offsets import is_topic_name
 from actors.limits import Limits
 from actors.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupSettings
 from actors.share_partition import SharePartition
+from actors.wire_bounds import text_bytes
 
 GROUP_ID_LENGTH_MAX = 255
 # A group without `dead_letter_topic` dead-letters a topic's records to `<topic>.dlq`.
@@ -44,7 +45,7 @@ class ShareMemberState:
 
     def held_bytes(self) -> int:
         """What this member makes the coordinator hold: its ids and its subscription."""
-        return len(self.member_id) + len(self.client_id) + sum(map(len, self.topics))
+        return text_bytes(self.member_id) + text_bytes(self.client_id) + sum(map(len, self.topics))
 
     def __init__(self, member_id: str, client_id: str) -> None:
         self.member_id = member_id
@@ -128,9 +129,10 @@ class ShareMembership:
         known = group.members.get(request.member_id) if group is not None else None
         before = known.held_bytes() if known is not None else 0
         client_id = known.client_id if known is not None else request.client_id
-        member_id_bytes = (len(request.member_id) if known is not None
-                           else len(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES)
-        after = member_id_bytes + len(client_id) + sum(map(len, set(request.topics)))
+        member_id_bytes = (text_bytes(request.member_id) if known is not None
+                           else text_bytes(request.client_id or "member") + MEMBER_ID_SUFFIX_BYTES)
+        # (Topic names are ASCII, checked above: their length is their size.)
+        after = member_id_bytes + text_bytes(client_id) + sum(map(len, set(request.topics)))
         if after > self.limits.group_member_bytes_max:
             return ErrorCode.LIMIT_REACHED, (f"a share member of {after:,} bytes (ids and topic names); "
                                              f"group_member_bytes_max is {self.limits.group_member_bytes_max:,}")

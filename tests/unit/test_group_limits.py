@@ -458,3 +458,34 @@ def test_offsets_with_non_ascii_metadata_are_counted_in_bytes_so_a_groups_answer
     assert any(entry.error == ErrorCode.LIMIT_REACHED for answer in answers for entry in answer.offsets)
     stored = sum(len(msgspec.msgpack.encode(entry.metadata)) for entry in actor.offsets.get("g").values())
     assert stored <= actor.limits.offset_bytes_per_group_max
+
+
+def members_encoded_bytes(actor: GroupCoordinator) -> int:
+    """What classic and share members hold, in the bytes msgpack encodes their texts in."""
+    from actors.wire_bounds import text_bytes
+
+    classic = sum(text_bytes(member.member_id) + text_bytes(member.client_id)
+                  + text_bytes(member.instance_id or "") + len(member.assignment)
+                  + sum(text_bytes(protocol.name) + len(protocol.metadata) for protocol in member.protocols)
+                  for group in actor.groups.values() for member in group.members.values())
+    share = sum(text_bytes(member.member_id) + text_bytes(member.client_id)
+                + sum(map(text_bytes, member.topics))
+                for group in actor.share.groups.values() for member in group.members.values())
+    return classic + share
+
+
+def test_members_with_non_ascii_ids_are_counted_in_bytes():
+    """The membership budgets counted characters: a client id of 20,000 characters above U+FFFF
+    (80 KB in UTF-8, and twice over, in the member id made from it) counted as 40 KB, so members
+    held four times each budget: 20 such classic members and 20 share members within a total of
+    1 MB held 6.4 MB, and one member's record, counted under `group_member_bytes_max`, could take
+    the whole 1 MiB entry of the group quorum's log. They are counted in encoded bytes."""
+    harness, actor, _ = coordinator(groups_membership_bytes_max=1_000_000)
+    wide = "\U0001F600" * 20_000
+    classic = sum((join_with(harness, f"g{index}", wide, [GroupProtocol(name="range")])
+                   for index in range(20)), [])
+    share = sum((share_heartbeat(harness, f"queue{index}", wide, []) for index in range(20)), [])
+
+    assert members_encoded_bytes(actor) <= 2 * 1_000_000, f"{members_encoded_bytes(actor):,} bytes of members"
+    refused = [answer for answer in classic + share if answer.error == ErrorCode.LIMIT_REACHED]
+    assert refused and all("groups_membership_bytes_max" in answer.error_message for answer in refused)
