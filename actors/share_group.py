@@ -337,7 +337,10 @@ class ShareGroups(ShareMembership, ShareDelivery):
         for group in self.groups.values():
             members = group.members
             assert len(members) <= self.limits.share_group_members_max, f"{group.group_id}: too many members"
-            held += sum([member.held_bytes() for member in members.values()])
+            in_group = sum([member.held_bytes() for member in members.values()])
+            assert in_group == group.members_bytes, (
+                f"{group.group_id}: members hold {in_group:,} bytes, counted {group.members_bytes:,}")
+            held += in_group
             in_group = 0
             for share_partition in group.partitions.values():
                 share_partition.invariants(members)  # and no lock is held by a departed member
