@@ -313,6 +313,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # group.share.max.size 200); each group costs its share-partitions' state in memory and on disk.
     share_groups_max: int = 1000
     share_group_members_max: int = 200
+    # Distinct topic names share members subscribe to, over every share group. Each metadata
+    # request of the coordinator gathers them to ask for them in turn: 100 members naming 10,000
+    # invented names each (4 MB, within `groups_membership_bytes_max`) made every such request
+    # 0.9 s of the process every group shares, and one goes every 50 ms while a name is wanted.
+    # Every topic there may be (`topics_max`) and as many names that are no topic yet; a heartbeat
+    # naming more is LIMIT_REACHED.
+    share_subscribed_topics_max: int = 20_000
     # Share-partitions (group, topic, partition) per coordinator: each holds up to
     # `share_records_in_flight_max` records in memory.
     share_partitions_max: int = 10_000

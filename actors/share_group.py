@@ -31,6 +31,7 @@ dead-letter partition).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any, Callable
 
 import msgspec
@@ -73,6 +74,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
         self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
         self.members_bytes = 0  # ids and subscriptions of every member (ShareMemberState.held_bytes)
+        # Topic name -> members subscribing to it, over every group (`share_subscribed_topics_max`).
+        self.subscribed: dict[str, int] = {}
         # Records in flight over every share-partition (`share_records_in_flight_total_max`),
         # counted again whenever a share-partition changed (`persist`, `put_many`).
         self.records_in_flight = 0
@@ -349,6 +352,10 @@ class ShareGroups(ShareMembership, ShareDelivery):
                 f"{group.group_id}: {in_group} records in flight, counted {group.records_in_flight}")
             in_flight += in_group
             pooled += max(0, in_group - reserved)
+        subscribed = Counter(topic for group in self.groups.values() for member in group.members.values()
+                             for topic in member.topics)
+        assert subscribed == self.subscribed and len(subscribed) <= self.limits.share_subscribed_topics_max, (
+            f"{len(subscribed):,} names subscribed, counted {len(self.subscribed):,}")
         assert held == self.members_bytes <= self.limits.groups_membership_bytes_max, (
             f"share members hold {held:,} bytes, counted {self.members_bytes:,}")
         assert in_flight == self.records_in_flight, f"{in_flight} records in flight, counted {self.records_in_flight}"

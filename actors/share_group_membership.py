@@ -11,8 +11,9 @@ id is refused with INCONSISTENT_GROUP_PROTOCOL, and the classic join refuses our
 
 A heartbeat is answered with every partition of the topics the member subscribes to; one that
 needs a topic's partition count waits for metadata, at most HEARTBEAT_METADATA_WAIT_MS. Bounded:
-groups, members per group, topics per member. A group without `dead_letter_topic` refuses to
-subscribe a topic whose default dead-letter topic, `<topic>.dlq`, could not exist.
+groups, members per group, topics per member, distinct topic names over every group (each metadata
+request gathers them). A group without `dead_letter_topic` refuses to subscribe a topic whose
+default dead-letter topic, `<topic>.dlq`, could not exist.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ class ShareGroup:
 
 class ShareMembership:
     """Mixed into `ShareGroups` (actors/share_group.py), which owns `groups`, `state`, `limits`,
-    `rng`, `secrets`, `leaders`, `waiting_heartbeats`, `wrote`, `is_classic_group`, `session_floor_ns`,
-    `_settle` and `_serve_group_parked`."""
+    `rng`, `secrets`, `leaders`, `waiting_heartbeats`, `subscribed`, `wrote`, `is_classic_group`,
+    `session_floor_ns`, `_settle` and `_serve_group_parked`."""
 
     def _on_heartbeat(self, request: ShareGroupHeartbeatRequest, sender: Any, now_ns: int) -> list[Effect]:
         problem = self._check_heartbeat(request)
@@ -148,6 +149,22 @@ class ShareMembership:
         if self.members_bytes - before + after > limit:
             return ErrorCode.LIMIT_REACHED, (f"share members would hold {self.members_bytes - before + after:,} bytes; "
                                              f"groups_membership_bytes_max is {limit:,}")
+        return self._check_names(known, request.topics)
+
+    def _check_names(self, known: ShareMemberState | None, topics: list[str]) -> tuple[int, str] | None:
+        """Whether the distinct names subscribed over every group stay within
+        `share_subscribed_topics_max` with this member's subscription in place of its last."""
+        subscribed = self.subscribed
+        wanted = set(topics)
+        added = sum(1 for topic in wanted if topic not in subscribed)
+        if not added:
+            return None
+        dropped = 0 if known is None else sum(
+            1 for topic in known.topics if topic not in wanted and subscribed[topic] == 1)
+        most, names = self.limits.share_subscribed_topics_max, len(subscribed) + added - dropped
+        if names > most:
+            return ErrorCode.LIMIT_REACHED, (f"share members would subscribe to {names:,} distinct topic "
+                                             f"names; share_subscribed_topics_max is {most:,}")
         return None
 
     def _create_group(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
@@ -182,8 +199,10 @@ class ShareMembership:
             member = group.members[member_id] = ShareMemberState(member_id, request.client_id)
         else:
             self._count_member_bytes(group, -member.held_bytes())
+            self._count_names(member.topics, -1)
         member.topics = sorted(set(request.topics))
         self._count_member_bytes(group, member.held_bytes())
+        self._count_names(member.topics, 1)
         member.session_timeout_ms = request.session_timeout_ms
         member.last_seen_ns = now_ns
         # (A heartbeat only moves a session's end later: the floor stays below it.)
@@ -193,6 +212,15 @@ class ShareMembership:
     def _count_member_bytes(self, group: ShareGroup, change: int) -> None:
         group.members_bytes += change
         self.members_bytes += change
+
+    def _count_names(self, topics: list[str], change: int) -> None:
+        subscribed = self.subscribed
+        for topic in topics:
+            count = subscribed.get(topic, 0) + change
+            if count:
+                subscribed[topic] = count
+            else:
+                del subscribed[topic]
 
     def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,
                           request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
@@ -228,6 +256,7 @@ class ShareMembership:
     def _remove_member(self, group: ShareGroup, member_id: str, why: str, now_ns: int) -> list[Effect]:
         member = group.members.pop(member_id)
         self._count_member_bytes(group, -member.held_bytes())
+        self._count_names(member.topics, -1)
         for key, share_partition in group.partitions.items():
             if share_partition.release_member(member_id, now_ns):
                 self._settle(group.group_id, share_partition)
@@ -252,8 +281,7 @@ class ShareMembership:
 
     def _topics_in_use(self) -> set[str]:
         """Every topic a member subscribes to: each metadata request covers them all."""
-        return {topic for group in self.groups.values() for member in group.members.values()
-                for topic in member.topics}
+        return set(self.subscribed)
 
 
 def check_dead_letter_names(settings: ShareGroupSettings, topics: list[str],
