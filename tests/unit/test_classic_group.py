@@ -562,3 +562,34 @@ def test_describe_lists_each_members_assignment():
 
     assert description.member_id == members.ids["a"]
     assert description.assignment == [("orders", 0), ("orders", 2)]
+
+
+def test_a_join_into_a_large_group_costs_a_walk_of_its_members_not_one_per_assignor():
+    """Whether a join has an assignor in common with the group was asked assignor by assignor,
+    building every other member's set of names again for each: in a group of 1,000 members naming
+    32 assignors each (within the group's bytes), a 600-byte join naming 31 assignors that all but
+    the last member name, and one they all do, cost ~27 ms of the group coordinator, and choosing
+    the group's protocol at each rebalance ~35 ms. Both now walk the members once."""
+    import time
+
+    from actors.classic_group_member import Member
+
+    group = ClassicGroup("g", 1, 0)
+    names = [f"x{index:02d}" for index in range(31)] + ["common"]
+    for index in range(999):
+        group.members[f"m{index}"] = Member(f"m{index}", None, "c", 30_000, 30_000,
+                                            [GroupProtocol(name=name) for name in names], 0)
+    group.members["last"] = Member("last", None, "c", 30_000, 30_000, [GroupProtocol(name="common")], 0)
+    request = JoinGroupRequest(correlation_id=1, group_id="g",
+                               protocols=[GroupProtocol(name=name) for name in names])
+
+    started = time.process_time()
+    for _ in range(10):
+        assert group._compatible(request)
+    compatible_s = (time.process_time() - started) / 10
+    started = time.process_time()
+    chosen = group._select_protocol()
+    select_s = time.process_time() - started
+
+    assert chosen == "common"
+    assert compatible_s < 0.005 and select_s < 0.005, f"{compatible_s * 1e3:.1f} ms, {select_s * 1e3:.1f} ms"
