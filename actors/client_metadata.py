@@ -4,7 +4,7 @@ Clients look a partition's leader up by number (`topic.partitions[p]` leads part
 the producer hashes keys modulo the partition count, so metadata that lists partitions out of
 order, twice, with gaps, not at all or more than a cluster can hold would send records to the
 wrong leader or divide by zero. A metadata answer is a claim: partitions listed out of order are
-put in order, and a topic whose partitions are not 0..n-1 (1 <= n <= `partitions_per_topic_max`)
+put in order, and a topic whose partitions are not 0..n-1 (1 <= n <= `PARTITIONS_PER_TOPIC_CEILING`)
 is taken as not available yet (LEADER_NOT_AVAILABLE, so it is asked about again), never used.
 
 A client keeps at most `topics_max` topics, the most a cluster holds, so answers naming ever
@@ -20,26 +20,29 @@ from typing import Container
 import msgspec
 
 from actors.errors import ErrorCode
-from actors.limits import DEFAULT_LIMITS, Limits
+from actors.limits import DEFAULT_LIMITS, PARTITIONS_PER_TOPIC_CEILING
 from actors.messages import TopicMetadata
 
 
-def checked_topic(topic: TopicMetadata, limits: Limits = DEFAULT_LIMITS) -> TopicMetadata:
+def checked_topic(topic: TopicMetadata) -> TopicMetadata:
     """The topic with its partitions in order, or, when they are not 0..n-1, the topic as an
-    error that says why (its partitions dropped)."""
+    error that says why (its partitions dropped). A client does not know the cluster's limits: n is
+    checked against the ceiling no configuration passes (checked against the default limits, every
+    topic of a cluster configured for more partitions had no leader for good)."""
+    most = PARTITIONS_PER_TOPIC_CEILING
     if topic.error != ErrorCode.NONE:
         return topic
     numbers = [entry.partition for entry in topic.partitions]
-    if numbers == list(range(len(numbers))) and 1 <= len(numbers) <= limits.partitions_per_topic_max:
+    if numbers == list(range(len(numbers))) and 1 <= len(numbers) <= most:
         return topic
     ordered = sorted(topic.partitions, key=lambda entry: entry.partition)
     count = len(ordered)
-    if [entry.partition for entry in ordered] == list(range(count)) and 1 <= count <= limits.partitions_per_topic_max:
+    if [entry.partition for entry in ordered] == list(range(count)) and 1 <= count <= most:
         return msgspec.structs.replace(topic, partitions=ordered)
     shown = sorted(set(numbers))[:8]
     return msgspec.structs.replace(topic, error=ErrorCode.LEADER_NOT_AVAILABLE, partitions=[], error_message=(
         f"the metadata of {topic.name!r} lists {count} partitions ({shown}...), not partitions 0..n-1 "
-        f"with 1 <= n <= {limits.partitions_per_topic_max}"))
+        f"with 1 <= n <= {most}"))
 
 
 def remember_topic(topics: dict[str, TopicMetadata], topic: TopicMetadata, in_use: Container[str],

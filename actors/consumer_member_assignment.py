@@ -4,7 +4,7 @@ and starting the new partitions from the group's committed offsets.
 A mixin of `ConsumerMember` (actors/consumer_member.py), which runs the assignor as leader and
 sends SyncGroup; this class never computes an assignment, it only takes one:
 - An assignment must decode (at most `LONG_LIST_MAX` partitions), and name only subscribed topics
-  and partitions that can exist (numbered below `partitions_per_topic_max`: a hostile answer
+  and partitions that can exist (numbered below `PARTITIONS_PER_TOPIC_CEILING`: a hostile answer
   naming a million made a member hold 495 MB and take 1.5 s a step); a
   leader's own must be what it assigned itself (the coordinator hands each member what the
   leader sent). One that is refused is taken not at all, and the member asks the group again,
@@ -32,7 +32,7 @@ import msgspec
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
 from actors.consumer_client import EARLIEST
-from actors.limits import DEFAULT_LIMITS
+from actors.limits import PARTITIONS_PER_TOPIC_CEILING
 from actors.messages import (
     ConsumerAssignment, OffsetEntry, OffsetFetchRequest, OffsetFetchResponse, SyncGroupResponse,
 )
@@ -77,7 +77,7 @@ class AssignmentIntake:
         except msgspec.DecodeError as error:
             return [], f"it does not decode ({error})"
         subscribed = set(self.topics)
-        most = DEFAULT_LIMITS.partitions_per_topic_max  # no cluster's topic has a partition past it
+        most = PARTITIONS_PER_TOPIC_CEILING  # no cluster's topic has a partition past it
         strays = [tp for tp in partitions if tp[0] not in subscribed or not 0 <= tp[1] < most]
         if strays:
             return [], f"{strays[:10]} are not partitions of the subscribed topics {sorted(subscribed)[:10]}"

@@ -25,6 +25,10 @@ NODES_MAX = 1024
 LONG_LIST_MAX = 100_000  # topics, partitions, offsets, members, acknowledgements, log entries
 SHORT_LIST_MAX = NODES_MAX  # nodes, replicas, voters, peers, assignors
 SETTINGS_MAX = 64  # a topic's settings by name (TopicConfig has ten)
+# No configuration makes a topic of more partitions (`limit_problems`). Clients do not know the
+# cluster's limits, so this is what they check a partition number against: an assignment naming
+# partitions past it is in no cluster (a hostile one of a million took a member 495 MB).
+PARTITIONS_PER_TOPIC_CEILING = 10_000
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -218,7 +222,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     tombstones_max: int = 10_000
     # Every replica is its own process (what makes `kill -9` of one replica real): a partition
     # costs a process on each of its replicas' nodes, ~15-30 MB each. 1,000 partitions is more than
-    # one machine can run as processes; the per-node bound below is what really applies.
+    # one machine can run as processes; the per-node bound below is what really applies. At most
+    # 10,000 (`PARTITIONS_PER_TOPIC_CEILING`), the most a client takes in a topic.
     partitions_per_topic_max: int = 1000
     # Replica processes one node may be asked to run, over all topics: 250 x ~30 MB is ~7.5 GB per
     # node, what a machine that also runs two more nodes can take. A create that would pass it is
@@ -431,6 +436,9 @@ def limit_problems(limits: Limits) -> list[str]:
         problems.append(f"share_records_in_flight_reserved_per_group for each of share_groups_max "
                         f"({reserved:,} records) must fit in share_records_in_flight_total_max "
                         f"({limits.share_records_in_flight_total_max:,})")
+    if limits.partitions_per_topic_max > PARTITIONS_PER_TOPIC_CEILING:
+        problems.append(f"partitions_per_topic_max ({limits.partitions_per_topic_max:,}) must be at most "
+                        f"{PARTITIONS_PER_TOPIC_CEILING:,}, the most partitions a client takes in a topic")
     longest, partitions = limits.topic_name_length_max, limits.partitions_per_topic_max
     directory = longest + len(f"-{partitions - 1}-") + TOPIC_ID_HEX_DIGITS
     if directory > FILE_NAME_BYTES_MAX:

@@ -36,7 +36,7 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.deadlines import DeadlineTimer
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
-from actors.limits import DEFAULT_LIMITS
+from actors.limits import PARTITIONS_PER_TOPIC_CEILING
 from actors.messages import (
     ClientCommand, ErrorResponse, FetchResponse, MetadataRequest, MetadataResponse, PeerDisconnected,
     ShareAcknowledgeResponse, ShareAcquireResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
@@ -275,7 +275,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
 
     def _assign(self, partitions: list[tuple[str, int]]) -> None:
         subscribed = set(self.subscription)
-        most = DEFAULT_LIMITS.partitions_per_topic_max  # no cluster's topic has a partition past it
+        most = PARTITIONS_PER_TOPIC_CEILING  # no cluster's topic has a partition past it
         partitions = [(topic, partition) for topic, partition in partitions
                       if topic in subscribed and 0 <= partition < most]
         for key in [key for key in self.readers if key not in set(partitions)]:

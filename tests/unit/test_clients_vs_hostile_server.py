@@ -23,9 +23,10 @@ from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.consumer_member import JOIN_BACKOFF_MS
+from actors.client_metadata import checked_topic
 from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
-from actors.limits import DEFAULT_LIMITS, LONG_LIST_MAX
+from actors.limits import DEFAULT_LIMITS, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, Limits, limit_problems
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
@@ -356,14 +357,14 @@ def test_an_assignment_naming_a_topic_not_subscribed_or_an_impossible_partition_
     assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
 
 
-PARTITIONS_MAX = DEFAULT_LIMITS.partitions_per_topic_max  # a partition numbered past it is in no cluster
+PARTITIONS_MAX = PARTITIONS_PER_TOPIC_CEILING  # a partition numbered past it is in no cluster
 
 
 def test_an_assignment_of_partitions_no_topic_has_is_refused_not_fetched():
     """A coordinator (or a process on its port) may hand a member partitions of its topic that no
     cluster has. A SyncGroup answer naming orders/0..999,999 (12.9 MB) was taken whole: the
     member owned a million partitions, 495 MB held after 13 s of the I/O thread's time, and
-    every later step of the consumer took 1.5 s. Partition numbers past `partitions_per_topic_max`
+    every later step of the consumer took 1.5 s. Partition numbers past `PARTITIONS_PER_TOPIC_CEILING`
     are refused as negative ones are, and an assignment of more partitions than a list of the
     protocol holds (`LONG_LIST_MAX`) does not decode."""
     stage = member_synced(consumer_assignment(("orders", 0), *(("orders", p) for p in range(
@@ -373,6 +374,33 @@ def test_an_assignment_of_partitions_no_topic_has_is_refused_not_fetched():
     assert stage.harness.received(GROUPS, OffsetFetchRequest) == []
     stage.harness.advance(JOIN_BACKOFF_MS)
     assert stage.to_groups(JoinGroupRequest)  # it asks the group again, as Kafka's consumer does
+
+
+def test_a_partition_a_cluster_with_raised_limits_has_is_taken():
+    """Clients do not know a cluster's limits: one configured with more partitions per topic than
+    the defaults (the directory names allow it with shorter topic names) has partitions past the
+    default's 1,000, and its members must take them. The bound a member checks is the ceiling no
+    configuration passes, `PARTITIONS_PER_TOPIC_CEILING`."""
+    assert not limit_problems(Limits(partitions_per_topic_max=PARTITIONS_PER_TOPIC_CEILING,
+                                     topic_name_length_max=200))
+    with pytest.raises(ValueError, match="partitions_per_topic_max"):
+        Limits(partitions_per_topic_max=PARTITIONS_PER_TOPIC_CEILING + 1, topic_name_length_max=200)
+    last = PARTITIONS_PER_TOPIC_CEILING - 1
+    stage = member_synced(consumer_assignment(("orders", 1_500), ("orders", last)))
+
+    assert stage.to_groups(OffsetFetchRequest), "taken: its committed offsets are asked for"
+
+
+def test_metadata_of_a_topic_past_the_default_partition_bound_is_taken_by_clients():
+    """The same for metadata: a client checked a topic's partition count against the default
+    limits, so every client of a cluster configured for more took its larger topics as having no
+    leader (LEADER_NOT_AVAILABLE) for good."""
+    wide = TopicMetadata(name="orders", topic_id=7, partitions=[
+        PartitionMetadata(partition=index, leader=1, leader_endpoint="tcp://127.0.0.1:9", leader_epoch=1)
+        for index in range(1_500)])
+
+    assert checked_topic(wide).error == ErrorCode.NONE
+    assert len(checked_topic(wide).partitions) == 1_500
 
 
 def test_an_assignment_longer_than_any_list_of_the_protocol_does_not_decode():
@@ -428,7 +456,7 @@ def test_partitions_listed_out_of_order_still_send_each_batch_to_its_own_leader(
     [],  # a topic with no partitions: a key's hash modulo zero
     [partition(0, 1), partition(2, 2)],  # a gap: which one is partition 1?
     [partition(0, 1), partition(0, 2)],  # partition 0 twice
-    [partition(index, 1) for index in range(DEFAULT_LIMITS.partitions_per_topic_max + 1)],  # more than can exist
+    [partition(index, 1) for index in range(PARTITIONS_PER_TOPIC_CEILING + 1)],  # more than can exist
 ], ids=["none", "gap", "twice", "too-many"])
 def test_metadata_that_does_not_describe_partitions_0_to_n_is_not_used(partitions):
     stage = ProducerStage()
