@@ -569,27 +569,32 @@ def test_a_join_into_a_large_group_costs_a_walk_of_its_members_not_one_per_assig
     building every other member's set of names again for each: in a group of 1,000 members naming
     32 assignors each (within the group's bytes), a 600-byte join naming 31 assignors that all but
     the last member name, and one they all do, cost ~27 ms of the group coordinator, and choosing
-    the group's protocol at each rebalance ~35 ms. Both now walk the members once."""
-    import time
-
+    the group's protocol at each rebalance ~35 ms. Both now walk the members once: counted here as
+    walks of a member's assignors: 6,000 and 33,001 before, 1,000 and 2,001 now."""
     from actors.classic_group_member import Member
+
+    walks = [0]
+
+    class Assignors(list):
+        def __iter__(self):
+            walks[0] += 1
+            return super().__iter__()
 
     group = ClassicGroup("g", 1, 0)
     names = [f"x{index:02d}" for index in range(31)] + ["common"]
     for index in range(999):
         group.members[f"m{index}"] = Member(f"m{index}", None, "c", 30_000, 30_000,
-                                            [GroupProtocol(name=name) for name in names], 0)
-    group.members["last"] = Member("last", None, "c", 30_000, 30_000, [GroupProtocol(name="common")], 0)
+                                            Assignors(GroupProtocol(name=name) for name in names), 0)
+    group.members["last"] = Member("last", None, "c", 30_000, 30_000, Assignors([GroupProtocol(name="common")]), 0)
     request = JoinGroupRequest(correlation_id=1, group_id="g",
                                protocols=[GroupProtocol(name=name) for name in names])
 
-    started = time.process_time()
-    for _ in range(10):
-        assert group._compatible(request)
-    compatible_s = (time.process_time() - started) / 10
-    started = time.process_time()
+    walks[0] = 0
+    assert group._compatible(request)
+    compatible_walks, walks[0] = walks[0], 0
     chosen = group._select_protocol()
-    select_s = time.process_time() - started
+    select_walks = walks[0]
 
     assert chosen == "common"
-    assert compatible_s < 0.005 and select_s < 0.005, f"{compatible_s * 1e3:.1f} ms, {select_s * 1e3:.1f} ms"
+    members = len(group.members)
+    assert compatible_walks <= members and select_walks <= 2 * members + 1, (compatible_walks, select_walks)
