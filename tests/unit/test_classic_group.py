@@ -585,7 +585,8 @@ def test_a_join_into_a_large_group_costs_a_walk_of_its_members_not_one_per_assig
     for index in range(999):
         group.members[f"m{index}"] = Member(f"m{index}", None, "c", 30_000, 30_000,
                                             Assignors(GroupProtocol(name=name) for name in names), 0)
-    group.members["last"] = Member("last", None, "c", 30_000, 30_000, Assignors([GroupProtocol(name="common")]), 0)
+    group.members["last"] = Member("last", None, "c", 30_000, 30_000,
+                                   Assignors([GroupProtocol(name="common")]), 0)
     request = JoinGroupRequest(correlation_id=1, group_id="g",
                                protocols=[GroupProtocol(name=name) for name in names])
 
