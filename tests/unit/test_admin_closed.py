@@ -17,7 +17,8 @@ from railmq.admin import Admin, AdminClosed
 NOBODY = "tcp://127.0.0.1:1"
 
 
-@pytest.mark.parametrize("call", [lambda admin: admin.list_topics(), lambda admin: admin.delete_topic("orders"),
+@pytest.mark.parametrize("call", [lambda admin: admin.list_topics(),
+                                  lambda admin: admin.delete_topic("orders"),
                                   lambda admin: admin.runtime_stats("tcp://127.0.0.1:2")])
 def test_a_closed_admin_refuses_every_request_without_opening_a_socket(call):
     admin = Admin(NOBODY, timeout_ms=2_000)

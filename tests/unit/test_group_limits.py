@@ -530,7 +530,7 @@ def test_a_heartbeat_costs_the_same_in_a_group_whose_members_subscribe_to_many_n
         empty, crowded = measured_per_heartbeat("empty"), measured_per_heartbeat("crowded")
     finally:
         ShareMemberState.held_bytes = held_bytes
-    assert crowded <= 2 and empty <= 2, f"{crowded:.1f} members measured a heartbeat, {empty:.1f} in a new one"
+    assert crowded <= 2 and empty <= 2, f"{crowded:.1f} members measured a heartbeat ({empty:.1f} when new)"
     actor.invariants()
 
 
