@@ -135,6 +135,21 @@ def parse_faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+# The simulated cluster's largest record (a partition's, with its topic's name) is ~210 bytes, and
+# a record goes whole into one Raft entry: with smaller entries nothing commits, no controller ever
+# runs, and every seed "fails" for the knob, not for a bug.
+ENTRY_BYTES_MIN = 256
+
+
+def entry_bytes(text: str) -> int:
+    value = non_negative_int(text)
+    if 0 < value < ENTRY_BYTES_MIN:
+        raise argparse.ArgumentTypeError(f"must be 0 or at least {ENTRY_BYTES_MIN}, got {text!r}: the "
+                                         f"simulated cluster's records go whole into one entry, the largest "
+                                         f"~210 bytes")
+    return value
+
+
 def parse_variant(text: str) -> str:
     """A variant chaos/sim_variants.py names, or "" for none (an unknown name failed inside the sweep)."""
     from chaos.sim_variants import VARIANTS
@@ -150,9 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=non_negative_int, default=0, help="sweep this many seeds starting at --seed")
     parser.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3, 5),
                         help="0: one coordinator process (the default sweep); N: a controller quorum of N voters")
-    parser.add_argument("--entry-bytes-max", type=non_negative_int, default=0,
-                        help="with --controllers: their largest Raft entry in bytes (0: 1 MiB); a few hundred "
-                             "makes most metadata changes commit in parts")
+    parser.add_argument("--entry-bytes-max", type=entry_bytes, default=0,
+                        help=f"with --controllers: their largest Raft entry in bytes (0: 1 MiB, else at "
+                             f"least {ENTRY_BYTES_MIN}); a few hundred makes most metadata changes commit in "
+                             f"parts")
     parser.add_argument("--duration-ms", type=positive_int, default=SimConfig.duration_ms,
                         help="simulated time with faults")
     parser.add_argument("--steps", type=non_negative_int, default=0,
