@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from actors.client_metadata import checked_topic
 from actors.controller_endpoints import ENDPOINTS_MAX, ControllerEndpoints
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
@@ -137,7 +138,15 @@ class Admin:
         return [topic.name for topic in self.metadata().topics]
 
     def describe_topic(self, name: str) -> TopicMetadata:
-        topic = self.metadata([name]).topics[0]
+        """The answer's topic named `name`, its partitions 0..n-1 in order. The answer is a claim,
+        taken as the clients take metadata (actors/client_metadata.py): one that does not describe
+        the topic asked for, or whose partitions are not 0..n-1, is LEADER_NOT_AVAILABLE (asked
+        again by `wait_for_leaders`), never another topic's description."""
+        topics = self.metadata([name]).topics
+        topic = next((checked_topic(topic) for topic in topics if topic.name == name), None)
+        if topic is None:
+            raise RailmqError(ErrorCode.LEADER_NOT_AVAILABLE, (
+                f"the metadata answer describes {len(topics)} topics, none of them {name!r}"))
         if topic.error != ErrorCode.NONE:
             raise RailmqError(topic.error, topic.error_message)
         return topic
@@ -175,7 +184,11 @@ class Admin:
         """-2: earliest, -1: latest (high watermark), or the first offset at or after a time."""
         deadline = time.monotonic() + self.timeout_ms / 1000
         while True:
-            leader = self.describe_topic(topic).partitions[partition].leader_endpoint
+            partitions = self.describe_topic(topic).partitions
+            if not 0 <= partition < len(partitions):  # partitions[-1] is the last one's leader
+                raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  f"{topic} has no partition {partition}")
+            leader = partitions[partition].leader_endpoint
             if leader:
                 reply = self._request(leader, ListOffsetsRequest(
                     correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Callable
 
 import pytest
 import zmq
@@ -18,7 +19,8 @@ import zmq
 from actors.controller_endpoints import ENDPOINTS_MAX
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, PartitionMetadata,
+    TopicMetadata,
 )
 from railmq.admin import Admin
 from railmq.lag import EARLIEST, LATEST, GroupAdminClient
@@ -30,9 +32,13 @@ pytestmark = pytest.mark.timeout(60)
 class HostileServer:
     """The controller and the leader of orders/0, answering every ListOffsets with `offsets`."""
 
-    def __init__(self, voters: list[str] | None = None, **offsets) -> None:
+    def __init__(self, voters: list[str] | None = None, answer: Callable[[Any, str], Any] | None = None,
+                 **offsets) -> None:
+        """`answer(request, endpoint)`, when given, answers every request instead (None: no answer)."""
         self.voters = voters or []
         self.offsets = offsets
+        self.answer = answer
+        self.requests: list[Any] = []
         self.router = zmq.Context.instance().socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.endpoint = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
@@ -47,6 +53,12 @@ class HostileServer:
                 continue
             identity, *frames = self.router.recv_multipart()
             request = codec.decode(frames)
+            self.requests.append(request)
+            if self.answer is not None:
+                answer = self.answer(request, self.endpoint)
+                if answer is not None:
+                    self.router.send_multipart([identity, *codec.encode(answer)])
+                continue
             if isinstance(request, MetadataRequest):
                 answer = MetadataResponse(correlation_id=request.correlation_id,
                                           controller_endpoints=self.voters, topics=[TopicMetadata(
@@ -66,8 +78,9 @@ class HostileServer:
 def serve():
     servers: list[HostileServer] = []
 
-    def start(voters: list[str] | None = None, **offsets) -> HostileServer:
-        servers.append(HostileServer(voters, **offsets))
+    def start(voters: list[str] | None = None, answer: Callable[[Any, str], Any] | None = None,
+              **offsets) -> HostileServer:
+        servers.append(HostileServer(voters, answer, **offsets))
         return servers[-1]
 
     yield start
@@ -141,3 +154,49 @@ def test_a_quorum_status_asks_no_more_voters_than_a_quorum_has(serve):
         silent.close(linger=0)
     assert [answer.endpoint for answer in answers] == list(dict.fromkeys(voters))[:ENDPOINTS_MAX]
     assert took < ENDPOINTS_MAX * 0.2 + 2, f"{took:.1f} s"
+
+
+# ---------------------------------------------------------------------------- topics described
+
+
+def metadata_of(*topics: TopicMetadata) -> Callable[[Any, str], Any]:
+    return lambda request, _: MetadataResponse(correlation_id=request.correlation_id, topics=list(topics))
+
+
+def led(name: str, *numbers: int, leader: str = "tcp://127.0.0.1:9") -> TopicMetadata:
+    return TopicMetadata(name=name, topic_id=7, partitions=[
+        PartitionMetadata(partition=number, leader=1, leader_endpoint=leader) for number in numbers])
+
+
+@pytest.mark.parametrize("topics", [
+    [],  # nothing described
+    [led("payments", 0, 1, 2)],  # another topic, every partition led
+    [led("orders", 1, 2)],  # not partitions 0..n-1
+], ids=["no-topics", "another-topic", "not-0-to-n"])
+def test_a_metadata_answer_that_does_not_describe_the_asked_topic_is_not_taken_for_it(serve, topics):
+    """`describe_topic` took `topics[0]` of the answer: none was an `IndexError` (a traceback out
+    of `topics describe`, `wait_for_leaders`, `list_offsets`), and another topic was returned as
+    the one asked for, so `create_topic` reported orders ready when payments was, and
+    `list_offsets` asked payments' leader. Partitions not numbered 0..n-1 were taken as they came.
+    Each is a retriable `LEADER_NOT_AVAILABLE`, as the clients take such metadata."""
+    server = serve(answer=metadata_of(*topics))
+    with Admin(server.endpoint, timeout_ms=300) as admin:
+        with pytest.raises(RailmqError) as refused:
+            admin.describe_topic("orders")
+        assert refused.value.code == ErrorCode.LEADER_NOT_AVAILABLE, refused.value
+        with pytest.raises(RailmqError) as waited:
+            admin.wait_for_leaders("orders", timeout_s=0.3)
+        assert waited.value.code == ErrorCode.LEADER_NOT_AVAILABLE, waited.value
+        with pytest.raises(RailmqError):
+            admin.list_offsets("orders", 0, LATEST)
+    assert not any(isinstance(request, ListOffsetsRequest) for request in server.requests)
+
+
+def test_the_asked_topic_is_found_among_others_and_its_partitions_put_in_order(serve):
+    server = serve(answer=metadata_of(led("payments", 0), led("orders", 1, 0)))
+    with Admin(server.endpoint, timeout_ms=300) as admin:
+        topic = admin.describe_topic("orders")
+        with pytest.raises(RailmqError) as refused:  # partitions[-1] was partition 1's leader, asked for -1
+            admin.list_offsets("orders", -1, LATEST)
+    assert topic.name == "orders" and [entry.partition for entry in topic.partitions] == [0, 1]
+    assert refused.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, refused.value
