@@ -6,8 +6,11 @@ Synchronous: each call is one request to the coordinator (or a partition leader)
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
+
+from actors import messages
 
 from actors.client_metadata import checked_topic
 from actors.controller_endpoints import ENDPOINTS_MAX, ControllerEndpoints
@@ -19,6 +22,22 @@ from actors.messages import (
 )
 from actors.topic_admin import topic_config_from
 from transport.rpc import RequestTimeout, RpcClient
+
+
+@functools.cache
+def _answer_kind(request_kind: type) -> type:
+    """The message that answers `request_kind` (`XRequest` is answered by `XResponse`)."""
+    return getattr(messages, request_kind.__name__.removesuffix("Request") + "Response")
+
+
+def answer_to(request: Any, reply: Any, wrong_kind: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> Any:
+    """`reply` when it is the answer `request` asks for or an ErrorResponse. A request's answer
+    is taken by correlation id alone (transport/rpc.py), so a stale or hostile process can answer
+    with any message: another kind is the error `wrong_kind`, which names both (taken, a
+    HeartbeatResponse to CreateTopic was an AttributeError, and one to DeleteTopic a success)."""
+    if isinstance(reply, (_answer_kind(type(request)), ErrorResponse)):
+        return reply
+    raise RailmqError(wrong_kind, f"{type(request).__name__} was answered with a {type(reply).__name__}")
 
 
 def _check(reply: Any) -> Any:
@@ -71,16 +90,20 @@ class Admin:
         self.rpc = RpcClient(identity="admin", secret=secret)
         self._closed = False
 
-    def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None) -> Any:
-        """One request; to the active controller when `endpoint` is the bootstrap."""
+    def _request(self, endpoint: str, message: Any, timeout_ms: int | None = None, *,
+                 wrong_kind: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> Any:
+        """One request; to the active controller when `endpoint` is the bootstrap. An answer of
+        another kind than `message` asks for is the error `wrong_kind` (`answer_to`)."""
         if self._closed:  # its sockets are gone; opening new ones would outlive the caller's close
             raise AdminClosed()
         try:
             if endpoint == self.bootstrap:
-                return self.rpc.request_controller(self.controllers, message, timeout_ms or self.timeout_ms)
-            return self.rpc.request(endpoint, message, timeout_ms or self.timeout_ms)
+                reply = self.rpc.request_controller(self.controllers, message, timeout_ms or self.timeout_ms)
+            else:
+                reply = self.rpc.request(endpoint, message, timeout_ms or self.timeout_ms)
         except RequestTimeout as timeout:
             raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, str(timeout)) from None
+        return answer_to(message, reply, wrong_kind)
 
     def quorum_status(self, timeout_s: float = 2.0) -> list[ControllerStatusResponse]:
         """Every voter's own view of the quorum (one request to each; a voter that does not answer
@@ -93,10 +116,13 @@ class Admin:
         answers = []
         for endpoint in endpoints:
             try:
-                answers.append(self.rpc.request(endpoint, ControllerStatusRequest(correlation_id=0),
-                                                int(timeout_s * 1000)))
+                answer = self.rpc.request(endpoint, ControllerStatusRequest(correlation_id=0),
+                                          int(timeout_s * 1000))
             except RequestTimeout:
-                answers.append(ControllerStatusResponse(correlation_id=0, endpoint=endpoint, role="unreachable"))
+                answer = None
+            if not isinstance(answer, ControllerStatusResponse):  # no answer, or not a voter's
+                answer = ControllerStatusResponse(correlation_id=0, endpoint=endpoint, role="unreachable")
+            answers.append(answer)
         return answers
 
     # ------------------------------------------------------------------ topics
@@ -190,9 +216,10 @@ class Admin:
                                   f"{topic} has no partition {partition}")
             leader = partitions[partition].leader_endpoint
             if leader:
-                reply = self._request(leader, ListOffsetsRequest(
-                    correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms))
                 try:
+                    reply = self._request(leader, ListOffsetsRequest(
+                        correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms),
+                        wrong_kind=ErrorCode.NOT_LEADER)
                     return listed_offsets(reply, topic, partition)
                 except RailmqError as error:
                     if not error.retriable:

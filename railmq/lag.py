@@ -33,7 +33,7 @@ from actors.messages import (
     DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, FetchRequest,
     GroupSummary, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetEntry, TopicMetadata,
 )
-from railmq.admin import Admin, listed_offsets
+from railmq.admin import Admin, answer_to, listed_offsets
 from railmq.records import decode_fetched
 from transport.rpc import RequestTimeout
 
@@ -258,11 +258,13 @@ class GroupAdminClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _ask(self, endpoint: str, message: Any) -> Any:
+    def _ask(self, endpoint: str, message: Any, wrong_kind: int) -> Any:
+        """One request; an answer of another kind than `message` asks for is `wrong_kind`."""
         try:
-            return self.admin.rpc.request(endpoint, message, self.timeout_ms)
+            reply = self.admin.rpc.request(endpoint, message, self.timeout_ms)
         except RequestTimeout as timeout:
             raise RailmqError(ErrorCode.REQUEST_TIMED_OUT, str(timeout)) from None
+        return answer_to(message, reply, wrong_kind)
 
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         deadline = time.monotonic() + self.timeout_ms / 1000
@@ -287,7 +289,8 @@ class GroupAdminClient:
         return endpoint
 
     def _group_request(self, message: Any) -> Any:
-        return self._retrying(lambda: _checked(self._ask(self._coordinator(), message)))
+        wrong_kind = ErrorCode.NOT_COORDINATOR
+        return self._retrying(lambda: _checked(self._ask(self._coordinator(), message, wrong_kind)))
 
     def list_groups(self) -> list[GroupSummary]:
         return self._group_request(ListGroupsRequest(correlation_id=0)).groups
@@ -338,7 +341,8 @@ class GroupAdminClient:
         def attempt() -> int:
             request = ListOffsetsRequest(correlation_id=0, topic=topic, partition=partition,
                                          timestamp_ms=timestamp_ms)
-            return listed_offsets(self._ask(self._leader(topic, partition), request), topic, partition).offset
+            reply = self._ask(self._leader(topic, partition), request, ErrorCode.NOT_LEADER)
+            return listed_offsets(reply, topic, partition).offset
         return self._retrying(attempt)
 
     def list_offsets(self, keys: list[TopicPartitionKey], timestamp_ms: int) -> dict[TopicPartitionKey, int]:
@@ -364,7 +368,7 @@ class GroupAdminClient:
         def attempt(position: int) -> int | None:
             request = FetchRequest(correlation_id=0, topic=topic, partition=partition, offset=position,
                                    max_bytes=1, max_wait_ms=0)
-            reply = self._ask(self._leader(topic, partition), request)
+            reply = self._ask(self._leader(topic, partition), request, ErrorCode.NOT_LEADER)
             out_of_range = getattr(reply, "error", 0) == ErrorCode.OFFSET_OUT_OF_RANGE
             if out_of_range and position < reply.log_start_offset:
                 return attempt(reply.log_start_offset)  # retention removed it: the oldest left is the one

@@ -19,8 +19,8 @@ import zmq
 from actors.controller_endpoints import ENDPOINTS_MAX
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, PartitionMetadata,
-    TopicMetadata,
+    HeartbeatResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    PartitionMetadata, TopicMetadata,
 )
 from railmq.admin import Admin
 from railmq.lag import EARLIEST, LATEST, GroupAdminClient
@@ -86,6 +86,14 @@ def serve():
     yield start
     for server in servers:
         server.stop()
+
+
+def metadata_naming(request: Any, endpoint: str, *, leader: str, coordinator: str = "",
+                    voters: list[str] | None = None, name: str = "orders") -> MetadataResponse:
+    return MetadataResponse(
+        correlation_id=request.correlation_id, group_coordinator_endpoint=coordinator,
+        controller_endpoints=voters or [], topics=[TopicMetadata(name=name, topic_id=7, partitions=[
+            PartitionMetadata(partition=0, leader=1, leader_endpoint=leader)])])
 
 
 CLAIMS = [
@@ -200,3 +208,49 @@ def test_the_asked_topic_is_found_among_others_and_its_partitions_put_in_order(s
             admin.list_offsets("orders", -1, LATEST)
     assert topic.name == "orders" and [entry.partition for entry in topic.partitions] == [0, 1]
     assert refused.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, refused.value
+
+
+# ---------------------------------------------------------------------------- answers of another kind
+
+
+def answering_heartbeats(request: Any, endpoint: str) -> Any:
+    """Metadata naming this server as leader and coordinator; a HeartbeatResponse to the rest."""
+    if isinstance(request, MetadataRequest):
+        return metadata_naming(request, endpoint, leader=endpoint, coordinator=endpoint, voters=[endpoint])
+    return HeartbeatResponse(correlation_id=request.correlation_id)
+
+
+def test_an_answer_of_another_kind_is_a_typed_error_not_an_attribute_error_or_a_success(serve):
+    """`RpcClient.request` returns whatever carries the request's correlation id. A HeartbeatResponse
+    to CreateTopic was an `AttributeError` (`reply.topic`), to AlterTopicConfig, DescribeGroup,
+    ListGroups, OffsetDelete or OffsetCommit too, and to DeleteTopic, CreatePartitions or a fault
+    switch it was taken as done; a voter's answer to ControllerStatus was listed as its status.
+    Each is now a `RailmqError` that names both kinds."""
+    server = serve(answer=answering_heartbeats)
+    with Admin(server.endpoint, timeout_ms=300) as admin, \
+            GroupAdminClient(server.endpoint, timeout_ms=300) as groups:
+        calls = [
+            lambda: admin.create_topic("orders", wait=False), lambda: admin.delete_topic("orders"),
+            lambda: admin.create_partitions("orders", 2, wait=False),
+            lambda: admin.alter_topic_config("orders", {"retention_ms": 1}),
+            lambda: admin.runtime_stats(server.endpoint), lambda: admin.set_faults(server.endpoint),
+            lambda: groups.list_groups(), lambda: groups.describe_group("g"),
+            lambda: groups.delete_group("g"),
+            lambda: groups.delete_offsets("g", [("orders", 0)]),
+            lambda: groups.commit_as_admin("g", {("orders", 0): 1}),
+        ]
+        for call in calls:
+            with pytest.raises(RailmqError) as refused:
+                call()
+            assert "HeartbeatResponse" in str(refused.value), refused.value
+        assert [(status.endpoint, status.role) for status in admin.quorum_status(timeout_s=0.3)] == [
+            (server.endpoint, "unreachable")]
+
+
+def test_a_metadata_request_answered_with_another_kind_is_a_typed_error(serve):
+    server = serve(answer=lambda request, _: HeartbeatResponse(correlation_id=request.correlation_id))
+    with Admin(server.endpoint, timeout_ms=300) as admin:
+        for call in (admin.metadata, admin.list_topics, lambda: admin.describe_topic("orders")):
+            with pytest.raises(RailmqError) as refused:
+                call()
+            assert "HeartbeatResponse" in str(refused.value), refused.value
