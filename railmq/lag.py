@@ -38,6 +38,9 @@ from railmq.records import decode_fetched
 from transport.rpc import RequestTimeout
 
 EARLIEST, LATEST = -2, -1  # ListOffsets' special timestamps
+# `timestamp_at` follows a log start this many times in a row: retention may move it again
+# between two fetches, but not at every fetch; a leader that says so answers for no log.
+LOG_START_FOLLOWS_MAX = 3
 RETRY_PAUSE_S = 0.05
 TopicPartitionKey = tuple[str, int]
 
@@ -364,17 +367,25 @@ class GroupAdminClient:
             return {key: self.list_offset(key[0], key[1], timestamp_ms) for key in keys}
 
     def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
-        """The timestamp of the first record at or after `offset` (None when there is none yet)."""
-        def attempt(position: int) -> int | None:
-            request = FetchRequest(correlation_id=0, topic=topic, partition=partition, offset=position,
-                                   max_bytes=1, max_wait_ms=0)
-            reply = self._ask(self._leader(topic, partition), request, ErrorCode.NOT_LEADER)
-            out_of_range = getattr(reply, "error", 0) == ErrorCode.OFFSET_OUT_OF_RANGE
-            if out_of_range and position < reply.log_start_offset:
-                return attempt(reply.log_start_offset)  # retention removed it: the oldest left is the one
-            records = decode_fetched(topic, partition, _checked(reply).records, position)
-            return records[0].timestamp_ms if records else None
-        return self._retrying(lambda: attempt(offset))
+        """The timestamp of the first record at or after `offset` (None when there is none yet).
+        When retention removed it, the oldest record left is the one: the log start the answer
+        names is read instead, at most `LOG_START_FOLLOWS_MAX` times (it called itself for each,
+        and a leader naming offset + 1 every time ended in a RecursionError after 986 fetches)."""
+        def attempt() -> int | None:
+            position = offset
+            for _ in range(LOG_START_FOLLOWS_MAX + 1):
+                request = FetchRequest(correlation_id=0, topic=topic, partition=partition, offset=position,
+                                       max_bytes=1, max_wait_ms=0)
+                reply = self._ask(self._leader(topic, partition), request, ErrorCode.NOT_LEADER)
+                out_of_range = getattr(reply, "error", 0) == ErrorCode.OFFSET_OUT_OF_RANGE
+                if not (out_of_range and position < reply.log_start_offset):
+                    records = decode_fetched(topic, partition, _checked(reply).records, position)
+                    return records[0].timestamp_ms if records else None
+                position = reply.log_start_offset
+            raise RailmqError(ErrorCode.OFFSET_OUT_OF_RANGE, (
+                f"the log start of {topic}/{partition} moved past each of {LOG_START_FOLLOWS_MAX + 1} "
+                f"fetches from offset {offset} on (to {position})"))
+        return self._retrying(attempt)
 
 
 def measure_group_lag(client: GroupAdminClient, group_id: str, *, sample_ms: int = 0,

@@ -19,11 +19,12 @@ import zmq
 from actors.controller_endpoints import ENDPOINTS_MAX
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
-    HeartbeatResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
-    PartitionMetadata, TopicMetadata,
+    FetchRequest, FetchResponse, HeartbeatResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, PartitionMetadata, TopicMetadata,
 )
 from railmq.admin import Admin
-from railmq.lag import EARLIEST, LATEST, GroupAdminClient
+from railmq.lag import EARLIEST, LATEST, LOG_START_FOLLOWS_MAX, GroupAdminClient
+from storage.batch import encode_batch
 from transport.codec import Codec
 
 pytestmark = pytest.mark.timeout(60)
@@ -254,3 +255,43 @@ def test_a_metadata_request_answered_with_another_kind_is_a_typed_error(serve):
             with pytest.raises(RailmqError) as refused:
                 call()
             assert "HeartbeatResponse" in str(refused.value), refused.value
+
+
+# ---------------------------------------------------------------------------- record timestamps
+
+
+def fetches_out_of_range(log_start: Callable[[int], int], records_from: int | None = None):
+    """Leader of orders/0: a fetch below `records_from` is OFFSET_OUT_OF_RANGE with the log start
+    `log_start(offset)`; one at or past it gets a record stamped 1,234."""
+    def answer(request: Any, endpoint: str) -> Any:
+        if isinstance(request, MetadataRequest):
+            return metadata_naming(request, endpoint, leader=endpoint)
+        if records_from is not None and request.offset >= records_from:
+            return FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                                 high_watermark=request.offset + 1, log_start_offset=records_from,
+                                 records=bytes(encode_batch([(0, b"k", b"v", None)], 1_234,
+                                                            base_offset=request.offset)))
+        return FetchResponse(correlation_id=request.correlation_id, topic="orders", partition=0,
+                             error=ErrorCode.OFFSET_OUT_OF_RANGE, log_start_offset=log_start(request.offset))
+    return answer
+
+
+def test_a_log_start_that_moves_with_every_fetch_is_followed_a_few_times_not_to_a_recursion_error(serve):
+    """`timestamp_at` reads the oldest record left when retention removed the one asked for: it
+    called itself with the answer's log start. A leader answering "out of range, the log starts
+    at offset + 1" to every fetch took 986 round trips and ended in a `RecursionError`. The log
+    start is followed a few times (retention may move it again meanwhile), then it is a typed error."""
+    server = serve(answer=fetches_out_of_range(lambda offset: offset + 1))
+    with GroupAdminClient(server.endpoint, timeout_ms=2_000) as client:
+        with pytest.raises(RailmqError) as refused:
+            client.timestamp_at("orders", 0, 0)
+    assert refused.value.code == ErrorCode.OFFSET_OUT_OF_RANGE, refused.value
+    fetches = [request for request in server.requests if isinstance(request, FetchRequest)]
+    assert len(fetches) <= 1 + LOG_START_FOLLOWS_MAX, len(fetches)
+
+
+def test_a_log_start_past_a_removed_record_is_where_the_oldest_timestamp_is_read(serve):
+    server = serve(answer=fetches_out_of_range(lambda offset: 50, records_from=50))
+    with GroupAdminClient(server.endpoint, timeout_ms=2_000) as client:
+        assert client.timestamp_at("orders", 0, 7) == 1_234
+    assert [request.offset for request in server.requests if isinstance(request, FetchRequest)] == [7, 50]
