@@ -5,7 +5,9 @@ the producer hashes keys modulo the partition count, so metadata that lists part
 order, twice, with gaps, not at all or more than a cluster can hold would send records to the
 wrong leader or divide by zero. A metadata answer is a claim: partitions listed out of order are
 put in order, and a topic whose partitions are not 0..n-1 (1 <= n <= `PARTITIONS_PER_TOPIC_CEILING`)
-is taken as not available yet (LEADER_NOT_AVAILABLE, so it is asked about again), never used.
+is taken as not available yet (LEADER_NOT_AVAILABLE, so it is asked about again), never used. A
+leader named at an endpoint no cluster process has (`named_endpoint`: a local socket, a source
+address, a 10 KB name) is taken as no leader: nothing is sent there.
 
 A client keeps at most `topics_max` topics, the most a cluster holds, so answers naming ever
 new topics cannot grow its map without bound; the topics it uses are always kept. The same goes
@@ -19,6 +21,7 @@ from typing import Container
 
 import msgspec
 
+from actors.controller_endpoints import named_endpoint
 from actors.errors import ErrorCode
 from actors.limits import DEFAULT_LIMITS, PARTITIONS_PER_TOPIC_CEILING
 from actors.messages import TopicMetadata
@@ -32,6 +35,7 @@ def checked_topic(topic: TopicMetadata) -> TopicMetadata:
     most = PARTITIONS_PER_TOPIC_CEILING
     if topic.error != ErrorCode.NONE:
         return topic
+    topic = _usable_leaders(topic)
     numbers = [entry.partition for entry in topic.partitions]
     if numbers == list(range(len(numbers))) and 1 <= len(numbers) <= most:
         return topic
@@ -43,6 +47,18 @@ def checked_topic(topic: TopicMetadata) -> TopicMetadata:
     return msgspec.structs.replace(topic, error=ErrorCode.LEADER_NOT_AVAILABLE, partitions=[], error_message=(
         f"the metadata of {topic.name!r} lists {count} partitions ({shown}...), not partitions 0..n-1 "
         f"with 1 <= n <= {most}"))
+
+
+def _usable_leaders(topic: TopicMetadata) -> TopicMetadata:
+    """The topic, its partitions led at an endpoint no cluster process has taken as leaderless."""
+    usable = {endpoint: not endpoint or named_endpoint(endpoint)
+              for endpoint in {entry.leader_endpoint for entry in topic.partitions}}
+    if all(usable.values()):
+        return topic
+    return msgspec.structs.replace(topic, partitions=[
+        entry if usable[entry.leader_endpoint] else msgspec.structs.replace(
+            entry, leader=-1, leader_endpoint="", offline_reason="its leader was named at no usable endpoint")
+        for entry in topic.partitions])
 
 
 def remember_topic(topics: dict[str, TopicMetadata], topic: TopicMetadata, in_use: Container[str],

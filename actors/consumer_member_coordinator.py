@@ -30,6 +30,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.client_metadata import distrust
+from actors.controller_endpoints import named_endpoint
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import MetadataResponse
@@ -69,9 +70,11 @@ class CoordinatorLink:
         return entry
 
     def _learn_coordinator(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
-        """Follow the coordinator metadata names, unless it is the dead process still named there."""
+        """Follow the coordinator metadata names, unless it is the dead process still named there
+        or an endpoint no cluster process has (`named_endpoint`)."""
         effects: list[Effect] = []
         found = response.group_coordinator_endpoint
+        found = found if named_endpoint(found) else ""
         if found and found == self.coordinator:
             self.coordinator_incarnation = response.group_coordinator_incarnation
         if found in self.unreachable and response.group_coordinator_incarnation not in (

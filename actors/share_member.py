@@ -32,7 +32,7 @@ import msgspec
 
 from actors.actor import MS
 from actors.client_metadata import checked_topic, distrust
-from actors.controller_endpoints import ControllerEndpoints
+from actors.controller_endpoints import ControllerEndpoints, named_endpoint
 from actors.deadlines import DeadlineTimer
 from actors.effects import Effect, Notify, Send, Trace
 from actors.errors import ErrorCode, RailmqError
@@ -215,7 +215,7 @@ class ShareMember(ShareFetching, ShareAcknowledging):
             if topic.error == ErrorCode.NONE and topic.name in self.subscription:
                 self.topics[topic.name] = topic  # only the subscribed ones: the map stays bounded
         endpoint = response.group_coordinator_endpoint
-        if endpoint and self._reachable(endpoint, now_ns):
+        if named_endpoint(endpoint) and self._reachable(endpoint, now_ns):
             self.coordinator = endpoint
         return []
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from actors import messages
 
 from actors.client_metadata import checked_topic
-from actors.controller_endpoints import ENDPOINTS_MAX, ControllerEndpoints
+from actors.controller_endpoints import ENDPOINTS_MAX, ControllerEndpoints, named_endpoint
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest, CreateTopicRequest,
@@ -109,10 +109,11 @@ class Admin:
         """Every voter's own view of the quorum (one request to each; a voter that does not answer
         within `timeout_s` is listed with `role="unreachable"`). Empty with a single coordinator.
         At most `ENDPOINTS_MAX` voters, each once: the list is the answering process's claim, and
-        1,000 names that never answer held this call for 1,000 x `timeout_s`."""
+        1,000 names that never answer held this call for 1,000 x `timeout_s`. A voter named at
+        an endpoint no cluster process has (`named_endpoint`: a local socket) is not asked."""
         first = self._request(self.bootstrap, MetadataRequest(correlation_id=0, topics=[]), int(timeout_s * 1000))
         named = first.controller_endpoints if isinstance(first, MetadataResponse) else []
-        endpoints = list(dict.fromkeys(e for e in named if isinstance(e, str) and e))[:ENDPOINTS_MAX]
+        endpoints = list(dict.fromkeys(e for e in named if named_endpoint(e)))[:ENDPOINTS_MAX]
         answers = []
         for endpoint in endpoints:
             try:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from actors.controller_endpoints import named_endpoint
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse, ErrorResponse, FetchRequest,
@@ -289,6 +290,9 @@ class GroupAdminClient:
         if not endpoint:
             raise RailmqError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                               "the group coordinator has not announced itself yet")
+        if not named_endpoint(endpoint):  # a claim: a local socket, a source address, a 10 KB name
+            raise RailmqError(ErrorCode.COORDINATOR_NOT_AVAILABLE, (
+                f"the metadata names the group coordinator at {endpoint[:80]!r}, no endpoint of a cluster"))
         return endpoint
 
     def _group_request(self, message: Any) -> Any:

@@ -58,6 +58,17 @@ class PeerDown(RequestTimeout):
         self.endpoint = endpoint
 
 
+class UnusableEndpoint(PeerDown):
+    """ZeroMQ cannot connect to the endpoint at all (`tcp://127.0.0.1:1?0`, `garbage`): nothing
+    will ever answer there. A `RequestTimeout`, so every caller already handles it: an endpoint an
+    answer named (a leader, a voter) is a claim, and a bad one raised a bare `zmq.ZMQError`."""
+
+    def __init__(self, endpoint: str, message: Message, error: zmq.ZMQError) -> None:
+        TimeoutError.__init__(self, f"{endpoint[:80]!r} is no endpoint ZeroMQ can connect to "
+                                    f"({error.strerror}): {type(message).__name__} was not sent")
+        self.endpoint = endpoint
+
+
 _correlation_ids = itertools.count(1)
 # Answers one socket holds unread. A socket carries one request at a time (request_many uses one
 # per endpoint), and is dropped when a request times out, so a late answer never piles up.
@@ -83,7 +94,8 @@ class RpcClient:
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
 
-    def _socket(self, endpoint: str) -> zmq.Socket:
+    def _socket(self, endpoint: str, message: Message) -> zmq.Socket:
+        """The socket to `endpoint`, connected on first use (`UnusableEndpoint` if it cannot be)."""
         socket = self._sockets.get(endpoint)
         if socket is None:
             socket = self.context.socket(zmq.DEALER)
@@ -94,7 +106,10 @@ class RpcClient:
             socket.setsockopt(zmq.RCVHWM, RPC_RECEIVE_QUEUE_MAX)
             socket.setsockopt(zmq.MAXMSGSIZE, DEFAULT_LIMITS.frame_bytes_hard_max)
             socket.setsockopt(zmq.ROUTING_ID, routing_id(self.identity))
-            self._monitors[endpoint] = connect_monitored(socket, endpoint, PEER_DOWN_EVENTS)
+            try:
+                self._monitors[endpoint] = connect_monitored(socket, endpoint, PEER_DOWN_EVENTS)
+            except zmq.ZMQError as error:  # the socket is closed already
+                raise UnusableEndpoint(endpoint, message, error) from None
             self._sockets[endpoint] = socket
         return socket
 
@@ -148,7 +163,7 @@ class RpcClient:
         dropped before the answer raises `PeerDown` at once (the request is dropped with the socket)."""
         correlation_id = next(_correlation_ids)
         message = msgspec.structs.replace(message, correlation_id=correlation_id)
-        socket = self._socket(endpoint)
+        socket = self._socket(endpoint, message)
         self._peer_went_down(endpoint)  # what happened before this request does not count
         socket.send_multipart(self.codec.encode(message), copy=False)
         deadline = time.monotonic() + timeout_ms / 1000
@@ -189,7 +204,12 @@ class RpcClient:
         sockets: dict[zmq.Socket, str] = {}
         for position, (endpoint, message) in enumerate(requests):
             correlation_id = next(_correlation_ids)
-            socket = self._socket(endpoint)
+            try:
+                socket = self._socket(endpoint, message)
+            except UnusableEndpoint:
+                for sent in sockets.values():  # what they answer would wait there unasked
+                    self.forget(sent)
+                raise
             socket.send_multipart(self.codec.encode(
                 msgspec.structs.replace(message, correlation_id=correlation_id)), copy=False)
             pending[correlation_id] = position
@@ -259,8 +279,13 @@ class RpcClient:
                 time.sleep(min(ELECTION_WAIT_S, max(0, deadline - time.monotonic())))
 
     def send(self, endpoint: str, message: Message) -> None:
-        """Fire and forget."""
-        self._socket(endpoint).send_multipart(self.codec.encode(message), copy=False)
+        """Fire and forget (to an endpoint ZeroMQ cannot connect to: dropped and counted)."""
+        try:
+            socket = self._socket(endpoint, message)
+        except UnusableEndpoint:
+            self._count("dropped_out_bad_endpoint")
+            return
+        socket.send_multipart(self.codec.encode(message), copy=False)
 
     def forget(self, endpoint: str) -> None:
         socket = self._sockets.pop(endpoint, None)

@@ -9,6 +9,9 @@ happens.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 import time
 from typing import Any, Callable
@@ -16,7 +19,7 @@ from typing import Any, Callable
 import pytest
 import zmq
 
-from actors.controller_endpoints import ENDPOINTS_MAX
+from actors.controller_endpoints import ENDPOINTS_MAX, named_endpoint
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import (
     FetchRequest, FetchResponse, HeartbeatResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
@@ -163,6 +166,65 @@ def test_a_quorum_status_asks_no_more_voters_than_a_quorum_has(serve):
         silent.close(linger=0)
     assert [answer.endpoint for answer in answers] == list(dict.fromkeys(voters))[:ENDPOINTS_MAX]
     assert took < ENDPOINTS_MAX * 0.2 + 2, f"{took:.1f} s"
+
+
+# ---------------------------------------------------------------------------- endpoints named
+
+
+@pytest.fixture
+def listeners():
+    """A ROUTER on an ipc:// path and one on an inproc:// name of the clients' context, both
+    silent: a request that reached either shows the client connected where a server told it to."""
+    context = zmq.Context.instance()
+    directory = tempfile.mkdtemp(prefix="railmq-hostile-", dir="/tmp")
+    sockets = []
+    try:
+        for endpoint in (f"ipc://{directory}/leader", f"inproc://railmq-hostile-{os.getpid()}"):
+            socket = context.socket(zmq.ROUTER)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.bind(endpoint)
+            sockets.append((endpoint, socket))
+        yield sockets
+    finally:
+        for _, socket in sockets:
+            socket.close(linger=0)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+UNPARSABLE = ["tcp://127.0.0.1:1?0", "tcp://127.0.0.1:-1", "garbage", "udp://127.0.0.1:5",
+              "tcp://" + "a" * 10_000 + ":1", "tcp://127.0.0.1:5;127.0.0.1:6", "tcp://:5"]
+UNPARSABLE_IDS = ["question-mark", "negative-port", "garbage", "udp", "10-KB-host", "source-address",
+                  "no-host"]
+
+
+def named_endpoints(listeners) -> list[tuple[str, str]]:
+    return [(bad, bad[:20]) for bad in UNPARSABLE] + [(endpoint, endpoint[:6]) for endpoint, _ in listeners]
+
+
+def admin_calls(admin: Admin, groups: GroupAdminClient) -> list[Callable[[], Any]]:
+    return [lambda: admin.list_offsets("orders", 0, LATEST), lambda: groups.list_offset("orders", 0, LATEST),
+            lambda: groups.list_offsets([("orders", 0)], LATEST), lambda: groups.timestamp_at("orders", 0, 0),
+            lambda: groups.describe_group("g")]
+
+
+def test_an_endpoint_a_server_names_that_is_no_tcp_address_is_refused_not_connected(serve, listeners):
+    """Leaders, the group coordinator and voters are named by answers, and an answer is a claim.
+    An endpoint ZeroMQ cannot parse raised a bare `zmq.ZMQError` out of every admin call; an
+    `ipc://` or `inproc://` one was connected to (a local socket the server picked). Each is now
+    refused as a leader, coordinator or voter there is not, with a `RailmqError`."""
+    for bad, shown in named_endpoints(listeners):
+        server = serve(answer=lambda request, endpoint: metadata_naming(
+            request, endpoint, leader=bad, coordinator=bad, voters=[endpoint, bad])
+            if isinstance(request, MetadataRequest) else None)
+        with Admin(server.endpoint, timeout_ms=300) as admin, \
+                GroupAdminClient(server.endpoint, timeout_ms=300) as groups:
+            for call in admin_calls(admin, groups):
+                with pytest.raises(RailmqError):
+                    call()
+            listed = [answer.endpoint for answer in admin.quorum_status(timeout_s=0.2)]
+            assert listed == [server.endpoint] + ([bad] if named_endpoint(bad) else []), shown
+    for endpoint, socket in listeners:
+        assert not socket.poll(0), f"a request reached {endpoint}"
 
 
 # ---------------------------------------------------------------------------- topics described

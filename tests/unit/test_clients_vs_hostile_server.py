@@ -23,6 +23,7 @@ from actors.client_metadata import SERVER_TEXT_CHARS_MAX
 from actors.client_metadata import UNREACHABLE_ENDPOINTS_MAX as UNREACHABLE_ENDPOINTS_MAX_CLIENT
 from actors.consumer_client import ConsumerClient, ConsumerSettings
 from actors.consumer_member import JOIN_BACKOFF_MS
+from actors.controller_endpoints import ControllerEndpoints
 from actors.client_metadata import checked_topic
 from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
@@ -526,6 +527,57 @@ def test_a_leader_endpoint_that_is_no_address_is_dropped_and_counted_not_fatal(e
         context.destroy(linger=0)
 
 
+LOCAL_ENDPOINTS = ["ipc:///tmp/railmq-hostile", "inproc://railmq-hostile", "IPC:///tmp/railmq-hostile",
+                   "tcp://127.0.0.1:5;127.0.0.1:6", "tcp://" + "a" * 10_000 + ":1", "tcp://127.0.0.1:1\n"]
+LOCAL_ENDPOINT_IDS = ["ipc", "inproc", "IPC", "source-address", "10-KB-host", "newline"]
+
+
+def sent_to(harness: Harness, endpoint: str) -> list:
+    return [envelope.message for envelope in harness.outbox if envelope.to == endpoint]
+
+
+@pytest.mark.parametrize("endpoint", LOCAL_ENDPOINTS, ids=LOCAL_ENDPOINT_IDS)
+def test_no_client_connects_where_an_answer_names_a_local_socket_a_source_address_or_a_huge_name(endpoint):
+    """A cluster's processes listen on TCP, and name themselves by host and port. Metadata naming
+    a leader, a group coordinator or a voter at `ipc://` or `inproc://` (a local socket the server
+    picked), at `tcp://A;B` (ZeroMQ binds the client's side of the connection to A first: a port a
+    restarting broker needs) or at a 10 KB host was connected to: the consumer asked it for offsets,
+    the producer sent it batches, the member joined its group there and NOT_CONTROLLER hints were
+    followed. Each is taken as no leader, no coordinator, no voter."""
+    consumer = ConsumerStage()
+    consumer.command("assign", partitions=[("orders", 0)])
+    consumer.metadata(endpoint=endpoint)
+    consumer.harness.deliver("consumer", ErrorResponse(
+        correlation_id=-1, error=ErrorCode.NOT_CONTROLLER, controller_endpoint=endpoint), "bootstrap")
+    consumer.harness.advance(2_000)
+    assert sent_to(consumer.harness, endpoint) == []
+
+    producer = ProducerStage()
+    producer.send(count=1)
+    producer_metadata(producer, TopicMetadata(name="orders", partitions=[
+        PartitionMetadata(partition=0, leader=1, leader_endpoint=endpoint, leader_epoch=1)]))
+    producer.harness.advance(2_000)
+    assert sent_to(producer.harness, endpoint) == []
+
+    member = MemberStage()
+    member.command("subscribe", topics=["orders"])
+    asked = member.harness.take("bootstrap", MetadataRequest)
+    member.harness.deliver("c1", MetadataResponse(
+        correlation_id=asked[-1].correlation_id, group_coordinator_endpoint=endpoint,
+        controller_endpoints=["bootstrap", endpoint]), "bootstrap")
+    member.harness.advance(2_000)
+    assert sent_to(member.harness, endpoint) == []
+
+    share = ShareStage(coordinator=endpoint)
+    share.harness.advance(2_000)
+    assert sent_to(share.harness, endpoint) == []
+
+    controllers = ControllerEndpoints("tcp://127.0.0.1:1")
+    controllers.learn(["tcp://127.0.0.1:1", endpoint])
+    controllers.redirect(endpoint)
+    assert endpoint not in controllers and controllers.current == "tcp://127.0.0.1:1"
+
+
 # ---------------------------------------------------------------------------- who answers
 
 
@@ -585,7 +637,9 @@ SHARE_GROUPS, SHARE_LEADER = "tcp://127.0.0.1:5/groups", "tcp://127.0.0.1:6/orde
 class ShareStage:
     """One share member; the test is its cluster coordinator, group coordinator and leader."""
 
-    def __init__(self, partitions: list[tuple[str, int]] | None = None) -> None:
+    def __init__(self, partitions: list[tuple[str, int]] | None = None,
+                 coordinator: str = SHARE_GROUPS) -> None:
+        """`coordinator`: the group coordinator the metadata names (SHARE_GROUPS: it joins there)."""
         self.harness = Harness()
         self.member = ShareMember(bootstrap="bootstrap", settings=ShareMemberSettings(
             group_id="g", prefetch_records_max=100))
@@ -593,9 +647,12 @@ class ShareStage:
         self.harness.deliver("member", ClientCommand(command="subscribe", arguments={"topics": ["orders"]}, token=1))
         asked = self.harness.take("bootstrap", MetadataRequest)[-1]
         self.harness.deliver("member", MetadataResponse(
-            correlation_id=asked.correlation_id, group_coordinator_endpoint=SHARE_GROUPS, topics=[TopicMetadata(
-                name="orders", partitions=[PartitionMetadata(partition=0, leader=1, leader_endpoint=SHARE_LEADER)])]),
+            correlation_id=asked.correlation_id, group_coordinator_endpoint=coordinator,
+            topics=[TopicMetadata(name="orders", partitions=[
+                PartitionMetadata(partition=0, leader=1, leader_endpoint=SHARE_LEADER)])]),
             "bootstrap")
+        if coordinator != SHARE_GROUPS:
+            return
         beat = self.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)[-1]
         self.harness.deliver("member", ShareGroupHeartbeatResponse(
             correlation_id=beat.correlation_id, member_id="m1",
