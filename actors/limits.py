@@ -29,6 +29,9 @@ SETTINGS_MAX = 64  # a topic's settings by name (TopicConfig has ten)
 # cluster's limits, so this is what they check a partition number against: an assignment naming
 # partitions past it is in no cluster (a hostile one of a million took a member 495 MB).
 PARTITIONS_PER_TOPIC_CEILING = 10_000
+# No configuration gives a share lock longer (`limit_problems`), so a share member believes no lock
+# deadline further away: a hostile answer's 2**62 held its records as locked for ever.
+SHARE_LOCK_CEILING_MS = 24 * 3600 * 1000
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -329,7 +332,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # `share_records_in_flight_max` records in memory.
     share_partitions_max: int = 10_000
     # The visibility timeout a group may ask for (KIP-932's record lock duration is 15 s..1 h,
-    # default 30 s; the floor is lower here so tests of expiry run in a fraction of a second).
+    # default 30 s; the floor is lower here so tests of expiry run in a fraction of a second). At
+    # most 24 h (`SHARE_LOCK_CEILING_MS`), the longest lock a member believes.
     share_visibility_timeout_min_ms: int = 100
     share_visibility_timeout_max_ms: int = 3_600_000
     # KIP-932 caps group.share.delivery.count.limit at 10; a queue user retrying with backoff may
@@ -436,6 +440,9 @@ def limit_problems(limits: Limits) -> list[str]:
         problems.append(f"share_records_in_flight_reserved_per_group for each of share_groups_max "
                         f"({reserved:,} records) must fit in share_records_in_flight_total_max "
                         f"({limits.share_records_in_flight_total_max:,})")
+    if limits.share_visibility_timeout_max_ms > SHARE_LOCK_CEILING_MS:
+        problems.append(f"share_visibility_timeout_max_ms ({limits.share_visibility_timeout_max_ms:,}) must "
+                        f"be at most {SHARE_LOCK_CEILING_MS:,}, the longest lock a share member believes")
     if limits.partitions_per_topic_max > PARTITIONS_PER_TOPIC_CEILING:
         problems.append(f"partitions_per_topic_max ({limits.partitions_per_topic_max:,}) must be at most "
                         f"{PARTITIONS_PER_TOPIC_CEILING:,}, the most partitions a client takes in a topic")

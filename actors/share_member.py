@@ -254,7 +254,11 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         advice = response.heartbeat_interval_ms
         if advice <= 0:  # no advice (or none that makes sense: it would heartbeat in a loop)
             advice = self.settings.heartbeat_interval_ms
-        self.heartbeat_interval_ms = min(self.settings.heartbeat_interval_ms, advice)
+        # Never more than ten times as often as configured: the coordinator's advice is a third of
+        # the session, and one of 1 ms made ~1,000 heartbeats a second to the process every group
+        # shares.
+        configured = self.settings.heartbeat_interval_ms
+        self.heartbeat_interval_ms = min(configured, max(advice, configured // 10, 1))
         self._assign([tuple(tp) for tp in response.partitions])
         return effects
 

@@ -89,10 +89,11 @@ class ShareAcknowledging:
                 call.results.append([topic, partition, result.first_offset, result.last_offset, result.error,
                                      result.lock_deadline_ms])
                 if result.lock_deadline_ms and not result.error:
-                    self.timer.want(result.lock_deadline_ms * MS)
+                    deadline_ms = self._believed_lock_deadline_ms(result.lock_deadline_ms, now_ns)
+                    self.timer.want(deadline_ms * MS)
                     for offset in range(result.first_offset, result.last_offset + 1):
                         if offset in held:
-                            held[offset] = result.lock_deadline_ms
+                            held[offset] = deadline_ms
         return effects + self._answer_if_complete(call)
 
     def _answer_if_complete(self, call: AcknowledgeCall) -> list[Effect]:

@@ -41,6 +41,7 @@ from actors.actor import MS
 from actors.consumer_client_fetch_loop import FETCH_SHARE_MIN_BYTES
 from actors.effects import Effect, Notify, Trace
 from actors.errors import ErrorCode
+from actors.limits import SHARE_LOCK_CEILING_MS
 from actors.messages import AcquiredRecords, FetchRequest, FetchResponse, ShareAcquireRequest, ShareAcquireResponse
 from storage.batch import iter_batches
 from storage.errors import StorageError
@@ -172,12 +173,20 @@ class ShareFetching:
         if not response.acquired:
             return []
         held = self.held.setdefault(key, {})
+        deadline_ms = self._believed_lock_deadline_ms(response.lock_deadline_ms, now_ns)
         for acquired in response.acquired:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
-                held[offset] = response.lock_deadline_ms
-        reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), response.lock_deadline_ms
-        self.timer.want(response.lock_deadline_ms * MS)
+                held[offset] = deadline_ms
+        reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), deadline_ms
+        self.timer.want(deadline_ms * MS)
         return []
+
+    def _believed_lock_deadline_ms(self, deadline_ms: int, now_ns: int) -> int:
+        """A lock's deadline as an answer gives it, but no further away than the group's visibility
+        timeout (and `SHARE_LOCK_CEILING_MS`): the coordinator locks a record for that long, and a
+        hostile answer's 2**62 held records as locked for ever, never dropped when not fetched."""
+        longest = min(self.group_settings.visibility_timeout_ms, SHARE_LOCK_CEILING_MS)
+        return min(deadline_ms, now_ns // MS + max(longest, 0))
 
     def _fetch(self, reader: Reader, now_ns: int) -> list[Effect]:
         if now_ns // MS >= reader.lock_deadline_ms:

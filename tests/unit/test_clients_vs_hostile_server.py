@@ -27,7 +27,10 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.client_metadata import checked_topic
 from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
-from actors.limits import DEFAULT_LIMITS, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, Limits, limit_problems
+from actors.limits import (
+    DEFAULT_LIMITS, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS, Limits,
+    limit_problems,
+)
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
     HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
@@ -737,6 +740,60 @@ def test_a_share_assignment_of_partitions_no_topic_has_makes_no_readers():
     assert sorted(stage.member.readers) == [("orders", 0)]
 
 
+def test_a_share_heartbeat_advice_of_a_millisecond_is_not_followed():
+    """A heartbeat answer advising 1 ms was followed: ~1,000 heartbeats a second to the group
+    coordinator every group shares. The member heartbeats at most ten times as often as its own
+    setting asks (the real coordinator advises a third of the session, which is never less)."""
+    stage = ShareStage()
+    beat = stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)
+    stage.harness.advance(1_100)
+    beat = stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)[-1]
+    stage.harness.deliver("member", ShareGroupHeartbeatResponse(
+        correlation_id=beat.correlation_id, member_id="m1", member_secret=b"s", partitions=[("orders", 0)],
+        heartbeat_interval_ms=1), SHARE_GROUPS)
+
+    sent = 0
+    for _ in range(100):  # one simulated second, answering each heartbeat at once
+        stage.harness.advance(10)
+        for beat in stage.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest):
+            sent += 1
+            stage.harness.deliver("member", ShareGroupHeartbeatResponse(
+                correlation_id=beat.correlation_id, member_id="m1", member_secret=b"s",
+                partitions=[("orders", 0)], heartbeat_interval_ms=1), SHARE_GROUPS)
+
+    configured = stage.member.settings.heartbeat_interval_ms
+    assert 1 <= sent <= 1_000 // (configured // 10) + 1, f"{sent} heartbeats in a second"
+
+
+def test_a_lock_deadline_past_any_visibility_timeout_is_not_believed():
+    """An acquire answer with `lock_deadline_ms` 2**62 was taken as given: the member held those
+    records as locked for ever, though the coordinator locks a record for the group's visibility
+    timeout, and never dropped what it had not fetched in time. No deadline further away than that
+    (nor than `SHARE_LOCK_CEILING_MS`, which no configuration passes) is believed."""
+    stage = ShareStage()
+    request = only(stage.harness.take(SHARE_GROUPS, ShareAcquireRequest), ShareAcquireRequest)
+    now_ms = stage.harness.now_ns // 1_000_000
+    stage.harness.deliver("member", ShareAcquireResponse(
+        correlation_id=request.correlation_id, topic="orders", partition=0, lock_deadline_ms=2**62,
+        acquired=[AcquiredRecords(first_offset=0, last_offset=4, delivery_count=1)]), SHARE_GROUPS)
+
+    longest = stage.member.group_settings.visibility_timeout_ms  # what the group's locks last
+    deadlines = set(stage.member.held[("orders", 0)].values())
+    assert deadlines == {now_ms + longest}
+    assert stage.member.readers[("orders", 0)].lock_deadline_ms == now_ms + longest
+    stage.fetch_answer(stamped(0, 5))
+    stage.harness.advance(10_000)
+    stage.harness.deliver("member", ClientCommand(command="acknowledge", token=7, arguments={
+        "acknowledgements": [["orders", 0, 0, 4, "renew", 0, "", 1]]}))
+    request = only(stage.harness.take(SHARE_GROUPS, ShareAcknowledgeRequest), ShareAcknowledgeRequest)
+    stage.harness.deliver("member", ShareAcknowledgeResponse(correlation_id=request.correlation_id, results=[
+        ShareAcknowledgementResult(first_offset=0, last_offset=4, lock_deadline_ms=2**62)]), SHARE_GROUPS)
+    renewed = set(stage.member.held[("orders", 0)].values())
+    assert renewed == {now_ms + 10_000 + longest}, "renewed for the group's timeout, not for ever"
+    with pytest.raises(ValueError, match="share_visibility_timeout_max_ms"):
+        Limits(share_visibility_timeout_max_ms=SHARE_LOCK_CEILING_MS + 1)
+
+
 def test_a_share_assignment_longer_than_any_list_of_the_protocol_does_not_decode():
     """Refused by the decoder before a list is built (the runtime drops and counts such a frame;
     the heartbeat it answered times out)."""
@@ -889,6 +946,7 @@ def test_acknowledgement_results_that_do_not_match_what_was_acknowledged_are_not
     stage = ShareStage()
     stage.acquire_answer((0, 4))
     stage.fetch_answer(stamped(0, 5))
+    locked_until = set(stage.member.held[("orders", 0)].values())
     stage.harness.deliver("member", ClientCommand(command="acknowledge", token=7, arguments={
         "acknowledgements": [["orders", 0, 0, 4, "renew", 0, "", 1]]}))
     request = only(stage.harness.take(SHARE_GROUPS, ShareAcknowledgeRequest), ShareAcknowledgeRequest)
@@ -899,7 +957,7 @@ def test_acknowledgement_results_that_do_not_match_what_was_acknowledged_are_not
     [(token, results, _)] = [notice.payload for _, notice in stage.harness.notified if notice.kind == "result"]
     assert token == 7 and [result[:4] for result in results] == [["orders", 0, 0, 4]]
     assert results[0][4] != 0  # its outcome is unknown: reported as an error
-    assert set(stage.member.held[("orders", 0)].values()) == {10**12}  # no lock deadline taken from it
+    assert set(stage.member.held[("orders", 0)].values()) == locked_until != {5}  # no deadline taken from it
 
 
 def test_a_heartbeat_interval_advice_below_one_millisecond_is_not_followed():
