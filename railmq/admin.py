@@ -94,8 +94,7 @@ class Admin:
                  wrong_kind: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> Any:
         """One request; to the active controller when `endpoint` is the bootstrap. An answer of
         another kind than `message` asks for is the error `wrong_kind` (`answer_to`)."""
-        if self._closed:  # its sockets are gone; opening new ones would outlive the caller's close
-            raise AdminClosed()
+        self.check_open()
         try:
             if endpoint == self.bootstrap:
                 reply = self.rpc.request_controller(self.controllers, message, timeout_ms or self.timeout_ms)
@@ -238,6 +237,12 @@ class Admin:
                    fail_next_fsync: bool = False) -> None:
         _check(self._request(endpoint, FaultControlRequest(
             correlation_id=0, links=links or [], disk_full=disk_full, fail_next_fsync=fail_next_fsync)))
+
+    def check_open(self) -> None:
+        """`AdminClosed` once closed: its sockets are gone, and opening new ones would outlive the
+        caller's close (for callers of its RPC client too: railmq/lag.py)."""
+        if self._closed:
+            raise AdminClosed()
 
     def close(self) -> None:
         self._closed = True

@@ -264,6 +264,7 @@ class GroupAdminClient:
 
     def _ask(self, endpoint: str, message: Any, wrong_kind: int) -> Any:
         """One request; an answer of another kind than `message` asks for is `wrong_kind`."""
+        self.admin.check_open()
         try:
             reply = self.admin.rpc.request(endpoint, message, self.timeout_ms)
         except RequestTimeout as timeout:
@@ -359,6 +360,7 @@ class GroupAdminClient:
             requests = [(self._leader(topic, partition), ListOffsetsRequest(
                 correlation_id=0, topic=topic, partition=partition, timestamp_ms=timestamp_ms))
                 for topic, partition in keys]
+            self.admin.check_open()
             try:
                 replies = self.admin.rpc.request_many(requests, self.timeout_ms)
             except RequestTimeout as timeout:

@@ -12,7 +12,9 @@ import time
 import pytest
 
 from actors.errors import ErrorCode, RailmqError
+from actors.messages import PartitionMetadata, TopicMetadata
 from railmq.admin import Admin, AdminClosed
+from railmq.lag import GroupAdminClient
 
 NOBODY = "tcp://127.0.0.1:1"
 
@@ -40,3 +42,19 @@ def test_close_twice_and_the_context_manager_after_close_are_harmless():
     admin.close()
     with pytest.raises(AdminClosed):
         admin.list_topics()
+
+
+@pytest.mark.parametrize("call", [lambda client: client.list_offset("orders", 0, -1),
+                                  lambda client: client.list_offsets([("orders", 0)], -1),
+                                  lambda client: client.timestamp_at("orders", 0, 5)])
+def test_a_closed_group_admin_client_refuses_even_a_request_to_a_leader_it_knows(call):
+    """The group tools ask leaders through their Admin's RPC client: with the topic's leader
+    known from before the close, a request went out on a new socket."""
+    client = GroupAdminClient(NOBODY, timeout_ms=2_000)
+    client._topics["orders"] = TopicMetadata(name="orders", partitions=[
+        PartitionMetadata(partition=0, leader=1, leader_endpoint="tcp://127.0.0.1:2")])
+    client.close()
+
+    with pytest.raises(AdminClosed):
+        call(client)
+    assert not client.admin.rpc._sockets
