@@ -17,7 +17,8 @@ its own rules:
 
 from __future__ import annotations
 
-from typing import Any
+from bisect import bisect_right
+from typing import Any, Callable
 
 from actors.actor import MS
 from actors.effects import Effect, Send, SetTimer
@@ -39,6 +40,30 @@ class ParkedFetch:
         self.request = request
         self.deadline_ns = deadline_ns
         self.replica = request.replica if isinstance(request, FetchRequest) else -1
+
+
+class BatchWalk:
+    """Whole batches in log order, each as its next offset and the bytes of the walk up to its end:
+    what `min_bytes` are there from any offset the walk covers, read off it without walking again."""
+
+    __slots__ = ("next_offsets", "totals", "complete")
+
+    def __init__(self) -> None:
+        self.next_offsets: list[int] = []
+        self.totals: list[int] = []
+        self.complete = True  # False: cut short before the end it was walking to
+
+    def add(self, next_offset: int, size: int) -> None:
+        self.next_offsets.append(next_offset)
+        self.totals.append((self.totals[-1] if self.totals else 0) + size)
+
+    def ready(self, offset: int, enough: int, batches_max: int) -> bool:
+        """`enough` bytes of whole batches from the one holding `offset`, or `batches_max` batches;
+        a walk cut short before them cannot tell, and so does not keep the fetch waiting."""
+        first = bisect_right(self.next_offsets, offset)  # the batch holding `offset`
+        batches = len(self.next_offsets) - first
+        counted = (self.totals[-1] if self.totals else 0) - (self.totals[first - 1] if first else 0)
+        return counted >= enough or batches >= batches_max or not self.complete
 
 
 class FetchServing:
@@ -150,12 +175,23 @@ class FetchServing:
         a ListOffsets long poll, a high watermark past its offset."""
         if isinstance(request, ListOffsetsRequest):
             return self.high_watermark > request.wait_past_offset
-        end = self.log.log_end_offset if request.replica >= 0 else self.high_watermark
-        if end <= request.offset:
-            return False
+        counting = self._bytes_to_count(request)
+        if counting is None:
+            return self._end_of(request) > request.offset
+        end, enough = counting
+        return self._bytes_ready(request.offset, end, enough) >= enough
+
+    def _end_of(self, request: FetchRequest) -> int:
+        """Where what `request` may read ends: the log end for a follower, the high watermark else."""
+        return self.log.log_end_offset if request.replica >= 0 else self.high_watermark
+
+    def _bytes_to_count(self, request: FetchRequest) -> tuple[int, int] | None:
+        """(end, enough) when whether `request` can be answered depends on the bytes of the batches
+        from its offset to `end`; None when it does not (no data there, or any data will do)."""
+        end = self._end_of(request)
         # More than one answer may carry is never there to wait for.
         enough = min(request.min_bytes, request.max_bytes, self.limits.fetch_bytes_max)
-        return enough <= 1 or self._bytes_ready(request.offset, end, enough) >= enough
+        return (end, enough) if end > request.offset and enough > 1 else None
 
     def _bytes_ready(self, offset: int, end: int, enough: int) -> int:
         """Bytes of the whole batches from the one holding `offset` up to `end`, counted to `enough`;
@@ -172,6 +208,23 @@ class FetchServing:
         except (OffsetOutOfRange, CorruptLog):
             return enough  # answer now: the read reports the problem
         return total
+
+    def _walk_batches(self, start: int, end: int) -> "BatchWalk | None":
+        """The whole batches from the one holding `start` up to `end`, at most twice
+        `fetch_ready_batches_max` of them; None when the log cannot be walked from `start`
+        (answer now: the read reports the problem)."""
+        walk = BatchWalk()
+        try:
+            for header in self.log.iter_headers(start):
+                if header.base_offset >= end:
+                    break
+                if len(walk.next_offsets) >= 2 * self.limits.fetch_ready_batches_max:
+                    walk.complete = False
+                    break
+                walk.add(header.next_offset, header.size)
+        except (OffsetOutOfRange, CorruptLog):
+            return None
+        return walk
 
     def _read(self, request: FetchRequest | ListOffsetsRequest) -> FetchResponse | ListOffsetsResponse:
         if isinstance(request, ListOffsetsRequest):
@@ -217,9 +270,41 @@ class FetchServing:
     def wake_parked_fetches(self, now_ns: int) -> list[Effect]:
         if not self.parked:
             return []
+        ready = self._parked_ready()
         effects = self._answer_parked(
-            lambda parked: self._read(parked.request) if self._has_data(parked.request) else None, now_ns)
+            lambda parked: self._read(parked.request) if ready(parked) else None, now_ns)
         return effects + self._hasten_for_high_watermark(now_ns)
+
+    def _parked_ready(self) -> Callable[[ParkedFetch], bool]:
+        """Which parked requests can be answered now. Whether a fetch's `min_bytes` are there is
+        read off one walk of the batch headers per end (the high watermark, the log end) shared by
+        every parked fetch counting to it: a walk of its own for each, at every append and every
+        follower fetch, made 10,000 fetches parked with `min_bytes=2**62` read up to 1.4 million
+        headers per batch committed (2-2.5 s of the leader each)."""
+        log_start = self.log.log_start_offset
+        counting = {id(parked): self._bytes_to_count(parked.request) for parked in self.parked
+                    if isinstance(parked.request, FetchRequest)}
+        starts: dict[int, int] = {}  # end -> the lowest offset whose bytes are counted to it
+        for parked in self.parked:
+            found, offset = counting.get(id(parked)), parked.request.offset
+            if found is not None and offset >= log_start:
+                starts[found[0]] = min(starts.get(found[0], offset), offset)
+        walks = {end: self._walk_batches(start, end) for end, start in starts.items()}
+
+        def ready(parked: ParkedFetch) -> bool:
+            request = parked.request
+            if not isinstance(request, FetchRequest):
+                return self._has_data(request)
+            found = counting[id(parked)]
+            if found is None:
+                return self._end_of(request) > request.offset
+            if request.offset < log_start:
+                return True  # the read says it is out of range
+            end, enough = found
+            walk = walks[end]
+            return walk is None or walk.ready(request.offset, enough, self.limits.fetch_ready_batches_max)
+
+        return ready
 
     def _hasten_for_high_watermark(self, now_ns: int) -> list[Effect]:
         """A follower waiting at the end with an older high watermark than ours learns the new one

@@ -24,6 +24,7 @@ from storage.batch import encode_batch, iter_batches
 from storage.errors import LogClosed
 from storage.log import LogConfig
 from storage.memory import MemoryFileSystem, open_memory_log
+from storage.segment import Segment
 from tests.helpers import producer_secret_of
 from tests.unit.actor_harness import Harness, at_once, flushed, messages, only
 
@@ -582,6 +583,47 @@ def test_a_fetch_asking_for_more_bytes_than_any_answer_holds_costs_a_bounded_wal
     assert offsets_in(only(behind, FetchResponse).records)[0] == 0
     assert stage.replies(FetchResponse) == [], "fetches at the end wait for more than one new batch"
     assert len(walked) <= LIMITS.fetch_ready_batches_max + 20, f"{len(walked)} headers walked"
+
+
+def headers_read_by_one_commit(stage: Stage, monkeypatch, parked: int) -> int:
+    """Headers the leader reads for one batch committed (its append and both followers' fetches)
+    while `parked` consumer fetches wait at the high watermark for more than any answer holds."""
+    for _ in range(parked):
+        stage.consumer_fetch(stage.replica.high_watermark, max_wait_ms=30_000, min_bytes=2**62)
+    stage.produce()
+    stage.catch_up()  # each parked fetch now has one new batch to count
+    read = []
+    batches_from = Segment.batches_from
+
+    def counting(segment, position):
+        for found in batches_from(segment, position):
+            read.append(found)
+            yield found
+
+    monkeypatch.setattr(Segment, "batches_from", counting)
+    stage.produce()
+    stage.catch_up()
+    monkeypatch.setattr(Segment, "batches_from", batches_from)
+    assert len(stage.replica.parked) == parked, "the fetches still wait for their bytes"
+    return len(read)
+
+
+def test_fetches_waiting_for_min_bytes_cost_an_append_one_walk_not_one_each(monkeypatch):
+    """Every append and every follower fetch asked each parked fetch whether its `min_bytes` were
+    there, each walking the batch headers from its own offset (from the index entry below it, up to
+    `fetch_ready_batches_max` batches): 10,000 fetches parked at the high watermark with
+    `min_bytes=2**62` (the purgatory's bound) made each batch committed read 0.2-1.4 million
+    headers, 2-2.5 s of the leader per append. One walk of the headers serves every parked fetch."""
+    few, many = Stage(), Stage()
+    for stage in (few, many):
+        for _ in range(300):
+            stage.produce()
+        stage.catch_up()
+
+    with_few = headers_read_by_one_commit(few, monkeypatch, parked=2)
+    with_many = headers_read_by_one_commit(many, monkeypatch, parked=200)
+
+    assert with_many <= with_few + 10, f"{with_many} headers read with 200 parked fetches, {with_few} with 2"
 
 
 def test_a_negative_min_bytes_is_an_invalid_request(stage):
