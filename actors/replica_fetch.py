@@ -286,8 +286,9 @@ class FetchServing:
                     if isinstance(parked.request, FetchRequest)}
         starts: dict[int, int] = {}  # end -> the lowest offset whose bytes are counted to it
         for parked in self.parked:
-            found, offset = counting.get(id(parked)), parked.request.offset
-            if found is not None and offset >= log_start:
+            found = counting.get(id(parked))  # None for a ListOffsets long poll
+            if found is not None and parked.request.offset >= log_start:
+                offset = parked.request.offset
                 starts[found[0]] = min(starts.get(found[0], offset), offset)
         walks = {end: self._walk_batches(start, end) for end, start in starts.items()}
 

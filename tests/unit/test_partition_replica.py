@@ -626,6 +626,22 @@ def test_fetches_waiting_for_min_bytes_cost_an_append_one_walk_not_one_each(monk
     assert with_many <= with_few + 10, f"{with_many} headers read with 200 parked fetches, {with_few} with 2"
 
 
+def test_a_list_offsets_long_poll_and_a_fetch_counting_bytes_wait_and_wake_together(stage):
+    stage.produce()
+    stage.catch_up()
+    stage.consumer_fetch(0, max_wait_ms=30_000, min_bytes=2 * len(batch()))
+    poll = ListOffsetsRequest(correlation_id=stage.next_correlation(), topic="orders", partition=0,
+                              timestamp_ms=-1, max_wait_ms=30_000, wait_past_offset=1)
+    stage.harness.deliver(LEADER, poll, CLIENT)
+    assert stage.replies(FetchResponse) == [] and stage.replies(ListOffsetsResponse) == []
+
+    stage.produce()
+    stage.catch_up()
+
+    assert offsets_in(only(stage.replies(FetchResponse), FetchResponse).records) == [0, 1]
+    assert only(stage.replies(ListOffsetsResponse), ListOffsetsResponse).offset == 2
+
+
 def test_a_negative_min_bytes_is_an_invalid_request(stage):
     response = only(stage.consumer_fetch(0, min_bytes=-1), FetchResponse)
     assert response.error == ErrorCode.INVALID_REQUEST
