@@ -72,7 +72,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
         self.is_classic_group = is_classic_group
         self.groups: dict[str, ShareGroup] = {}
         self.parked: dict[tuple[str, str, int], list[ParkedAcquire]] = {}
-        self.waiting_heartbeats: list[tuple[Any, ShareGroupHeartbeatRequest, int]] = []
+        # (group, member) -> (sender, heartbeat without its names, since when): one waits per member.
+        self.waiting_heartbeats: dict[tuple[str, str], tuple[Any, ShareGroupHeartbeatRequest, int]] = {}
         self.members_bytes = 0  # ids and subscriptions of every member (ShareMemberState.held_bytes)
         # Topic name -> members subscribing to it, over every group (`share_subscribed_topics_max`).
         self.subscribed: dict[str, int] = {}
@@ -245,7 +246,8 @@ class ShareGroups(ShareMembership, ShareDelivery):
     def _step_deadlines(self) -> list[int]:
         """The few deadlines a step looks at directly: heartbeats waiting for metadata, and the
         next metadata request."""
-        deadlines = [since_ns + HEARTBEAT_METADATA_WAIT_MS * MS for _, _, since_ns in self.waiting_heartbeats]
+        deadlines = [since_ns + HEARTBEAT_METADATA_WAIT_MS * MS
+                     for _, _, since_ns in self.waiting_heartbeats.values()]
         deadlines += self.leaders.metadata_deadlines(self.session_floor_ns is not None)
         return deadlines
 

@@ -25,7 +25,9 @@ from actors.messages import (
 )
 from storage.memory import MemoryFileSystem
 from storage.state import DurableState
+from tests.helpers import bytes_held_from
 from tests.unit.actor_harness import Harness, messages, only
+from transport.codec import Codec
 
 LONGEST_TOPIC = DEFAULT_LIMITS.topic_name_length_max  # the largest entries a topic name allows
 
@@ -532,6 +534,28 @@ def test_a_heartbeat_costs_the_same_in_a_group_whose_members_subscribe_to_many_n
         ShareMemberState.held_bytes = held_bytes
     assert crowded <= 2 and empty <= 2, f"{crowded:.1f} members measured a heartbeat ({empty:.1f} when new)"
     actor.invariants()
+
+
+def test_a_share_heartbeat_waiting_for_metadata_holds_its_member_not_its_repeated_names():
+    """A heartbeat naming a topic the coordinator has no metadata for waits for it (up to
+    HEARTBEAT_METADATA_WAIT_MS, one per member), and it was kept whole: a member is counted for the
+    names it subscribes to, once each, but its request may name one 234-character name 10,000
+    times (2.4 MB on the wire), 10,000 strings held for up to a second, ~2.9 MB per member. The
+    waiting heartbeat keeps what its answer needs, not the names."""
+    harness, actor, _ = coordinator()
+    codec = Codec()
+    name = "x" * LONGEST_TOPIC
+    frames = [[bytes(frame) for frame in codec.encode(ShareGroupHeartbeatRequest(
+        correlation_id=11, group_id="queue", client_id=f"client-{index}", topics=[name] * 10_000,
+        session_timeout_ms=30_000, settings=ShareGroupSettings(dead_letter_topic="dead-letters")))]
+        for index in range(5)]
+
+    with bytes_held_from(__file__, at_most=200_000) as held:
+        for index, frame in enumerate(frames):
+            actor.handle(codec.decode(frame), f"client-{index}", harness.now_ns)
+
+    assert len(actor.share.waiting_heartbeats) == 5, "each member's heartbeat waits for the name's metadata"
+    assert held[0] < 200_000, f"5 waiting heartbeats hold {held[0]:,} bytes"
 
 
 @pytest.mark.timeout(120)
