@@ -104,7 +104,7 @@ class ShareMembership:
             key = (group.group_id, member.member_id)
             self.waiting_heartbeats.pop(key, None)
             self.waiting_heartbeats[key] = (sender, msgspec.structs.replace(request, topics=[]), now_ns)
-            return self.leaders.request_metadata(missing, now_ns)
+            return self.leaders.request_metadata(missing, now_ns, for_members=True)
         return [Send(sender, self._heartbeat_answer(group, member, request))]
 
     def _check_heartbeat(self, request: ShareGroupHeartbeatRequest) -> tuple[int, str] | None:
@@ -223,6 +223,7 @@ class ShareMembership:
                 subscribed[topic] = count
             else:
                 del subscribed[topic]
+                self.leaders.unsubscribed(topic)
 
     def _heartbeat_answer(self, group: ShareGroup, member: ShareMemberState,
                           request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:

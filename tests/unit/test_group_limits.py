@@ -558,6 +558,27 @@ def test_a_share_heartbeat_waiting_for_metadata_holds_its_member_not_its_repeate
     assert held[0] < 200_000, f"5 waiting heartbeats hold {held[0]:,} bytes"
 
 
+def test_names_only_members_gone_asked_for_are_not_asked_for_any_more():
+    """A heartbeat subscribing to names the coordinator has no metadata for adds them to those its
+    next metadata request asks for, at most `topics_max` a request, one request in flight (up to
+    `share_request_timeout_ms`, 5 s, when the controller does not answer). They stayed when their
+    member went: members of 10,000 fresh names each, their sessions ending (100 ms) while one
+    request waited, left 280,000 names to ask for after 30 of them (each request sorting them all),
+    and ~1 million for every 5 s the controller was silent. Only names members subscribe to wait."""
+    harness, actor, _ = coordinator()
+    for cycle in range(30):
+        request = ShareGroupHeartbeatRequest(
+            correlation_id=11, group_id="queue", client_id=f"client-{cycle}", session_timeout_ms=100,
+            topics=[f"c{cycle}-{index}" for index in range(10_000)])
+        harness.deliver(GROUPS, request, f"client-{cycle}")
+        harness.advance(200)  # its session ends; the controller never answers
+        harness.steps.clear()
+
+    assert not any(group.members for group in actor.share.groups.values())
+    wanted = actor.share.leaders.metadata_wanted - {""}
+    assert not wanted, f"{len(wanted):,} names of members gone are still to be asked for"
+
+
 @pytest.mark.timeout(120)
 def test_the_names_share_members_subscribe_to_are_bounded_so_a_metadata_request_stays_cheap():
     """Every metadata request of the group coordinator collected and sorted every name any share
