@@ -27,9 +27,9 @@ from actors.controller_endpoints import ControllerEndpoints
 from actors.client_metadata import checked_topic
 from actors.effects import Notify, Send
 from actors.errors import ErrorCode, RailmqError
+from actors.limit_rules import limit_problems
 from actors.limits import (
     DEFAULT_LIMITS, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS, Limits,
-    limit_problems,
 )
 from actors.messages import (
     AcquiredRecords, ClientCommand, ConsumerAssignment, ErrorResponse, FetchRequest, FetchResponse, GroupMember,
