@@ -1,5 +1,5 @@
 """Share groups in the group coordinator (KIP-932): the state they share and the messages they
-take, with membership, delivery, leaders and dead-lettering in their own modules.
+take, with membership, delivery, deadlines, leaders and dead-lettering in their own modules.
 
 `ShareGroups` is attached to the `GroupCoordinator` (actors/group_coordinator.py), which hands it
 every message it does not handle itself, and its timer's fire at their next deadline. Per-record
@@ -36,7 +36,6 @@ from typing import Any, Callable
 
 import msgspec
 
-from actors.actor import MS
 from actors.client_secrets import MemberSecrets, ProducerSecrets
 from actors.dead_letter_records import DeadLetterItem
 from actors.deadlines import lowered
@@ -50,16 +49,15 @@ from actors.messages import (
     ShareAcknowledgeRequest, ShareAcquireRequest, ShareGroupHeartbeatRequest, ShareGroupSettings, TimerFired,
 )
 from actors.share_dead_letters import DeadLetterWriter
+from actors.share_group_deadlines import ShareDeadlines
 from actors.share_group_delivery import REFRESH_TIMER, ParkedAcquire, ShareDelivery
-from actors.share_group_membership import (
-    DEAD_LETTER_SUFFIX, HEARTBEAT_METADATA_WAIT_MS, ShareGroup, ShareMembership,
-)
+from actors.share_group_membership import DEAD_LETTER_SUFFIX, ShareGroup, ShareMembership
 from actors.share_leaders import Outbound, PartitionLeaders
 from actors.share_descriptions import describe_members, describe_partitions
 from actors.share_partition import DEAD_LETTERING, SharePartition
 
 
-class ShareGroups(ShareMembership, ShareDelivery):
+class ShareGroups(ShareMembership, ShareDelivery, ShareDeadlines):
     def __init__(self, *, state: Any, coordinator: str, limits: Limits, rng: random.Random,
                  is_classic_group: Callable[[str], bool], secrets: MemberSecrets = MemberSecrets()) -> None:
         self.state = state
@@ -209,67 +207,6 @@ class ShareGroups(ShareMembership, ShareDelivery):
             case _:
                 return None
         return self._finish(effects, now_ns)
-
-    # ------------------------------------------------------------------ deadlines
-
-    def deadlines(self) -> list[int]:
-        """When each thing `tick` does falls due, every one of them: sessions, locks, parked
-        acquires (their wait, a delayed release, the next high-watermark read), heartbeats waiting
-        for metadata, requests in flight, metadata and dead-letter retries. The coordinator's timer
-        fires no later (its invariants() check it); with none of it, there is no timer. A scan of
-        everything: the tick runs it, a step lowers floors instead. Lists, not generators: the
-        coordinator's invariants() scans them all after every step that went to the share groups."""
-        deadlines = self._session_deadlines()
-        deadlines += self._lock_deadlines()
-        for key in self.parked:
-            deadlines += self._parked_deadlines_of(key)
-        deadlines += self._step_deadlines()
-        deadlines += self.leaders.pending_deadlines()
-        deadlines += self.dead_letters.deadlines()
-        return deadlines
-
-    def _session_deadlines(self) -> list[int]:
-        return [member.last_seen_ns + member.session_timeout_ms * MS + 1
-                for group in self.groups.values() for member in group.members.values()]
-
-    def _lock_deadlines(self) -> list[int]:
-        return [share_partition.next_lock_deadline_ns
-                for group in self.groups.values() for share_partition in group.partitions.values()
-                if share_partition.next_lock_deadline_ns is not None]
-
-    def _parked_deadlines_of(self, key: tuple[str, str, int]) -> list[int]:
-        deadlines = [parked.deadline_ns for parked in self.parked.get(key, ())]
-        deadlines.append(self.groups[key[0]].partitions[key[1], key[2]].next_available_ns(self.step_ns))
-        deadlines.append(self.leaders.watch_due_ns(key[1:]))
-        return deadlines
-
-    def _step_deadlines(self) -> list[int]:
-        """The few deadlines a step looks at directly: heartbeats waiting for metadata, and the
-        next metadata request."""
-        deadlines = [since_ns + HEARTBEAT_METADATA_WAIT_MS * MS
-                     for _, _, since_ns in self.waiting_heartbeats.values()]
-        deadlines += self.leaders.metadata_deadlines(self.session_floor_ns is not None)
-        return deadlines
-
-    def _set_floors(self, now_ns: int) -> None:
-        """Every floor exactly: the earliest deadline of its kind still ahead (the tick's scan)."""
-        def earliest(deadlines: list[int]) -> int | None:
-            ahead = [deadline_ns for deadline_ns in deadlines if deadline_ns > now_ns]
-            return min(ahead) if ahead else None
-
-        self.session_floor_ns = earliest(self._session_deadlines())
-        self.lock_floor_ns = earliest(self._lock_deadlines())
-        self.parked_floor_ns = earliest([deadline_ns for key in self.parked
-                                         for deadline_ns in self._parked_deadlines_of(key)])
-        self.leaders.pending_floor_ns = earliest(self.leaders.pending_deadlines())
-        self.dead_letters.retry_floor_ns = earliest(self.dead_letters.deadlines())
-
-    def _next_deadline(self, now_ns: int) -> int | None:
-        floors = [floor for floor in (self.session_floor_ns, self.lock_floor_ns, self.parked_floor_ns,
-                                      self.leaders.pending_floor_ns, self.dead_letters.retry_floor_ns)
-                  if floor is not None]
-        floors += [deadline_ns for deadline_ns in self._step_deadlines() if deadline_ns > now_ns]
-        return min(floors, default=None)
 
     def tick(self, now_ns: int) -> list[Effect]:
         self.step_ns = now_ns
