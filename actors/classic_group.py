@@ -35,7 +35,7 @@ import msgspec
 from actors.actor import MS
 from actors.client_secrets import MemberSecrets, refusal_text
 from actors.effects import Effect, Send, Trace
-from actors.classic_group_member import Member
+from actors.classic_group_member import Member, named_by_all
 from actors.errors import ErrorCode
 from actors.messages import (
     ConsumerAssignment, GroupMember, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
@@ -166,7 +166,7 @@ class ClassicGroup:
         others = [m for m in self.members.values() if m.member_id != request.member_id]
         if not others:
             return True
-        shared = _named_by_all(others)
+        shared = named_by_all(others)
         return any(protocol.name in shared for protocol in request.protocols)
 
     def _join_error(self, sender: Any, request: JoinGroupRequest, code: ErrorCode, text: str) -> Send:
@@ -239,7 +239,7 @@ class ClassicGroup:
 
     def _select_protocol(self) -> str:
         members = list(self.members.values())
-        shared = _named_by_all(members)
+        shared = named_by_all(members)
         common = [p.name for p in members[0].protocols if p.name in shared]
         votes = {name: 0 for name in common}
         for member in members:
@@ -440,15 +440,3 @@ class ClassicGroup:
         for instance_id, member_id in self.static.items():
             assert member_id in self.members and self.members[member_id].instance_id == instance_id
 
-
-def _named_by_all(members: list[Member]) -> set[str]:
-    """The assignors every one of `members` names, in one walk of them. Asked name by name, with
-    each member's names gathered again for each, a join into a group of 1,000 members naming 32
-    assignors cost ~36 ms of the coordinator, and choosing the group's protocol ~40 ms."""
-    shared: set[str] | None = None
-    for member in members:
-        names = {protocol.name for protocol in member.protocols}
-        shared = names if shared is None else shared & names
-        if not shared:
-            break
-    return shared or set()
