@@ -35,6 +35,7 @@ from railmq.cli_tables import Column, print_table
 from railmq.lag import (
     EARLIEST, LATEST, GroupAdminClient, GroupLag, OffsetResetPlan, ResetTarget, measure_group_lag, plan_reset,
 )
+from railmq.terminal_text import cell
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -154,7 +155,7 @@ def run_list(args: argparse.Namespace) -> int:
     if not groups:
         console.print("no groups")
         return EXIT_OK
-    print_table(console, LIST_COLUMNS, [[escape(g.group_id), g.kind, g.state, str(g.members)] for g in groups],
+    print_table(console, LIST_COLUMNS, [[cell(g.group_id), g.kind, g.state, str(g.members)] for g in groups],
                 title="consumer groups")
     return EXIT_OK
 
@@ -206,8 +207,10 @@ NO_COMMIT_MARK = "*"
 
 def render_group_lag(report: GroupLag, console: Console) -> None:
     members = len(report.members)
-    console.print(f"[bold]group {escape(report.group_id)}[/] ({report.kind}, {report.state}, generation "
-                  f"{report.generation}, protocol {report.protocol or '-'}): {members} member"
+    # Client text (ids, the protocol the members named) goes through `cell`: never a terminal
+    # control, never markup (railmq/terminal_text.py).
+    console.print(f"[bold]group {cell(report.group_id)}[/] ({report.kind}, {report.state}, generation "
+                  f"{report.generation}, protocol {cell(report.protocol or '-')}): {members} member"
                   f"{'' if members == 1 else 's'}, total lag {report.total_lag_messages}", highlight=False)
     if not report.partitions:
         console.print("no committed offsets and no assigned partitions")
@@ -217,7 +220,7 @@ def render_group_lag(report: GroupLag, console: Console) -> None:
     rows = []
     for row in report.partitions:
         lag = _shown(row.lag_messages) + (NO_COMMIT_MARK if row.start_from != "committed" else "")
-        cells = [escape(row.topic), str(row.partition), escape(_member_name(row.client_id, row.member_id)),
+        cells = [escape(row.topic), str(row.partition), cell(_member_name(row.client_id, row.member_id)),
                  _shown(row.committed_offset), _shown(row.log_end_offset), lag,
                  "-" if row.lag_seconds is None else f"{row.lag_seconds:.1f}"]
         if sampled:
@@ -229,7 +232,8 @@ def render_group_lag(report: GroupLag, console: Console) -> None:
         console.print(line, highlight=False)
     for member in report.members:
         if member.idle:
-            console.print(f"idle member (no partitions): {escape(_member_name(member.client_id, member.member_id))}")
+            name = cell(_member_name(member.client_id, member.member_id))
+            console.print(f"idle member (no partitions): {name}")
 
 
 def no_commit_notes(report: GroupLag) -> list[str]:

