@@ -5,6 +5,10 @@ produce and commit rates), the partitions (leader, epoch, ISR, high watermark, l
 flags; the unhealthy ones first), the groups (lag in messages and seconds, commit rate, hot
 flags) and the newest timeline entries. The same `Collector` feeds the browser console, so
 the numbers agree with it. `render(snapshot, entries)` is pure and tested on its own.
+
+Group ids, and the member ids and protocol names in timeline entries, are text a client chose:
+they go in as `Text` (never markup) through `visible` (no terminal control), as every command's
+client text does (railmq/terminal_text.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from railmq.terminal_text import visible
 
 PARTITION_ROWS_MAX = 30
 GROUP_ROWS_MAX = 20
@@ -61,7 +67,7 @@ def _urgency(partition: Any) -> tuple:
 
 def headline(snapshot: Any) -> Text:
     commits = sum(snapshot.group_rates.values()) if snapshot.group_rates else None
-    text = Text(f"railmq top · cluster {snapshot.cluster_id or '?'} at {snapshot.bootstrap} · ")
+    text = Text(f"railmq top · cluster {visible(snapshot.cluster_id or '?')} at {snapshot.bootstrap} · ")
     text.append(f"{len(snapshot.partitions)} partitions  ")
     for count, words in (
         (snapshot.offline_partitions, "offline"),
@@ -133,7 +139,7 @@ def group_table(snapshot: Any) -> Table:
             shown += 1
             rate = snapshot.group_rates.get(f"{group.group_id}|{row.topic}|{row.partition}")
             table.add_row(
-                group.group_id,
+                Text(visible(group.group_id)),
                 group.state,
                 f"{row.topic}/{row.partition}",
                 "-" if row.committed_offset is None else f"{row.committed_offset:,}",
@@ -155,14 +161,15 @@ def timeline_block(entries: list[Any]) -> Table:
             + f".{entry.time_ns // 1_000_000 % 1000:03d}"
         )
         table.add_row(
-            when, Text(f"{entry.category:<9} {entry.text}", style=SEVERITY_STYLE.get(entry.severity, ""))
+            when,
+            Text(f"{entry.category:<9} {visible(entry.text)}", style=SEVERITY_STYLE.get(entry.severity, "")),
         )
     return table
 
 
 def render(snapshot: Any, entries: list[Any]) -> Group:
     parts: list[Any] = [headline(snapshot)]
-    parts += [Text(problem, style="yellow") for problem in snapshot.problems]
+    parts += [Text(visible(problem), style="yellow") for problem in snapshot.problems]
     parts += [partition_table(snapshot), group_table(snapshot), timeline_block(entries)]
     return Group(*parts)
 

@@ -345,6 +345,33 @@ def test_top_puts_unhealthy_partitions_first_and_names_their_flags():
     assert "OFFLINE" in text and "n3:damaged" in text and "kill coordinator" in text
 
 
+def test_top_shows_names_a_client_chose_as_escapes_never_as_markup_or_terminal_controls():
+    """A group id, member id or protocol name is any text a client chose. `railmq top` gave the
+    group id to its table as rich markup (`[/]` ended top with a MarkupError) and printed it and
+    the timeline's member ids raw: an ESC[2J from a client cleared the operator's screen."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from chaos.console.top import render
+    from railmq.lag import GroupLag, PartitionLag
+
+    hostile = ["[/][link=https://evil.example/]x", "\x1b[2J\x1b]52;c;ZXZpbA==\x07", "a\rb\x9b2J\u202eexe"]
+    groups = [GroupLag(group_id=name, state="Stable", partitions=[PartitionLag(topic="orders", partition=0)])
+              for name in hostile]
+    entries = [to_entry({"time_ns": 5, "event": "member-removed", "group": name, "member": name,
+                         "reason": name}) for name in hostile]
+    snapshot = Snapshot(time_ns=1, cluster_id="c1", groups=groups, group_rates={})
+    out = io.StringIO()
+    Console(file=out, width=300, color_system=None, force_terminal=False).print(render(snapshot, entries))
+    printed = out.getvalue()
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", printed), printed
+    assert "[/][link=https://evil.example/]x" in printed
+    assert "\\x1b[2J\\x1b]52;c;ZXZpbA==\\x07" in printed and "a\\rb\\x9b2J\\u202eexe" in printed
+    assert "member a\\rb\\x9b2J\\u202eexe removed" in printed
+
+
 def test_the_appending_leader_had_a_record_no_later_than_any_follower_was_seen_with_it():
     from chaos.console.explain import _no_later_than_copies
     from chaos.console.journal import Passage
