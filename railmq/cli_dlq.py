@@ -33,7 +33,6 @@ from typing import Callable, Iterable
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -49,6 +48,7 @@ from railmq.dlq import (
 )
 from railmq.cli_tables import Column, print_table
 from railmq.records import ConsumerRecord
+from railmq.terminal_text import cell, json_visible
 
 INSPECT_LIMIT_DEFAULT = 20
 # What `letter_to_dict` takes from `record_to_dict` of the source record: its data, encoded.
@@ -141,7 +141,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     if letters and all(letter.malformed for letter in letters) and not args.topic.endswith(DLQ_SUFFIX):
         raise RailmqError(ErrorCode.INVALID_REQUEST, not_a_dlq_sentence(args))
     if args.json:
-        lines = [json.dumps(letter_to_dict(letter), ensure_ascii=False) + "\n" for letter in letters]
+        # C1 and bidi controls, which JSON leaves raw, as \u escapes (railmq/terminal_text.py).
+        lines = [json_visible(json.dumps(letter_to_dict(letter), ensure_ascii=False)) + "\n"
+                 for letter in letters]
         sys.stdout.write("".join(lines))
     else:
         console = Console()
@@ -188,16 +190,19 @@ LETTER_COLUMNS = [Column("at"), Column("source"), Column("group", optional=True)
 
 
 def letter_rows(letters: list[DeadLetter]) -> list[list[str]]:
+    """Every text of a dead letter is a client's (its headers are whatever the producer to the
+    dead-letter topic wrote): each goes through `cell`, never a terminal control nor markup."""
     rows = []
     for letter in letters:
         if letter.malformed:
-            source, reason = "-", f"[bold red]not a dead letter: {escape(_cut(letter.malformed))}[/]"
+            source, reason = "-", f"[bold red]not a dead letter: {cell(_cut(letter.malformed))}[/]"
         else:
             source = f"{letter.source_topic}/{letter.source_partition}@{letter.source_offset}"
-            reason = escape(letter.reason)
-        rows.append([f"{letter.partition}@{letter.offset}", escape(source), escape(letter.group or "-"), reason,
-                     str(letter.attempts) if letter.attempts >= 0 else "-", escape(_cut(letter.last_error) or "-"),
-                     _when(letter.dead_lettered_ms), escape(_shown(letter.key)), escape(_shown(letter.value))])
+            reason = cell(letter.reason)
+        attempts = str(letter.attempts) if letter.attempts >= 0 else "-"
+        rows.append([f"{letter.partition}@{letter.offset}", cell(source), cell(letter.group or "-"), reason,
+                     attempts, cell(_cut(letter.last_error) or "-"), _when(letter.dead_lettered_ms),
+                     cell(_shown(letter.key)), cell(_shown(letter.value))])
     return rows
 
 

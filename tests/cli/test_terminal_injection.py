@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+import os
 import re
 
 from rich.console import Console
 
 from actors.messages import GroupSummary
-from railmq import cli_groups
+from railmq import cli_dlq, cli_groups
 from railmq.cli_groups import render_group_lag
+from railmq.dlq import DeadLetter
 from railmq.lag import GroupLag, MemberLag, PartitionLag
 
 CLEAR_SCREEN = "\x1b[2J\x1b[H"
@@ -83,3 +86,44 @@ def test_groups_list_shows_hostile_group_ids_as_escapes(monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert_inert(printed)
     assert "\\u202eexe.txt" in printed and "victim\\rattacker" in printed and MARKUP in printed
+
+
+def hostile_letter(name: str, **changes) -> DeadLetter:
+    fields = dict(source_topic=f"orders{name}", source_partition=0, source_offset=7, group=name, attempts=3,
+                  reason=name, last_error=f"ValueError: {name}", source_timestamp_ms=1, first_delivery_ms=2,
+                  dead_lettered_ms=3, key=name.encode(), value=f"value {name}".encode(),
+                  headers=[("h", name.encode())], topic="orders.dlq", partition=0, offset=1)
+    return DeadLetter(**{**fields, **changes})
+
+
+def test_dlq_inspect_shows_hostile_errors_keys_and_values_as_escapes(monkeypatch, capsys):
+    """Whoever produces to a dead-letter topic writes its railmq.dlq.* headers; whoever's record
+    failed wrote the key, value and the error text. The table printed them raw."""
+    letters = [hostile_letter(name) for name in HOSTILE]
+    letters.append(hostile_letter("x", malformed=f"railmq.dlq.attempts is not a number: {CLEAR_SCREEN}"))
+    monkeypatch.setattr(cli_dlq, "inspect", lambda *args, **kwargs: letters)
+    arguments = argparse.Namespace(bootstrap="tcp://127.0.0.1:1", topic="orders.dlq", limit=20, from_offset=0,
+                                   partition=None, request_timeout_ms=1000, json=False)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *args: os.terminal_size((400, 50)))
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli_dlq.run_inspect(arguments) == 0
+    printed = capsys.readouterr().out
+    assert_inert(printed)
+    assert "ValueError: \\x1b[2J\\x1b[H" in printed and "victim\\rattacker" in printed
+    assert MARKUP[:40] in printed
+
+
+def test_dlq_inspect_json_escapes_the_controls_json_leaves_raw(monkeypatch, capsys):
+    """JSON escapes C0 itself, but with ensure_ascii=False it printed C1 (U+009B is a CSI to a
+    terminal that reads C1) and U+202E raw. As \\u escapes they decode to the same text."""
+    letters = [hostile_letter(name) for name in (C1_CSI, REVERSED, "\x7f")]
+    monkeypatch.setattr(cli_dlq, "inspect", lambda *args, **kwargs: letters)
+    arguments = argparse.Namespace(bootstrap="tcp://127.0.0.1:1", topic="orders.dlq", limit=20, from_offset=0,
+                                   partition=None, request_timeout_ms=1000, json=True)
+    assert cli_dlq.run_inspect(arguments) == 0
+    printed = capsys.readouterr().out
+    assert_inert(printed.replace("\n", ""))
+    documents = [json.loads(line) for line in printed.splitlines()]
+    assert [document["last_error"] for document in documents] == [f"ValueError: {name}"
+                                                                   for name in (C1_CSI, REVERSED, "\x7f")]
+    assert documents[0]["key"] == C1_CSI and documents[1]["headers"] == [{"key": "h", "value": REVERSED}]
