@@ -9,10 +9,14 @@ listens. Whether anything answers there is checked once before a command runs
 
 Record rendering is one pure function per format, so `consume` and a group member print the same
 lines: `record_to_json` (one JSON object, bytes as UTF-8 text or base64 with an `*_encoding`
-field) and `record_to_line` (a compact human line).
+field) and `record_to_line` (a compact human line). A record is whatever its producer wrote, so
+neither lets a terminal control through, wherever it is printed: the human line shows each as its
+escape (`\\x1b`, and `\\n`: one record, one line), the JSON as a `\\u` escape of the same text
+(railmq/terminal_text.py). `--json` and `-f` give the exact bytes to programs.
 
-This module is a leaf (it imports only `railmq.records`), so `railmq.member_process`, which the
-chaos harness and tests import, can use it without importing the command line itself.
+This module is a leaf (it imports only `railmq.records` and `railmq.terminal_text`), so
+`railmq.member_process`, which the chaos harness and tests import, can use it without importing
+the command line itself.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 from typing import Any
 
 from railmq.records import ConsumerRecord
+from railmq.terminal_text import json_visible, visible
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -201,7 +206,7 @@ def record_to_dict(record: ConsumerRecord) -> dict[str, Any]:
 
 
 def record_to_json(record: ConsumerRecord) -> str:
-    return json.dumps(record_to_dict(record), ensure_ascii=False)
+    return json_visible(json.dumps(record_to_dict(record), ensure_ascii=False))
 
 
 def _shown(data: bytes | None) -> str:
@@ -211,12 +216,12 @@ def _shown(data: bytes | None) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return f"<{len(data)} bytes>"
-    return text if len(text) <= LINE_VALUE_CHARS_MAX else text[:LINE_VALUE_CHARS_MAX] + "…"
+    return visible(text if len(text) <= LINE_VALUE_CHARS_MAX else text[:LINE_VALUE_CHARS_MAX] + "…")
 
 
 def record_to_line(record: ConsumerRecord) -> str:
     key = "" if record.key is None else f" key={_shown(record.key)}"
-    headers = "".join(f" {name}={_shown(data)}" for name, data in record.headers or [])
+    headers = "".join(f" {visible(name)}={_shown(data)}" for name, data in record.headers or [])
     header_text = f" [{headers.strip()}]" if headers else ""
     return f"{record.topic}/{record.partition}@{record.offset}{key}{header_text} {_shown(record.value)}"
 

@@ -23,9 +23,9 @@ from typing import Callable
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 from railmq.cli_common import (
-    EXIT_OK, UsageError, add_cluster_arguments, milliseconds, non_negative_int, positive_int, render_record,
+    EXIT_OK, UsageError, add_cluster_arguments, milliseconds, non_negative_int, positive_int,
 )
-from railmq.cli_format import compile_format
+from railmq.cli_format import compile_format, record_renderer
 from railmq.cli_offsets import StartSpec, check_in_log, describe_start, parse_start, resolve_start
 from railmq.consumer import Consumer
 from railmq.member_notices import Notices
@@ -222,7 +222,7 @@ def _run_plain(args: argparse.Namespace) -> int:
     partitions = _partitions_to_read(args)
     tps = [TopicPartition(args.topic, partition) for partition in partitions]
     start = parse_start("beginning" if args.from_beginning else (args.offset or "end"), _now_ms())
-    render = compile_format(args.format) if args.format else (lambda record: render_record(record, args.json) + "\n")
+    render = record_renderer(args.format, args.json, terminal=sys.stdout.isatty())
     with StopSignal() as stopping, Consumer(
             args.bootstrap, auto_offset_reset="earliest" if start.kind == "earliest" else "latest",
             request_timeout_ms=args.request_timeout_ms, client_id="railmq-cli") as consumer:

@@ -10,13 +10,21 @@ Tokens (kcat's names, with rpk's where kcat has none):
 A null key or value prints as nothing (its length as -1, as kcat does); bytes that are not UTF-8
 print with backslash escapes. There is no implicit newline: end the format with `\\n`.
 `compile_format` checks the whole string once and raises ValueError naming an unknown token.
+
+Keys, values and headers are whatever a producer wrote. To a pipe or a file they go as they are,
+as kcat and Kafka's console consumer print them; on a terminal (`terminal=True`) every control
+character in them but newline and tab is shown as its escape (`\\x1b`), as `ls` shows file names
+on a terminal, so a record cannot clear the screen, rewrite earlier lines or set the clipboard
+(railmq/terminal_text.py). `record_renderer` picks the format a consumer prints with.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from railmq.cli_common import render_record
 from railmq.records import ConsumerRecord
+from railmq.terminal_text import visible
 
 Piece = Callable[[ConsumerRecord], str]
 
@@ -48,10 +56,17 @@ TOKENS: dict[str, Piece] = {
     "H": lambda record: str(len(record.headers or [])),
 }
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+# The tokens printing what a producer wrote (the topic's name is the cluster's: checked when made).
+PRODUCERS_TOKENS = frozenset("kKsvh")
 
 
-def compile_format(text: str) -> Callable[[ConsumerRecord], str]:
-    """A function rendering one record by `text`; ValueError for an unknown % token or escape."""
+def _on_a_terminal(piece: Piece) -> Piece:
+    return lambda record: visible(piece(record), keep="\n\t")
+
+
+def compile_format(text: str, terminal: bool = False) -> Callable[[ConsumerRecord], str]:
+    """A function rendering one record by `text`; ValueError for an unknown % token or escape.
+    `terminal`: show the controls in keys, values and headers as escapes."""
     pieces: list[Piece | str] = []
     literal: list[str] = []
     index = 0
@@ -62,7 +77,9 @@ def compile_format(text: str) -> Callable[[ConsumerRecord], str]:
             if following == "%":
                 literal.append("%")
             elif following in TOKENS:
-                pieces += ["".join(literal), TOKENS[following]]
+                piece = TOKENS[following]
+                shown = terminal and following in PRODUCERS_TOKENS
+                pieces += ["".join(literal), _on_a_terminal(piece) if shown else piece]
                 literal = []
             else:
                 raise ValueError(f"unknown format token %{following} at position {index}; known: "
@@ -80,3 +97,13 @@ def compile_format(text: str) -> Callable[[ConsumerRecord], str]:
     def render(record: ConsumerRecord) -> str:
         return "".join(piece if isinstance(piece, str) else piece(record) for piece in parts)
     return render
+
+
+
+def record_renderer(output_format: str | None, as_json: bool,
+                    terminal: bool) -> Callable[[ConsumerRecord], str]:
+    """How a consumer prints each record: by `-f`'s format, else as JSON or as the human line
+    (both always free of terminal controls: railmq/cli_common.py)."""
+    if output_format:
+        return compile_format(output_format, terminal=terminal)
+    return lambda record: render_record(record, as_json) + "\n"

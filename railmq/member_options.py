@@ -19,8 +19,7 @@ from typing import Any, Callable, TextIO
 import msgspec
 
 from actors.errors import ErrorCode
-from railmq.cli_common import render_record
-from railmq.cli_format import compile_format
+from railmq.cli_format import record_renderer
 from railmq.records import ConsumerRecord
 
 AT_LEAST_ONCE, AT_MOST_ONCE = "at-least-once", "at-most-once"
@@ -114,8 +113,8 @@ def load_handler(spec: str) -> Callable[[Any], Any]:
 def make_delivery(options: MemberOptions, output: TextIO) -> Delivery:
     """The handler as a function of a list of records (per record: called once per record)."""
     if options.handler is None:
-        render = (compile_format(options.output_format) if options.output_format
-                  else lambda record: render_record(record, options.output_json) + "\n")
+        terminal = bool(getattr(output, "isatty", lambda: False)())  # -f escapes controls there
+        render = record_renderer(options.output_format, options.output_json, terminal)
 
         def print_records(records: list[ConsumerRecord]) -> None:
             output.write("".join(render(record) for record in records))

@@ -20,8 +20,12 @@ from rich.console import Console
 from actors.messages import GroupSummary
 from railmq import cli_dlq, cli_groups
 from railmq.cli_groups import render_group_lag
+from railmq.cli_common import record_to_json, record_to_line
+from railmq.cli_format import compile_format, record_renderer
 from railmq.dlq import DeadLetter
 from railmq.lag import GroupLag, MemberLag, PartitionLag
+from railmq.member_options import MemberOptions, make_delivery
+from railmq.records import ConsumerRecord
 
 CLEAR_SCREEN = "\x1b[2J\x1b[H"
 HYPERLINK = "\x1b]8;;https://evil.example/\x07click me\x1b]8;;\x07"
@@ -32,7 +36,8 @@ REVERSED = "\u202eexe.txt"
 MARKUP = "[/][link=https://evil.example/]x[/link][bold]"
 HOSTILE = [CLEAR_SCREEN, HYPERLINK, CLIPBOARD, OVERWRITE, C1_CSI, REVERSED, MARKUP]
 # Anything that would make a terminal act: ESC, CR, BEL, the other C0 and C1 controls, bidi controls.
-ACTING = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# Newline and tab only move to the next line or column.
+ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def plain_console() -> tuple[Console, io.StringIO]:
@@ -127,3 +132,66 @@ def test_dlq_inspect_json_escapes_the_controls_json_leaves_raw(monkeypatch, caps
     assert [document["last_error"] for document in documents] == [f"ValueError: {name}"
                                                                    for name in (C1_CSI, REVERSED, "\x7f")]
     assert documents[0]["key"] == C1_CSI and documents[1]["headers"] == [{"key": "h", "value": REVERSED}]
+
+
+# --------------------------------------------------------------------------- consume
+
+
+def hostile_record(name: str) -> ConsumerRecord:
+    return ConsumerRecord(topic="orders", partition=0, offset=4, timestamp_ms=1, key=f"k{name}".encode(),
+                          value=f"line one\n{name}\tend".encode(), headers=[(f"trace{name}", name.encode())])
+
+
+def test_consume_prints_hostile_records_on_its_human_line_as_escapes():
+    """The default line is for reading: one record a line, each control shown as its escape.
+    Before, a value of ESC[2J cleared the screen and a newline made one record look like two."""
+    for name in HOSTILE:
+        line = record_to_line(hostile_record(name))
+        assert_inert(line)
+        assert "\n" not in line
+    assert record_to_line(hostile_record(CLEAR_SCREEN)) == (
+        "orders/0@4 key=k\\x1b[2J\\x1b[H [trace\\x1b[2J\\x1b[H=\\x1b[2J\\x1b[H] "
+        "line one\\n\\x1b[2J\\x1b[H\\tend")
+
+
+def test_consume_json_is_inert_and_decodes_to_the_record():
+    for name in HOSTILE + ["\x7f"]:
+        line = record_to_json(hostile_record(name))
+        assert_inert(line)
+        assert json.loads(line)["value"] == f"line one\n{name}\tend"
+        assert json.loads(line)["headers"] == [{"key": f"trace{name}", "value": name}]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_consume_format_keeps_the_bytes_for_a_pipe_and_escapes_controls_on_a_terminal():
+    """`-f` is kcat's: a pipe or a file gets the record's bytes as they are (kcat and Kafka's
+    console consumer print them raw). A terminal gets every control but newline and tab as its
+    escape, as `ls` shows file names on a terminal."""
+    attack = CLEAR_SCREEN + OVERWRITE + C1_CSI + REVERSED
+    record = hostile_record(attack)
+    raw = compile_format("%k|%s|%h\\n")(record)
+    assert raw == f"k{attack}|line one\n{attack}\tend|trace{attack}={attack}\n"
+    shown = record_renderer("%k|%s|%h\\n", as_json=False, terminal=True)(record)
+    assert_inert(shown)
+    assert shown == ("k\\x1b[2J\\x1b[Hvictim\\rattacker\\x9b2J\\u202eexe.txt|line one\n"
+                     "\\x1b[2J\\x1b[Hvictim\\rattacker\\x9b2J\\u202eexe.txt\tend"
+                     "|trace\\x1b[2J\\x1b[Hvictim\\rattacker\\x9b2J\\u202eexe.txt"
+                     "=\\x1b[2J\\x1b[Hvictim\\rattacker\\x9b2J\\u202eexe.txt\n")
+    assert record_renderer("%s", as_json=False, terminal=False)(record) == record.value.decode()
+    assert_inert(record_renderer(None, as_json=False, terminal=False)(record).removesuffix("\n"))
+
+
+def test_a_group_member_printing_to_a_terminal_escapes_controls_in_its_format():
+    records = [hostile_record(CLEAR_SCREEN)]
+    screen, pipe = Terminal(), io.StringIO()
+    options = MemberOptions(bootstrap="tcp://127.0.0.1:1", group_id="g", topics=["orders"],
+                            output_format="%s\\n")
+    make_delivery(options, screen)(records)
+    make_delivery(options, pipe)(records)
+    assert_inert(screen.getvalue())
+    assert screen.getvalue().startswith("line one\n\\x1b[2J")
+    assert pipe.getvalue() == f"line one\n{CLEAR_SCREEN}\tend\n"
