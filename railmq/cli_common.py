@@ -59,7 +59,10 @@ class UsageError(Exception):
 
 
 def print_error(name: str, sentence: str) -> None:
-    print(f"error: {name}: {sentence}", file=sys.stderr)
+    """The sentence is whoever answered's (a port a leader had may be anyone's) or a handler's,
+    which may quote a record: its controls are shown as escapes (railmq/terminal_text.py)."""
+    shown = visible(sentence, keep="\n\t")
+    print(f"error: {name}: {shown}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- argument types

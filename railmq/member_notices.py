@@ -6,7 +6,9 @@ none), has partitions revoked or loses them, retries a record and dead-letters o
 Records go to stdout; these lines go to stderr, so a pipe of records stays clean, and `--quiet`
 silences them (errors are printed whatever `--quiet` says).
 
-The lines are built by pure functions (`joined_line`, `start_line`, ...), which tests read.
+The lines are built by pure functions (`joined_line`, `start_line`, ...), which tests read. A line
+may quote an error a handler raised about a record, so `Notices` prints each control character in
+it as its escape (railmq/terminal_text.py): one notice, one line, nothing a terminal acts on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from typing import TextIO
 
 from railmq.records import TopicPartition
+from railmq.terminal_text import visible
 
 # A line names at most this many partitions, then says how many more.
 PARTITIONS_SHOWN_MAX = 12
@@ -96,5 +99,5 @@ class Notices:
         if self.quiet:
             return
         output = self.output or sys.stderr
-        output.write(line + "\n")
+        output.write(visible(line) + "\n")
         output.flush()

