@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -277,6 +278,43 @@ def test_metrics_use_kafka_names_and_split_by_node():
     node_two = ClusterMetrics(collector).exposition(2)[0].decode()
     assert "railmq_under_replicated_partitions 0.0" in node_two  # node 2 leads nothing
     assert 'node="3"' not in node_two and 'node="2"' in node_two
+
+
+def test_a_group_id_cannot_add_a_line_to_the_metrics():
+    """A group id is any text a client chose (not '/'): label values are escaped as the
+    exposition format says (backslash, quote, newline), so one naming a metric stays a label."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from chaos.console.metrics import ClusterMetrics
+    from railmq.lag import GroupLag, MemberLag, PartitionLag
+
+    hostile = 'g"} 1\nrailmq_offline_partitions_count 99\n# \\'
+    owed = PartitionLag(topic="orders", partition=0, committed_offset=1, lag_messages=2)
+    group = GroupLag(group_id=hostile, members=[MemberLag(member_id="m")], partitions=[owed])
+    collector = _FakeCollector(Snapshot(time_ns=1, groups=[group]))
+    collector.counters.count_event({"event": "rebalance-started", "group": hostile, "reason": "join"})
+    text = ClusterMetrics(collector).exposition()[0].decode()
+    samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    assert [sample.value for sample in samples if sample.name == "railmq_offline_partitions_count"] == [0.0]
+    grouped = {sample.name: sample.labels["group"] for sample in samples if "group" in sample.labels}
+    assert grouped["railmq_consumergroup_members"] == grouped["railmq_consumergroup_lag"] == hostile
+    assert grouped["railmq_consumergroup_rebalances_total"] == hostile
+
+
+def test_the_page_never_parses_cluster_text_as_html():
+    """Names in the page are a client's (group, member and client ids, reasons): a script run
+    from one would own the console's origin and its kill and isolate buttons. console.js builds
+    every element with DOM calls and text nodes; its one innerHTML is a lab's plot, which
+    chaos/labs/plots.py escapes. A new HTML sink fails here until it is argued for."""
+    import pathlib
+
+    script = (pathlib.Path(__file__).parents[2] / "chaos" / "console" / "static" / "console.js").read_text()
+    sinks = re.findall(r".*(?:innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function).*",
+                       script)
+    assert [line.strip() for line in sinks] == [
+        "holder.innerHTML = svg;  // drawn and escaped by chaos/labs/plots.py on the server"]
+    assert "document.createTextNode(String(child))" in script  # h(): children are text
 
 
 # --------------------------------------------------------------------------- faults
