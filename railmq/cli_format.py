@@ -99,7 +99,6 @@ def compile_format(text: str, terminal: bool = False) -> Callable[[ConsumerRecor
     return render
 
 
-
 def record_renderer(output_format: str | None, as_json: bool,
                     terminal: bool) -> Callable[[ConsumerRecord], str]:
     """How a consumer prints each record: by `-f`'s format, else as JSON or as the human line
