@@ -9,8 +9,8 @@ answers no client decodes, a session shorter than its heartbeats ends between an
 from __future__ import annotations
 
 from actors.limits import (
-    FILE_NAME_BYTES_MAX, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS, TOPIC_ID_HEX_DIGITS,
-    Limits,
+    FILE_NAME_BYTES_MAX, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS,
+    TOPIC_ID_HEX_DIGITS, Limits,
 )
 
 # Every limit is positive but these, where 0 means "none": no grace, no initial rebalance delay,
@@ -20,7 +20,8 @@ ZERO_MEANS_NONE = frozenset({"coordinator_election_grace_ms", "partition_creatio
                              "share_records_in_flight_reserved_per_group"})
 # Answers whose size these bound must fit the frame every client decodes.
 ANSWER_BOUNDS = ("fetch_bytes_max", "replica_fetch_bytes_max", "offset_bytes_per_group_max",
-                 "group_membership_bytes_max", "share_describe_bytes_max", "share_dead_letter_fetch_bytes_max")
+                 "group_membership_bytes_max", "share_describe_bytes_max",
+                 "share_dead_letter_fetch_bytes_max")
 # (smaller, larger, strictly): a heartbeat comes within its session, a range's least is at most its
 # most. (A bound past a larger one that also holds, a group's past the total, only never binds.)
 ORDERED = (
@@ -47,15 +48,17 @@ def limit_problems(limits: Limits) -> list[str]:
         if isinstance(value, bool):
             continue
         if value < 0 or (value == 0 and name not in ZERO_MEANS_NONE):
-            problems.append(f"{name} must be positive{' or 0' if name in ZERO_MEANS_NONE else ''}, got {value}")
+            zero = " or 0" if name in ZERO_MEANS_NONE else ""
+            problems.append(f"{name} must be positive{zero}, got {value}")
     for smaller, larger, strictly in ORDERED:
         low, high = getattr(limits, smaller), getattr(limits, larger)
         if low > high or (strictly and low == high):
-            problems.append(f"{smaller} ({low}) must be {'below' if strictly else 'at most'} {larger} ({high})")
+            relation = "below" if strictly else "at most"
+            problems.append(f"{smaller} ({low}) must be {relation} {larger} ({high})")
     heartbeat, election = limits.controller_heartbeat_interval_ms, limits.controller_election_timeout_ms
     if 0 < election <= 2 * heartbeat:
-        problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller heartbeat "
-                        f"intervals ({heartbeat} ms)")
+        problems.append(f"controller_election_timeout_ms ({election}) must be more than two controller "
+                        f"heartbeat intervals ({heartbeat} ms)")
     for name in ("topics_max", "group_offsets_max", "group_members_max", "share_group_members_max"):
         if getattr(limits, name) > LONG_LIST_MAX:
             problems.append(f"{name} ({getattr(limits, name):,}) must be at most {LONG_LIST_MAX:,}, the most "
@@ -74,7 +77,7 @@ def limit_problems(limits: Limits) -> list[str]:
     longest, partitions = limits.topic_name_length_max, limits.partitions_per_topic_max
     directory = longest + len(f"-{partitions - 1}-") + TOPIC_ID_HEX_DIGITS
     if directory > FILE_NAME_BYTES_MAX:
-        problems.append(f"topic_name_length_max ({longest}) with partitions_per_topic_max ({partitions}) makes "
-                        f"replica directory names of {directory} bytes, past the {FILE_NAME_BYTES_MAX} a file "
-                        f"name may have")
+        problems.append(f"topic_name_length_max ({longest}) with partitions_per_topic_max ({partitions}) "
+                        f"makes replica directory names of {directory} bytes, past the {FILE_NAME_BYTES_MAX} "
+                        f"a file name may have")
     return problems
