@@ -31,6 +31,7 @@ from actors.messages import PartitionMetadata, ReplicaInfo, TopicConfig, TopicMe
 from railmq.admin import Admin
 from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, key_value, positive_int
 from railmq.cli_tables import Column, print_table
+from railmq.terminal_text import cell as escaped_cell
 
 # Config keys settable with -c: every TopicConfig field except the one with its own flag.
 CONFIG_KEYS = tuple(name for name in TopicConfig.__struct_fields__ if name != "min_insync_replicas")
@@ -214,8 +215,9 @@ def run_list(args: argparse.Namespace) -> int:
     if not rows:
         console.print("no topics (railmq topics create NAME makes one)")
         return EXIT_OK
-    cells = [[row["topic"], str(row["partitions"]), str(row["replication_factor"]), str(row["min_insync_replicas"]),
-              _warn(row["under_replicated"]), _warn(row["offline"])] for row in rows]
+    cells = [[escaped_cell(row["topic"]), str(row["partitions"]), str(row["replication_factor"]),
+              str(row["min_insync_replicas"]), _warn(row["under_replicated"]), _warn(row["offline"])]
+             for row in rows]
     print_table(console, LIST_COLUMNS, cells, title="topics")
     return EXIT_OK
 
@@ -233,22 +235,25 @@ def run_describe(args: argparse.Namespace) -> int:
         config = topic.config
         console = Console()
         print_table(console, DESCRIBE_COLUMNS, [describe_cells(partition) for partition in topic.partitions],
-                    title=f"topic {topic.name} (min in-sync {config.min_insync_replicas}, flush {config.flush_policy})")
+                    title=f"topic {escaped_cell(topic.name)} (min in-sync {config.min_insync_replicas}, "
+                          f"flush {escaped_cell(config.flush_policy)})")
         for line in storage_notes(topic):
             console.print(line, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
 def storage_notes(topic: TopicMetadata) -> list[str]:
-    """One line per partition that is offline (why) and per replica whose storage is not ok."""
+    """One line per partition that is offline (why) and per replica whose storage is not ok, as
+    rich markup: the sentences are the answering process's, shown as escapes (`cell`)."""
     lines = []
     for partition in topic.partitions:
         if partition.offline_reason and (partition.leader < 0 or not partition.leader_endpoint):
-            lines.append(f"partition {partition.partition} offline: {partition.offline_reason}")
+            why = escaped_cell(partition.offline_reason)
+            lines.append(f"partition {partition.partition} offline: {why}")
         for info in partition.replica_info:
             if info.storage.state != "ok":
-                lines.append(f"partition {partition.partition} replica {info.node}: {info.storage.state} "
-                             f"({info.storage.detail})")
+                state, detail = escaped_cell(info.storage.state), escaped_cell(info.storage.detail)
+                lines.append(f"partition {partition.partition} replica {info.node}: {state} ({detail})")
     return lines
 
 
@@ -305,7 +310,8 @@ def _isr_cell(partition: PartitionMetadata) -> str:
 
 def _storage_cell(partition: PartitionMetadata) -> str:
     """Every replica whose storage is not ok, as node:state; "ok" when all are."""
-    bad = [f"{info.node}:{info.storage.state}" for info in partition.replica_info if info.storage.state != "ok"]
+    bad = [f"{info.node}:{escaped_cell(info.storage.state)}" for info in partition.replica_info
+           if info.storage.state != "ok"]
     return f"[yellow]{','.join(bad)}[/]" if bad else "ok"
 
 

@@ -17,8 +17,10 @@ import re
 
 from rich.console import Console
 
-from actors.messages import GroupSummary
-from railmq import cli_dlq, cli_groups
+from actors.messages import (
+    GroupSummary, MetadataResponse, PartitionMetadata, ReplicaInfo, StorageReport, TopicMetadata,
+)
+from railmq import cli_dlq, cli_groups, cli_topics
 from railmq.cli_groups import render_group_lag
 from railmq.cli_common import print_error, record_to_json, record_to_line
 from railmq.cli_format import compile_format, record_renderer
@@ -213,3 +215,45 @@ def test_error_lines_show_a_servers_or_handlers_controls_as_escapes(capsys):
                        "victim\\rattacker\n"
                        "retrying orders/0@4 in 100 ms (attempt 1 of 3 failed: ValueError: bad order "
                        "\\x1b[2J\\x1b[H\\u202eexe.txt)\n")
+
+
+def hostile_topic(name: str) -> TopicMetadata:
+    """Metadata as a process on the controller's port may answer it: names and sentences of its choosing."""
+    return TopicMetadata(name=f"orders{name}", topic_id=7, partitions=[
+        PartitionMetadata(partition=0, leader=-1, replicas=[1, 2], isr=[1], offline_reason=f"gone {name}",
+                          replica_info=[ReplicaInfo(node=1, storage=StorageReport(state=name,
+                                                                                  detail=f"disk {name}"))])])
+
+
+class HostileAdmin:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def metadata(self):
+        return MetadataResponse(correlation_id=1, topics=[hostile_topic(name) for name in HOSTILE])
+
+    def describe_topic(self, name):
+        return hostile_topic(name)
+
+
+def test_topics_list_and_describe_show_what_a_server_names_as_escapes_never_as_controls_or_markup(
+        monkeypatch, capsys):
+    """A stale or hostile process answering on the controller's port names the topics and writes
+    the offline reasons and storage details `topics list` and `topics describe` print: they went
+    out as rich markup (a name `[/]` was a MarkupError) with their controls raw."""
+    monkeypatch.setattr(cli_topics, "_admin", lambda args: HostileAdmin())
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli_topics.run_list(argparse.Namespace(json=False)) == 0
+    listed = capsys.readouterr().out
+    assert_inert(listed)
+    assert "orders\\u202eexe.txt" in listed and f"orders{MARKUP}" in listed
+    for name in HOSTILE:
+        assert cli_topics.run_describe(argparse.Namespace(json=False, name=name)) == 0
+        described = capsys.readouterr().out
+        assert_inert(described)
+    assert cli_topics.run_describe(argparse.Namespace(json=False, name=MARKUP)) == 0
+    described = capsys.readouterr().out
+    assert f"orders{MARKUP}" in described and f"gone {MARKUP}" in described and f"disk {MARKUP}" in described
