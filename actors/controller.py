@@ -41,8 +41,9 @@ import msgspec
 from actors.effects import AfterFlush, Effect, Send, Trace
 from actors.errors import ErrorCode
 from actors.messages import (
-    ControllerStatusRequest, ControllerStatusResponse, ErrorResponse, MetadataResponse, PeerDisconnected, Stop,
-    TimerFired,
+    AlterTopicConfigRequest, ControllerStatusRequest, ControllerStatusResponse, CreatePartitionsRequest,
+    CreateTopicRequest, DeleteTopicRequest, ErrorResponse, InitProducerIdRequest, MetadataResponse,
+    PeerDisconnected, Stop, TimerFired,
 )
 from actors.raft import NotController, Proposed, RaftConfig, RaftNode
 from actors.raft.roles import Role
@@ -65,6 +66,10 @@ class Controller:
     # Messages the decider sends unguarded wait behind the last uncommitted proposal (see _decide).
     HOLDS_READS = True
     SERVES = "metadata"
+    # Clients' requests that decide, each an entry: BUSY past their share of the uncommitted log
+    # (`controller_client_uncommitted_percent`), so a burst of them never makes a proposal refused.
+    CLIENT_WRITES: tuple[type, ...] = (CreateTopicRequest, DeleteTopicRequest, CreatePartitionsRequest,
+                                       AlterTopicConfigRequest, InitProducerIdRequest)
 
     def __init__(self, *, config: RaftConfig, log: RaftLog, rng: "random.Random",
                  coordinator_factory: Callable[[ReplicatedState], "Coordinator"], endpoint: str = "", pid: int = 0,
@@ -136,6 +141,11 @@ class Controller:
         if self.coordinator is None:
             return self._not_controller(message, sender)
         correlation = getattr(message, "correlation_id", None)
+        if isinstance(message, self.CLIENT_WRITES):
+            crowded = self._client_writes_crowded()
+            if crowded:
+                return [Send(sender, ErrorResponse(correlation_id=correlation, error=ErrorCode.BUSY,
+                                                   error_message=f"{self.name}: {crowded}; ask again"))]
         asker = (sender, correlation) if type(correlation) is int and correlation >= 0 else None
         return self._decide(self.coordinator.handle(message, sender, now_ns), now_ns, asker)
 
@@ -333,6 +343,26 @@ class Controller:
         if size:
             self.read_bytes[index] = self.read_bytes.get(index, 0) + size
             self.held_read_bytes += size
+
+    def _client_writes_crowded(self) -> str:
+        """Why a client's request that decides must wait, or "". A proposal the leader refuses
+        (past `uncommitted_entries_max` or `uncommitted_bytes_max`, or while leadership moves)
+        makes this controller drop its coordinator, refuse every answer it holds and rebuild,
+        forgetting every replica's liveness: a burst of 4,097 InitProducerId did that. Clients'
+        decisions fill only their share of what may be uncommitted; the rest is the cluster's own
+        (heartbeats, ISR changes, elections), which a step may still need."""
+        if self.raft.transfer_target:
+            return f"leadership is moving to controller {self.raft.transfer_target}"
+        percent = self.coordinator.limits.controller_client_uncommitted_percent
+        config = self.raft.config
+        entries, size = self.raft.uncommitted()
+        if entries * 100 >= config.uncommitted_entries_max * percent:
+            return (f"{entries:,} entries are not committed yet "
+                    f"(uncommitted_entries_max {config.uncommitted_entries_max:,})")
+        if size * 100 >= config.uncommitted_bytes_max * percent:
+            return (f"{size:,} bytes of entries are not committed yet "
+                    f"(uncommitted_bytes_max {config.uncommitted_bytes_max:,})")
+        return ""
 
     def _with_quorum(self, effect: Effect) -> Effect:
         """Metadata answers name the quorum, so a client can find the next leader."""

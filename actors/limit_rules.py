@@ -63,6 +63,9 @@ def limit_problems(limits: Limits) -> list[str]:
         if getattr(limits, name) > LONG_LIST_MAX:
             problems.append(f"{name} ({getattr(limits, name):,}) must be at most {LONG_LIST_MAX:,}, the most "
                             f"items a request's list may carry")
+    share = limits.controller_client_uncommitted_percent
+    if share > 100:
+        problems.append(f"controller_client_uncommitted_percent ({share}) must be at most 100")
     reserved = limits.share_records_in_flight_reserved_per_group * limits.share_groups_max
     if reserved > limits.share_records_in_flight_total_max:
         problems.append(f"share_records_in_flight_reserved_per_group for each of share_groups_max "

@@ -209,6 +209,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a
     # read is answered BUSY at once and the client asks again.
     controller_held_bytes_max: int = 64 * 1024 * 1024
+    # The share of what a quorum's leader may hold uncommitted (RaftConfig's uncommitted_entries_max,
+    # 4,096, and uncommitted_bytes_max, 64 MiB) clients' requests that decide (CreateTopic,
+    # InitProducerId, ...) may fill; past it such a request is BUSY at once. A proposal past the
+    # whole bound is refused, and the controller then drops its coordinator, refuses every answer
+    # it held and rebuilds it from the committed map: a burst of 4,097 InitProducerId did that,
+    # and metadata named no partition's leader until the replicas reported again. The rest is
+    # the cluster's own (heartbeats, ISR changes, elections).
+    controller_client_uncommitted_percent: int = 50
 
     # --- coordinator ---------------------------------------------------------------------
     topics_max: int = 10_000

@@ -176,6 +176,13 @@ class RaftNode(ElectionRules, LeaderRules, FollowerRules):
         self._maybe_commit(now_ns)
         return Proposed(entries[-1].index, self.term, self._release())
 
+    def uncommitted(self) -> tuple[int, int]:
+        """(entries, bytes of data) appended past the commit index: what `propose_many` bounds."""
+        entries = self.log.last_index - self.commit_index
+        if entries <= 0:
+            return 0, 0
+        return entries, self.log.data_bytes(self.commit_index + 1, self.log.last_index)
+
     def status(self) -> dict:
         """What `railmq cluster info` will show of this voter."""
         return {"id": self.id, "role": self.role.value, "term": self.term, "leader": self.leader_id,

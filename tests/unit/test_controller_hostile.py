@@ -1,0 +1,87 @@
+"""The controller quorum against an unauthenticated client (actors/controller.py, actors/coordinator.py).
+
+Any local process may send every client request to any voter: create, delete and grow topics,
+alter their settings, ask for producer ids and metadata. Each test here plays such a client and
+counts what it leaves behind or makes the quorum do (entries, state pushes, rebuilds), never time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from actors.errors import ErrorCode
+from actors.limits import Limits
+from actors.messages import (
+    CreateTopicRequest, CreateTopicResponse, ErrorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    MetadataRequest, MetadataResponse, ReplicaHeartbeat,
+)
+from tests.unit.controller_harness import ControllerNet
+
+CLIENT = "tcp://client"
+REPLICAS = "tcp://replicas"
+
+
+def _topic_with_live_replicas(net: ControllerNet, active: int, name: str = "orders") -> int:
+    """A topic of three partitions whose replicas report, so metadata names their leaders."""
+    net.send(CLIENT, active, CreateTopicRequest(correlation_id=1, name=name, partitions=3,
+                                                replication_factor=3))
+    net.run_for(50)
+    [created] = net.answers(CLIENT)
+    assert isinstance(created, CreateTopicResponse) and created.error == ErrorCode.NONE
+    for _ in range(15):
+        for partition in range(3):
+            for node in (1, 2, 3):
+                net.send(REPLICAS, active, ReplicaHeartbeat(
+                    topic=name, topic_id=created.topic.topic_id, partition=partition, node=node,
+                    endpoint=f"tcp://replica-{partition}-{node}", pid=node, incarnation=7))
+        net.run_for(100)
+    net.answers(REPLICAS)
+    return created.topic.topic_id
+
+
+def _leader_endpoints(net: ControllerNet, active: int, name: str = "orders") -> list[str]:
+    net.send(CLIENT, active, MetadataRequest(correlation_id=2, topics=[name]))
+    net.run_for(1)
+    [answer] = [answer for answer in net.answers(CLIENT) if answer.correlation_id == 2]
+    assert isinstance(answer, MetadataResponse), answer
+    return [partition.leader_endpoint for partition in answer.topics[0].partitions]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("burst", ["producer ids", "large topics"])
+def test_a_burst_of_client_decisions_is_refused_busy_before_it_fills_the_uncommitted_log(burst):
+    """Requests that decide (InitProducerId, CreateTopic, ...) each propose an entry, and a burst
+    of them arrives faster than followers acknowledge. Past `uncommitted_entries_max` (4,096) or
+    `uncommitted_bytes_max` the leader refused the next proposal, and the controller then dropped
+    its coordinator, refused every answer it held (all 5,000 askers got NOT_CONTROLLER, though
+    4,096 of their decisions committed) and rebuilt it from the committed map, forgetting every
+    replica's liveness: metadata named no leader for any partition until replicas reported again.
+    Client decisions may fill only `controller_client_uncommitted_percent` of what may be
+    uncommitted; past it they are BUSY at once, and the rest stays the cluster's own."""
+    raft_fields = {} if burst == "producer ids" else {"uncommitted_bytes_max": 256 * 1024}
+    net = ControllerNet(limits=Limits(replica_processes_per_node_max=10_000), **raft_fields)
+    active = net.run_until_active()
+    _topic_with_live_replicas(net, active)
+    controller = net.controllers[active]
+    coordinator = controller.coordinator
+    endpoints = _leader_endpoints(net, active)
+    assert all(endpoints)
+
+    for number in range(5_000 if burst == "producer ids" else 40):
+        request = InitProducerIdRequest(correlation_id=100 + number) if burst == "producer ids" else \
+            CreateTopicRequest(correlation_id=100 + number, name=f"t{number}", partitions=100,
+                               replication_factor=3)
+        net.send(CLIENT, active, request)
+    net.deliver()  # every request reaches the leader before any follower's acknowledgement
+    kinds = Counter((type(answer).__name__, answer.error) for answer in net.answers(CLIENT))
+
+    assert not [trace for trace in net.traces if trace.event == "controller-inactive"], kinds
+    assert controller.coordinator is coordinator, "the coordinator was dropped and rebuilt"
+    assert _leader_endpoints(net, active) == endpoints, "replicas' liveness was lost"
+    assert kinds[("ErrorResponse", ErrorCode.NOT_CONTROLLER)] == 0, kinds
+    assert kinds[("ErrorResponse", ErrorCode.BUSY)] > 0, kinds
+    answered = {("ErrorResponse", ErrorCode.BUSY), ("InitProducerIdResponse", ErrorCode.NONE),
+                ("CreateTopicResponse", ErrorCode.NONE)}
+    assert set(kinds) <= answered, kinds
