@@ -65,6 +65,14 @@ class PartitionRecord(msgspec.Struct, kw_only=True):
     # they left (the ISR was too small), so each holds every acknowledged write and may lead when
     # no ISR member can — unless it restarts uncleanly or reports damage, which takes it out.
     elr: dict[int, int] = {}
+    # The partition epoch its leader and ISR were last decided at (-1: `partition_epoch` itself). A
+    # settings change bumps the partition epoch (replicas take it so) but not this: a leader's
+    # ISR change asked at any epoch from here on is asked of the same leader and ISR.
+    isr_epoch: int = -1
+
+    def isr_epoch_floor(self) -> int:
+        """The oldest partition epoch an ISR change may be asked at."""
+        return self.isr_epoch if self.isr_epoch >= 0 else self.partition_epoch
 
 
 class ReplicaView(NamedTuple):
@@ -190,7 +198,7 @@ def reconcile(
         leader=leader, leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
         leader_incarnation=leader_incarnation, isr=keep, isr_incarnations=incarnations,
         last_unclean_epoch=record.last_unclean_epoch, offline_reason=offline_reason if leader < 0 else "",
-        unknown_history=record.unknown_history and leader < 0, elr=elr,
+        unknown_history=record.unknown_history and leader < 0, elr=elr, isr_epoch=record.isr_epoch,
     )
     if new == record:
         return None
@@ -210,6 +218,7 @@ def reconcile(
                    for node, incarnation in new.isr_incarnations.items())
     if new.isr != record.isr or new.leader != record.leader or new.leader_epoch != record.leader_epoch or replaced:
         new.partition_epoch += 1
+        new.isr_epoch = -1
         if new.isr != record.isr:
             events.append(("isr-changed", {"isr": list(new.isr), "previous_isr": list(record.isr)}))
     return Decision(new, events)
@@ -375,7 +384,7 @@ def check_alter_isr(
         return ErrorCode.FENCED_LEADER_EPOCH, (
             f"leader {leader} epoch {leader_epoch} is not the current leader "
             f"{record.leader} epoch {record.leader_epoch}")
-    if partition_epoch != record.partition_epoch:
+    if not record.isr_epoch_floor() <= partition_epoch <= record.partition_epoch:
         return ErrorCode.INVALID_REQUEST, (
             f"stale partition epoch {partition_epoch}, current is {record.partition_epoch}")
     if len(set(isr)) != len(isr) or leader not in isr or any(node not in replicas for node in isr):

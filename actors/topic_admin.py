@@ -202,8 +202,9 @@ class TopicAdmin:
         announcements: list[Effect] = [Trace("topic-config-altered", {"topic": request.name, "changes": request.changes})]
         for partition in range(len(record.replicas)):
             current = self.partitions[(request.name, partition)]
-            self._store_partition(request.name, partition,
-                                  msgspec.structs.replace(current, partition_epoch=current.partition_epoch + 1))
+            # The leader and ISR stay as decided: an ISR change asked before this is still taken.
+            self._store_partition(request.name, partition, msgspec.structs.replace(
+                current, partition_epoch=current.partition_epoch + 1, isr_epoch=current.isr_epoch_floor()))
             announcements += self._announce(request.name, partition, now_ns)
             announcements += self._reconcile(request.name, partition, now_ns)  # unclean election may now apply
         reply = Send(sender, AlterTopicConfigResponse(correlation_id=request.correlation_id, config=config))

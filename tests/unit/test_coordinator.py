@@ -722,6 +722,35 @@ def test_a_leaders_isr_shrink_is_stored_before_the_leader_hears_of_it(cluster):
     assert cluster.record().isr == replicas[:2]
 
 
+def test_settings_changed_between_a_leaders_isr_changes_do_not_refuse_them(cluster):
+    """A settings change bumps every partition's epoch (that is how replicas take it), and a
+    leader asks for an ISR change at the epoch it last heard. Any client may alter a topic's
+    settings, and with one alter decided before each ISR change every change was refused as
+    stale (0 of 20 taken): the leader heard the new epoch only in the refusal, and the next alter
+    came first again. A slow follower then stays in the ISR (acks=all writes wait for it) and a
+    caught-up one never rejoins. An ISR change asked at an epoch only settings changes followed
+    is asked of the same leader and ISR, and is taken."""
+    leader, replicas = started_topic(cluster)
+    known = cluster.record().partition_epoch  # what the leader last heard
+    taken = 0
+    for round_number in range(20):
+        assert alter(cluster, retention_ms=60_000 + round_number).error == ErrorCode.NONE
+        isr = replicas[:2] if cluster.record().isr == replicas else replicas
+        request = alter_request(cluster, isr, partition_epoch=known, correlation_id=100 + round_number)
+        effects = cluster.harness.deliver(COORDINATOR, request, endpoint("orders", 0, leader))
+        response = only(messages(effects, AlterIsrResponse) or flushed(effects), AlterIsrResponse)
+        taken += response.error == ErrorCode.NONE
+        known = response.state.partition_epoch
+    assert taken == 20, f"{taken} of 20 ISR changes were taken"
+    assert cluster.record().isr == replicas
+    # Asked at an epoch from before the last ISR change, it is still stale.
+    assert alter(cluster, retention_ms=1).error == ErrorCode.NONE
+    stale = alter_request(cluster, replicas[:2], partition_epoch=request.partition_epoch)
+    effects = cluster.harness.deliver(COORDINATOR, stale, endpoint("orders", 0, leader))
+    assert only(effects, AlterIsrResponse).error == ErrorCode.INVALID_REQUEST
+    assert cluster.record().isr == replicas
+
+
 def test_a_fenced_isr_change_is_answered_at_once_with_the_current_state(cluster):
     leader, replicas = started_topic(cluster)
     record = cluster.record()
