@@ -239,12 +239,13 @@ class Controller:
         leader = self.raft.leader_id if self.raft.leader_id != self.node else 0
         endpoint = self.raft.config.voters.get(leader, "") if leader else ""
         refused: list[Effect] = []
+        waiting = set(askers)  # one refusal per request; a copy per refusal made this quadratic
         for effect in effects:
             if not isinstance(effect, Send):
                 continue
             key = (effect.to, getattr(effect.message, "correlation_id", None))
-            if key in askers:
-                askers = askers - {key}  # one refusal per request
+            if key in waiting:
+                waiting.discard(key)
                 refused.append(Send(effect.to, ErrorResponse(
                     correlation_id=key[1], error=self.REFUSAL, error_message=f"{self.name}: {why}",
                     controller_id=leader, controller_endpoint=endpoint)))
