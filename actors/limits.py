@@ -32,6 +32,12 @@ PARTITIONS_PER_TOPIC_CEILING = 10_000
 # No configuration gives a share lock longer (`limit_problems`), so a share member believes no lock
 # deadline further away: a hostile answer's 2**62 held its records as locked for ever.
 SHARE_LOCK_CEILING_MS = 24 * 3600 * 1000
+# Frames of one message as a socket hands it over: a ROUTER's routing id, the header, a payload
+# frame (a batch, records) and the cluster's tag are four. libzmq bounds each frame, not their
+# number, and an empty frame is 2 bytes on the wire: a 2 MB message of a million of them took a
+# runtime seconds to read and ~190 bytes of memory a frame. Past this, nothing is kept
+# (transport/frames.py).
+MESSAGE_FRAMES_MAX = 8
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,6 +167,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Messages a runtime handles per poll wake-up before it applies effects and flushes: enough
     # to share one fsync among many produce requests, small enough to keep latency flat.
     runtime_batch_messages_max: int = 256
+    # Frames of a message past MESSAGE_FRAMES_MAX a runtime reads (and drops) from one socket per
+    # wake-up, ~1 us each: a message of millions is read a few milliseconds at a time, and timers,
+    # heartbeats and the other sockets are served in between.
+    runtime_batch_frames_max: int = 4096
     # Outbound messages queued per peer socket (ZMQ_SNDHWM). A dead peer costs at most this.
     peer_send_queue_max: int = 1000
     # Answers a ROUTER queues for one connection that does not read (ZMQ_SNDHWM; more are dropped).

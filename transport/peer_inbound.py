@@ -63,6 +63,15 @@ class PeerInbound:
         """A message read from a DEALER (frames received without copying)."""
         self.table.active(frames[0].get(zmq.SRCFD), frames)
 
+    def close_connection(self, fd: int) -> bool:
+        """Shut down the connection on `fd` (it sent what no peer of railmq sends); False if it is
+        not one of ours, or already gone."""
+        peer = self.table.take(fd)
+        if peer is None or self._owner.pop(fd, None) is None:
+            return False
+        self._unwatch(fd)
+        return shut_down(fd, peer)
+
     def data_arrived(self) -> None:
         if self.check_at_ns is None:
             self.check_at_ns = self._clock() + self.check_interval_ns

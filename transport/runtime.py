@@ -32,7 +32,7 @@ import zmq
 
 from actors.effects import AfterFlush, CancelTimer, Crash, Exit, Notify, Send, SetTimer, Trace
 from actors.errors import ErrorCode
-from actors.limits import DEFAULT_LIMITS, Limits
+from actors.limits import DEFAULT_LIMITS, MESSAGE_FRAMES_MAX, Limits
 from actors.messages import (
     ErrorResponse, FaultControlRequest, FaultControlResponse, FetchRequest, FetchResponse, RuntimeStatsRequest,
     RuntimeStatsResponse, Stop, TimerFired,
@@ -44,6 +44,7 @@ from transport.connections import RouterGuard, client_connections_bound
 from transport.outbound import OutboundBudget
 from transport.peer_inbound import PeerInbound
 from transport.faults import FaultSwitch
+from transport.frames import discard, receive
 from transport.request_timing import RequestTiming
 from transport.runtime_peers import RuntimePeers
 from transport.socket_watch import SocketWatch
@@ -114,6 +115,8 @@ class Runtime(RuntimePeers):
         self._monitor_peer: dict[zmq.Socket, str] = {}
         self._watch = SocketWatch()
         self._watched_fds: dict[int, Callable[[], None]] = {}
+        # Sockets part way through a message of too many frames (transport/frames.py).
+        self._discarding: set[zmq.Socket] = set()
         # The bound on what the DEALERs' connections hold before it is read (transport/peer_inbound.py).
         self.peer_inbound = PeerInbound(
             inbound_bytes_max=limits.peer_inbound_bytes_max,
@@ -239,11 +242,20 @@ class Runtime(RuntimePeers):
         return int(max(0, min(self.poll_timeout_max_ms, remaining_ms + 0.999)))
 
     def _drain(self, socket: zmq.Socket, *, from_router: bool) -> None:
+        frames_left = [self.limits.runtime_batch_frames_max]
+        if socket in self._discarding and not self._discard(socket, frames_left):
+            return
         for _ in range(self.limits.runtime_batch_messages_max):
             try:
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames, more = receive(socket, MESSAGE_FRAMES_MAX)
             except zmq.Again:
                 return
+            if more:
+                self._over_frames_max(frames, from_router)
+                self._discarding.add(socket)
+                if not self._discard(socket, frames_left):
+                    return  # the rest at the next wake-up: timers and other sockets first
+                continue
             fd = -1
             if from_router:
                 fd = self.guard.arrived(frames)
@@ -262,6 +274,33 @@ class Runtime(RuntimePeers):
                 self.faults.hold(self.clock() + delay, ("in", sender, frames))
                 continue
             self._deliver(sender, frames, fd)
+
+    def _over_frames_max(self, frames: list, from_router: bool) -> None:
+        """A message of more frames than any railmq message: nobody of the cluster sends one, so
+        its connection is closed (a cluster process's is never closed; its message is dropped)."""
+        self.count("messages_over_frames_max")
+        fd = frames[0].get(zmq.SRCFD)
+        if not from_router:
+            closed = self.peer_inbound.close_connection(fd)
+        elif self.guard is None:
+            closed = False
+        else:
+            closed = self.guard.close_client(fd)
+            if not closed and not self.guard.table.trusted(fd):
+                self.guard.on_events()  # its connection's report may still be queued
+                closed = self.guard.close_client(fd)
+        if closed:
+            self.count("connections_closed_over_frames_max")
+
+    def _discard(self, socket: zmq.Socket, frames_left: list[int]) -> bool:
+        """Drop frames of the message of too many frames being read from `socket`, within this
+        wake-up's budget (`frames_left`, one number); whether its last frame was read."""
+        read, done = discard(socket, frames_left[0])
+        frames_left[0] -= read
+        self.count("message_frames_discarded", read)
+        if done:
+            self._discarding.discard(socket)
+        return done
 
     def _deliver(self, sender: str | bytes, frames: list, fd: int = -1) -> None:
         try:

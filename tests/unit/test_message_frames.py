@@ -1,0 +1,154 @@
+"""Messages of many frames (transport/frames.py): what one costs a runtime before anything reads it.
+
+libzmq bounds each frame of a message (ZMQ_MAXMSGSIZE) and counts its queues in whole messages,
+but not the frames of one message: an empty frame is 2 bytes on the wire, and a message of a
+million of them (2 MB) is one message. Read whole, each frame became a Python object of ~190
+bytes (200,000 frames: 38 MB) and the read alone took the actor's only thread seconds, during
+which it sent no heartbeat and fired no timer. No railmq message has more than
+`MESSAGE_FRAMES_MAX` frames: past them a runtime keeps nothing, closes the sender's connection,
+and reads the rest a bounded number of frames per wake-up.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+import zmq
+
+from actors.limits import MESSAGE_FRAMES_MAX, Limits
+from actors.messages import MetadataRequest, wire_message_types
+from tests.helpers import closed_by_peer, idle_zmtp_connection
+from tests.unit.test_codec_runtime import Recorder
+from transport.codec import Codec
+
+EMPTY_FRAME_MORE, EMPTY_FRAME_LAST = b"\x01\x00", b"\x00\x00"  # ZMTP 3: flags, size 0
+
+
+def many_frames(endpoint: str, frames: int):
+    """A plain connection that sends one message of `frames` empty frames (2 bytes each)."""
+    connection = idle_zmtp_connection(endpoint)
+    connection.sendall(EMPTY_FRAME_MORE * (frames - 1) + EMPTY_FRAME_LAST)
+    return connection
+
+
+def test_every_message_of_the_protocol_fits_the_frame_bound_with_its_tag_and_routing_id():
+    most = max(len(cls.PAYLOAD_FIELDS) for cls in wire_message_types())
+    assert 1 + 1 + most + 1 <= MESSAGE_FRAMES_MAX  # routing id, header, payloads, tag
+
+
+@pytest.mark.timeout(120)
+def test_a_message_of_many_empty_frames_is_read_a_bounded_slice_per_wake_up_and_keeps_nothing(zmq_context):
+    """One 400 KB message of 200,000 empty frames: before, one wake-up read all of it into
+    200,000 frame objects (38 MB at once) before anything else ran. Now a wake-up reads at most
+    `runtime_batch_frames_max` frames of it, keeps none, the sender's connection is closed, and a
+    client's request behind it is handled."""
+    from transport.runtime import Runtime
+
+    journal: list = []
+    limits = Limits()
+    runtime = Runtime(Recorder(journal), identity="frames", context=zmq_context, limits=limits)
+    endpoint = runtime.bind()
+    attacker = many_frames(endpoint, 200_000)
+    client = zmq_context.socket(zmq.DEALER)
+    try:
+        deadline = time.monotonic() + 30
+        while not runtime._router.poll(100) and time.monotonic() < deadline:
+            pass
+        runtime._watch.touched(runtime._router)  # this poll took the socket's signal from the runtime
+        client.connect(endpoint)
+        client.send_multipart(Codec().encode(MetadataRequest(correlation_id=7)))
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            runtime.step_until(time.monotonic_ns())
+            peak = tracemalloc.get_traced_memory()[1]
+            mid_message = runtime._router.getsockopt(zmq.RCVMORE)
+            read = runtime.counters.get("message_frames_discarded", 0)
+            while not any(entry[1] == "MetadataRequest" for entry in journal) and time.monotonic() < deadline:
+                tracemalloc.reset_peak()
+                runtime.step_until(time.monotonic_ns() + 20_000_000)
+                peak = max(peak, tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+
+        assert peak < 2 << 20, f"{peak} bytes allocated at once for one message of 200,000 empty frames"
+        assert mid_message and 0 < read <= limits.runtime_batch_frames_max, (
+            f"one wake-up read {'all' if not mid_message else read} of its 200,000 frames")
+        assert any(entry[1] == "MetadataRequest" for entry in journal), "the client behind it was not served"
+        assert runtime.counters["messages_over_frames_max"] == 1
+        # 200,001 frames with the routing id: all but the first MESSAGE_FRAMES_MAX dropped.
+        assert runtime.counters["message_frames_discarded"] == 200_001 - MESSAGE_FRAMES_MAX
+        deadline = time.monotonic() + 5
+        while not closed_by_peer(attacker) and time.monotonic() < deadline:
+            runtime.step_until(time.monotonic_ns() + 20_000_000)
+        assert closed_by_peer(attacker), "the connection that sent it is still open"
+    finally:
+        attacker.close()
+        client.close(linger=0)
+        runtime.close()
+
+
+def many_frames_from_a_peers_port(listener, frames: int) -> None:
+    """A process on a port an actor talks to: it takes the DEALER's connection and answers one
+    message of `frames` empty frames."""
+    connection, _ = listener.accept()
+    try:
+        greeting = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + bytes(32)
+        ready = b"\x05READY" + b"\x0bSocket-Type" + (6).to_bytes(4, "big") + b"ROUTER"
+        connection.sendall(greeting + bytes([0x04, len(ready)]) + ready)
+        # Wait for the DEALER's greeting and READY: until its handshake is done, libzmq takes what
+        # comes for a command and refuses a frame.
+        heard = b""
+        while len(heard) < 66 or len(heard) < 66 + heard[65]:
+            heard += connection.recv(1 << 16)
+        connection.sendall(EMPTY_FRAME_MORE * (frames - 1) + EMPTY_FRAME_LAST)
+        while connection.recv(1 << 16):  # until the actor closes it
+            pass
+    except OSError:
+        pass
+    finally:
+        connection.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_message_of_many_frames_on_a_peers_connection_is_dropped_and_the_connection_closed(zmq_context):
+    """The same from whatever listens on a peer's endpoint (a dead leader's port taken): the
+    DEALER's connection is closed and the actor hears that its peer went."""
+    import socket
+    import threading
+
+    from actors.messages import PeerDisconnected
+    from tests.unit.test_connection_bound import Asking
+    from transport.runtime import Runtime
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    journal: list = []
+    runtime = Runtime(Asking(endpoint, journal), identity="asking", context=zmq_context)
+    attacker = threading.Thread(target=many_frames_from_a_peers_port, args=(listener, 100_000), daemon=True)
+    attacker.start()
+    try:
+        runtime.apply(runtime.actor.start(runtime.clock()))
+        deadline = time.monotonic() + 30
+        told = lambda: any(isinstance(message, PeerDisconnected) for message in journal)  # noqa: E731
+        tracemalloc.start()
+        try:
+            peak = 0
+            done = lambda: told() and "message_frames_discarded" in runtime.counters  # noqa: E731
+            while not done() and time.monotonic() < deadline:
+                tracemalloc.reset_peak()
+                runtime.step_until(time.monotonic_ns() + 20_000_000)
+                peak = max(peak, tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+
+        assert peak < 2 << 20, f"{peak} bytes allocated at once for one message of 100,000 empty frames"
+        assert runtime.counters.get("messages_over_frames_max") == 1, runtime.counters
+        assert runtime.counters.get("connections_closed_over_frames_max") == 1, runtime.counters
+        assert told(), "the actor was not told its peer went"
+    finally:
+        listener.close()
+        runtime.close()
+        attacker.join(10)
