@@ -37,7 +37,7 @@ import zmq
 
 from actors.controller_endpoints import ControllerEndpoints
 from actors.errors import ErrorCode
-from actors.limits import Limits
+from actors.limits import MESSAGE_FRAMES_MAX, Limits
 from actors.messages import (
     ErrorResponse, NodeHeartbeat, NodeHeartbeatResponse, ReplicaAssignment, ReplicaExited, ReplicaHeartbeat,
     ReplicaLiveness,
@@ -45,6 +45,7 @@ from actors.messages import (
 from transport.actor_main import ActorSpec, replica_directory
 from transport.codec import Codec, DecodeFailure
 from transport.connections import RouterGuard, client_connections_bound, raise_open_files_limit
+from transport.frames import discard, receive
 from transport.rpc import RequestTimeout, RpcClient
 from transport.supervisor import ManagedActor, Supervisor
 
@@ -147,6 +148,7 @@ class NodeAgent:
         self.endpoint = ""
         self._router: zmq.Socket | None = None
         self._guard: RouterGuard | None = None  # the bounds on the connections to the reports socket
+        self._discarding = False  # part way through a message of too many frames (transport/frames.py)
         self.counters: dict[str, int] = {}
         self._stop = threading.Event()
         self._wake_read, self._wake_write = -1, -1  # rung by stop() to end the thread's sleep
@@ -158,6 +160,14 @@ class NodeAgent:
 
     def start(self) -> None:
         """Bind the reports socket (its endpoint goes into every replica's spec), then run."""
+        self.bind_reports()
+        self._wake_read, self._wake_write = os.pipe()
+        self.supervisor.on_exit = self._on_exit
+        self._thread = threading.Thread(target=self._run, name="railmq-node-agent", daemon=True)
+        self._thread.start()
+
+    def bind_reports(self) -> None:
+        """The reports socket, bound on a port of its own, with its bounds on client connections."""
         router = zmq.Context.instance().socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
@@ -171,10 +181,6 @@ class NodeAgent:
             router, untrusted_max=client_connections_bound(self.limits.client_connections_max),
             inbound_bytes_max=self.limits.client_inbound_bytes_max,
             check_interval_ms=self.limits.client_inbound_check_interval_ms, clock=time.monotonic_ns, count=self._count)
-        self._wake_read, self._wake_write = os.pipe()
-        self.supervisor.on_exit = self._on_exit
-        self._thread = threading.Thread(target=self._run, name="railmq-node-agent", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -274,10 +280,23 @@ class NodeAgent:
             return False
         news = False
         for _ in range(REPORTS_PER_WAKE_MAX):
+            if self._discarding and not self._discard_frames(router):
+                break  # the rest at the next wake-up: the heartbeat and the processes first
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames, more = receive(router, MESSAGE_FRAMES_MAX)
             except zmq.Again:
                 break
+            if more:
+                # More frames than any report: a process of the cluster never sends one. Read
+                # whole, 200,000 empty frames (400 KB) were as many objects on the thread that
+                # supervises every actor of the node. Its sender's connection is closed.
+                self._count("messages_over_frames_max")
+                fd = frames[0].get(zmq.SRCFD)
+                if not self._guard.close_client(fd) and not self._guard.table.trusted(fd):
+                    self._guard.on_events()  # its connection's report may still be queued
+                    self._guard.close_client(fd)
+                self._discarding = True
+                continue
             fd = self._guard.arrived(frames)
             try:
                 report = codec.decode(frames[1:])
@@ -291,6 +310,14 @@ class NodeAgent:
                     and report.node in self.nodes and self._from_running_process(report):
                 news |= self.book.take(report, time.monotonic_ns())
         return news
+
+    def _discard_frames(self, router: zmq.Socket) -> bool:
+        """Drop frames of a message of too many, at most a runtime's batch of them; whether its end
+        was read."""
+        read, done = discard(router, self.limits.runtime_batch_frames_max)
+        self.counters["message_frames_discarded"] = self.counters.get("message_frames_discarded", 0) + read
+        self._discarding = not done
+        return done
 
     def _from_running_process(self, report: ReplicaHeartbeat) -> bool:
         """Whether the report comes from the process this agent runs for its replica. An earlier

@@ -22,10 +22,11 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from actors.controller_endpoints import ControllerEndpoints
-from actors.limits import DEFAULT_LIMITS
+from actors.limits import DEFAULT_LIMITS, MESSAGE_FRAMES_MAX
 from actors.messages import ErrorResponse, Message
 from transport.codec import Codec, DecodeFailure
 from transport.connections import routing_id
+from transport.frames import receive
 from transport.peer_inbound import PeerInbound
 from transport.socket_watch import connect_monitored
 
@@ -139,13 +140,27 @@ class RpcClient:
     def discard_unasked(self) -> None:
         """Read and drop what the sockets hold while no request waits (late or unasked answers):
         a full receive queue would stop libzmq reading the connection, which then stays readable."""
-        for socket in self._sockets.values():
+        for endpoint, socket in list(self._sockets.items()):
             while True:
                 try:
-                    frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = self._receive(endpoint, socket)
                 except zmq.Again:
                     break
+                if frames is None:
+                    break
                 self.inbound.arrived(frames)
+
+    def _receive(self, endpoint: str, socket: zmq.Socket) -> list[Any] | None:
+        """The next message from `endpoint` (zmq.Again when none waits), or None for one of more
+        frames than any railmq message has: its socket is dropped with the rest unread, which libzmq
+        frees. Read whole, an answer of 200,000 empty frames (400 KB) became as many frame objects
+        (tens of MB) before its decode failed (transport/frames.py)."""
+        frames, more = receive(socket, MESSAGE_FRAMES_MAX)
+        if more:
+            self._count("messages_over_frames_max")
+            self.forget(endpoint)
+            return None
+        return frames
 
     def check_inbound(self) -> None:
         """Shut down the connections holding the most bytes not yet read as messages, while
@@ -179,7 +194,9 @@ class RpcClient:
                     continue
                 self.forget(endpoint)
                 raise RequestTimeout(endpoint, message, timeout_ms)
-            frames = socket.recv_multipart(copy=False)
+            frames = self._receive(endpoint, socket)  # the poll saw a whole message: it is there
+            if frames is None:
+                raise PeerDown(endpoint, message)
             self._read_events(endpoint)  # its connection first: the answer may come before the report
             self.inbound.arrived(frames)
             try:
@@ -233,9 +250,14 @@ class RpcClient:
             for socket, _ in ready:
                 while True:
                     try:
-                        frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                        frames = self._receive(sockets[socket], socket)
                     except zmq.Again:
                         break
+                    if frames is None:
+                        for sent in sockets.values():  # what they answer would wait there unasked
+                            self.forget(sent)
+                        endpoint = sockets[socket]
+                        raise PeerDown(endpoint, next(message for to, message in requests if to == endpoint))
                     self._read_events(sockets[socket])
                     self.inbound.arrived(frames)
                     try:

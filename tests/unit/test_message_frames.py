@@ -74,8 +74,10 @@ def test_a_message_of_many_empty_frames_is_read_a_bounded_slice_per_wake_up_and_
             tracemalloc.stop()
 
         assert peak < 2 << 20, f"{peak} bytes allocated at once for one message of 200,000 empty frames"
-        assert mid_message and 0 < read <= limits.runtime_batch_frames_max, (
-            f"one wake-up read {'all' if not mid_message else read} of its 200,000 frames")
+        # At most a batch of its frames in one wake-up (the rest later, or dropped by libzmq itself
+        # once the sender's connection is closed: either way nothing more is read at once).
+        assert read <= limits.runtime_batch_frames_max, f"one wake-up read {read} of its 200,000 frames"
+        assert mid_message or read < 200_000 - MESSAGE_FRAMES_MAX, "all of it read in one wake-up"
         assert any(entry[1] == "MetadataRequest" for entry in journal), "the client behind it was not served"
         assert runtime.counters["messages_over_frames_max"] == 1
         # 200,001 frames with the routing id: all but the first MESSAGE_FRAMES_MAX dropped.
@@ -152,3 +154,94 @@ def test_a_message_of_many_frames_on_a_peers_connection_is_dropped_and_the_conne
         listener.close()
         runtime.close()
         attacker.join(10)
+
+
+def answer_with_many_frames(server: zmq.Socket, frames: int) -> None:
+    """Take one request and answer it with one message of `frames` empty frames."""
+    if server.poll(10_000):
+        routing_id, *_ = server.recv_multipart()
+        server.send(routing_id, zmq.SNDMORE)
+        for _ in range(frames - 1):
+            server.send(b"", zmq.SNDMORE)
+        server.send(b"")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("many", [False, True], ids=["request", "request_many"])
+def test_an_answer_of_many_frames_to_a_client_is_refused_without_holding_them(zmq_context, many):
+    """The same from a process on a port a client asks (the admin tools, node agents' requests):
+    `RpcClient` read every answer whole, so an answer of 200,000 empty frames became 200,000
+    frame objects before its decode failed, and the client waited on for its answer. Now nothing
+    past `MESSAGE_FRAMES_MAX` is read: the connection is dropped and the request fails at once
+    as `PeerDown` (a `RequestTimeout`)."""
+    import threading
+
+    from transport.rpc import PeerDown, RpcClient
+
+    server = zmq_context.socket(zmq.ROUTER)
+    server.setsockopt(zmq.LINGER, 0)
+    endpoint = f"tcp://127.0.0.1:{server.bind_to_random_port('tcp://127.0.0.1')}"
+    client = RpcClient(identity="frames", context=zmq_context)
+    answering = threading.Thread(target=answer_with_many_frames, args=(server, 200_000))
+    answering.start()
+    try:
+        tracemalloc.start()
+        try:
+            with pytest.raises(PeerDown):
+                if many:
+                    client.request_many([(endpoint, MetadataRequest(correlation_id=0))], 30_000)
+                else:
+                    client.request(endpoint, MetadataRequest(correlation_id=0), 30_000)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        answering.join(30)
+        client.close()
+        server.close(linger=0)
+    assert peak < 4 << 20, f"{peak} bytes allocated at once for one answer of 200,000 empty frames"
+    assert client.counters.get("messages_over_frames_max") == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_message_of_many_frames_to_a_node_agents_reports_socket_is_dropped_a_slice_at_a_time():
+    """The node agent's reports socket is a ROUTER any local process can reach, read by the
+    thread that supervises every actor of its node: it read each message whole, so 200,000 empty
+    frames were as many objects at once. Now it keeps none of them, reads the rest a bounded
+    number per wake-up and closes the sender's connection."""
+    import types
+
+    from transport.node_agent import NodeAgent
+
+    limits = Limits()
+    supervisor = types.SimpleNamespace(on_exit=None, poll=lambda: None, close_watch=lambda: None)
+    agent = NodeAgent(supervisor=supervisor, coordinator="tcp://127.0.0.1:1", nodes=[1],
+                      data_dir="/nonexistent", cluster_id="c", limits=limits)
+    agent.bind_reports()
+    attacker = many_frames(agent.endpoint, 200_000)
+    try:
+        codec = Codec(limits.frame_bytes_max)
+        deadline = time.monotonic() + 30
+        reads: list[int] = []  # frames dropped at each wake-up
+        tracemalloc.start()
+        try:
+            while time.monotonic() < deadline and (
+                    not agent.counters.get("messages_over_frames_max") or agent._discarding):
+                before = agent.counters.get("message_frames_discarded", 0)
+                agent._receive_reports(codec, 100)
+                reads.append(agent.counters.get("message_frames_discarded", 0) - before)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 2 << 20, f"{peak} bytes allocated at once for one message of 200,000 empty frames"
+        # At most a batch of its frames in one wake-up; the rest later, or dropped by libzmq itself
+        # once the sender's connection is closed (then fewer are read at all).
+        assert max(reads) <= limits.runtime_batch_frames_max, f"one wake-up read {max(reads)} of its frames"
+        assert agent.counters["messages_over_frames_max"] == 1 and not agent._discarding
+        frames_after_kept = 200_000 + 1 - MESSAGE_FRAMES_MAX  # with the routing id
+        assert agent.counters.get("message_frames_discarded", 0) <= frames_after_kept
+        assert closed_by_peer(attacker), "the sender's connection was closed"
+    finally:
+        attacker.close()
+        agent._guard.close()
+        agent._router.close(linger=0)
