@@ -78,14 +78,18 @@ def test_groups_describe_shows_hostile_ids_as_escapes_never_as_terminal_controls
     assert f"{MARKUP}-m1" in out.getvalue()
 
 
+class Answering:
+    """A client a command opens with `with`, answering what a hostile cluster would."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_groups_list_shows_hostile_group_ids_as_escapes(monkeypatch, capsys):
-    class Client:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
+    class Client(Answering):
         def list_groups(self):
             return [GroupSummary(group_id=name, kind="classic", state="Empty", members=0) for name in HOSTILE]
 
@@ -225,13 +229,7 @@ def hostile_topic(name: str) -> TopicMetadata:
                                                                                   detail=f"disk {name}"))])])
 
 
-class HostileAdmin:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
+class HostileAdmin(Answering):
     def metadata(self):
         return MetadataResponse(correlation_id=1, topics=[hostile_topic(name) for name in HOSTILE])
 

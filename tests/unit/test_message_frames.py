@@ -33,6 +33,17 @@ def many_frames(endpoint: str, frames: int):
     return connection
 
 
+def stepped_peak(runtime, done, deadline: float) -> int:
+    """Step `runtime` until `done()` (or `deadline`): the most memory allocated at once in one step
+    (tracemalloc running)."""
+    peak = 0
+    while not done() and time.monotonic() < deadline:
+        tracemalloc.reset_peak()
+        runtime.step_until(time.monotonic_ns() + 20_000_000)
+        peak = max(peak, tracemalloc.get_traced_memory()[1])
+    return peak
+
+
 def test_every_message_of_the_protocol_fits_the_frame_bound_with_its_tag_and_routing_id():
     most = max(len(cls.PAYLOAD_FIELDS) for cls in wire_message_types())
     assert 1 + 1 + most + 1 <= MESSAGE_FRAMES_MAX  # routing id, header, payloads, tag
@@ -66,10 +77,8 @@ def test_a_message_of_many_empty_frames_is_read_a_bounded_slice_per_wake_up_and_
             peak = tracemalloc.get_traced_memory()[1]
             mid_message = runtime._router.getsockopt(zmq.RCVMORE)
             read = runtime.counters.get("message_frames_discarded", 0)
-            while not any(entry[1] == "MetadataRequest" for entry in journal) and time.monotonic() < deadline:
-                tracemalloc.reset_peak()
-                runtime.step_until(time.monotonic_ns() + 20_000_000)
-                peak = max(peak, tracemalloc.get_traced_memory()[1])
+            served = lambda: any(entry[1] == "MetadataRequest" for entry in journal)  # noqa: E731
+            peak = max(peak, stepped_peak(runtime, served, deadline))
         finally:
             tracemalloc.stop()
 
@@ -137,12 +146,8 @@ def test_a_message_of_many_frames_on_a_peers_connection_is_dropped_and_the_conne
         told = lambda: any(isinstance(message, PeerDisconnected) for message in journal)  # noqa: E731
         tracemalloc.start()
         try:
-            peak = 0
             done = lambda: told() and "message_frames_discarded" in runtime.counters  # noqa: E731
-            while not done() and time.monotonic() < deadline:
-                tracemalloc.reset_peak()
-                runtime.step_until(time.monotonic_ns() + 20_000_000)
-                peak = max(peak, tracemalloc.get_traced_memory()[1])
+            peak = stepped_peak(runtime, done, deadline)
         finally:
             tracemalloc.stop()
 
