@@ -3,7 +3,7 @@
 Each node's replicas report to their node's agent (`report_to`, as in the real cluster): once
 when something in their report changes and otherwise a keepalive on the shared instants of
 actors/replica_reports.py. The agent keeps the latest report of each in the real agent's book
-(transport/node_agent.py, `ReplicaReportBook`) and sends the active controller one
+(transport/replica_report_book.py, `ReplicaReportBook`) and sends the active controller one
 `NodeHeartbeat` per `node_heartbeat_interval_ms` for all of them — sooner, `NEWS_DELAY_MS` after
 news — naming itself with an agent id new at every start, exactly the messages the real agent
 sends. So the simulator's seeds go through the path that decides elections in a real cluster:
@@ -29,7 +29,8 @@ from actors.limits import Limits
 from actors.messages import (
     ErrorResponse, NodeHeartbeat, NodeHeartbeatResponse, PeerDisconnected, ReplicaHeartbeat, TimerFired,
 )
-from transport.node_agent import NEWS_DELAY_MS, ReplicaReportBook
+from transport.node_agent import NEWS_DELAY_MS
+from transport.replica_report_book import ReplicaReportBook
 
 
 REDIRECTS_PER_BEAT_MAX = 3

@@ -44,8 +44,9 @@ from transport.connections import RouterGuard, client_connections_bound
 from transport.outbound import OutboundBudget
 from transport.peer_inbound import PeerInbound
 from transport.faults import FaultSwitch
-from transport.frames import discard, receive
+from transport.frames import receive
 from transport.request_timing import RequestTiming
+from transport.runtime_frames import OverlongMessages
 from transport.runtime_peers import RuntimePeers
 from transport.socket_watch import SocketWatch
 from transport.timers import Timers
@@ -65,7 +66,7 @@ class ActorCrashed(Exception):
     """The actor asked to stop as if killed (`Crash` effect)."""
 
 
-class Runtime(RuntimePeers):
+class Runtime(RuntimePeers, OverlongMessages):
     def __init__(
         self,
         actor: Any,
@@ -274,33 +275,6 @@ class Runtime(RuntimePeers):
                 self.faults.hold(self.clock() + delay, ("in", sender, frames))
                 continue
             self._deliver(sender, frames, fd)
-
-    def _over_frames_max(self, frames: list, from_router: bool) -> None:
-        """A message of more frames than any railmq message: nobody of the cluster sends one, so
-        its connection is closed (a cluster process's is never closed; its message is dropped)."""
-        self.count("messages_over_frames_max")
-        fd = frames[0].get(zmq.SRCFD)
-        if not from_router:
-            closed = self.peer_inbound.close_connection(fd)
-        elif self.guard is None:
-            closed = False
-        else:
-            closed = self.guard.close_client(fd)
-            if not closed and not self.guard.table.trusted(fd):
-                self.guard.on_events()  # its connection's report may still be queued
-                closed = self.guard.close_client(fd)
-        if closed:
-            self.count("connections_closed_over_frames_max")
-
-    def _discard(self, socket: zmq.Socket, frames_left: list[int]) -> bool:
-        """Drop frames of the message of too many frames being read from `socket`, within this
-        wake-up's budget (`frames_left`, one number); whether its last frame was read."""
-        read, done = discard(socket, frames_left[0])
-        frames_left[0] -= read
-        self.count("message_frames_discarded", read)
-        if done:
-            self._discarding.discard(socket)
-        return done
 
     def _deliver(self, sender: str | bytes, frames: list, fd: int = -1) -> None:
         try:

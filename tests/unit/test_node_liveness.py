@@ -16,7 +16,7 @@ from actors.messages import (
     NodeHeartbeat, NodeHeartbeatResponse, ReplicaHeartbeat, ReplicaHeartbeatResponse, ReplicaLiveness, StorageReport,
 )
 from tests.unit.test_coordinator import CREATION_GRACE_MS, LIMITS, Cluster, endpoint
-from transport.node_agent import ReplicaReportBook
+from transport.replica_report_book import ReplicaReportBook
 
 AGENT = "node-agent"
 MS = 1_000_000

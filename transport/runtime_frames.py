@@ -1,0 +1,43 @@
+"""What a runtime does with a message of more frames than any railmq message (transport/frames.py).
+
+A mixin of `Runtime` (transport/runtime.py), which owns `count`, `guard` (its ROUTER's client
+connections), `peer_inbound` (its DEALERs' connections) and `_discarding` (the sockets part way
+through such a message). Nobody of the cluster sends one, so the connection it came on is closed
+(a cluster process's is never closed: its message is only dropped), and the rest of it is read
+and dropped within a wake-up's budget of frames, the remainder at the next wake-up.
+"""
+
+from __future__ import annotations
+
+import zmq
+
+from transport.frames import discard
+
+
+class OverlongMessages:
+    def _over_frames_max(self, frames: list, from_router: bool) -> None:
+        """A message of more frames than any railmq message: nobody of the cluster sends one, so
+        its connection is closed (a cluster process's is never closed; its message is dropped)."""
+        self.count("messages_over_frames_max")
+        fd = frames[0].get(zmq.SRCFD)
+        if not from_router:
+            closed = self.peer_inbound.close_connection(fd)
+        elif self.guard is None:
+            closed = False
+        else:
+            closed = self.guard.close_client(fd)
+            if not closed and not self.guard.table.trusted(fd):
+                self.guard.on_events()  # its connection's report may still be queued
+                closed = self.guard.close_client(fd)
+        if closed:
+            self.count("connections_closed_over_frames_max")
+
+    def _discard(self, socket: zmq.Socket, frames_left: list[int]) -> bool:
+        """Drop frames of the message of too many frames being read from `socket`, within this
+        wake-up's budget (`frames_left`, one number); whether its last frame was read."""
+        read, done = discard(socket, frames_left[0])
+        frames_left[0] -= read
+        self.count("message_frames_discarded", read)
+        if done:
+            self._discarding.discard(socket)
+        return done
