@@ -62,7 +62,7 @@ def wait_full_isr(admin: Admin, topic: str, deadline: float) -> bool:
 
 def group_caught_up(admin: Admin, topic: str, group: str, partitions: int) -> bool:
     """Whether the group's committed offsets have reached every partition's high watermark."""
-    from railmq.lag import GroupAdminClient
+    from railmq.group_admin import GroupAdminClient
 
     with GroupAdminClient(admin.bootstrap, timeout_ms=2000) as groups:
         committed = {entry.partition: entry.offset for entry in groups.describe_group(group).offsets

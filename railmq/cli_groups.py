@@ -32,9 +32,8 @@ from railmq.cli_common import (
 )
 from railmq.cli_offsets import parse_duration_ms, parse_time_ms
 from railmq.cli_tables import Column, print_table
-from railmq.lag import (
-    EARLIEST, LATEST, GroupAdminClient, GroupLag, OffsetResetPlan, ResetTarget, measure_group_lag, plan_reset,
-)
+from railmq.group_admin import EARLIEST, LATEST, GroupAdminClient
+from railmq.lag import GroupLag, OffsetResetPlan, ResetTarget, measure_group_lag, plan_reset
 from railmq.terminal_text import cell
 
 

@@ -34,7 +34,7 @@ from actors.errors import ErrorCode, RailmqError
 from actors.messages import ListOffsetsResponse
 from railmq.admin import Admin
 from railmq.consumer import Consumer
-from railmq.lag import GroupAdminClient
+from railmq.group_admin import GroupAdminClient
 from railmq.records import ConsumerRecord, TopicPartition
 
 DLQ_SUFFIX = ".dlq"

@@ -16,7 +16,7 @@ from typing import Any
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import DescribeGroupResponse, MetadataResponse, RuntimeStatsResponse
 from chaos.console.latency import LatencyHistogram
-from railmq.lag import GroupAdminClient
+from railmq.group_admin import GroupAdminClient
 
 REQUEST_TIMEOUT_MS = 800
 GROUPS_MAX = 64  # groups described per round; more are listed as a problem

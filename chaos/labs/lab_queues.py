@@ -28,7 +28,8 @@ from chaos.labs.tools import produce, read_partition, wait_for
 from railmq.admin import Admin
 from railmq.consumer import Consumer
 from railmq.dlq import DeadLetter, default_dlq_topic, dlq_depth
-from railmq.lag import GroupAdminClient, measure_group_lag
+from railmq.group_admin import GroupAdminClient
+from railmq.lag import measure_group_lag
 from railmq.producer import RECORD_OVERHEAD_BYTES, BufferFull, Producer
 from railmq.records import TopicPartition
 from railmq.retry import DeadLetterWriter, RetryingHandler, RetryPolicy, ensure_dead_letter_topic

@@ -1,7 +1,7 @@
 """Small instruments the labs share: waiting, producing, reading back, rate-bound clients, lag.
 
 Everything here is a thin use of the public client API (Producer, Consumer, Admin and
-railmq.lag's GroupAdminClient), so a lab measures what a user of railmq would see:
+railmq.group_admin's GroupAdminClient), so a lab measures what a user of railmq would see:
 
 - `wait_for` polls a condition with a deadline and names what it waited for;
 - `produce` / `read_partition` / `read_topic` write and read back whole topics;
@@ -22,7 +22,8 @@ from typing import Any, Callable, TypeVar
 from actors.errors import RailmqError
 from railmq.admin import Admin
 from railmq.consumer import Consumer
-from railmq.lag import GroupAdminClient, measure_group_lag
+from railmq.group_admin import GroupAdminClient
+from railmq.lag import measure_group_lag
 from railmq.producer import Producer
 from railmq.records import ConsumerRecord, TopicPartition
 

@@ -208,7 +208,7 @@ def test_cluster_info_and_health(run, cluster):
 
 def test_the_python_consumers_commit_covers_every_assigned_partition(cluster, unique_name):
     from railmq.consumer import Consumer
-    from railmq.lag import GroupAdminClient
+    from railmq.group_admin import GroupAdminClient
     from tests.helpers import wait_for
 
     topic, group = unique_name(), unique_name("g")

@@ -31,7 +31,7 @@ import pytest
 from actors.errors import ErrorCode, RailmqError
 from railmq.admin import Admin
 from railmq.cluster import LocalCluster
-from railmq.lag import GroupAdminClient
+from railmq.group_admin import GroupAdminClient
 from railmq.producer import Producer
 from storage.directory import DirectoryInUse
 from storage.raft_log import RaftLog, rejoining_on_disk

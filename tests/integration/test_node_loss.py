@@ -16,7 +16,7 @@ import pytest
 
 from actors.messages import OffsetFetchRequest
 from railmq.admin import Admin
-from railmq.lag import GroupAdminClient
+from railmq.group_admin import GroupAdminClient
 from railmq.consumer import Consumer
 from railmq.producer import Producer
 from storage.raft_log import rejoining_on_disk

@@ -14,7 +14,7 @@ import pytest
 from actors.errors import ErrorCode, RailmqError
 from actors.messages import PartitionMetadata, TopicMetadata
 from railmq.admin import Admin, AdminClosed
-from railmq.lag import GroupAdminClient
+from railmq.group_admin import GroupAdminClient
 
 NOBODY = "tcp://127.0.0.1:1"
 

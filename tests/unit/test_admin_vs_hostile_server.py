@@ -25,7 +25,7 @@ from actors.messages import (
     MetadataResponse, PartitionMetadata, TopicMetadata,
 )
 from railmq.admin import Admin
-from railmq.lag import EARLIEST, LATEST, LOG_START_FOLLOWS_MAX, GroupAdminClient
+from railmq.group_admin import EARLIEST, LATEST, LOG_START_FOLLOWS_MAX, GroupAdminClient
 from storage.batch import encode_batch
 from transport.codec import Codec
 
