@@ -19,6 +19,7 @@ directory another live process holds — each makes the process *refuse to start
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -53,6 +54,10 @@ EXIT_CRASHED = 70  # the actor asked to crash (failed fsync, deleted topic, ...)
 EXIT_PARENT_GONE = 71
 EXIT_REFUSED = 72  # the actor refused to start: its directory is someone else's, or its state is lost
 EXIT_DISK_FULL = 73  # a write it could not do without (a controller's raft log) found the disk full
+# A port another process holds now (an ephemeral port is any free one: a connection may have it as
+# its own end while a restarted cluster binds its remembered ports) is tried again this long before
+# the actor refuses to start; an address this machine lacks is refused at once.
+PORT_IN_USE_WAIT_S = 10.0
 PROFILE_ENV = "RAILMQ_PROFILE_DIR"  # set to a directory to profile every actor process
 PROFILE_CLOCK_ENV = "RAILMQ_PROFILE_CLOCK"  # "cpu" to profile CPU time instead of wall time
 
@@ -136,10 +141,7 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
     exit_code = 0
     try:
         raise_open_files_limit()  # before the bind: the client connections' bound is half of it
-        try:
-            endpoint = runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
-        except zmq.ZMQError as error:  # an address this machine lacks, a port another process holds
-            raise RefusedToStart(f"cannot listen on tcp://{spec.bind_host}:{spec.port or '*'}: {error}") from None
+        endpoint = _listen(runtime, spec)
         runtime.actor, runtime.storage_faults = build_actor(spec, endpoint, incarnation)
         if spec.voters and spec.kind in ("controller", "group-coordinator") and spec.limits.voter_address_check:
             from transport.voter_address import raft_address_check
@@ -173,6 +175,20 @@ def main(spec_bytes: bytes, lifeline: Connection) -> None:
         context.destroy(linger=0)
     sys.stdout.flush()
     os._exit(exit_code)
+
+
+def _listen(runtime: Any, spec: ActorSpec) -> str:
+    """Bind the actor's port: waiting up to PORT_IN_USE_WAIT_S while another process holds it,
+    refusing to start, naming the address, when it stays held or the machine lacks the address."""
+    deadline = time.monotonic() + PORT_IN_USE_WAIT_S
+    while True:
+        try:
+            return runtime.bind(spec.port, spec.bind_host, spec.advertise_host)
+        except zmq.ZMQError as error:
+            if error.errno != errno.EADDRINUSE or not spec.port or time.monotonic() >= deadline:
+                where = f"tcp://{spec.bind_host}:{spec.port or '*'}"
+                raise RefusedToStart(f"cannot listen on {where}: {error}") from None
+            time.sleep(0.1)
 
 
 def _run_profiled(runtime: Any, name: str) -> None:

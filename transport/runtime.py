@@ -140,10 +140,14 @@ class Runtime(RuntimePeers, OverlongMessages):
         router.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_hard_max)
         router.setsockopt(zmq.SNDHWM, self.limits.router_send_queue_max)
         router.setsockopt(zmq.RCVHWM, self.limits.router_receive_queue_max)
-        if port:
-            router.bind(f"tcp://{host}:{port}")
-        else:
-            port = router.bind_to_random_port(f"tcp://{host}")
+        try:
+            if port:
+                router.bind(f"tcp://{host}:{port}")
+            else:
+                port = router.bind_to_random_port(f"tcp://{host}")
+        except zmq.ZMQError:
+            router.close(linger=0)  # the caller may try again
+            raise
         self._router = router
         self._watch.add_socket(router)
         self.guard = RouterGuard(
