@@ -101,7 +101,9 @@ class NodeAgent:
         self.endpoint = ""
         self._router: zmq.Socket | None = None
         self._guard: RouterGuard | None = None  # the bounds on the connections to the reports socket
-        self._discarding = False  # part way through a message of too many frames (transport/frames.py)
+        # The connection whose message of too many frames is being dropped (transport/frames.py): it
+        # is closed once the message is read to its end.
+        self._discarding_from: int | None = None
         self.counters: dict[str, int] = {}
         self._stop = threading.Event()
         self._wake_read, self._wake_write = -1, -1  # rung by stop() to end the thread's sleep
@@ -233,7 +235,7 @@ class NodeAgent:
             return False
         news = False
         for _ in range(REPORTS_PER_WAKE_MAX):
-            if self._discarding and not self._discard_frames(router):
+            if self._discarding_from is not None and not self._discard_frames(router):
                 break  # the rest at the next wake-up: the heartbeat and the processes first
             try:
                 frames, more = receive(router, MESSAGE_FRAMES_MAX)
@@ -242,13 +244,10 @@ class NodeAgent:
             if more:
                 # More frames than any report: a process of the cluster never sends one. Read
                 # whole, 200,000 empty frames (400 KB) were as many objects on the thread that
-                # supervises every actor of the node. Its sender's connection is closed.
+                # supervises every actor of the node. Its sender's connection is closed once the
+                # message is read to its end (closed before, libzmq took the next one for the rest).
                 self._count("messages_over_frames_max")
-                fd = frames[0].get(zmq.SRCFD)
-                if not self._guard.close_client(fd) and not self._guard.table.trusted(fd):
-                    self._guard.on_events()  # its connection's report may still be queued
-                    self._guard.close_client(fd)
-                self._discarding = True
+                self._discarding_from = frames[0].get(zmq.SRCFD)
                 continue
             fd = self._guard.arrived(frames)
             try:
@@ -269,7 +268,11 @@ class NodeAgent:
         was read."""
         read, done = discard(router, self.limits.runtime_batch_frames_max)
         self.counters["message_frames_discarded"] = self.counters.get("message_frames_discarded", 0) + read
-        self._discarding = not done
+        if done:
+            fd, self._discarding_from = self._discarding_from, None
+            if not self._guard.close_client(fd) and not self._guard.table.trusted(fd):
+                self._guard.on_events()  # its connection's report may still be queued
+                self._guard.close_client(fd)
         return done
 
     def _from_running_process(self, report: ReplicaHeartbeat) -> bool:

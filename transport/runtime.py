@@ -117,7 +117,8 @@ class Runtime(RuntimePeers, OverlongMessages):
         self._watch = SocketWatch()
         self._watched_fds: dict[int, Callable[[], None]] = {}
         # Sockets part way through a message of too many frames (transport/frames.py).
-        self._discarding: set[zmq.Socket] = set()
+        # socket -> (descriptor, from the ROUTER) of the connection whose message is being dropped.
+        self._discarding: dict[zmq.Socket, tuple[int, bool]] = {}
         # The bound on what the DEALERs' connections hold before it is read (transport/peer_inbound.py).
         self.peer_inbound = PeerInbound(
             inbound_bytes_max=limits.peer_inbound_bytes_max,
@@ -256,8 +257,7 @@ class Runtime(RuntimePeers, OverlongMessages):
             except zmq.Again:
                 return
             if more:
-                self._over_frames_max(frames, from_router)
-                self._discarding.add(socket)
+                self._over_frames_max(socket, frames, from_router)
                 if not self._discard(socket, frames_left):
                     return  # the rest at the next wake-up: timers and other sockets first
                 continue

@@ -15,11 +15,15 @@ from transport.frames import discard
 
 
 class OverlongMessages:
-    def _over_frames_max(self, frames: list, from_router: bool) -> None:
+    def _over_frames_max(self, socket: zmq.Socket, frames: list, from_router: bool) -> None:
         """A message of more frames than any railmq message: nobody of the cluster sends one, so
-        its connection is closed (a cluster process's is never closed; its message is dropped)."""
+        its connection is closed once the message is read to its end (closed in the middle, libzmq
+        took the next message, another client's, for the rest of it, and it was dropped)."""
         self.count("messages_over_frames_max")
-        fd = frames[0].get(zmq.SRCFD)
+        self._discarding[socket] = (frames[0].get(zmq.SRCFD), from_router)
+
+    def _close_sender(self, fd: int, from_router: bool) -> None:
+        """Close the connection an overlong message came on (a cluster process's is never closed)."""
         if not from_router:
             closed = self.peer_inbound.close_connection(fd)
         elif self.guard is None:
@@ -39,5 +43,5 @@ class OverlongMessages:
         frames_left[0] -= read
         self.count("message_frames_discarded", read)
         if done:
-            self._discarding.discard(socket)
+            self._close_sender(*self._discarding.pop(socket))
         return done

@@ -217,7 +217,7 @@ class RuntimePeers:
 
     def _close_dealer(self, endpoint: str) -> None:
         socket = self._dealers.pop(endpoint)
-        self._discarding.discard(socket)
+        self._discarding.pop(socket, None)
         self.peer_inbound.closed(endpoint)
         self._watch.remove(socket)
         del self._socket_peer[socket]
