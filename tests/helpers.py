@@ -140,3 +140,28 @@ def producer_secret_of(batch: bytes) -> bytes:
     except StorageError:  # a batch a test damaged on purpose names no producer
         return b""
     return ProducerSecrets().of(producer_id) if producer_id >= 0 else b""
+
+
+def consecutive_free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1, below Linux's ephemeral range
+    (32768-60999). A cluster started on `port` listens on `port`, `port + 1`, ...: a port in the
+    ephemeral range next to a bound one is where connect() picks its own ends (even ports, since
+    bind(0) takes odd ones), so a restart there found one held ("Address already in use")."""
+    import random
+    import socket
+
+    for _ in range(1_000):
+        base = random.randrange(20_000, 32_000 - count)
+        held = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                held.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in held:
+                probe.close()
+    raise RuntimeError(f"no {count} consecutive free ports below 32,000")

@@ -19,6 +19,7 @@ from railmq.consumer import Consumer
 from railmq.partitioner import partition_for_key
 from railmq.producer import Producer
 from tests.conftest import TEST_LIMITS
+from tests.helpers import consecutive_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -230,8 +231,9 @@ def test_oversized_message_is_refused_with_a_typed_error(cluster, admin, unique_
 
 
 def test_restarting_the_cluster_keeps_topics_and_data(fresh_cluster, unique_name):
-    first = fresh_cluster(nodes=2)
-    data_dir, port = first.data_dir, int(first.bootstrap.rsplit(":", 1)[1])
+    port = consecutive_free_ports(2)  # the controller's and the group voter's, kept across the restart
+    first = fresh_cluster(nodes=2, port=port)
+    data_dir = first.data_dir
     topic = unique_name()
     with Admin(first.bootstrap) as admin:
         admin.create_topic(topic, partitions=2, replication_factor=2)
