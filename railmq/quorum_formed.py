@@ -26,14 +26,17 @@ import time
 
 import zmq
 
+from actors.limits import MESSAGE_FRAMES_MAX
 from actors.messages import ControllerStatusRequest, ControllerStatusResponse
 from transport.codec import Codec, DecodeFailure
+from transport.frames import discard, receive
 from transport.rpc import RequestTimeout, RpcClient
 
 STATUS_TIMEOUT_MS = 1_000  # per voter and round
 ROUND_PAUSE_S = 0.5
 SAY_WAITING_EVERY_S = 10.0
 ANSWER_BYTES_MAX = 64 * 1024  # a status request is a few dozen bytes
+DISCARD_SLICE_FRAMES = 4096
 
 log = logging.getLogger("railmq.node")
 
@@ -134,7 +137,11 @@ class EmptyLogAnswers:
             self.socket.close(linger=0)
 
     def _answer(self) -> None:
-        routing, *frames = self.socket.recv_multipart()
+        (routing, *frames), more = receive(self.socket, MESSAGE_FRAMES_MAX)
+        if more:  # no status request has that many frames: dropped, a slice at a time
+            while not discard(self.socket, DISCARD_SLICE_FRAMES)[1]:
+                pass
+            return
         try:
             request = self.codec.decode(frames)
         except DecodeFailure:

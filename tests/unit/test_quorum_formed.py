@@ -135,3 +135,39 @@ def test_a_voter_address_another_process_holds_is_a_typed_error_not_a_traceback(
             node._formed_elsewhere("controller", node.controller_endpoints, port, threading.Event())
     finally:
         taken.close()
+
+
+def test_a_message_of_many_frames_to_a_deciding_voter_is_dropped_without_holding_its_frames():
+    """While a voter decides, any local process reaches its status answers. One message of 500,000
+    empty frames (1 MB on the wire) was read whole: a list of 500,000 frames, 4 MB at once. Now
+    at most `MESSAGE_FRAMES_MAX` are kept, the rest are read into one scratch byte, and the next
+    status request is answered."""
+    import tracemalloc
+
+    from actors.messages import ControllerStatusRequest
+    from transport.codec import Codec
+
+    (port,) = free_ports(1)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    context = zmq.Context()
+    answering = EmptyLogAnswers(context, endpoint)
+    attacker = context.socket(zmq.DEALER)  # one connection: its request is read after its attack
+    attacker.setsockopt(zmq.LINGER, 0)
+    attacker.connect(endpoint)
+    tracemalloc.start()
+    try:
+        for _ in range(500_000 - 1):
+            attacker.send(b"", zmq.SNDMORE)
+        tracemalloc.reset_peak()
+        attacker.send(b"")
+        attacker.send_multipart(Codec().encode(ControllerStatusRequest(correlation_id=9)))
+        assert attacker.poll(20_000), "the status request behind it was not answered"
+        answer = Codec().decode(attacker.recv_multipart())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        attacker.close()
+        answering.close()
+        context.destroy(linger=0)
+    assert isinstance(answer, ControllerStatusResponse) and answer.correlation_id == 9
+    assert peak < 1 << 20, f"{peak} bytes allocated at once for one message of 500,000 empty frames"
