@@ -123,6 +123,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         self.joined_members: list = []
         self.join_not_before_ns = 0  # no join before this: an answer broke the protocol
         self.broken_answers = 0  # in a row since the last assignment taken (the backoff doubles)
+        self.sync_again: tuple[int, SyncGroupRequest] | None = None  # the leader's sync refused BUSY
         self.computed_own: list[tuple[str, int]] | None = None  # as leader: what it assigned itself
         self.unreachable: dict[str, int] = {}
         self.coordinator_incarnation = 0  # of the process at `coordinator`, as metadata said
@@ -271,12 +272,15 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
 
     def join_after_backoff(self, reason: str, now_ns: int) -> list[Effect]:
         """The coordinator's answer broke the protocol: join again, after the backoff."""
-        delay_ms = min(JOIN_BACKOFF_MAX_MS, JOIN_BACKOFF_MS << min(self.broken_answers, 10))
-        self.broken_answers += 1
+        delay_ms = self._backoff_ms()
         self.join_not_before_ns = now_ns + delay_ms * MS
         self.rejoin_reason = reason
         self.state = "unjoined"
         return [Trace("member-answer-refused", {"reason": reason, "join_in_ms": delay_ms})]
+
+    def _backoff_ms(self) -> int:
+        self.broken_answers += 1
+        return min(JOIN_BACKOFF_MAX_MS, JOIN_BACKOFF_MS << min(self.broken_answers - 1, 10))
 
     def _lead_assignment(self, now_ns: int) -> list[Effect]:
         """As leader: run the assignor once metadata covers every subscribed topic."""
@@ -310,7 +314,7 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         request = SyncGroupRequest(correlation_id=0, group_id=self.settings.group_id, generation=self.generation,
                                    member_id=self.member_id, member_secret=self.member_secret,
                                    group_instance_id=self.settings.group_instance_id, assignments=assignments)
-        return self._send("sync", request, now_ns, timeout_ms=self._join_retry_ms())
+        return self._send("sync", request, now_ns, request, timeout_ms=self._join_retry_ms())
 
     def _join_retry_ms(self) -> int:
         """A join may legitimately wait for slower members, but its answer can also be lost (a
@@ -331,6 +335,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             yield self.last_poll_ns + self.settings.max_poll_interval_ms * MS + 1
         if self.state == "unjoined" and self.coordinator and self.topics:
             yield self.join_not_before_ns
+        if self.sync_again is not None:
+            yield self.sync_again[0]
         if self.state in ("stable", "revoking", "syncing") and self.generation >= 0:
             yield self.last_heartbeat_ns + self.settings.heartbeat_interval_ms * MS
 
@@ -344,6 +350,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
             return effects
         if self.state == "unjoined" and self.coordinator and self.topics and now_ns >= self.join_not_before_ns:
             effects += self._join(now_ns)
+        if self.sync_again is not None and now_ns >= self.sync_again[0]:
+            effects += self._sync_again(now_ns)
         if self.state in ("stable", "revoking", "syncing") and self.generation >= 0 and \
                 now_ns - self.last_heartbeat_ns >= self.settings.heartbeat_interval_ms * MS:
             self.last_heartbeat_ns = now_ns
@@ -411,6 +419,8 @@ class ConsumerMember(CoordinatorLink, AssignmentIntake, MemberOffsets):
         if isinstance(message, ErrorResponse):
             if kind in ("commit", "user-fetch"):
                 return [Notify("result", (caller_of(kind, token), None, RailmqError(message.error, message.error_message)))]
+            if message.error == ErrorCode.BUSY:
+                return self._on_busy(kind, token, message.error_message, now_ns)
             return self._on_group_error(message.error, message.error_message, now_ns)
         match kind, message:
             case "join", JoinGroupResponse():

@@ -69,6 +69,26 @@ class CoordinatorLink:
         del self.pending[correlation_id]
         return entry
 
+    def _on_busy(self, kind: str, token: Any, text: str, now_ns: int) -> list[Effect]:
+        """A busy group quorum refused a request that writes (actors/group_quorum.py). A join is
+        asked again after the backoff, the leader's sync too, in its generation: joining instead
+        would start a new rebalance of the whole group. Nothing else is asked again (a leave
+        lapses with the session; a user's commit hears BUSY)."""
+        trace = Trace("member-busy", {"kind": kind, "message": text, "state": self.state})
+        if kind == "join" and self.state == "joining":
+            return [trace] + self.join_after_backoff(f"the group coordinator was busy: {text}", now_ns)
+        if kind == "sync" and self.state == "syncing":
+            self.sync_again = (now_ns + self._backoff_ms() * MS, token)
+        return [trace]
+
+    def _sync_again(self, now_ns: int) -> list[Effect]:
+        """The leader's sync refused BUSY, unless the member has moved on since."""
+        _, request = self.sync_again
+        self.sync_again = None
+        if self.state != "syncing" or (request.generation, request.member_id) != (self.generation, self.member_id):
+            return []
+        return self._send("sync", request, now_ns, request, timeout_ms=self._join_retry_ms())
+
     def _learn_coordinator(self, response: MetadataResponse, now_ns: int) -> list[Effect]:
         """Follow the coordinator metadata names, unless it is the dead process still named there
         or an endpoint no cluster process has (`named_endpoint`)."""

@@ -141,13 +141,17 @@ class Controller:
         if self.coordinator is None:
             return self._not_controller(message, sender)
         correlation = getattr(message, "correlation_id", None)
-        if isinstance(message, self.CLIENT_WRITES):
+        if self.client_write(message):
             crowded = self._client_writes_crowded()
             if crowded:
                 return [Send(sender, ErrorResponse(correlation_id=correlation, error=ErrorCode.BUSY,
                                                    error_message=f"{self.name}: {crowded}; ask again"))]
         asker = (sender, correlation) if type(correlation) is int and correlation >= 0 else None
         return self._decide(self.coordinator.handle(message, sender, now_ns), now_ns, asker)
+
+    def client_write(self, message: Any) -> bool:
+        """Whether `message` is a client's request that may decide (write an entry)."""
+        return isinstance(message, self.CLIENT_WRITES)
 
     # ------------------------------------------------------------------ the StateMachine face
 

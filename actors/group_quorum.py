@@ -27,6 +27,10 @@ from typing import Any
 
 from actors.controller import Controller
 from actors.errors import ErrorCode
+from actors.messages import (
+    DeleteGroupRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    ShareAcknowledgeRequest, ShareAcquireRequest, ShareGroupHeartbeatRequest, SyncGroupRequest,
+)
 from actors.raft_messages import RaftMessage
 
 
@@ -39,6 +43,22 @@ class GroupQuorumVoter(Controller):
     # voter's leadership is refused with NOT_COORDINATOR (Controller._refusals): the member asks
     # the next leader at once instead of waiting out its request timeout.
     HOLDS_READS = True
+
+    # Members' requests that write, each an entry: BUSY past their share of the uncommitted log
+    # (`controller_client_uncommitted_percent`), as the controller's clients' decisions are, so a
+    # burst of commits never makes a proposal refused (that rebuilt the group coordinator and
+    # answered every member NOT_COORDINATOR). Heartbeats of members already in are never refused
+    # (their sessions would lapse), nor a follower's sync (it writes nothing): a member's write
+    # refused BUSY is tried again after a backoff, the leader's sync in the same generation.
+    CLIENT_WRITES = (OffsetCommitRequest, JoinGroupRequest, LeaveGroupRequest, DeleteGroupRequest,
+                     OffsetDeleteRequest, ShareAcquireRequest, ShareAcknowledgeRequest)
+
+    def client_write(self, message: Any) -> bool:
+        if isinstance(message, SyncGroupRequest):
+            return bool(message.assignments)  # the leader's: the generation's assignment is stored
+        if isinstance(message, ShareGroupHeartbeatRequest):
+            return not message.member_id  # a join
+        return isinstance(message, self.CLIENT_WRITES)
 
     def needs_authentication(self, message: Any) -> bool:
         from actors.group_coordinator import CLUSTER_ANSWERS

@@ -221,11 +221,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     controller_held_bytes_max: int = 64 * 1024 * 1024
     # The share of what a quorum's leader may hold uncommitted (RaftConfig's uncommitted_entries_max,
     # 4,096, and uncommitted_bytes_max, 64 MiB) clients' requests that decide (CreateTopic,
-    # InitProducerId, ...) may fill; past it such a request is BUSY at once. A proposal past the
-    # whole bound is refused, and the controller then drops its coordinator, refuses every answer
-    # it held and rebuilds it from the committed map: a burst of 4,097 InitProducerId did that,
-    # and metadata named no partition's leader until the replicas reported again. The rest is
-    # the cluster's own (heartbeats, ISR changes, elections).
+    # InitProducerId, ...; in the group quorum, members' writes: commits, joins, the leader's
+    # sync, ...) may fill; past it such a request is BUSY at once. A proposal past the whole bound
+    # is refused, and the voter then drops its coordinator, refuses every answer it held and
+    # rebuilds it from the committed map: a burst of 4,097 InitProducerId did that, and metadata
+    # named no partition's leader until the replicas reported again (5,000 commits: every member
+    # answered NOT_COORDINATOR). The rest is the cluster's own (heartbeats, ISR changes,
+    # elections, expiring sessions and locks).
     controller_client_uncommitted_percent: int = 50
 
     # --- coordinator ---------------------------------------------------------------------

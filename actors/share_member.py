@@ -298,6 +298,8 @@ class ShareMember(ShareFetching, ShareAcknowledging):
         if code in FATAL:
             self.state = "failed"
             return effects + [Notify("fatal", RailmqError(code, text))]
+        if code == ErrorCode.BUSY:
+            return effects  # a busy group quorum (actors/group_quorum.py): the next heartbeat asks again
         self._lose_coordinator()
         return effects
 

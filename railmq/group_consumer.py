@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 GROUP_OPTIONS = {"group_instance_id", "assignor", "session_timeout_ms", "heartbeat_interval_ms",
                  "max_poll_interval_ms", "enable_auto_commit", "auto_commit_interval_ms", "metadata_refresh_ms"}
 
+COMMIT_RETRY_S = 0.1  # between tries of a commit refused BUSY
+
 
 class GroupShell:
     def __init__(self, consumer: "Consumer", settings: GroupSettings, auto_commit: bool, auto_commit_interval_ms: int) -> None:
@@ -139,11 +141,24 @@ class GroupShell:
         if asynchronous:
             self.consumer._command("commit", token=0, offsets=entries)
             return None
-        results = self.consumer.call("commit", offsets=entries)
+        results = self._commit_until_taken(entries)
         failed = [entry for entry in results or [] if entry.error]
         if failed:
             raise RailmqError(failed[0].error, f"commit refused for {failed[0].topic}/{failed[0].partition}")
         return results
+
+    def _commit_until_taken(self, entries: list) -> Any:
+        """A commit a busy group quorum refused (BUSY: its log is full of uncommitted writes,
+        actors/group_quorum.py) is asked again until the request timeout, as Kafka's commitSync
+        retries a retriable error; any other error is the caller's at once."""
+        deadline = time.monotonic() + self.consumer.request_timeout_s
+        while True:
+            try:
+                return self.consumer.call("commit", offsets=entries)
+            except RailmqError as error:
+                if error.code != ErrorCode.BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(COMMIT_RETRY_S)
 
     def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
         entries = self.consumer.call("committed", partitions=[list(tp) for tp in partitions])

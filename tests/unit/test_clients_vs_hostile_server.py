@@ -641,8 +641,9 @@ class ShareStage:
     """One share member; the test is its cluster coordinator, group coordinator and leader."""
 
     def __init__(self, partitions: list[tuple[str, int]] | None = None,
-                 coordinator: str = SHARE_GROUPS) -> None:
-        """`coordinator`: the group coordinator the metadata names (SHARE_GROUPS: it joins there)."""
+                 coordinator: str = SHARE_GROUPS, answer_join: bool = True) -> None:
+        """`coordinator`: the group coordinator the metadata names (SHARE_GROUPS: it joins there,
+        and the join is answered unless `answer_join` is False)."""
         self.harness = Harness()
         self.member = ShareMember(bootstrap="bootstrap", settings=ShareMemberSettings(
             group_id="g", prefetch_records_max=100))
@@ -654,7 +655,7 @@ class ShareStage:
             topics=[TopicMetadata(name="orders", partitions=[
                 PartitionMetadata(partition=0, leader=1, leader_endpoint=SHARE_LEADER)])]),
             "bootstrap")
-        if coordinator != SHARE_GROUPS:
+        if coordinator != SHARE_GROUPS or not answer_join:
             return
         beat = self.harness.take(SHARE_GROUPS, ShareGroupHeartbeatRequest)[-1]
         self.harness.deliver("member", ShareGroupHeartbeatResponse(
