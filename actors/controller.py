@@ -120,8 +120,9 @@ class Controller:
             self.coordinator.invariants()
         assert self.state.applied_index == self.raft.applied_index, (
             f"{self.name}: the state applied {self.state.applied_index}, raft {self.raft.applied_index}")
-        for index in self.held:
-            assert index > self.raft.applied_index, f"{self.name}: effects held for applied index {index}"
+        held = list(self.held)
+        assert held == sorted(held), f"{self.name}: proposals held out of index order: {held[:8]}"
+        assert not held or held[0] > self.raft.applied_index, f"{self.name}: effects held for applied index {held[0]}"
         assert set(self.askers) <= set(self.held), f"{self.name}: askers of proposals no longer held"
         assert set(self.read_bytes) <= set(self.held) and self.held_read_bytes == sum(self.read_bytes.values()), (
             f"{self.name}: held read bytes {self.held_read_bytes} miscounted: {self.read_bytes}")
@@ -161,7 +162,13 @@ class Controller:
         if self.applied is not None:
             self.applied.append(entry)
         released: list[Effect] = []
-        for index in sorted(index for index in self.held if index <= entry.index):
+        # Proposals are held in the order of their indexes (each new one is past the log's end),
+        # so those this entry settles come first: a walk of every held proposal per applied entry
+        # read n**2 / 2 of them for a burst of n.
+        while self.held:
+            index = next(iter(self.held))
+            if index > entry.index:
+                break
             term, effects = self.held.pop(index)
             askers = self.askers.pop(index, set())
             self.held_read_bytes -= self.read_bytes.pop(index, 0)
