@@ -87,7 +87,8 @@ class Controller:
         # proposal index -> the requests whose answers wait there, as (sender, correlation id):
         # answers that will never go out become refusals, so nobody waits out a timeout for them.
         self.askers: dict[int, set[tuple[Any, int]]] = {}
-        # Read answers held, in bytes, per proposal index and in all (`controller_held_bytes_max`).
+        # Messages held, in bytes, per proposal index and in all (`controller_held_bytes_max`):
+        # reads past it are BUSY, and so are clients' decisions (their answers always wait).
         self.read_bytes: dict[int, int] = {}
         self.held_read_bytes = 0
         self.last_proposed = 0
@@ -325,23 +326,24 @@ class Controller:
 
     def _within_budget(self, effects: list[Effect], reads: list[Effect],
                        asker: tuple[Any, int] | None) -> tuple[list[Effect], list[Effect], int]:
-        """(what to hold, what to send now, the bytes of reads held), each as it will be sent. Reads
-        past `controller_held_bytes_max` are not held: the asker's is answered BUSY at once, a push
-        is dropped (the next heartbeat or report brings it again). Answers to decisions always wait."""
-        if not reads:
-            return [self._with_quorum(effect) for effect in effects], [], 0
+        """(what to hold, what to send now, the bytes of messages held), each as it will be sent.
+        Reads past `controller_held_bytes_max` are not held: the asker's is answered BUSY at once,
+        a push is dropped (the next heartbeat or report brings it again). Answers to decisions
+        always wait, and count: past the budget no client's decision is made
+        (`_client_writes_crowded`)."""
         unread = {id(effect) for effect in reads}
         budget = self.coordinator.limits.controller_held_bytes_max - self.held_read_bytes
         held: list[Effect] = []
         busy: list[Effect] = []
         size = 0
         for effect in effects:
-            if id(effect) not in unread:
-                held.append(self._with_quorum(effect))
-                continue
+            read = id(effect) in unread
             effect = self._with_quorum(effect)
-            encoded = len(msgspec.msgpack.encode(effect.message))
-            if size + encoded <= budget:
+            encoded = len(msgspec.msgpack.encode(effect.message)) if isinstance(effect, Send) else 0
+            if not read:
+                held.append(effect)
+                size += encoded
+            elif size + encoded <= budget:
                 size += encoded
                 held.append(effect)
             elif asker is not None and (effect.to, getattr(effect.message, "correlation_id", None)) == asker:
@@ -365,6 +367,9 @@ class Controller:
         (heartbeats, ISR changes, elections), which a step may still need."""
         if self.raft.transfer_target:
             return f"leadership is moving to controller {self.raft.transfer_target}"
+        if self.held_read_bytes >= self.coordinator.limits.controller_held_bytes_max:
+            return (f"{self.held_read_bytes:,} bytes of answers wait for the quorum to commit "
+                    f"(controller_held_bytes_max {self.coordinator.limits.controller_held_bytes_max:,})")
         percent = self.coordinator.limits.controller_client_uncommitted_percent
         config = self.raft.config
         entries, size = self.raft.uncommitted()

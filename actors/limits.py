@@ -214,10 +214,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # client's DEALER held all 320 MiB of one such message. Past it the connection holding the
     # most is closed. A legitimate peer has one message in progress: room for eight of the largest.
     peer_inbound_bytes_max: int = 256 * 1024 * 1024
-    # Bytes of read answers (metadata, a group's offsets) a quorum's leader holds behind its last
-    # uncommitted proposal, to be sent once it commits (actors/controller.py). Counted in nothing,
-    # 2,000 metadata requests for 300 topics behind one stuck proposal held 653 MB; past this a
-    # read is answered BUSY at once and the client asks again.
+    # Bytes of answers (metadata, a group's offsets, a decision's answer) a quorum's leader holds
+    # behind its uncommitted proposals, to be sent once they commit (actors/controller.py).
+    # Counted in nothing, 2,000 metadata requests for 300 topics behind one stuck proposal held
+    # 653 MB, and 60 CreateTopic answers of 1,000 partitions 5.1 MB against a 1 MiB budget; past
+    # this a read, and a client's decision, is answered BUSY at once and the client asks again.
     controller_held_bytes_max: int = 64 * 1024 * 1024
     # The share of what a quorum's leader may hold uncommitted (RaftConfig's uncommitted_entries_max,
     # 4,096, and uncommitted_bytes_max, 64 MiB) clients' requests that decide (CreateTopic,

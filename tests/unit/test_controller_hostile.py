@@ -193,3 +193,42 @@ def test_applying_a_burst_of_held_decisions_reads_a_bounded_number_of_held_propo
     answers = [answer for answer in net.answers(CLIENT) if isinstance(answer, InitProducerIdResponse)]
     assert len(answers) == burst and not controller.held
     assert walked <= 4 * burst, f"{walked:,} held proposals read for {burst:,} entries"
+
+
+def _held_answer_bytes(controller) -> tuple[int, int]:
+    """(bytes of every answer held, the largest one), as encoded."""
+    import msgspec
+
+    from actors.effects import Send
+
+    sizes = [len(msgspec.msgpack.encode(effect.message)) for _, effects in controller.held.values()
+             for effect in effects if isinstance(effect, Send)]
+    return sum(sizes), max(sizes, default=0)
+
+
+@pytest.mark.timeout(120)
+def test_answers_to_decisions_held_behind_a_stuck_quorum_count_in_the_held_bytes_budget():
+    """Reads held behind an uncommitted proposal count in `controller_held_bytes_max`, but the
+    answers to decisions did not: a leader whose followers were cut off held every CreateTopic's
+    answer (the whole topic's metadata, several times its entry) until the uncommitted log was
+    full. With a 1 MiB budget, 60 topics of 1,000 partitions held 5.1 MB of answers. Past the
+    budget a client's decision is now BUSY before it is made."""
+    budget = 1 << 20
+    net = ControllerNet(limits=Limits(replica_processes_per_node_max=100_000, controller_held_bytes_max=budget))
+    active = net.run_until_active()
+    controller = net.controllers[active]
+    net.isolate(active)
+    for number in range(60):
+        net.send(CLIENT, active, CreateTopicRequest(correlation_id=100 + number, name=f"t{number}", partitions=1000,
+                                                    replication_factor=3))
+    net.deliver()
+    held, largest = _held_answer_bytes(controller)
+    busy = [answer for answer in net.answers(CLIENT) if answer.error == ErrorCode.BUSY]
+
+    assert held <= budget + largest, f"{held:,} bytes of answers held with a budget of {budget:,}"
+    assert busy and all("commit" in answer.error_message for answer in busy)
+    assert controller.held_read_bytes == held
+    net.heal()
+    net.run_for(500)
+    created = [answer for answer in net.answers(CLIENT) if isinstance(answer, CreateTopicResponse)]
+    assert len(created) == 60 - len(busy) and all(answer.error == ErrorCode.NONE for answer in created)
