@@ -154,6 +154,11 @@ class NodeAgent:
             self._wake_read = self._wake_write = -1
             self.supervisor.close_watch()
 
+    @property
+    def reading_overlong(self) -> bool:
+        """Whether a message of too many frames on the reports socket is still being dropped."""
+        return self._discarding_from is not None
+
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
 

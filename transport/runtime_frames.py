@@ -15,6 +15,11 @@ from transport.frames import discard
 
 
 class OverlongMessages:
+    @property
+    def reading_overlong(self) -> bool:
+        """Whether a message of too many frames is still being read and dropped."""
+        return bool(self._discarding)
+
     def _over_frames_max(self, socket: zmq.Socket, frames: list, from_router: bool) -> None:
         """A message of more frames than any railmq message: nobody of the cluster sends one, so
         its connection is closed once the message is read to its end (closed in the middle, libzmq

@@ -76,7 +76,7 @@ def test_a_message_of_many_empty_frames_is_read_a_bounded_slice_per_wake_up_and_
         tracemalloc.start()
         try:
             def dropped() -> bool:
-                return bool(runtime.counters.get("messages_over_frames_max")) and not runtime._discarding
+                return bool(runtime.counters.get("messages_over_frames_max")) and not runtime.reading_overlong
             resend_at = time.monotonic() + 5
             while time.monotonic() < deadline and not (served() and dropped()):
                 if not runtime.counters.get("messages_over_frames_max") and time.monotonic() > resend_at:
@@ -238,7 +238,7 @@ def test_a_message_of_many_frames_to_a_node_agents_reports_socket_is_dropped_a_s
         try:
             resend_at = time.monotonic() + 5
             while time.monotonic() < deadline and (
-                    not agent.counters.get("messages_over_frames_max") or agent._discarding_from is not None):
+                    not agent.counters.get("messages_over_frames_max") or agent.reading_overlong):
                 if not agent.counters.get("messages_over_frames_max") and time.monotonic() > resend_at:
                     attacker.close()  # the harness's raw connection did not get its message through
                     attacker, resend_at = many_frames(agent.endpoint, 200_000), time.monotonic() + 5
@@ -251,7 +251,7 @@ def test_a_message_of_many_frames_to_a_node_agents_reports_socket_is_dropped_a_s
             tracemalloc.stop()
         assert peak < 2 << 20, f"{peak} bytes allocated at once for one message of 200,000 empty frames"
         assert max(reads) <= limits.runtime_batch_frames_max, f"one wake-up read {max(reads)} of its frames"
-        assert agent.counters["messages_over_frames_max"] == 1 and agent._discarding_from is None
+        assert agent.counters["messages_over_frames_max"] == 1 and not agent.reading_overlong
         frames_after_kept = 200_000 + 1 - MESSAGE_FRAMES_MAX  # with the routing id
         assert agent.counters.get("message_frames_discarded", 0) == frames_after_kept, "read to its end"
         assert closed_by_peer(attacker), "the sender's connection was closed"
