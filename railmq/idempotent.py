@@ -42,13 +42,14 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from actors.wire_bounds import text_bytes
 from railmq.records import ConsumerRecord
 
 MessageId = Callable[[ConsumerRecord], str]
 Handler = Callable[[ConsumerRecord, sqlite3.Connection], Any]
 
-# A message id longer than this is a payload, not an id.
-MESSAGE_ID_CHARS_MAX = 1024
+# A message id longer than this (in UTF-8 bytes, as stored) is a payload, not an id.
+MESSAGE_ID_BYTES_MAX = 1024
 # `prune` deletes in transactions of at most this many ids, so a big prune never holds the write
 # lock long enough to stall `process`.
 PRUNE_BATCH_ROWS_MAX = 10_000
@@ -135,9 +136,10 @@ class IdempotentStore:
         """Apply `handler(record, connection)` unless this record's message id was processed;
         True if it was applied now, False if it was skipped as a redelivery."""
         message_id = self.message_id(record)
-        if not isinstance(message_id, str) or not 0 < len(message_id) <= MESSAGE_ID_CHARS_MAX:
-            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_CHARS_MAX} characters, "
-                             f"got {message_id!r}")
+        if not isinstance(message_id, str) or not 0 < text_bytes(message_id) <= MESSAGE_ID_BYTES_MAX:
+            shown = repr(message_id[:64] if isinstance(message_id, str) else message_id)[:100]
+            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_BYTES_MAX} bytes in UTF-8, got {shown}"
+                             + (f" ({text_bytes(message_id):,} bytes)" if isinstance(message_id, str) else ""))
         with self.transaction() as connection:
             if self._seen(connection, message_id):
                 return False

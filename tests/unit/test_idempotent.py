@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from railmq.idempotent import (
-    IDS_TABLE, PRUNE_BATCH_ROWS_MAX, IdempotentStore, TransactionEnded, header_message_id, key_message_id,
+    IDS_TABLE, MESSAGE_ID_BYTES_MAX, PRUNE_BATCH_ROWS_MAX, IdempotentStore, TransactionEnded, header_message_id, key_message_id,
     offset_message_id,
 )
 from railmq.records import ConsumerRecord
@@ -151,6 +151,21 @@ def test_a_message_id_must_be_a_short_string(open_store):
     with pytest.raises(ValueError):
         store.process(deposit(1), apply_deposit)
     assert balance(store) is None
+
+
+def test_a_message_id_is_bounded_in_bytes_and_a_refused_one_is_not_echoed_whole(open_store):
+    """The bound counted characters: 1,024 characters above U+FFFF (a producer's header) were
+    stored as a 4 KiB id, four times the bound; and the refusal of a megabyte header quoted all of
+    it in its message."""
+    wide = "\U0001F600" * MESSAGE_ID_BYTES_MAX
+    store = open_store(message_id=header_message_id("event-id"))
+    with pytest.raises(ValueError, match="bytes"):
+        store.process(deposit(1, headers=[("event-id", wide.encode())]), apply_deposit)
+    with pytest.raises(ValueError) as refused:
+        store.process(deposit(2, headers=[("event-id", b"y" * 1_000_000)]), apply_deposit)
+    assert len(str(refused.value)) < 500
+    assert store.process(deposit(3, headers=[("event-id", "\U0001F600".encode() * 256)]), apply_deposit)
+    assert balance(store) == 10
 
 
 def test_prune_forgets_only_ids_older_than_asked(open_store):
