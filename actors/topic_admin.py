@@ -197,6 +197,11 @@ class TopicAdmin:
         if problem is not None:
             return [Send(sender, AlterTopicConfigResponse(correlation_id=request.correlation_id, error=problem[0],
                                                           error_message=problem[1]))]
+        if config == record.config:
+            # Nothing to store or announce (Kafka writes no record for it either): a plain answer,
+            # which a controller holds behind any proposal still in flight, as it holds every read.
+            unchanged = AlterTopicConfigResponse(correlation_id=request.correlation_id, config=config)
+            return [Send(sender, unchanged)]
         record.config = config
         self.state.put(f"topic/{request.name}", msgspec.to_builtins(record))
         announcements: list[Effect] = [Trace("topic-config-altered", {"topic": request.name, "changes": request.changes})]

@@ -531,3 +531,34 @@ def test_a_quorum_whose_state_belongs_to_another_cluster_says_so_to_every_client
     assert isinstance(leader, ErrorResponse) and leader.error == ErrorCode.INCONSISTENT_CLUSTER_ID, leader
     assert CLUSTER_ID in leader.error_message and "ga2e30f919a4" in leader.error_message
     assert "cluster.meta" in leader.error_message
+
+
+def test_a_settings_change_that_changes_nothing_is_answered_without_a_new_entry():
+    """Kafka answers an IncrementalAlterConfigs that sets what is already set without writing a
+    record; each one here was a new entry of the quorum's log and a new epoch for every partition."""
+    from actors.messages import AlterTopicConfigRequest, AlterTopicConfigResponse
+
+    net = ControllerNet()
+    active = net.run_until_active()
+    create(net, active, "orders")
+    net.send(CLIENT, active, AlterTopicConfigRequest(correlation_id=2, name="orders",
+                                                      changes={"retention_ms": 60_000}))
+    net.run_for(50)
+    net.answers(CLIENT)
+    controller = net.controllers[active]
+    entries_before = controller.raft.log.last_index
+    epochs_before = {key: record.partition_epoch for key, record in controller.coordinator.partitions.items()}
+
+    nothing_new = [{"retention_ms": 60_000}, {}, {"retention_bytes": None}]
+    for correlation_id, changes in enumerate(nothing_new, start=3):
+        net.send(CLIENT, active, AlterTopicConfigRequest(correlation_id=correlation_id, name="orders",
+                                                          changes=changes))
+    net.run_for(50)
+
+    answers = net.answers(CLIENT)
+    assert [(type(answer), answer.correlation_id, answer.error) for answer in answers] == [
+        (AlterTopicConfigResponse, correlation_id, ErrorCode.NONE) for correlation_id in (3, 4, 5)]
+    assert all(answer.config.retention_ms == 60_000 for answer in answers)
+    assert controller.raft.log.last_index == entries_before, "a change of nothing was a new entry"
+    epochs_after = {key: record.partition_epoch for key, record in controller.coordinator.partitions.items()}
+    assert epochs_after == epochs_before
