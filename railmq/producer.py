@@ -5,7 +5,9 @@ What happens to a record (Kafka's producer design):
 1. `send` picks the partition — the key's murmur2 hash modulo the partition count, exactly as
    Kafka does, so one key always lands on one partition and keeps its order; keyless records
    stick to one partition per batch (KIP-480) — and appends the record to that partition's open
-   batch, in the caller's thread. No socket is touched.
+   batch, in the caller's thread. No socket is touched. A batch holds each record's time as a
+   distance of 0..~24.8 days from its first record's: a record earlier than that, or later,
+   seals the open batch and starts the next (records keep any timestamps in any order, as Kafka's).
 2. A batch is sealed when it reaches `batch_bytes_max`, when `linger_ms` has passed and the
    partition has room in flight, or on `flush()`. Sealed batches go to the producer actor
    (actors/producer_client.py), running in a background I/O thread, which encodes, sends,
@@ -35,11 +37,23 @@ from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
 from railmq.producer_arguments import as_bytes, checked_headers, checked_partition, checked_timestamp, checked_topic
+from storage.batch import TIMESTAMP_DELTA_MAX
 from transport.client_engine import ClientEngine
 
 __all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
 
 RECORD_OVERHEAD_BYTES = 24  # msgpack framing of one record, roughly; used for batch sizing only
+
+
+def takes_time(batch: Batch, timestamp_ms: int) -> bool:
+    """Can `batch` hold a record of `timestamp_ms` (0..TIMESTAMP_DELTA_MAX past its first one)?
+    One with no records yet (opened by a sender still waiting for buffer space) starts there."""
+    if 0 <= timestamp_ms - batch.first_timestamp_ms <= TIMESTAMP_DELTA_MAX:
+        return True
+    if batch.records:
+        return False
+    batch.first_timestamp_ms = batch.max_timestamp_ms = timestamp_ms
+    return True
 
 
 class BufferFull(RailmqError):
@@ -144,7 +158,8 @@ class Producer:
                 self._wait_for_space(size)
             self._buffered_bytes += size
             batch = self._open.get((topic, partition))
-            if batch is not None and batch.size_bytes + size > self.batch_bytes_max:
+            if batch is not None and (batch.size_bytes + size > self.batch_bytes_max
+                                      or not takes_time(batch, timestamp)):
                 self._seal(batch)
                 batch = None
                 wake = True
@@ -214,6 +229,9 @@ class Producer:
         while index < total:
             with self._lock:
                 batch = self._open.get((topic, partition))
+                if batch is not None and not takes_time(batch, timestamp):
+                    self._seal(batch)  # a batch cannot hold these records' time: the next round opens one
+                    continue
                 if batch is None:
                     batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
                     self._open[(topic, partition)] = batch

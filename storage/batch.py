@@ -59,6 +59,9 @@ RECORD_COUNT_MAX = 1_000_000
 # producer's next batch starts one past it. A producer whose numbers run out starts over from 0
 # under its next epoch (actors/producer_sequences.py) rather than wrapping as Kafka's does.
 SEQUENCE_MAX = 2**31 - 1
+# A record's timestamp is its batch's first timestamp plus a delta of 0..this (~24.8 days): a
+# record earlier than its batch's first, or later than this past it, needs a batch of its own.
+TIMESTAMP_DELTA_MAX = 2**31 - 1
 
 assert HEADER_SIZE == 56
 
@@ -70,7 +73,7 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[RecordTuple])
 # The validating decoder: deltas are non-negative 32-bit ints, keys and values bytes or nil,
 # headers [str, bytes] pairs. Bytes are decoded as views of the payload (no copy).
-_TimestampDelta = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+_TimestampDelta = Annotated[int, msgspec.Meta(ge=0, le=TIMESTAMP_DELTA_MAX)]
 _validator = msgspec.msgpack.Decoder(
     list[tuple[_TimestampDelta, memoryview | None, memoryview | None, list[tuple[str, memoryview]] | None]])
 PRODUCER_ATTRIBUTES = 0  # no attribute bit is a producer's to set (no compression codecs yet)
