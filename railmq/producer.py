@@ -252,7 +252,7 @@ class Producer:
                 batch.size_bytes += taken
                 if timestamp > batch.max_timestamp_ms:
                     batch.max_timestamp_ms = timestamp
-                spans.append((batch, first, end - index))
+                spans.append((batch, first, end - index, timestamp))
                 index = end
                 if index < total:
                     self._seal(batch)

@@ -82,7 +82,8 @@ callback_lock = threading.Lock()
 
 
 class BatchSendFuture:
-    """The outcome of one `send_batch`: done when every record has an outcome."""
+    """The outcome of one `send_batch`: done when every record has an outcome. Its spans are
+    (batch, index of the first record in it, how many, the records' timestamp)."""
 
     __slots__ = ("_spans",)
 
@@ -90,13 +91,13 @@ class BatchSendFuture:
         self._spans = spans
 
     def done(self) -> bool:
-        return all(batch.event.is_set() for batch, _, _ in self._spans)
+        return all(batch.event.is_set() for batch, *_ in self._spans)
 
     def result(self, timeout: float | None = None) -> list[RecordMetadata]:
         """RecordMetadata per record, in the order given; raises the first error."""
         deadline = None if timeout is None else time.monotonic() + timeout
         out: list[RecordMetadata] = []
-        for batch, first, count in self._spans:
+        for batch, first, count, timestamp_ms in self._spans:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not batch.event.wait(remaining):
                 raise TimeoutError(f"no acknowledgement within {timeout} s (the send is still in progress)")
@@ -104,5 +105,5 @@ class BatchSendFuture:
                 raise batch.error
             base = batch.base_offset
             out.extend(RecordMetadata(batch.topic, batch.partition, -1 if base < 0 else base + first + i,
-                                      batch.first_timestamp_ms) for i in range(count))
+                                      timestamp_ms) for i in range(count))
         return out

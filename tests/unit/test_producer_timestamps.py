@@ -76,3 +76,18 @@ def test_a_batch_with_no_records_yet_starts_at_the_first_record_it_takes():
     assert not takes_time(empty, NOW_MS - 2_000) and not takes_time(empty, NOW_MS + TIMESTAMP_DELTA_MAX)
     assert takes_time(empty, NOW_MS - 1_000 + TIMESTAMP_DELTA_MAX)
 
+
+@pytest.mark.timeout(30)
+def test_a_send_batch_reports_its_own_timestamp_not_its_batchs_first(producer):
+    # Before: records of a send_batch that joined an open batch were reported with the time of
+    # that batch's first record (NOW_MS here), not the time they were sent with.
+    first = producer.send("t", b"x", partition=0, timestamp_ms=NOW_MS)
+    later = producer.send_batch("t", [b"a", b"b"], partition=0, timestamp_ms=NOW_MS + 7)
+    batch = first._batch
+    with producer._lock:
+        producer._seal(batch)
+    producer._batch_done(batch.batch_id, 0, 100, None)  # as the leader's answer completes it
+
+    assert [(record.offset, record.timestamp_ms) for record in later.result(5)] == [(101, NOW_MS + 7),
+                                                                                   (102, NOW_MS + 7)]
+    assert first.result(5).timestamp_ms == NOW_MS
