@@ -32,6 +32,7 @@ ORDERED = (
     ("group_session_timeout_min_ms", "group_session_timeout_max_ms", False),
     ("share_visibility_timeout_min_ms", "share_visibility_timeout_max_ms", False),
     ("frame_bytes_max", "frame_bytes_hard_max", False),
+    ("topic_segment_bytes_min", "topic_segment_bytes_max", False),
     ("frame_bytes_hard_max", "client_inbound_bytes_max", False),
     ("frame_bytes_hard_max", "peer_inbound_bytes_max", False),
     ("share_records_in_flight_reserved_per_group", "share_records_in_flight_per_group_max", False),

@@ -261,6 +261,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # 2 MB, 0.4 MB); a million small batches, a million files and ~1.2 GB on every replica. Kafka 4
     # refuses segment.bytes under 1 MB and Kafka 5 segment.ms under a minute (KIP-1030), the same.
     topic_segment_bytes_min: int = 1024 * 1024
+    # The largest: retention deletes whole closed segments only, so a topic keeps up to a segment
+    # past its `retention_bytes`; with `segment_bytes` 2**62 (and `segment_ms` as large) none ever
+    # closed and a topic of `retention_bytes` 1 MiB grew until its disk was full. Kafka's
+    # segment.bytes is an int32: this is its largest.
+    topic_segment_bytes_max: int = 2**31 - 1
     # The same for time: with a segment rolled at most once a minute, a slow writer makes at most
     # 1,440 segments a day (Kafka 5's least segment.ms).
     topic_segment_ms_min: int = 60_000

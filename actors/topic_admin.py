@@ -23,7 +23,7 @@ from actors.errors import ErrorCode
 from actors.group_offsets import is_topic_name
 from actors.messages import (
     AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, TopicConfig,
+    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, INT64_MAX, TopicConfig,
 )
 
 FLUSH_POLICIES = ("every_batch", "interval", "never")
@@ -92,6 +92,10 @@ class TopicAdmin:
             if 0 < getattr(config, name) < least:  # a segment per batch: a file and its memory each
                 return ErrorCode.INVALID_CONFIG, (
                     f"{name} must be at least {least} (topic_{name}_min), got {getattr(config, name)}")
+        if config.segment_bytes > limits.topic_segment_bytes_max:  # retention_bytes could never bind
+            return ErrorCode.INVALID_CONFIG, (
+                f"segment_bytes must be at most {limits.topic_segment_bytes_max} (topic_segment_bytes_max), "
+                f"got {config.segment_bytes}: retention deletes closed segments only")
         return check_topic_config(config, request.replication_factor)
 
     def _on_delete_topic(self, request: DeleteTopicRequest, sender: Any) -> list[Effect]:
@@ -258,4 +262,10 @@ def check_topic_config(config: TopicConfig, replication_factor: int) -> tuple[Er
     for name, value in {"retention_ms": config.retention_ms, "retention_bytes": config.retention_bytes}.items():
         if value is not None and value <= 0:
             return ErrorCode.INVALID_CONFIG, f"{name} must be positive or unset, got {value}"
+    # Settings travel as int64s (Kafka's are Longs); MessagePack also carries uint64, which every
+    # metadata answer would then hold and a client reading the promised int64 could not read.
+    for name in TopicConfig.__struct_fields__:
+        value = getattr(config, name)
+        if type(value) is int and value > INT64_MAX:
+            return ErrorCode.INVALID_CONFIG, f"{name} must be at most {INT64_MAX}, got {value}"
     return None

@@ -270,6 +270,43 @@ def test_a_raw_clients_settings_by_name_make_the_topic_with_the_rest_at_their_de
     assert made == TopicConfig(min_insync_replicas=2, retention_ms=None)
 
 
+@pytest.mark.parametrize("settings", [
+    {"retention_ms": 2**63}, {"retention_ms": 2**64 - 1}, {"retention_bytes": 2**64 - 1},
+    {"segment_ms": 2**64 - 1}, {"flush_policy": "interval", "flush_interval_ms": 2**64 - 1},
+])
+def test_a_setting_past_what_an_int64_holds_is_refused(cluster, settings):
+    """Settings travel as int64s (Kafka's are Longs), but MessagePack carries 64-bit unsigned ints
+    too, and {"retention_ms": 2**64 - 1} made a topic: every MetadataResponse then held it, and a
+    client in a language that reads the int64 the protocol promises could no longer read any."""
+    codec = Codec()
+    request = codec.decode(codec.encode(CreateTopicRequest(correlation_id=1, name="orders", partitions=1,
+                                                           replication_factor=3, config=settings)))
+
+    response = only(cluster.ask(request), CreateTopicResponse)
+
+    assert response.error == ErrorCode.INVALID_CONFIG
+    assert list(settings)[-1] in response.error_message
+    assert "orders" not in cluster.coordinator.topics
+
+
+def test_the_largest_int64_setting_is_taken(cluster):
+    assert cluster.create(retention_ms=2**63 - 1, retention_bytes=2**63 - 1, segment_ms=2**63 - 1).error \
+        == ErrorCode.NONE
+
+
+def test_segments_too_large_to_roll_before_retention_bytes_are_refused(cluster):
+    """Retention deletes whole closed segments only: with `segment_bytes` 2**62 (and `segment_ms`
+    as large) no segment ever closed, and a topic of `retention_bytes` 1 MiB grew until its disk
+    was full. Kafka's segment.bytes is an int32: at most 2 GiB past its retention.bytes."""
+    too_large = LIMITS.topic_segment_bytes_max + 1
+
+    response = cluster.create(segment_bytes=too_large, segment_ms=2**62, retention_bytes=1024 * 1024)
+
+    assert response.error == ErrorCode.INVALID_CONFIG
+    assert "segment_bytes" in response.error_message and "topic_segment_bytes_max" in response.error_message
+    assert cluster.create(segment_bytes=LIMITS.topic_segment_bytes_max).error == ErrorCode.NONE
+
+
 @pytest.mark.parametrize("kind", ["create", "delete", "grow", "alter"])
 def test_a_long_name_that_is_no_topic_is_not_echoed_whole_in_the_error_text(cluster, kind):
     """A name of 5 MB of NUL characters was quoted whole in the refusal, and repr() writes each as
@@ -871,6 +908,16 @@ def test_a_setting_that_cannot_change_or_a_bad_value_is_refused_and_nothing_chan
     answer = alter(cluster, **changes)
 
     assert answer.error == code
+    assert cluster.coordinator.topics["orders"].config == before
+
+
+def test_a_retention_change_past_what_an_int64_holds_is_refused_and_nothing_changes(cluster):
+    cluster.create("orders")
+    before = cluster.coordinator.topics["orders"].config
+
+    answer = alter(cluster, retention_bytes=2**64 - 1)
+
+    assert answer.error == ErrorCode.INVALID_CONFIG and "retention_bytes" in answer.error_message
     assert cluster.coordinator.topics["orders"].config == before
 
 
