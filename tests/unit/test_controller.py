@@ -562,3 +562,20 @@ def test_a_settings_change_that_changes_nothing_is_answered_without_a_new_entry(
     assert controller.raft.log.last_index == entries_before, "a change of nothing was a new entry"
     epochs_after = {key: record.partition_epoch for key, record in controller.coordinator.partitions.items()}
     assert epochs_after == epochs_before
+
+
+def test_a_settings_change_that_changes_nothing_new_waits_for_the_change_it_repeats_to_commit():
+    from actors.messages import AlterTopicConfigRequest
+
+    net = ControllerNet()
+    active = net.run_until_active()
+    create(net, active, "orders")
+    net.run_for(50)
+    net.answers(CLIENT)
+    net.isolate(active)  # the first change cannot commit
+    for correlation_id in (2, 3):
+        net.send(CLIENT, active, AlterTopicConfigRequest(correlation_id=correlation_id, name="orders",
+                                                          changes={"retention_ms": 60_000}))
+    net.run_for(20)
+
+    assert net.answers(CLIENT) == [], "a repeat of an uncommitted change was answered as done"
