@@ -380,7 +380,12 @@ class FetchServing:
             return ListOffsetsResponse(**base, error=ErrorCode.INVALID_REQUEST,
                                        error_message=f"timestamp {request.timestamp_ms} is not -1, -2 or a time")
         else:
-            found = self.log.offset_for_timestamp(request.timestamp_ms)
+            try:
+                found = self.log.offset_for_timestamp(request.timestamp_ms)
+            except CorruptLog as error:  # a header damaged on disk: refused, said, not served
+                self.deferred += self.storage.record_corruption(error)
+                return ListOffsetsResponse(**base, error=ErrorCode.STORAGE_ERROR,
+                                           error_message=f"refusing corrupt range: {error}")
             offset = self.high_watermark if found is None else min(found, self.high_watermark)
         timestamp = self.log.batch_timestamp(offset) if offset < self.high_watermark else None
         return ListOffsetsResponse(**base, offset=offset, leader_epoch=self.leader.epoch,

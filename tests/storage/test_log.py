@@ -430,6 +430,29 @@ def six_flushed_batches():
     return fs, log, "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
 
 
+@pytest.mark.parametrize("walk", ["headers", "timestamp"])
+def test_a_header_walk_refuses_a_damaged_header_as_a_read_does(walk):
+    """`iter_headers` and `offset_for_timestamp` (ListOffsets by time) raised the bare
+    CorruptBatch of a header damaged since the log was opened: nothing refused it, and the replica
+    calling them ended its step. Now the batch is refused, named, and the rest stays readable."""
+    fs = MemoryFileSystem()
+    log = open_memory_log(LogConfig(), now_ms=0, fs=fs)
+    for index in range(6):
+        log.append_producer_batch(make_batch(1, timestamp_ms=1_000 + index, tag=index), 0, 1_000)
+    log.flush()
+    path = "/log/" + [name for name in fs.list_directory("/log") if name.endswith(".log")][0]
+    third = next(position for position, header in _positions(fs.read_file(path)) if header.base_offset == 2)
+    for byte in range(4):  # a record count of 4,294,967,294: past any a header may claim
+        fs.corrupt(path, third + RECORD_COUNT_AT + byte)
+
+    with pytest.raises(CorruptLog) as refused:
+        list(log.iter_headers(0)) if walk == "headers" else log.offset_for_timestamp(1_004)
+
+    assert refused.value.first_offset == 2
+    assert log.corrupt_ranges and log.corrupt_ranges[0][0] == 2
+    assert [header.base_offset for header in log.iter_headers(3)][0] == 3, "the walk steps over it now"
+
+
 @pytest.mark.parametrize("read", ["read", "scrub"])
 def test_a_refused_batch_never_moves_the_log_end_past_what_was_written(read):
     """Bit rot in a batch's record count (a field the CRC covers) made the header claim offsets

@@ -103,6 +103,32 @@ def test_a_leader_whose_read_meets_bit_rot_refuses_the_range_and_tells_the_coord
     assert stage.harness.trace_events("storage-damage-found")
 
 
+@pytest.mark.parametrize("ask", ["timestamp", "long poll"])
+def test_a_header_walk_that_meets_bit_rot_refuses_the_range_instead_of_ending_the_replica(ask):
+    """A ListOffsets by time and a waiting fetch walk batch headers, and a header damaged after the
+    log was opened (a record count read as 4,294,967,294) raised CorruptBatch out of the replica's
+    step: one client's request ended the leader's process. Now: refused as a read refuses it."""
+    stage = Stage()
+    sizes = [len(batch(1, first_timestamp_ms=1_000 + index)) for index in range(4)]
+    for index in range(4):
+        stage.produce(batch(1, first_timestamp_ms=1_000 + index))
+    stage.catch_up()
+    segment = [name for name in stage.fs.list_directory("/log") if name.endswith(".log")][0]
+    for byte in range(36, 40):  # the second batch's record count
+        stage.fs.corrupt(f"/log/{segment}", sizes[0] + byte)
+    stage.harness.take(COORDINATOR, ReplicaHeartbeat)
+
+    if ask == "timestamp":
+        assert stage.list_offsets(1_002).error == ErrorCode.STORAGE_ERROR
+    else:
+        stage.consumer_fetch(0, max_wait_ms=500, min_bytes=1 << 20)
+
+    beat = only(heartbeats(stage.harness), ReplicaHeartbeat)
+    assert beat.storage.state == "damaged" and beat.storage.damage[0][0] == 1
+    assert only(stage.consumer_fetch(1), FetchResponse).error == ErrorCode.STORAGE_ERROR
+    assert only(stage.consumer_fetch(0, max_bytes=1), FetchResponse).error == ErrorCode.NONE
+
+
 def test_the_scrubber_finds_bit_rot_in_a_follower_log_nobody_reads():
     follower = FollowerStage()
     follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=6, log_end_offset=6)
