@@ -158,8 +158,10 @@ class Producer:
                 self._wait_for_space(size)
             self._buffered_bytes += size
             batch = self._open.get((topic, partition))
+            # (takes_time is called only for a record out of the batch's time range: no call per record)
             if batch is not None and (batch.size_bytes + size > self.batch_bytes_max
-                                      or not takes_time(batch, timestamp)):
+                                      or not (0 <= timestamp - batch.first_timestamp_ms <= TIMESTAMP_DELTA_MAX
+                                              or takes_time(batch, timestamp))):
                 self._seal(batch)
                 batch = None
                 wake = True
