@@ -85,6 +85,24 @@ def test_a_timestamp_no_batch_can_hold_is_refused_at_send_and_the_producer_goes_
     assert (record.value, record.timestamp_ms) == (b"after", 2_000)
 
 
+def test_records_sent_out_of_time_order_are_all_delivered_with_their_timestamps(cluster, admin, unique_name):
+    """Event times out of order, a backfill weeks old and a clock stepped back, sent without
+    waiting: the producer put them in one batch, whose timestamps only go forward from its first,
+    and the leader refused all six records (INVALID_RECORD), the in-order ones too."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1)
+    now_ms = int(time.time() * 1000)
+    sent = [now_ms, now_ms - 1_000, now_ms - 40 * 24 * 3_600_000, now_ms, 0, now_ms + 5]
+    with Producer(cluster.bootstrap, linger_ms=50) as producer:
+        futures = [producer.send(topic, f"{index}", timestamp_ms=timestamp)
+                   for index, timestamp in enumerate(sent)]
+        producer.flush(10)
+        assert [future.result(10).offset for future in futures] == list(range(len(sent)))
+    records = consume_all(cluster.bootstrap, topic, 1, len(sent))
+    assert [(record.value, record.timestamp_ms) for record in records] == [
+        (f"{index}".encode(), timestamp) for index, timestamp in enumerate(sent)]
+
+
 def test_unknown_topic_and_partition_are_typed_errors(cluster, admin, unique_name):
     with Producer(cluster.bootstrap, max_block_ms=3000) as producer:
         with pytest.raises(RailmqError) as unknown:
