@@ -14,6 +14,7 @@ copy could not save that walk and would be one more file to keep consistent afte
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
 
 from storage.batch import BatchHeader
@@ -27,9 +28,11 @@ class SparseIndex:
 
     def __init__(self, interval_bytes: int) -> None:
         self.interval_bytes = interval_bytes
-        self.offsets: list[int] = []
-        self.positions: list[int] = []
-        self.prior_max_timestamps: list[int] = []
+        # int64 columns, not lists: a list holds an int object per value (~112 bytes an entry in
+        # all, 2.7% of the data, for every segment a replica keeps); these hold 8 bytes each.
+        self.offsets = array("q")
+        self.positions = array("q")
+        self.prior_max_timestamps = array("q")
         self.bytes_since_entry = 0
         self.max_timestamp_ms = NO_TIMESTAMP  # largest max_timestamp_ms of any batch in the segment
 
