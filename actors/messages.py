@@ -198,7 +198,8 @@ class DeleteTopicResponse(Message, kw_only=True):
 class AlterTopicConfigRequest(Message, kw_only=True):
     """Change a topic's settings that may change after creation (Kafka's IncrementalAlterConfigs):
     `retention_ms`, `retention_bytes`, `min_insync_replicas`, `unclean_leader_election`. Only the
-    keys present change; a null value for a retention setting means "no limit"."""
+    keys present change; a null value for a retention setting means "no limit". A request that
+    changes nothing is answered with the settings as they are, and nothing is stored or announced."""
 
     correlation_id: int
     name: str
