@@ -8,6 +8,8 @@ What happens to a record (Kafka's producer design):
    batch, in the caller's thread. No socket is touched. A batch holds each record's time as a
    distance of 0..~24.8 days from its first record's: a record earlier than that, or later,
    seals the open batch and starts the next (records keep any timestamps in any order, as Kafka's).
+   A batch is filled only up to its topic's `batch_bytes_max` too, when the topic's metadata says
+   a limit below the producer's own (a batch past it is refused whole, MESSAGE_TOO_LARGE).
 2. A batch is sealed when it reaches `batch_bytes_max`, when `linger_ms` has passed and the
    partition has room in flight, or on `flush()`. Sealed batches go to the producer actor
    (actors/producer_client.py), running in a background I/O thread, which encodes, sends,
@@ -37,12 +39,14 @@ from actors.producer_client import ProducerClient, ProducerSettings
 from railmq.partitioner import KeyPartitioner, StickyPartitioner
 from railmq.producer_futures import Batch, BatchSendFuture, RecordMetadata, SendFuture, callback_lock
 from railmq.producer_arguments import as_bytes, checked_headers, checked_partition, checked_timestamp, checked_topic
-from storage.batch import TIMESTAMP_DELTA_MAX
+from storage.batch import HEADER_SIZE, TIMESTAMP_DELTA_MAX
 from transport.client_engine import ClientEngine
 
 __all__ = ["BatchSendFuture", "BufferFull", "Producer", "ProducerClosed", "RecordMetadata", "SendFuture"]
 
 RECORD_OVERHEAD_BYTES = 24  # msgpack framing of one record, roughly; used for batch sizing only
+# What a batch adds to its records' bytes: its header and the payload's array header.
+BATCH_FRAMING_BYTES = HEADER_SIZE + 8
 
 
 def takes_time(batch: Batch, timestamp_ms: int) -> bool:
@@ -96,6 +100,9 @@ class Producer:
         self._space = threading.Condition(self._lock)
         self._metadata_arrived = threading.Condition(threading.Lock())
         self._partition_counts: dict[str, int] = {}
+        # Each topic's batch limit (its batch_bytes_max, from its metadata) as records' bytes, when
+        # below the producer's own: a batch past it is refused whole (MESSAGE_TOO_LARGE).
+        self._batch_limits: dict[str, int] = {}
         self._topic_errors: dict[str, RailmqError] = {}
         self._open: dict[tuple[str, int], Batch] = {}
         self._sealed: list[Batch] = []
@@ -158,8 +165,9 @@ class Producer:
                 self._wait_for_space(size)
             self._buffered_bytes += size
             batch = self._open.get((topic, partition))
+            limit = self._batch_limits.get(topic, self.batch_bytes_max)
             # (takes_time is called only for a record out of the batch's time range: no call per record)
-            if batch is not None and (batch.size_bytes + size > self.batch_bytes_max
+            if batch is not None and (0 < batch.size_bytes and batch.size_bytes + size > limit
                                       or not (0 <= timestamp - batch.first_timestamp_ms <= TIMESTAMP_DELTA_MAX
                                               or takes_time(batch, timestamp))):
                 self._seal(batch)
@@ -220,11 +228,13 @@ class Producer:
         per-record work done by comprehensions. Returns (batch, first index, count) spans."""
         if not pairs:
             return []  # an empty send_batch: nothing to send, done at once
-        limit = self.batch_bytes_max
         sizes = [RECORD_OVERHEAD_BYTES + (len(v) if v is not None else 0) + (len(k) if k is not None else 0)
                  for k, v in pairs]
-        if max(sizes) > limit:
-            raise RailmqError(ErrorCode.MESSAGE_TOO_LARGE, f"a record of {max(sizes)} bytes does not fit batch_bytes_max={limit}")
+        largest = max(sizes)
+        if largest > self.batch_bytes_max:
+            raise RailmqError(ErrorCode.MESSAGE_TOO_LARGE, f"a record of {largest} bytes does not fit "
+                                                           f"batch_bytes_max={self.batch_bytes_max}")
+        limit = self._batch_limits.get(topic, self.batch_bytes_max)
         cumulative = list(accumulate(sizes))
         spans: list[tuple] = []
         index, total = 0, len(pairs)
@@ -239,6 +249,8 @@ class Producer:
                     self._open[(topic, partition)] = batch
                 before = cumulative[index - 1] if index else 0
                 end = bisect_right(cumulative, before + limit - batch.size_bytes, lo=index)
+                if end == index and not batch.size_bytes:
+                    end = index + 1  # one record past the topic's limit: alone, the leader refuses it alone
                 if end == index:
                     self._seal(batch)  # full: the next round opens a new batch
                     continue
@@ -424,6 +436,11 @@ class Producer:
             for topic in topics:
                 if topic.error == ErrorCode.NONE and topic.partitions:  # a count of 0 partitions nothing
                     self._partition_counts[topic.name] = len(topic.partitions)
+                    limit = topic.config.batch_bytes_max - BATCH_FRAMING_BYTES
+                    if limit < self.batch_bytes_max:
+                        self._batch_limits[topic.name] = max(1, limit)
+                    else:
+                        self._batch_limits.pop(topic.name, None)
                 elif topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     self._topic_errors[topic.name] = RailmqError(topic.error, topic.error_message)
             self._metadata_arrived.notify_all()

@@ -103,6 +103,19 @@ def test_records_sent_out_of_time_order_are_all_delivered_with_their_timestamps(
         (f"{index}".encode(), timestamp) for index, timestamp in enumerate(sent)]
 
 
+def test_records_sent_together_to_a_topic_of_small_batches_are_all_delivered(cluster, admin, unique_name):
+    """A topic's `batch_bytes_max` of 4 KiB and ten records of 1,000 bytes sent without waiting:
+    the producer made one 10 KB batch (its own limit is 1 MiB), and the leader refused all ten
+    with MESSAGE_TOO_LARGE though each fitted."""
+    topic = unique_name()
+    admin.create_topic(topic, partitions=1, config={"batch_bytes_max": 4096})
+    with Producer(cluster.bootstrap, linger_ms=50) as producer:
+        futures = [producer.send(topic, b"v" * 1_000) for _ in range(10)]
+        producer.flush(10)
+        assert sorted(future.result(10).offset for future in futures) == list(range(10))
+    assert len(consume_all(cluster.bootstrap, topic, 1, 10)) == 10
+
+
 def test_unknown_topic_and_partition_are_typed_errors(cluster, admin, unique_name):
     with Producer(cluster.bootstrap, max_block_ms=3000) as producer:
         with pytest.raises(RailmqError) as unknown:
