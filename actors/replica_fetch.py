@@ -381,12 +381,28 @@ class FetchServing:
                                        error_message=f"timestamp {request.timestamp_ms} is not -1, -2 or a time")
         else:
             try:
-                found = self.log.offset_for_timestamp(request.timestamp_ms)
-            except CorruptLog as error:  # a header damaged on disk: refused, said, not served
+                offset, timestamp = self._first_at_or_after(request.timestamp_ms)
+            except CorruptLog as error:  # damaged on disk: refused, said, not served
                 self.deferred += self.storage.record_corruption(error)
                 return ListOffsetsResponse(**base, error=ErrorCode.STORAGE_ERROR,
                                            error_message=f"refusing corrupt range: {error}")
-            offset = self.high_watermark if found is None else min(found, self.high_watermark)
+            return ListOffsetsResponse(**base, offset=offset, leader_epoch=self.leader.epoch,
+                                       timestamp_ms=timestamp)
         timestamp = self.log.batch_timestamp(offset) if offset < self.high_watermark else None
         return ListOffsetsResponse(**base, offset=offset, leader_epoch=self.leader.epoch,
                                    timestamp_ms=-1 if timestamp is None else timestamp)
+
+    def _first_at_or_after(self, timestamp_ms: int) -> tuple[int, int]:
+        """Kafka's answer to a ListOffsets by time: the first visible record stamped `timestamp_ms`
+        or later, and its time; (high watermark, -1) when none is. The batch holding it is found
+        by its headers, the record by that batch's times: a batch's first offset and time were
+        answered before, up to a whole batch of records earlier than asked."""
+        found = self.log.offset_for_timestamp(timestamp_ms)
+        if found is None or found >= self.high_watermark:
+            return self.high_watermark, -1
+        record = self.log.first_record_at_or_after(found, timestamp_ms)
+        if record is None:  # its later records lie before the log start: the batch's, never later
+            timestamp = self.log.batch_timestamp(found)
+            return found, -1 if timestamp is None else timestamp
+        offset, timestamp = record
+        return (offset, timestamp) if offset < self.high_watermark else (self.high_watermark, -1)

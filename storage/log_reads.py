@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
-from storage.batch import BatchHeader, iter_batches
+from storage.batch import BatchHeader, iter_batches, parse_header, record_timestamps
 from storage.errors import BatchTooLarge, CorruptBatch, CorruptLog, OffsetOutOfRange
 from storage.reader import gather, locate, refuse_rest
 from storage.segment import Segment
@@ -91,6 +91,19 @@ class ReadOperations:
                 found = segment.find_timestamp(timestamp_ms, min_position)
             if found is not None:
                 return max(found[1].base_offset, self._log_start)
+        return None
+
+    def first_record_at_or_after(self: "PartitionLog", offset: int, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record from `offset` on, in the batch holding it, whose
+        time is `timestamp_ms` or later; None when there is none there. Reads that one batch (its
+        CRC checked), and decodes its records' times only."""
+        data = self.read(offset, 1)
+        if not data:
+            return None
+        header = parse_header(data)
+        for index, timestamp in enumerate(record_timestamps(data, header)):
+            if timestamp >= timestamp_ms and header.base_offset + index >= offset:
+                return header.base_offset + index, timestamp
         return None
 
     def batch_timestamp(self: "PartitionLog", offset: int) -> int | None:

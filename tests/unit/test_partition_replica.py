@@ -729,6 +729,26 @@ def test_list_offsets_is_fenced_by_the_leader_epoch_like_a_fetch(stage, epoch, c
     assert response.offset == (3 if code == ErrorCode.NONE else -1)
 
 
+@pytest.mark.parametrize("asked, found", [(999, (0, 1_000)), (1_000, (0, 1_000)), (1_150, (2, 1_200)),
+                                          (1_200, (2, 1_200)), (1_401, (5, 1_500)), (2_500, (10, 2_500)),
+                                          (2_501, (11, -1))])
+def test_list_offsets_by_time_names_the_first_record_at_or_after_the_time_not_its_batchs_first(
+        stage, asked, found):
+    """Kafka's ListOffsets by time answers the earliest offset whose record is at or after the
+    time, with that record's timestamp. The leader answered the first offset of the batch holding
+    it and that batch's first timestamp: asked for 1,401 in a batch of records stamped 1,000,
+    1,100, ..., it said offset 0 at 1,000, and a consumer starting there read five records from
+    before the time it asked for."""
+    stage.produce(bytes(encode_batch(records(6, timestamp_step_ms=100), 1_000)))
+    stage.produce(bytes(encode_batch(records(5, "s", timestamp_step_ms=100), 2_100)))
+    stage.catch_up()
+
+    response = stage.list_offsets(asked)
+
+    assert response.error == ErrorCode.NONE
+    assert (response.offset, response.timestamp_ms) == found
+
+
 @pytest.mark.parametrize("offset", [-1, 4])
 def test_a_consumer_fetch_outside_the_log_is_out_of_range(stage, offset):
     stage.produce(count=3)
