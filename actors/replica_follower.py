@@ -28,7 +28,7 @@ from actors.effects import AfterFlush, CancelTimer, Effect, Send, SetTimer, Trac
 from actors.errors import ErrorCode
 from actors.messages import FetchRequest, FetchResponse
 from storage.batch import iter_batches
-from storage.errors import CorruptBatch, OutOfOrderBatch, StorageError, StorageFull
+from storage.errors import CorruptBatch, CorruptLog, OutOfOrderBatch, StorageError, StorageFull
 
 if TYPE_CHECKING:
     from actors.partition_replica import PartitionReplica
@@ -160,11 +160,18 @@ class FollowerRole:
                 "leader_end_offset": diverging.end_offset, "target": target,
                 "committed_offset": replica.committed_offset, "committed_epoch": replica.committed_epoch,
                 "leader_epoch": self.epoch})]
+        effects: list[Effect] = []
         if target <= before:
-            log.truncate_to(target)  # also drops epoch entries from the target on, data or not
+            try:
+                log.truncate_to(target)  # also drops epoch entries from the target on, data or not
+            except CorruptLog as error:
+                # A header damaged since the open lies on the way to the cut: what follows it is
+                # no copy to keep, and is fetched again as damage is (recorded, so the follower is
+                # not taken as whole until it holds it again).
+                effects += replica.storage.record_corruption(error) + replica.storage.cut_to(error.first_offset)
             replica.producers.truncate(log.log_end_offset)
         replica.lost_own_data(log.log_end_offset)
-        return [Trace("follower-truncated", {
+        return effects + [Trace("follower-truncated", {
             "topic": replica.topic, "partition": replica.partition, "from": before,
             "to": log.log_end_offset, "leader_epoch": diverging.epoch, "leader_end_offset": diverging.end_offset})]
 

@@ -138,7 +138,11 @@ class ReplicaStorage:
         if target < log.log_start_offset:
             log.reset_to(target)  # lost below the first file (storage/recovery.py): everything comes again
         else:
-            log.truncate_to(target)
+            try:
+                log.truncate_to(target)
+            except CorruptLog as error:  # a header damaged since the open on the way: cut below it
+                target = min(target, error.first_offset)
+                log.truncate_to(target)
         if before > target:
             # What the cut dropped is missing now, not only the damage: the replica is repaired
             # once it holds all of it again (or all the leader has), not as soon as its log end

@@ -8,13 +8,11 @@ batches, CRC-checked, never stepping over a refused range) are storage/reader.py
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
 from storage.batch import BatchHeader, iter_batches, parse_header, record_timestamps
-from storage.errors import BatchTooLarge, CorruptBatch, CorruptLog, OffsetOutOfRange
-from storage.reader import gather, locate, refuse_rest
-from storage.segment import Segment
+from storage.errors import CorruptLog, OffsetOutOfRange
+from storage.reader import gather, locate, refuse_rest, refusing_damage
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
@@ -70,7 +68,7 @@ class ReadOperations:
         refused = segment.refused_range_at(from_offset)
         position = refused.end_position if refused else segment.index.floor_position(from_offset)
         for segment in self._segments[index:]:
-            with _refusing_damage(segment):
+            with refusing_damage(segment):
                 for _, header in segment.batches_from(position):
                     if header.next_offset > from_offset:
                         yield header
@@ -84,7 +82,7 @@ class ReadOperations:
             if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= self._log_start:
                 continue
             min_position = 0
-            with _refusing_damage(segment):
+            with refusing_damage(segment):
                 if segment.base_offset < self._log_start:
                     found = segment.find_batch(self._log_start)
                     min_position = found[0] if found is not None else segment.size_bytes
@@ -118,25 +116,3 @@ class ReadOperations:
         if found is None or found[2].base_offset > offset:
             return None
         return found[2].first_timestamp_ms
-
-
-@contextmanager
-def _refusing_damage(segment: Segment) -> Iterator[None]:
-    """Turn a header that fails its checks during a walk of `segment` into a refused range and
-    `CorruptLog`, as a read does: a header walk is a read too, and a bare `CorruptBatch` ended the
-    replica's step. The damaged batch is the first one a walk from the segment's start fails at."""
-    try:
-        yield
-    except (CorruptBatch, BatchTooLarge) as error:
-        raise refuse_rest(segment, _first_damaged_offset(segment), str(error)) from None
-
-
-def _first_damaged_offset(segment: Segment) -> int:
-    """The offset the first batch that fails a header walk of `segment` would start at."""
-    expected = segment.base_offset
-    try:
-        for _, header in segment.batches_from(0):
-            expected = header.next_offset
-    except (CorruptBatch, BatchTooLarge):
-        pass
-    return expected

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
+from contextlib import contextmanager
+from typing import Iterator
 
 from storage.batch import FORMAT_VERSION, HEADER_SIZE, BatchHeader, compute_crc, parse_header
 from storage.errors import BatchTooLarge, CorruptBatch, CorruptLog
@@ -157,6 +159,29 @@ def find_intact_batch(segment: Segment, start: int, end: int, first: int, last: 
             return start + at, header
         candidate = span.find(VERSION, candidate + 1, end - start + VERSION_AT)
     return None
+
+
+@contextmanager
+def refusing_damage(segment: Segment) -> Iterator[None]:
+    """Turn a header that fails its checks during a walk of `segment` into a refused range and
+    `CorruptLog`, as a read does: a header walk (a ListOffsets by time, a waiting fetch's count, a
+    truncation finding its cut) is a read too, and a bare `CorruptBatch` ended the replica's step.
+    The damaged batch is the first one a walk from the segment's start fails at."""
+    try:
+        yield
+    except (CorruptBatch, BatchTooLarge) as error:
+        raise refuse_rest(segment, _first_damaged_offset(segment), str(error)) from None
+
+
+def _first_damaged_offset(segment: Segment) -> int:
+    """The offset the first batch that fails a header walk of `segment` would start at."""
+    expected = segment.base_offset
+    try:
+        for _, header in segment.batches_from(0):
+            expected = header.next_offset
+    except (CorruptBatch, BatchTooLarge):
+        pass
+    return expected
 
 
 def refuse_rest(segment: Segment, first_offset: int, reason: str) -> CorruptLog:

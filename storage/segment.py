@@ -198,9 +198,10 @@ class Segment:
         return None
 
     # -- shrinking --------------------------------------------------------------------------
-    def truncate_at(self, position: int, next_offset: int) -> None:
-        """Cut the file at `position` (a batch boundary or refused-range start) and re-derive the
-        index tail by walking from the last index entry that is kept."""
+    def tail_before(self, position: int) -> tuple[int, int]:
+        """What the index keeps past its last entry below `position`, walking the batches from
+        there: (their largest max_timestamp_ms, their bytes). Raises `CorruptBatch` for a header
+        damaged on the way, before anything is cut."""
         entry_position, max_timestamp_ms = self.index.floor_entry_for_position(position - 1)
         if position == 0:
             entry_position, max_timestamp_ms = 0, NO_TIMESTAMP
@@ -209,6 +210,12 @@ class Segment:
                                               batch_bytes_max=self.batch_bytes_max):
             max_timestamp_ms = max(max_timestamp_ms, header.max_timestamp_ms)
             bytes_since_entry += header.size
+        return max_timestamp_ms, bytes_since_entry
+
+    def truncate_at(self, position: int, next_offset: int, tail: tuple[int, int]) -> None:
+        """Cut the file at `position` (a batch boundary or refused-range start), the index tail
+        re-derived as `tail_before(position)` gave it."""
+        max_timestamp_ms, bytes_since_entry = tail
         self.handle.truncate(position)
         self.recent_starts = {offset: start for offset, start in self.recent_starts.items() if start[0] < position}
         self.index.truncate(position, max_timestamp_ms, bytes_since_entry)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from storage.checkpoint import RecoveryPoint
 from storage.errors import OffsetOutOfRange
+from storage.reader import refusing_damage
 from storage.segment import Segment
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 class ShrinkOperations:
     def truncate_to(self: "PartitionLog", offset: int) -> None:
         """Remove every batch with base_offset >= offset; a batch holding `offset` but starting
-        below it goes whole, so the new end is the batch boundary at or below `offset`."""
+        below it goes whole, so the new end is the batch boundary at or below `offset`. A header
+        damaged since the open met on the way to the cut raises `CorruptLog` (nothing is cut): its
+        range is refused from then on, and a truncation into it cuts below it."""
         self._check_open()
         if offset >= self.log_end_offset:
             return
@@ -41,7 +44,9 @@ class ShrinkOperations:
     def _truncate_internal(self: "PartitionLog", offset: int) -> None:
         index = self._segment_index(offset)
         segment = self._segments[index]
-        cut_position, new_end = _cut_point(segment, offset)
+        with refusing_damage(segment):  # a header damaged since the open: CorruptLog, nothing cut
+            cut_position, new_end = _cut_point(segment, offset)
+            tail = segment.tail_before(cut_position)
         if new_end < self._log_start:
             self._reset_internal(self._log_start)  # nothing at or past the log start remains
             return
@@ -49,7 +54,7 @@ class ShrinkOperations:
             self._remove_segment_file(later)
         del self._segments[index + 1:], self._bases[index + 1:]
         if cut_position < segment.size_bytes or segment.next_offset != new_end:
-            segment.truncate_at(cut_position, new_end)
+            segment.truncate_at(cut_position, new_end, tail)
             segment.handle.sync()  # the shorter length must be durable before anything else
             segment.synced_bytes = segment.size_bytes
         # The kept prefix is made durable too, so the recovery point can sit exactly at the new

@@ -557,3 +557,30 @@ def test_a_replica_refusing_to_lead_follows_and_repairs_once_another_leader_is_n
                     high_watermark=6, log_end_offset=6)
     assert follower.replica.storage.healthy
     assert follower.log.log_end_offset == 6
+
+
+def test_a_truncation_that_meets_a_header_damaged_since_open_cuts_below_it_and_fetches_again():
+    """A follower told to truncate walks batch headers to its cut point, and a header damaged
+    after the log was opened (a record count read as 4,294,967,294) raised CorruptBatch out of
+    the replica's step: the leader's answer ended the follower's process. Now the damaged batch
+    and everything after it are cut, recorded as damage (so the follower is not taken as whole
+    until it has them again), and fetched again from the leader."""
+    from storage.batch import iter_batches
+
+    follower = FollowerStage()
+    follower.answer(follower.fetch(), leader_batches(6, epoch=3), high_watermark=2, log_end_offset=6)
+    positions = [position for position, _ in iter_batches(follower.log.read(0, 1 << 20))]
+    segment = [name for name in follower.fs.list_directory(DIRECTORY) if name.endswith(".log")][0]
+    for byte in range(36, 40):  # batch 4's record count
+        follower.fs.corrupt(f"{DIRECTORY}/{segment}", positions[4] + byte)
+    follower.state(epoch=4, last_unclean_epoch=4)
+
+    follower.answer(follower.fetch(), diverging=diverging_to(5))
+
+    assert follower.log.log_end_offset == 4
+    assert follower.replica.storage.state() != "ok"
+    again = follower.fetch()
+    assert again.offset == 4
+    follower.answer(again, leader_batches(2, epoch=4, start=4), high_watermark=6, log_end_offset=6)
+    assert follower.log.log_end_offset == 6 and follower.replica.storage.state() == "ok"
+    follower.replica.invariants()
