@@ -34,7 +34,7 @@ from railmq.admin import Admin
 from railmq import cli_console, cli_health
 from railmq.cli_common import (
     BOOTSTRAP_ENVIRONMENT, DEFAULT_PORT, EXIT_FAILED, EXIT_OK, clients_default_bootstrap, default_port,
-    directory, non_negative_int, positive_float, positive_int, print_error,
+    UsageError, directory, non_negative_int, positive_float, positive_int, print_error,
 )
 from railmq.cli_daemon import remove_state, run_detached, run_down, write_state
 from railmq.cluster import LocalCluster
@@ -84,7 +84,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          "committed offsets are gone (consumers start at their auto_offset_reset; "
                          "docs/operations.md)")
     cli_console.add_up_arguments(up)
-    up.set_defaults(handler=run_up)
+    up.set_defaults(handler=run_up, precheck=check_ports_fit)
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
     down.add_argument("--data-dir", type=directory, default=DATA_DIR_DEFAULT, metavar="DIR",
                       help=f"the data directory it was started with (default {DATA_DIR_DEFAULT})")
@@ -104,6 +104,15 @@ def tcp_port(text: str) -> int:
     if port > 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0..65535; 0 picks a free one)")
     return port
+
+
+def check_ports_fit(args: argparse.Namespace) -> None:
+    """The ports from P the cluster takes must all be TCP ports (`--port 65535` with three
+    controllers would take 65535-65540)."""
+    last = args.port + ports_taken(args) - 1
+    if args.port and last > 65535:
+        raise UsageError(args.parser, f"--port {args.port}: the controllers and group voters take ports "
+                                      f"{args.port}-{last}, past 65535; choose a lower one")
 
 
 def quorum_size(args: argparse.Namespace) -> int:

@@ -163,3 +163,17 @@ def test_the_consoles_periods_take_at_most_the_longest_wait_of_every_ms_flag(fla
 
     assert refused.value.code == 2 and flag[-1] in capsys.readouterr().err
     assert cli.parse(cli.build_parser(), [*flag, str(MILLISECONDS_MAX)]) is not None
+
+
+def test_up_refuses_a_first_port_whose_cluster_would_run_past_the_last_tcp_port(tmp_path, capsys):
+    """`railmq up --port 65535`: its three controllers and three group voters take 65535-65540, and
+    the check that they are free ended in `OverflowError: bind(): port must be 0-65535.`"""
+    data = tmp_path / "data"
+
+    code = cli.main(["up", "--port", "65535", "--data-dir", str(data)])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.startswith("usage: railmq up"), err
+    assert "--port" in err and "65540" in err
+    assert not data.exists(), "nothing was made"
+
