@@ -84,6 +84,11 @@ def endpoint(text: str) -> str:
     if match is None or not 0 < int(match.group("port")) <= 65535:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an endpoint like 127.0.0.1:{DEFAULT_PORT} or tcp://127.0.0.1:{DEFAULT_PORT}")
+    try:
+        match.group("host").encode("idna")  # the resolver's own rule: `...` was a UnicodeError traceback
+    except UnicodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no host: a label of its name is empty or longer than 63 characters") from None
     host = "127.0.0.1" if match.group("host") == "localhost" else match.group("host")
     return f"tcp://{host}:{int(match.group('port'))}"
 

@@ -177,3 +177,14 @@ def test_up_refuses_a_first_port_whose_cluster_would_run_past_the_last_tcp_port(
     assert "--port" in err and "65540" in err
     assert not data.exists(), "nothing was made"
 
+
+@pytest.mark.parametrize("address", ["...:7411", ".a:7411", "a..b:7411", f"{'a' * 64}.local:7411"])
+def test_a_bootstrap_whose_host_is_no_host_name_is_a_usage_error(address, capsys):
+    """`railmq topics list -b ...:7411` (an empty label, or one past 63 characters) ended in a
+    `UnicodeError: encoding with 'idna' codec failed` traceback from the reachability check."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["topics", "list", "-b", address])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--bootstrap" in err and "Traceback" not in err, err
+
