@@ -137,6 +137,13 @@ def directory(text: str) -> str:
     told the user to stop it with `railmq down --data-dir ` (an empty word)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: name a directory ('.' for this one)")
+    # A file there, or on the way there, made `up` report a damaged state file it could not
+    # remove, then `OS_ERROR: File exists`.
+    existing = os.path.abspath(text)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not a directory")
     return text
 
 

@@ -188,3 +188,21 @@ def test_a_bootstrap_whose_host_is_no_host_name_is_a_usage_error(address, capsys
     err = capsys.readouterr().err
     assert refused.value.code == 2 and "--bootstrap" in err and "Traceback" not in err, err
 
+
+@pytest.mark.parametrize("command", [["up"], ["down"], ["node", "--node", "1", "--voters", "1=127.0.0.1"]],
+                         ids=lambda command: command[0])
+@pytest.mark.parametrize("below", ["", "data"], ids=["the-file", "below-the-file"])
+def test_a_data_dir_that_is_a_file_is_a_usage_error(command, below, tmp_path, capsys):
+    """`railmq up --data-dir FILE` said it was removing a damaged `FILE/railmq.json`, that it could
+    not, then `OS_ERROR: [Errno 17] File exists`; `down` claimed to have removed it."""
+    path = tmp_path / "file"
+    path.write_text("not a directory\n")
+    given = path / below if below else path
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), [*command, "--data-dir", str(given)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--data-dir" in err and "not a directory" in err, err
+    assert path.read_text() == "not a directory\n"
+
