@@ -135,6 +135,20 @@ def parse_faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+# A sweep runs ~100-250 seeds a minute on two cores: a million is days; more are run in parts
+# (`--seed N --seeds M`). Unbounded, 10**20 seeds ended in an OverflowError traceback (the
+# sweep's length must fit a C ssize_t).
+SEEDS_MAX = 1_000_000
+
+
+def seed_count(text: str) -> int:
+    value = non_negative_int(text)
+    if value > SEEDS_MAX:
+        raise argparse.ArgumentTypeError(f"a sweep runs at most {SEEDS_MAX:,} seeds, got {text!r}: run more "
+                                         f"in parts (--seed N --seeds M)")
+    return value
+
+
 # The simulated cluster's largest record (a partition's, with its topic's name) is ~210 bytes, and
 # a record goes whole into one Raft entry: with smaller entries nothing commits, no controller ever
 # runs, and every seed "fails" for the knob, not for a bug.
@@ -162,7 +176,8 @@ def parse_variant(text: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's flags, shared by `python -m chaos.simulator` and `railmq sim`."""
     parser.add_argument("--seed", type=non_negative_int, default=1, help="the seed of one run (default 1)")
-    parser.add_argument("--seeds", type=non_negative_int, default=0, help="sweep this many seeds starting at --seed")
+    parser.add_argument("--seeds", type=seed_count, default=0,
+                        help=f"sweep this many seeds starting at --seed, at most {SEEDS_MAX:,}")
     parser.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3, 5),
                         help="0: one coordinator process (the default sweep); N: a controller quorum of N voters")
     parser.add_argument("--entry-bytes-max", type=entry_bytes, default=0,

@@ -206,3 +206,12 @@ def test_a_data_dir_that_is_a_file_is_a_usage_error(command, below, tmp_path, ca
     assert refused.value.code == 2 and "--data-dir" in err and "not a directory" in err, err
     assert path.read_text() == "not a directory\n"
 
+
+def test_sim_refuses_a_sweep_of_more_seeds_than_it_could_ever_run(capsys):
+    """`railmq sim --seeds 99999999999999999999` ended in `OverflowError: Python int too large to
+    convert to C ssize_t` (the sweep's length)."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["sim", "--seeds", str(10**20)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--seeds" in err, err
