@@ -33,6 +33,7 @@ from actors.limits import NODE_ID_MAX, NODES_MAX, Limits
 from railmq.quorum_formed import FormedCheck, VoterAddressTaken
 from storage.directory import (
     CLUSTER_META_NAME, CLUSTER_SECRET_NAME, ClusterIdentity, ClusterMismatch, DirectoryLock, adopt_identity,
+    check_identity,
 )
 from transport.actor_main import ActorSpec
 from transport.node_agent import NodeAgent
@@ -173,8 +174,16 @@ class ClusterNode:
                 from None
 
     def _adopt_identity(self) -> None:
-        """Copy the cluster's identity from `identity_from` into a data directory that has none."""
-        if not self.identity_from or os.path.exists(os.path.join(self.data_dir, CLUSTER_META_NAME)):
+        """Copy the cluster's identity from `identity_from` into a data directory that has none, or
+        check that the one it has is that one."""
+        if not self.identity_from:
+            return
+        if os.path.exists(os.path.join(self.data_dir, CLUSTER_META_NAME)):
+            if os.path.lexists(os.path.join(self.identity_from, CLUSTER_META_NAME)):
+                try:
+                    check_identity(self.identity_from, self.data_dir)
+                except ClusterMismatch as error:
+                    raise NodeConfigError(f"--identity-from {self.identity_from}: {error}") from None
             return
         for name in (CLUSTER_META_NAME, CLUSTER_SECRET_NAME):
             if not os.path.lexists(os.path.join(self.identity_from, name)):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hmac
 import json
 import os
 import stat
@@ -166,6 +167,23 @@ def adopt_identity(source: str, data_dir: str) -> None:
     os.makedirs(data_dir, exist_ok=True)
     _write_atomic(os.path.join(data_dir, CLUSTER_SECRET_NAME), secret, mode=0o600)
     _write_atomic(os.path.join(data_dir, CLUSTER_META_NAME), meta, mode=0o644)
+
+
+def check_identity(source: str, data_dir: str) -> None:
+    """`ClusterMismatch` unless `data_dir`, which has an identity, has the one in `source`: a data
+    directory another cluster left, started with `source` named as the identity to use, ran under
+    the other cluster's id and secret, and no other voter could hear it."""
+    meta_path = os.path.join(source, CLUSTER_META_NAME)
+    try:
+        wanted = _read_meta(meta_path)["cluster_id"]
+        secret = _read_secret(os.path.join(source, CLUSTER_SECRET_NAME))
+    except ClusterMismatch as error:
+        raise ClusterMismatch(f"the identity to use is not one: {error}") from None
+    held = ClusterIdentity.load_or_create(data_dir)
+    if held.cluster_id != wanted or not hmac.compare_digest(held.secret, secret):
+        what = "another secret" if held.cluster_id == wanted else f"cluster {held.cluster_id!r}"
+        raise ClusterMismatch(f"{data_dir} holds {what}, not cluster {wanted!r} of {source}: it is another "
+                              "cluster's; move it away to start this node empty, or name its own identity")
 
 
 def _bounded_read(path: str, limit: int) -> bytes:

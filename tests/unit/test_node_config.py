@@ -118,3 +118,35 @@ def test_a_limits_file_far_larger_than_any_limits_object_is_refused_without_read
 def test_a_limits_file_that_never_ends_is_refused():
     with pytest.raises(NodeConfigError, match="larger than"):
         load_limits("/dev/zero")
+
+
+@pytest.mark.timeout(60)
+def test_a_data_dir_of_another_cluster_is_refused_when_the_identity_to_use_is_given(tmp_path):
+    """`railmq node --identity-from DIR` on a data directory that already held another cluster's
+    identity ignored DIR: node 2 said it was up "cluster otherclust01" beside node 1's cluster
+    1fd55eeeb352, with a secret no other voter shares, and the quorum never formed (`cluster
+    info`: CLUSTER_UNREACHABLE)."""
+    import socket
+    import threading
+
+    from storage.directory import ClusterIdentity, adopt_identity, check_identity
+
+    with socket.socket() as unused:  # were the node to start, its voters would listen here
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+
+    formed = ClusterIdentity.load_or_create(str(tmp_path / "identity"))
+    other = ClusterIdentity.load_or_create(str(tmp_path / "data"))
+    node = ClusterNode(2, voters={1: "127.0.0.1", 2: "127.0.0.2"}, data_dir=str(tmp_path / "data"),
+                       identity_from=str(tmp_path / "identity"), port=port, trace=False)
+    stopped = threading.Event()
+    stopped.set()  # a node that does start waits for no voter
+    try:
+        with pytest.raises(NodeConfigError, match=f"{other.cluster_id}.*{formed.cluster_id}"):
+            node.start(stopped)
+    finally:
+        node.stop()
+    kept = ClusterIdentity.load_or_create(str(tmp_path / "data"))
+    assert kept.cluster_id == other.cluster_id, "left as it was"
+    adopt_identity(str(tmp_path / "identity"), str(tmp_path / "copy"))
+    check_identity(str(tmp_path / "identity"), str(tmp_path / "copy"))  # a restart with its own: no refusal
