@@ -36,7 +36,7 @@ from railmq import (
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, print_error
 from railmq.cli_connect import ClusterUnreachable, check_cluster
 from railmq.cli_parser import RailmqParser
-from storage.directory import ClusterMismatch, DirectoryInUse
+from storage.directory import ClusterMismatch, DirectoryInUse, SecretExposed
 from transport.supervisor import ActorStartFailed
 
 Register = Callable[[argparse._SubParsersAction], None]
@@ -148,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _start_refusal_name(error: Exception) -> str:
     if isinstance(error, DirectoryInUse):
         return "DIRECTORY_IN_USE"
+    if isinstance(error, SecretExposed):
+        return "CLUSTER_SECRET_EXPOSED"
     if isinstance(error, ClusterMismatch):
         return "INCONSISTENT_CLUSTER_ID"
     return "CLUSTER_START_REFUSED"

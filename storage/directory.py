@@ -49,6 +49,10 @@ class ClusterMismatch(RuntimeError):
     """A directory belongs to a different cluster than the one opening it."""
 
 
+class SecretExposed(ClusterMismatch):
+    """A cluster secret that users other than its owner may read or write."""
+
+
 class DirectoryLock:
     """An exclusive flock on `<directory>/.lock`, held until `release` or process exit."""
 
@@ -130,7 +134,9 @@ class ClusterIdentity:
             stored = _read_meta(meta_path)
             if cluster_id is not None and cluster_id != stored["cluster_id"]:
                 raise ClusterMismatch(f"{data_dir} holds cluster {stored['cluster_id']!r}, not {cluster_id!r}")
-            return cls(stored["cluster_id"], _read_secret(secret_path), stored.get("created_ms", 0), False)
+            secret = _read_secret(secret_path)
+            _check_private(secret_path)
+            return cls(stored["cluster_id"], secret, stored.get("created_ms", 0), False)
         if _holds_cluster_data(data_dir):
             raise ClusterMismatch(
                 f"{data_dir} holds cluster data (node or coordinator directories) but no {CLUSTER_META_NAME}; "
@@ -233,6 +239,16 @@ def _read_secret(path: str) -> bytes:
     if len(secret) < 16:
         raise ClusterMismatch(f"the cluster secret {path} is shorter than 16 bytes")
     return secret
+
+
+def _check_private(path: str) -> None:
+    """Whoever can read the secret is a member of the cluster (docs/security.md): one that other
+    users may read or write (a restore from a backup, a copy by hand) is refused, as ssh refuses
+    such a key and PostgreSQL such a data directory, rather than used."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        raise SecretExposed(f"the cluster secret {path} has mode {mode:04o}: users other than its owner "
+                              f"may read or write it; `chmod 600 {path}` (and regard it as known to them)")
 
 
 def _write_atomic(path: str, data: bytes, *, mode: int) -> None:

@@ -215,3 +215,20 @@ def test_sim_refuses_a_sweep_of_more_seeds_than_it_could_ever_run(capsys):
 
     err = capsys.readouterr().err
     assert refused.value.code == 2 and "--seeds" in err, err
+
+
+@pytest.mark.timeout(60)
+def test_up_refuses_a_cluster_secret_other_users_can_read_in_one_line(tmp_path, capsys):
+    """A data directory whose `cluster.secret` had mode 0644 started as any other: every local
+    user who could read the file was a member of the cluster."""
+    from storage.directory import CLUSTER_SECRET_NAME, ClusterIdentity
+
+    data = tmp_path / "data"
+    ClusterIdentity.load_or_create(str(data))
+    (data / CLUSTER_SECRET_NAME).chmod(0o644)
+
+    code = cli.main(["up", "--nodes", "1", "--port", "0", "--data-dir", str(data)])
+
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: CLUSTER_SECRET_EXPOSED: ") and "chmod 600" in err, err
+    assert len(err.splitlines()) == 1 and not (data / "node-1").exists()

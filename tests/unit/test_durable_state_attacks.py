@@ -6,6 +6,7 @@ naming the holder, while a released one can be taken again at once."""
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -410,3 +411,19 @@ def test_an_identity_source_that_is_not_one_copies_nothing_and_a_good_one_is_ado
     adopted = ClusterIdentity.load_or_create(str(node_dir))
     original = ClusterIdentity.load_or_create(data_dir)
     assert (adopted.cluster_id, adopted.secret) == ("orders-cluster", original.secret)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620], ids=oct)
+def test_a_secret_other_users_can_read_or_write_is_refused_naming_the_file(data_dir, mode):
+    """A `cluster.secret` of mode 0644 (a restore from a backup, a copy by hand) was used as it
+    was: every local user who could read it was a member of the cluster (docs/security.md). As
+    ssh refuses such a key and PostgreSQL such a data directory, it is refused, left as it was."""
+    path = os.path.join(data_dir, CLUSTER_SECRET_NAME)
+    os.chmod(path, mode)
+
+    with pytest.raises(ClusterMismatch, match=f"{CLUSTER_SECRET_NAME}.*chmod 600"):
+        ClusterIdentity.load_or_create(data_dir)
+
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    os.chmod(path, 0o400)  # the owner alone may read it: taken
+    assert ClusterIdentity.load_or_create(data_dir).secret
