@@ -34,7 +34,7 @@ from railmq.admin import Admin
 from railmq import cli_console, cli_health
 from railmq.cli_common import (
     BOOTSTRAP_ENVIRONMENT, DEFAULT_PORT, EXIT_FAILED, EXIT_OK, clients_default_bootstrap, default_port,
-    UsageError, directory, non_negative_int, positive_float, positive_int, print_error,
+    UsageError, directory, non_negative_int, positive_int, print_error, seconds,
 )
 from railmq.cli_daemon import remove_state, run_detached, run_down, write_state
 from railmq.cluster import LocalCluster
@@ -88,7 +88,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     down = commands.add_parser("down", help="stop the cluster `railmq up --detach` started")
     down.add_argument("--data-dir", type=directory, default=DATA_DIR_DEFAULT, metavar="DIR",
                       help=f"the data directory it was started with (default {DATA_DIR_DEFAULT})")
-    down.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+    down.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                       help="how long to wait for it to stop before killing it")
     down.set_defaults(handler=run_down)
     cli_health.register(commands)

@@ -157,6 +157,16 @@ def milliseconds_or_zero(text: str) -> int:
     return _at_most_milliseconds_max(non_negative_int(text), text)
 
 
+def seconds(text: str) -> float:
+    """A positive wait in seconds, at most `MILLISECONDS_MAX` ms: `down --timeout 1e308` ended in
+    an OverflowError from the wait (a poll takes a C int of ms)."""
+    value = positive_float(text)
+    if value * 1000 > MILLISECONDS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MILLISECONDS_MAX // 1000} s (24.8 days), got {text!r}")
+    return value
+
+
 def _at_most_milliseconds_max(value: int, text: str) -> int:
     if value > MILLISECONDS_MAX:
         raise argparse.ArgumentTypeError(f"must be at most {MILLISECONDS_MAX} ms (24.8 days), got {text!r}")

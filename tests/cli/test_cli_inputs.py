@@ -232,3 +232,15 @@ def test_up_refuses_a_cluster_secret_other_users_can_read_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("error: CLUSTER_SECRET_EXPOSED: ") and "chmod 600" in err, err
     assert len(err.splitlines()) == 1 and not (data / "node-1").exists()
+
+
+def test_down_waits_at_most_the_longest_wait_of_every_ms_flag(capsys):
+    """`railmq down --timeout 1e308` sent the cluster SIGTERM, then ended in `OverflowError: cannot
+    convert float infinity to integer` from the wait for it to stop."""
+    from railmq.cli_common import MILLISECONDS_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["down", "--timeout", "1e308"])
+
+    assert refused.value.code == 2 and "--timeout" in capsys.readouterr().err
+    assert cli.parse(cli.build_parser(), ["down", "--timeout", str(MILLISECONDS_MAX // 1000)]).timeout > 0
