@@ -42,6 +42,7 @@ from chaos.netns import unavailable as hosts_unavailable
 from chaos.runner import RECOVERY_WINDOW_S, run_scenario
 from chaos.runner import Progress as RunProgress
 from chaos.scenarios import SCENARIOS, UnknownScenario, get_scenario
+from railmq.cli_common import MILLISECONDS_MAX
 
 EXIT_VALID = 0
 EXIT_VIOLATION = 1
@@ -106,12 +107,18 @@ def _non_negative_int(text: str) -> int:
     return _parsed(int, text, lambda value: value >= 0, "zero or more")
 
 
+# The longest phase a run takes, the longest wait of the command line's -ms flags (2^31 - 1 ms,
+# 24.8 days): `--duration 1e308` built its schedule, a fault every few seconds, for ever.
+PHASE_S_MAX = MILLISECONDS_MAX // 1000
+
+
 def _positive_float(text: str) -> float:
-    return _parsed(float, text, lambda value: 0 < value < float("inf"), "positive")
+    return _parsed(float, text, lambda value: 0 < value <= PHASE_S_MAX, f"positive, at most {PHASE_S_MAX} s")
 
 
 def _non_negative_float(text: str) -> float:
-    return _parsed(float, text, lambda value: 0 <= value < float("inf"), "zero or more")
+    return _parsed(float, text, lambda value: 0 <= value <= PHASE_S_MAX,
+                   f"zero or more, at most {PHASE_S_MAX} s")
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -244,3 +244,16 @@ def test_down_waits_at_most_the_longest_wait_of_every_ms_flag(capsys):
 
     assert refused.value.code == 2 and "--timeout" in capsys.readouterr().err
     assert cli.parse(cli.build_parser(), ["down", "--timeout", str(MILLISECONDS_MAX // 1000)]).timeout > 0
+
+
+@pytest.mark.parametrize("flag", ["--duration", "--recovery-window"])
+def test_a_chaos_run_takes_at_most_the_longest_wait_of_every_ms_flag(flag, capsys):
+    """`railmq chaos run leader-kill --duration 1e308` said "starting" and built its fault schedule
+    for ever (a kill every few seconds until the duration ends), growing without bound."""
+    from railmq.cli_common import MILLISECONDS_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["chaos", "run", "leader-kill", flag, "1e308"])
+
+    assert refused.value.code == 2 and flag in capsys.readouterr().err
+    assert cli.parse(cli.build_parser(), ["chaos", "run", "leader-kill", flag, str(MILLISECONDS_MAX // 1000)])
