@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from chaos import simulator
 from chaos.sim_config import OPTIONAL_FAULT_KINDS
 from chaos.simulator import FAULT_KINDS, SimConfig, SimulationFailed, SimulationResult, simulate
-from railmq.cli_common import non_negative_int, positive_int
+from railmq.cli_common import milliseconds, non_negative_int
 
 # What every seed is held to (chaos/simulator.py and chaos/sim_checks.py run these).
 CHECKS = (
@@ -184,7 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"with --controllers: their largest Raft entry in bytes (0: 1 MiB, else at "
                              f"least {ENTRY_BYTES_MIN}); a few hundred makes most metadata changes commit in "
                              f"parts")
-    parser.add_argument("--duration-ms", type=positive_int, default=SimConfig.duration_ms,
+    parser.add_argument("--duration-ms", type=milliseconds, default=SimConfig.duration_ms,
                         help="simulated time with faults")
     parser.add_argument("--steps", type=non_negative_int, default=0,
                         help="end the faulty phase after about this many steps (0: no limit)")

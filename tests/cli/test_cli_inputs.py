@@ -257,3 +257,15 @@ def test_a_chaos_run_takes_at_most_the_longest_wait_of_every_ms_flag(flag, capsy
 
     assert refused.value.code == 2 and flag in capsys.readouterr().err
     assert cli.parse(cli.build_parser(), ["chaos", "run", "leader-kill", flag, str(MILLISECONDS_MAX // 1000)])
+
+
+def test_sim_simulates_at_most_the_longest_wait_of_every_ms_flag(capsys):
+    """`railmq sim --duration-ms 99999999999999999999999` simulated on for good (it was still in its
+    first seed 30 s later; at ~25x real time, 10**23 ms is ~10**11 years)."""
+    from railmq.cli_common import MILLISECONDS_MAX
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["sim", "--duration-ms", str(10**23)])
+
+    assert refused.value.code == 2 and "--duration-ms" in capsys.readouterr().err
+    assert cli.parse(cli.build_parser(), ["sim", "--duration-ms", str(MILLISECONDS_MAX)]).duration_ms > 0
