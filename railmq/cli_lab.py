@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from railmq.cli_common import EXIT_FAILED, EXIT_OK, UsageError
+from railmq.cli_common import EXIT_FAILED, EXIT_OK, UsageError, directory
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -34,9 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("labs", nargs="*", metavar="NAME", help="lab names or numbers (see `railmq lab list`)")
     run.add_argument("--all", action="store_true", help="run every lab, in order")
     run.add_argument("--quick", action="store_true", help="the short versions (seconds each)")
-    run.add_argument("--report", metavar="DIR",
+    run.add_argument("--report", type=directory, metavar="DIR",
                      help="write index.html and a page per lab with plots into DIR")
-    run.add_argument("--pictures", metavar="DIR",
+    run.add_argument("--pictures", type=directory, metavar="DIR",
                      help="write each lab's plots as standalone SVG files into DIR")
     run.add_argument("--seed", type=int, default=1, help="seeds every random choice of the labs (default 1)")
     run.add_argument("--json", action="store_true", help="print the results as JSON at the end")

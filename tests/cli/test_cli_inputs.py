@@ -269,3 +269,17 @@ def test_sim_simulates_at_most_the_longest_wait_of_every_ms_flag(capsys):
 
     assert refused.value.code == 2 and "--duration-ms" in capsys.readouterr().err
     assert cli.parse(cli.build_parser(), ["sim", "--duration-ms", str(MILLISECONDS_MAX)]).duration_ms > 0
+
+
+@pytest.mark.parametrize("flag", ["--report", "--pictures"])
+def test_a_lab_report_directory_that_is_a_file_is_refused_before_the_labs_run(flag, tmp_path, capsys):
+    """`railmq lab run --all --report FILE` ran every lab (minutes), then ended with `OS_ERROR:
+    [Errno 17] File exists: 'FILE'`, the results printed but the report never written."""
+    path = tmp_path / "file"
+    path.write_text("")
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["lab", "run", "--all", flag, str(path)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and flag in err and "not a directory" in err, err
