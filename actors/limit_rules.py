@@ -9,7 +9,7 @@ answers no client decodes, a session shorter than its heartbeats ends between an
 from __future__ import annotations
 
 from actors.limits import (
-    FILE_NAME_BYTES_MAX, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS,
+    DURATION_MS_MAX, FILE_NAME_BYTES_MAX, LONG_LIST_MAX, PARTITIONS_PER_TOPIC_CEILING, SHARE_LOCK_CEILING_MS,
     TOPIC_ID_HEX_DIGITS, Limits,
 )
 
@@ -51,6 +51,9 @@ def limit_problems(limits: Limits) -> list[str]:
         if value < 0 or (value == 0 and name not in ZERO_MEANS_NONE):
             zero = " or 0" if name in ZERO_MEANS_NONE else ""
             problems.append(f"{name} must be positive{zero}, got {value}")
+        if name.endswith("_ms") and value > DURATION_MS_MAX:
+            problems.append(f"{name} ({value:,}) must be at most {DURATION_MS_MAX:,} (24.8 days), "
+                            f"the longest wait a poll takes")
     for smaller, larger, strictly in ORDERED:
         low, high = getattr(limits, smaller), getattr(limits, larger)
         if low > high or (strictly and low == high):

@@ -32,6 +32,10 @@ PARTITIONS_PER_TOPIC_CEILING = 10_000
 # No configuration gives a share lock longer (`limit_problems`), so a share member believes no lock
 # deadline further away: a hostile answer's 2**62 held its records as locked for ever.
 SHARE_LOCK_CEILING_MS = 24 * 3600 * 1000
+# The longest any `*_ms` limit may be, 24.8 days (`limit_problems`): a wait is handed to a poll as a
+# C int of ms, and a node heartbeat of 2**60 ms ended the node agent's thread at its first wait
+# (`OverflowError` from zmq_poll). The command line's waits take the same bound (railmq/cli_common.py).
+DURATION_MS_MAX = 2**31 - 1
 # Frames of one message as a socket hands it over: a ROUTER's routing id, the header, a payload
 # frame (a batch, records) and the cluster's tag are four. libzmq bounds each frame, not their
 # number, and an empty frame is 2 bytes on the wire: a 2 MB message of a million of them took a

@@ -78,6 +78,22 @@ def test_a_bad_limits_file_is_refused_naming_the_problem(tmp_path, text, problem
         load_limits(str(path))
 
 
+@pytest.mark.parametrize("name", ["node_heartbeat_interval_ms", "replica_session_timeout_ms",
+                                  "controller_election_timeout_ms", "scrub_pass_interval_ms"])
+def test_a_limits_file_with_a_wait_past_what_a_poll_takes_is_refused(tmp_path, name):
+    """`{"node_heartbeat_interval_ms": 2**60, "node_session_timeout_ms": 2**62}` (every ordering
+    rule kept) was taken: the node said it was up, its agent's thread died at its first wait
+    (`OverflowError: value too large to convert to int` from zmq_poll), and `topics create`
+    waited out its timeout."""
+    from actors.limits import DURATION_MS_MAX
+
+    path = tmp_path / "limits.json"
+    path.write_text(f'{{"{name}": {2**62}}}')
+    with pytest.raises(NodeConfigError, match=f"{name} .*at most {DURATION_MS_MAX:,}"):
+        load_limits(str(path))
+    assert Limits(scrub_pass_interval_ms=DURATION_MS_MAX).scrub_pass_interval_ms == DURATION_MS_MAX
+
+
 def test_every_problem_of_a_limits_object_is_named_at_once_and_a_grace_of_zero_is_allowed():
     with pytest.raises(ValueError) as refused:
         Limits(node_heartbeat_interval_ms=0, share_describe_bytes_max=1 << 40)
