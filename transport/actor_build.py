@@ -24,6 +24,10 @@ import msgspec
 from actors.messages import TopicConfig
 from transport.actor_spec import LEGACY_REJOINING_MARK, ActorSpec, RefusedToStart
 
+# Beside a voter's `raft/`: the cluster whose log it holds (`check_voter_cluster`), ~40 bytes.
+VOTER_META_NAME = "voter.meta"
+VOTER_META_BYTES_MAX = 64 * 1024
+
 
 def log_config_for(config: TopicConfig) -> Any:
     """Storage settings for a topic. `every_batch` flushing is done by the actor (AfterFlush, so
@@ -144,6 +148,7 @@ def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> An
     beside `raft/`) moves into the header, durably, before the file goes."""
     from storage.raft_log import RaftLog
 
+    check_voter_cluster(spec, fs, directory)
     log = RaftLog.open(os.path.join(directory, "raft"), fs=fs,
                        rejoining_if_created=empty and quorum_formed(spec, directory))
     legacy_mark = os.path.join(directory, LEGACY_REJOINING_MARK)
@@ -153,6 +158,30 @@ def _open_voter_log(spec: ActorSpec, fs: Any, directory: str, empty: bool) -> An
         os.unlink(legacy_mark)
         fs.sync_directory(directory)
     return log
+
+
+def check_voter_cluster(spec: ActorSpec, fs: Any, directory: str) -> None:
+    """`RefusedToStart` unless the voter's directory is this cluster's, as recorded in its
+    `voter.meta` (written at the first start that finds none). A Raft journal does not name its
+    cluster: `node-2/` of another cluster copied in (a restore from the wrong backup), whose entries
+    had the indexes and terms this quorum's leader expected, was taken by log matching, and the
+    voter's journal held the other cluster's topics beside this one's."""
+    if not spec.cluster_id:
+        return
+    path = os.path.join(directory, VOTER_META_NAME)
+    if not fs.exists(path):
+        fs.make_directory(directory)
+        fs.write_file_atomic(path, msgspec.json.encode({"cluster_id": spec.cluster_id}) + b"\n")
+        return
+    try:
+        held = msgspec.json.decode(fs.read_file(path, bytes_max=VOTER_META_BYTES_MAX))["cluster_id"]
+    except (OSError, msgspec.DecodeError, TypeError, KeyError) as error:
+        raise RefusedToStart(f"{path} is unreadable ({str(error)[:120]}); refusing to guess which "
+                             "cluster's log this voter holds") from None
+    if held != spec.cluster_id:
+        raise RefusedToStart(f"{directory} holds the log of cluster {str(held)[:60]!r}, not of this cluster "
+                             f"{spec.cluster_id!r}: move it away (the voter then comes back empty and is "
+                             "caught up by the leader) or restore this cluster's")
 
 
 def quorum_formed(spec: ActorSpec, directory: str) -> bool:

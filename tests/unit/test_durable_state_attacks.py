@@ -427,3 +427,26 @@ def test_a_secret_other_users_can_read_or_write_is_refused_naming_the_file(data_
     assert stat.S_IMODE(os.stat(path).st_mode) == mode
     os.chmod(path, 0o400)  # the owner alone may read it: taken
     assert ClusterIdentity.load_or_create(data_dir).secret
+
+
+@pytest.mark.parametrize("kind", ["controller", "group-coordinator"])
+def test_a_voter_directory_of_another_cluster_is_refused_not_joined(tmp_path, kind):
+    """`node-2/` of cluster E copied into cluster D's data directory (a restore from the wrong
+    backup): both had created one topic, so E's entries had the indexes and terms D's leader
+    expected, Raft's log matching took them, and voter 2's journal held E's topic `tE` beside
+    D's `tD`, while `railmq up` and `cluster info` showed a healthy quorum."""
+    from storage.fs import OsFileSystem
+    from transport.actor_build import build_kind
+    from transport.actor_spec import ActorSpec, RefusedToStart, actor_directory
+
+    voters = {node: f"tcp://127.0.0.1:{20_000 + node}" for node in (1, 2, 3)}
+
+    def start(cluster_id: str) -> None:
+        spec = ActorSpec(kind=kind, name=f"{kind}/2", cluster_id=cluster_id, data_dir=str(tmp_path), node=2,
+                         nodes=[1, 2, 3], voters=voters, quorum_formed=True, reset_group_state=True)
+        build_kind(spec, OsFileSystem(), actor_directory(spec), voters[2], 1)
+
+    start("cluster-d")
+    start("cluster-d")  # its own directory again: taken
+    with pytest.raises(RefusedToStart, match="cluster-e.*cluster-d|cluster-d.*cluster-e"):
+        start("cluster-e")
