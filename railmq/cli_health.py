@@ -24,6 +24,7 @@ from actors.messages import ControllerStatusResponse, MetadataResponse
 from railmq.admin import Admin
 from railmq.cli_common import EXIT_FAILED, EXIT_OK, add_cluster_arguments, milliseconds, print_error
 from railmq.cli_tables import Column, print_table
+from railmq.terminal_text import cell
 
 HEALTH_WAIT_DEFAULT_MS = 30_000
 HEALTH_RECHECK_S = 0.25
@@ -116,8 +117,11 @@ def run_info(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2))
         return EXIT_OK
     role = "controllers" if "," in facts["coordinator"] else "coordinator"
-    rows = [["cluster id", facts["cluster_id"] or "-"], [role, facts["coordinator"]],
-            ["group coordinator", facts["group_coordinator"] or "[yellow]not known yet[/]"],
+    # The id, endpoints and roles are whoever answered's (a port a controller had may be anyone's):
+    # each through `cell`, so no control or markup of theirs reaches the terminal.
+    rows = [["cluster id", cell(facts["cluster_id"] or "-")], [role, facts["coordinator"]],
+            ["group coordinator", cell(facts["group_coordinator"]) if facts["group_coordinator"]
+             else "[yellow]not known yet[/]"],
             ["nodes", ", ".join(map(str, facts["nodes"])) or "-"], ["topics", str(facts["topics"])],
             ["partitions", str(facts["partitions"])],
             ["replica processes", f"{facts['replicas_alive']} of {facts['replicas']} alive"],
@@ -128,8 +132,9 @@ def run_info(args: argparse.Namespace) -> int:
     if quorum is None:
         console.print("controller: a single coordinator (no quorum)")
         return EXIT_OK
-    voters = [[str(v["node"] or "-"), v["endpoint"], str(v["pid"] or "-"),
-               v["role"] + (" (active)" if v["active"] else "") + (" (rejoining)" if v["rejoining"] else ""),
+    voters = [[str(v["node"] or "-"), cell(v["endpoint"]), str(v["pid"] or "-"),
+               cell(v["role"]) + (" (active)" if v["active"] else "")
+               + (" (rejoining)" if v["rejoining"] else ""),
                "-" if v["term"] is None else str(v["term"]),
                "-" if v["commit_index"] is None else str(v["commit_index"]),
                "-" if v["lag_entries"] is None else str(v["lag_entries"])] for v in quorum["voters"]]
@@ -156,7 +161,7 @@ def run_health(args: argparse.Namespace) -> int:
 
 def _listed(names: list[str]) -> str:
     extra = len(names) - PARTITIONS_LISTED_MAX
-    return ", ".join(names[:PARTITIONS_LISTED_MAX]) + (f" and {extra} more" if extra > 0 else "")
+    return ", ".join(map(cell, names[:PARTITIONS_LISTED_MAX])) + (f" and {extra} more" if extra > 0 else "")
 
 
 def render_health(report: dict[str, Any], console: Console) -> None:

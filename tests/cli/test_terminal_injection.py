@@ -18,7 +18,8 @@ import re
 from rich.console import Console
 
 from actors.messages import (
-    GroupSummary, MetadataResponse, PartitionMetadata, ReplicaInfo, StorageReport, TopicMetadata,
+    ControllerStatusResponse, GroupSummary, MetadataResponse, PartitionMetadata, ReplicaInfo, StorageReport,
+    TopicMetadata,
 )
 from railmq import cli_dlq, cli_groups, cli_topics
 from railmq.cli_groups import render_group_lag
@@ -255,3 +256,42 @@ def test_topics_list_and_describe_show_what_a_server_names_as_escapes_never_as_c
     assert cli_topics.run_describe(argparse.Namespace(json=False, name=MARKUP)) == 0
     described = capsys.readouterr().out
     assert f"orders{MARKUP}" in described and f"gone {MARKUP}" in described and f"disk {MARKUP}" in described
+
+
+class HostileQuorum(Answering):
+    """An Admin answering as a stale or hostile process on the controller's port may."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def metadata(self, *names):
+        return MetadataResponse(correlation_id=1, cluster_id=f"c{MARKUP}{CLIPBOARD}",
+                                group_coordinator_endpoint=f"tcp://g{CLEAR_SCREEN}:1",
+                                topics=[hostile_topic(name) for name in HOSTILE])
+
+    def quorum_status(self, timeout_s):
+        return [ControllerStatusResponse(correlation_id=0, node=index + 1, endpoint=f"tcp://v{name}:1",
+                                         role=f"leader{name}" if index else "leader", term=2)
+                for index, name in enumerate(HOSTILE)]
+
+
+def test_cluster_info_and_health_show_what_a_server_names_as_escapes_never_as_controls_or_markup(
+        monkeypatch, capsys):
+    """`cluster info` printed the cluster id, the group coordinator's and voters' endpoints and
+    the voters' roles a server answered as rich markup with their controls raw (a cluster id
+    `[/]`: MarkupError), and `cluster health` the partition names, as `topics list` once did."""
+    from railmq import cli_health
+
+    monkeypatch.setattr(cli_health, "Admin", HostileQuorum)
+    monkeypatch.setenv("COLUMNS", "400")
+    cluster = dict(bootstrap="tcp://127.0.0.1:1", request_timeout_ms=1000, json=False)
+
+    assert cli_health.run_info(argparse.Namespace(**cluster)) == 0
+    info = capsys.readouterr().out
+    assert_inert(info)
+    assert f"c{MARKUP}" in info and f"tcp://v{MARKUP}:1" in info and f"leader{MARKUP}" in info
+
+    assert cli_health.run_health(argparse.Namespace(**cluster, exit_when_healthy=False, timeout_ms=1)) == 0
+    health = capsys.readouterr().out
+    assert_inert(health)
+    assert f"orders{MARKUP}/0" in health
