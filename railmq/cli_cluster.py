@@ -41,6 +41,7 @@ from railmq.cluster import LocalCluster
 from railmq.consumer import Consumer
 from railmq.member_process import StopSignal
 from railmq.producer import Producer
+from railmq.terminal_text import cell
 
 DATA_DIR_DEFAULT = "./railmq-data"
 # How often `up` wakes while waiting for a stop signal (signals also interrupt the wait).
@@ -210,7 +211,7 @@ def _announce(console: Console, cluster: LocalCluster, background: bool = False)
         f"{role:<19}{cluster.bootstrap}",
         f"group coordinator  {endpoints.get('group-coordinator', '-')}",
         f"nodes              {', '.join(map(str, cluster.node_ids))}",
-        f"data               {cluster.data_dir}",
+        f"data               {cell(cluster.data_dir)}",  # a path may look like markup: `runs/[/]x`
     ]
     stopping = "kill %1 (or kill the pid) stops it" if background else "Ctrl-C stops it"
     console.print(Panel("\n".join(lines), title="railmq is up", subtitle=stopping, expand=False))

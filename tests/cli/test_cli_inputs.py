@@ -283,3 +283,22 @@ def test_a_lab_report_directory_that_is_a_file_is_refused_before_the_labs_run(fl
 
     err = capsys.readouterr().err
     assert refused.value.code == 2 and flag in err and "not a directory" in err, err
+
+
+def test_up_announces_a_data_dir_whose_name_looks_like_markup_as_written():
+    """`railmq up --data-dir 'runs/[/]x'` started the cluster, then its announcement ended in
+    `MarkupError: closing tag '[/]' ... has nothing to close` (the cluster was stopped)."""
+    from rich.console import Console
+
+    from railmq import cli_cluster
+
+    class Started:
+        bootstrap, node_ids, data_dir = "tcp://127.0.0.1:7411", [1], "runs/[/]x[bold]"
+
+        def actors(self):
+            return [{"kind": "group-coordinator", "endpoint": "tcp://127.0.0.1:7412"}]
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    cli_cluster._announce(console, Started())
+
+    assert "runs/[/]x[bold]" in console.file.getvalue()
