@@ -206,11 +206,13 @@ NO_COMMIT_MARK = "*"
 
 def render_group_lag(report: GroupLag, console: Console) -> None:
     members = len(report.members)
-    # Client text (ids, the protocol the members named) goes through `cell`: never a terminal
-    # control, never markup (railmq/terminal_text.py).
-    console.print(f"[bold]group {cell(report.group_id)}[/] ({report.kind}, {report.state}, generation "
-                  f"{report.generation}, protocol {cell(report.protocol or '-')}): {members} member"
-                  f"{'' if members == 1 else 's'}, total lag {report.total_lag_messages}", highlight=False)
+    # Client text (ids, the protocol the members named) and what the group coordinator's port
+    # answered (state, kind, topics) go through `cell`: never a terminal control, never markup
+    # (railmq/terminal_text.py).
+    console.print(f"[bold]group {cell(report.group_id)}[/] ({cell(report.kind)}, {cell(report.state)}, "
+                  f"generation {report.generation}, protocol {cell(report.protocol or '-')}): "
+                  f"{members} member{'' if members == 1 else 's'}, total lag {report.total_lag_messages}",
+                  highlight=False)
     if not report.partitions:
         console.print("no committed offsets and no assigned partitions")
         return
@@ -219,7 +221,7 @@ def render_group_lag(report: GroupLag, console: Console) -> None:
     rows = []
     for row in report.partitions:
         lag = _shown(row.lag_messages) + (NO_COMMIT_MARK if row.start_from != "committed" else "")
-        cells = [escape(row.topic), str(row.partition), cell(_member_name(row.client_id, row.member_id)),
+        cells = [cell(row.topic), str(row.partition), cell(_member_name(row.client_id, row.member_id)),
                  _shown(row.committed_offset), _shown(row.log_end_offset), lag,
                  "-" if row.lag_seconds is None else f"{row.lag_seconds:.1f}"]
         if sampled:

@@ -295,3 +295,17 @@ def test_cluster_info_and_health_show_what_a_server_names_as_escapes_never_as_co
     health = capsys.readouterr().out
     assert_inert(health)
     assert f"orders{MARKUP}/0" in health
+
+
+def test_groups_describe_shows_a_servers_group_state_and_topic_names_as_escapes():
+    """The group's state and kind and the committed topics' names are what answered on the group
+    coordinator's port: a state `[/]` ended `groups describe` in a MarkupError, and a topic name
+    with a screen clear went to the terminal raw (the name was only markup-escaped)."""
+    for name in HOSTILE:
+        report = hostile_report("x")
+        report.state, report.kind = f"Stable{name}", f"classic{name}"
+        report.partitions[0].topic = f"orders{name}"
+        console, out = plain_console()
+        render_group_lag(report, console)
+        assert_inert(out.getvalue())
+    assert f"(classic{MARKUP}, Stable{MARKUP}," in out.getvalue() and f"orders{MARKUP}" in out.getvalue()
