@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -97,7 +98,10 @@ def read_state(data_dir: str) -> dict[str, Any] | None:
     """The state file's document, None if there is none, or StateFileDamaged."""
     path = state_path(data_dir)
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: a pipe in its place must not hold the open until some process writes to it.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise StateFileDamaged(path, "it is not a regular file")
             content = handle.read(STATE_FILE_BYTES_MAX + 1)
     except FileNotFoundError:
         return None

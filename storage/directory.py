@@ -108,7 +108,11 @@ def _read_pid(fd: int) -> int | None:
 def lock_holder(directory: str) -> int | None:
     """The pid written in a directory's lock file, if any (the lock itself is not tested)."""
     try:
-        with open(os.path.join(directory, LOCK_NAME), "rb") as handle:
+        # O_NONBLOCK: a pipe in its place must not hold the open until some process writes to it.
+        with open(os.open(os.path.join(directory, LOCK_NAME), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC),
+                  "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
             text = handle.read(32).decode("ascii", "replace").strip()
     except OSError:
         return None

@@ -80,6 +80,23 @@ def test_a_state_file_with_a_directory_in_its_place_is_a_typed_error_naming_it(t
     _assert_names_the_file(raised.value, cli_daemon.state_path(str(tmp_path)))
 
 
+@pytest.mark.timeout(30)
+def test_a_pipe_in_place_of_the_state_file_or_the_lock_is_refused_without_waiting_for_a_writer(tmp_path):
+    """A FIFO as `railmq.json` held `railmq down`, `railmq up --detach` and a stopping `up` in
+    their read of it for ever (an open for reading waits for a writer); one as `.lock` held `down`
+    the same way where it looked for the lock's holder."""
+    os.mkfifo(cli_daemon.state_path(str(tmp_path)))
+    with pytest.raises(RailmqError) as raised:
+        cli_daemon.read_state(str(tmp_path))
+    _assert_names_the_file(raised.value, cli_daemon.state_path(str(tmp_path)))
+    cli_daemon.remove_state(str(tmp_path))  # a stopping `up` removes it, as any damaged one
+    assert not os.path.exists(cli_daemon.state_path(str(tmp_path)))
+
+    os.mkfifo(tmp_path / cli_daemon.LOCK_NAME)
+    with pytest.raises(RailmqError):  # nothing runs from it: said, not waited for
+        _down(tmp_path)
+
+
 def test_a_missing_state_file_is_no_state_and_a_whole_one_is_read_back(tmp_path):
     assert cli_daemon.read_state(str(tmp_path)) is None
     cli_daemon.write_state(str(tmp_path), "tcp://127.0.0.1:7411", 3)
