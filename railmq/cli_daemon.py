@@ -19,6 +19,7 @@ so `down` and a stopping `up` remove it rather than leave it in the way of every
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -198,7 +199,7 @@ def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: An
         command += ["--controllers", str(args.controllers)]
     if getattr(args, "console", False):  # railmq/cli_console.py's flags
         command += ["--console", "--http-port", str(args.http_port), "--refresh-ms", str(args.refresh_ms)]
-    with open(log_path, "ab") as log:
+    with _open_log(log_path) as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
     state = _wait_for_start(child, data_dir)
@@ -213,6 +214,23 @@ def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: An
     if flag:
         print(f"clients need{flag} (or export RAILMQ_BOOTSTRAP={state['bootstrap']})")
     return EXIT_OK
+
+
+def _open_log(path: str) -> Any:
+    """The background cluster's log, opened to append to. Non-blocking, as a pipe in its place
+    held `up --detach` for ever (an open for writing waits for a reader); only a regular file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as error:  # ENXIO: a pipe nothing reads
+        why = "it is not a regular file" if error.errno == errno.ENXIO else error.strerror or str(error)
+        raise RailmqError(ErrorCode.STORAGE_ERROR,
+                          f"the log {path} cannot be opened ({why}); remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RailmqError(ErrorCode.STORAGE_ERROR, f"the log {path} cannot be opened (it is not a regular "
+                                                   "file); remove it")
+    os.set_blocking(fd, True)
+    return open(fd, "ab")
 
 
 def _data_dir_flag(args: argparse.Namespace) -> str:

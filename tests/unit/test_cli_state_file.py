@@ -205,3 +205,16 @@ def test_detach_over_a_damaged_state_file_of_no_running_cluster_gets_on_with_its
     args = argparse.Namespace(data_dir=str(tmp_path), nodes=3, port=7411)
     assert cli_daemon.run_detached(args, lambda args: 7411, lambda args, port: f"port {port} is in use") == EXIT_FAILED
     assert "error: INVALID_CONFIG: port 7411 is in use" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_up_detach_refuses_a_pipe_in_place_of_its_log_without_waiting_for_a_reader(tmp_path):
+    """A FIFO as `railmq.log` held `railmq up --detach` for ever where it opened its log for the
+    background cluster (an open for writing waits for a reader); nothing was started."""
+    os.mkfifo(tmp_path / cli_daemon.LOG_FILE)
+    args = argparse.Namespace(data_dir=str(tmp_path), nodes=1, port=0, controllers=None)
+
+    with pytest.raises(RailmqError) as raised:
+        cli_daemon.run_detached(args, lambda args: None, lambda args, port: "")
+
+    assert cli_daemon.LOG_FILE in str(raised.value)
