@@ -137,6 +137,10 @@ def directory(text: str) -> str:
     told the user to stop it with `railmq down --data-dir ` (an empty word)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: name a directory ('.' for this one)")
+    try:
+        text.encode("utf-8")  # every process is handed the path as text in its start specification
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{visible(text)!r} is not UTF-8: rename the directory") from None
     # A file there, or on the way there, made `up` report a damaged state file it could not
     # remove, then `OS_ERROR: File exists`.
     existing = os.path.abspath(text)

@@ -302,3 +302,19 @@ def test_up_announces_a_data_dir_whose_name_looks_like_markup_as_written():
     cli_cluster._announce(console, Started())
 
     assert "runs/[/]x[bold]" in console.file.getvalue()
+
+
+@pytest.mark.parametrize("command", [["up"], ["node", "--node", "1", "--voters", "1=127.0.0.1"]],
+                         ids=lambda command: command[0])
+def test_a_data_dir_whose_path_is_not_utf8_is_a_usage_error(command, tmp_path, capsys):
+    """`railmq up --data-dir $'/tmp/x\\xff'` made the directory, then ended in `UnicodeEncodeError:
+    'utf-8' codec can't encode character '\\udcff'` where the first actor's start specification
+    (which carries the path as text) was encoded; `up --detach` showed that traceback from its log."""
+    given = os.path.join(str(tmp_path), os.fsdecode(b"data\xff"))
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), [*command, "--data-dir", given])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--data-dir" in err and "UTF-8" in err, err
+    assert not os.path.lexists(given)
