@@ -32,6 +32,15 @@ def node_id(text: str) -> int:
             f"a node id is 1 to {NODE_ID_MAX} (Kafka's int32 node.id), got {text!r}")
     return value
 
+def host(text: str) -> str:
+    """An address to listen at or advertise; it travels in messages as UTF-8 text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not UTF-8, so no address") from None
+    return text
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     from railmq.node import DEFAULT_NODE_PORT
 
@@ -45,9 +54,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="ask this running controller for the voters instead of --voters")
     node.add_argument("--port", type=positive_int, default=DEFAULT_NODE_PORT, metavar="P",
                       help=f"the controller's port on every node; the group voter takes P+1 (default {DEFAULT_NODE_PORT})")
-    node.add_argument("--bind", default="", metavar="ADDRESS",
+    node.add_argument("--bind", type=host, default="", metavar="ADDRESS",
                       help="where this node's processes listen (default: the advertised address)")
-    node.add_argument("--advertise", default="", metavar="HOST",
+    node.add_argument("--advertise", type=host, default="", metavar="HOST",
                       help="the address other nodes and clients reach this node at (default: its --voters entry)")
     node.add_argument("--data-dir", type=directory, required=True, metavar="DIR",
                       help="this node's data directory")

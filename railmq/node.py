@@ -58,12 +58,22 @@ def parse_voters(text: str) -> dict[int, str]:
                 f"{part!r} is not NODE=HOST (a node id of 1 to {NODE_ID_MAX}, then its address)")
         if int(node) in voters:
             raise NodeConfigError(f"node {int(node)} is named twice in {text!r}")
+        if not _utf8(host):
+            raise NodeConfigError(f"{part!r}: its address is not UTF-8 text")
         voters[int(node)] = host.strip()
     if not voters:
         raise NodeConfigError("--voters names no node")
     if len(voters) > NODES_MAX:
         raise NodeConfigError(f"--voters names {len(voters)} nodes; a cluster has at most {NODES_MAX}")
     return voters
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def load_limits(path: str) -> Limits:

@@ -3,6 +3,8 @@ refused with a sentence before anything starts."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from railmq import cli
@@ -166,3 +168,20 @@ def test_a_data_dir_of_another_cluster_is_refused_when_the_identity_to_use_is_gi
     assert kept.cluster_id == other.cluster_id, "left as it was"
     adopt_identity(str(tmp_path / "identity"), str(tmp_path / "copy"))
     check_identity(str(tmp_path / "identity"), str(tmp_path / "copy"))  # a restart with its own: no refusal
+
+
+@pytest.mark.parametrize("flags", [["--voters", "1=127.0.0.1", "--advertise", os.fsdecode(b"a\xff")],
+                                   ["--voters", "1=127.0.0.1", "--bind", os.fsdecode(b"a\xff")],
+                                   ["--voters", os.fsdecode(b"1=a\xff")]],
+                         ids=["advertise", "bind", "voters"])
+def test_a_host_that_is_not_utf8_is_refused_in_one_line_before_anything_starts(flags, capsys, tmp_path):
+    """`railmq node --advertise $'a\\xff'` (or --bind, or a --voters host) ended in a
+    `UnicodeEncodeError: ... surrogates not allowed` traceback where the host went into a message."""
+    try:
+        code = cli.main(["node", "--node", "1", *flags, "--data-dir", str(tmp_path / "d"), "--port", "22600"])
+    except SystemExit as usage:  # a flag's own type refused it
+        code = usage.code
+
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err and "UTF-8" in err, err
+    assert not (tmp_path / "d").exists(), "nothing was started or made"
