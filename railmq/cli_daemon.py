@@ -140,9 +140,12 @@ def read_state_or_damage(data_dir: str) -> tuple[dict[str, Any] | None, StateFil
         return None, damaged
 
 
-def running_up_process(state: dict[str, Any] | None) -> psutil.Process | None:
-    """The `railmq up` process the state names, if it is alive and still railmq (pids are reused)."""
-    return up_process(state["pid"]) if state is not None else None
+def running_up_process(state: dict[str, Any] | None, data_dir: str) -> psutil.Process | None:
+    """The `railmq up` process the state names, if it is alive, still railmq (pids are reused) and
+    holds `data_dir`'s lock: a state file copied with its directory (`cp -a` of a running one)
+    names the original's, and `down` on the copy stopped that cluster."""
+    process = up_process(state["pid"]) if state is not None else None
+    return process if process is not None and _holds_lock(process, data_dir) else None
 
 
 def up_process(pid: int) -> psutil.Process | None:
@@ -163,21 +166,22 @@ def lock_holding_up_process(data_dir: str) -> psutil.Process | None:
     left by one killed outright may since belong to another `railmq up`)."""
     pid = lock_holder(data_dir)
     process = up_process(pid) if pid else None
-    if process is None:
-        return None
+    return process if process is not None and _holds_lock(process, data_dir) else None
+
+
+def _holds_lock(process: psutil.Process, data_dir: str) -> bool:
     lock_path = os.path.realpath(os.path.join(data_dir, LOCK_NAME))
     try:
-        holds = any(opened.path == lock_path for opened in process.open_files())
+        return any(opened.path == lock_path for opened in process.open_files())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    return process if holds else None
+        return False
 
 
 def run_detached(args: argparse.Namespace, taken_port: Any, port_in_use_text: Any) -> int:
     data_dir = os.path.abspath(args.data_dir)
     os.makedirs(data_dir, exist_ok=True)
     state, damaged = read_state_or_damage(data_dir)
-    running = running_up_process(state) or lock_holding_up_process(data_dir)
+    running = running_up_process(state, data_dir) or lock_holding_up_process(data_dir)
     if running is not None:
         print_error("INVALID_CONFIG", f"a cluster already runs from {data_dir} (pid {running.pid}); "
                                       "`railmq down` stops it")
@@ -274,7 +278,7 @@ def _give_up(child: subprocess.Popen, log_path: str) -> None:
 def run_down(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     state, damaged = read_state_or_damage(data_dir)
-    named = running_up_process(state)
+    named = running_up_process(state, data_dir)
     process = named or lock_holding_up_process(data_dir)
     if process is None:
         _no_cluster_runs(data_dir, state, damaged)

@@ -218,3 +218,24 @@ def test_up_detach_refuses_a_pipe_in_place_of_its_log_without_waiting_for_a_read
         cli_daemon.run_detached(args, lambda args: None, lambda args, port: "")
 
     assert cli_daemon.LOG_FILE in str(raised.value)
+
+
+@pytest.mark.timeout(30)
+def test_down_on_a_copy_of_a_running_directory_leaves_the_cluster_that_runs_from_the_original(
+        tmp_path, fake_up):
+    """`cp -a` of a running cluster's data directory (a backup) carries its `railmq.json`, which
+    names the running `railmq up`: `railmq down --data-dir COPY` stopped that cluster and said
+    "its data stays in COPY". The lock is the truth: no `up` holds the copy's."""
+    original = fake_up.process
+    state = {**GOOD, "pid": original.pid, "data_dir": str(tmp_path)}
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / cli_daemon.STATE_FILE).write_text(json.dumps(state))
+
+    with pytest.raises(RailmqError) as raised:
+        _down(copy)
+
+    assert raised.value.code == ErrorCode.INVALID_REQUEST and str(copy) in str(raised.value)
+    time.sleep(0.1)
+    assert original.poll() is None, "the cluster of the original directory runs on"
+    assert not (copy / cli_daemon.STATE_FILE).exists(), "the copy's stale state file goes"
