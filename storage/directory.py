@@ -64,6 +64,9 @@ class DirectoryLock:
     def acquire(self) -> "DirectoryLock":
         os.makedirs(self.directory, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a pipe or device: its pid could not be written
+            os.close(fd)
+            raise OSError(errno.EINVAL, "the directory's lock is not a regular file", self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:

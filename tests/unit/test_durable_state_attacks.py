@@ -450,3 +450,14 @@ def test_a_voter_directory_of_another_cluster_is_refused_not_joined(tmp_path, ki
     start("cluster-d")  # its own directory again: taken
     with pytest.raises(RefusedToStart, match="cluster-e.*cluster-d|cluster-d.*cluster-e"):
         start("cluster-e")
+
+
+@pytest.mark.timeout(30)
+def test_a_lock_that_is_not_a_regular_file_is_refused_naming_it(tmp_path):
+    """A FIFO as a data directory's `.lock` made `railmq up` end with `OS_ERROR: [Errno 22]
+    Invalid argument`, naming no file (the pid is written over the lock, and a pipe cannot be
+    truncated)."""
+    os.mkfifo(tmp_path / ".lock")
+    with pytest.raises(OSError) as refused:
+        DirectoryLock(str(tmp_path)).acquire()
+    assert str(tmp_path / ".lock") in str(refused.value) and "regular file" in str(refused.value)
