@@ -30,7 +30,7 @@ from actors.messages import GroupSummary
 from railmq.cli_common import (
     EXIT_OK, UsageError, add_cluster_arguments, milliseconds_or_zero, non_negative_int,
 )
-from railmq.cli_offsets import parse_duration_ms, parse_time_ms
+from railmq.cli_offsets import TIME_MS_MAX, parse_duration_ms, parse_time_ms
 from railmq.cli_tables import Column, print_table
 from railmq.group_admin import EARLIEST, LATEST, GroupAdminClient
 from railmq.lag import GroupLag, OffsetResetPlan, ResetTarget, measure_group_lag, plan_reset
@@ -118,7 +118,10 @@ def _offset_target(text: str) -> ResetTarget:
 
 
 def _timestamp_target(text: str) -> ResetTarget:
-    return ResetTarget("timestamp", non_negative_int(text))
+    moment_ms = non_negative_int(text)
+    if moment_ms > TIME_MS_MAX:  # was "ListOffsetsRequest cannot be sent" once the cluster was found
+        raise argparse.ArgumentTypeError(f"{text!r} is past the year 292 million: no record's time")
+    return ResetTarget("timestamp", moment_ms)
 
 
 def _datetime_target(text: str) -> ResetTarget:
@@ -126,7 +129,10 @@ def _datetime_target(text: str) -> ResetTarget:
 
 
 def _duration_target(text: str) -> ResetTarget:
-    return ResetTarget("timestamp", _now_ms() - _typed(parse_duration_ms, text))
+    moment_ms = _now_ms() - _typed(parse_duration_ms, text)
+    if moment_ms < 0:  # was asked of the leader as a negative timestamp (INVALID_REQUEST)
+        raise argparse.ArgumentTypeError(f"{text!r} reaches back before 1970, before any record's time")
+    return ResetTarget("timestamp", moment_ms)
 
 
 def _shift_target(text: str) -> ResetTarget:

@@ -318,3 +318,17 @@ def test_a_data_dir_whose_path_is_not_utf8_is_a_usage_error(command, tmp_path, c
     err = capsys.readouterr().err
     assert refused.value.code == 2 and "--data-dir" in err and "UTF-8" in err, err
     assert not os.path.lexists(given)
+
+
+@pytest.mark.parametrize("flags", [["--by-duration", "P99999999999D"], ["--to-timestamp", str(10**23)]],
+                         ids=["by-duration", "to-timestamp"])
+def test_reset_offsets_to_a_time_no_record_can_carry_is_a_usage_error(flags, capsys):
+    """`groups reset-offsets g --topic t --by-duration P99999999999D` asked the leader for
+    "timestamp -8639998203451851892" (INVALID_REQUEST), and `--to-timestamp 10**23` failed with
+    "ListOffsetsRequest cannot be sent", once the cluster was found; `--to-datetime 0001-01-01`
+    was already a usage error ("before 1970")."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["groups", "reset-offsets", "g", "--topic", "t", *flags])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and flags[0] in err, err
