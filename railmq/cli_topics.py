@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from actors.errors import ErrorCode, RailmqError
+from actors.limits import NODES_MAX, PARTITIONS_PER_TOPIC_CEILING
 from actors.messages import PartitionMetadata, ReplicaInfo, TopicConfig, TopicMetadata
 from railmq.admin import Admin
 from railmq.cli_common import EXIT_OK, UsageError, add_cluster_arguments, key_value, positive_int
@@ -79,14 +80,32 @@ def register(commands: argparse._SubParsersAction) -> None:
     delete.set_defaults(handler=run_delete)
 
 
+def partition_count(text: str) -> int:
+    """Partitions of a topic: no configuration allows more than the ceiling every client checks."""
+    return _at_most(positive_int(text), PARTITIONS_PER_TOPIC_CEILING, "partitions a topic may have", text)
+
+
+def replica_count(text: str) -> int:
+    """Copies of a partition: one per node at most."""
+    return _at_most(positive_int(text), NODES_MAX, "nodes a cluster may have", text)
+
+
+def _at_most(value: int, most: int, what: str, text: str) -> int:
+    if value > most:  # was "cannot be sent: can't serialize ints" once the cluster was found
+        raise argparse.ArgumentTypeError(f"must be at most {most:,}, the most {what}, got {text!r}")
+    return value
+
+
 def _add_create(actions: argparse._SubParsersAction) -> None:
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("name", metavar="NAME", help="the topic's name")
-    create.add_argument("-p", "--partitions", type=positive_int, default=DEFAULT_PARTITIONS, metavar="N",
+    create.add_argument("-p", "--partitions", type=partition_count, default=DEFAULT_PARTITIONS, metavar="N",
                         help="how many partitions (the unit of parallelism and of ordering)")
-    create.add_argument("-r", "--replication-factor", "--replicas", dest="replication_factor", type=positive_int,
-                        metavar="N", help="copies of each partition (default: min(3, the cluster's nodes))")
-    create.add_argument("--min-insync", "--min-insync-replicas", dest="min_insync", type=positive_int, metavar="N",
+    create.add_argument("-r", "--replication-factor", "--replicas", dest="replication_factor",
+                        type=replica_count, metavar="N",
+                        help="copies of each partition (default: min(3, the cluster's nodes))")
+    create.add_argument("--min-insync", "--min-insync-replicas", dest="min_insync", type=replica_count,
+                        metavar="N",
                         help="replicas that must have a record before acks=all acknowledges it "
                              "(default: 2 with 3 or more replicas, else 1)")
     create.add_argument("-c", "--config", "--topic-config", dest="config", type=key_value, action="append",
@@ -125,8 +144,9 @@ def _add_partitions(actions: argparse._SubParsersAction) -> None:
                                           "so a key may land on a new partition afterwards.")
     grow.add_argument("name", metavar="NAME", help="the topic")
     count = grow.add_mutually_exclusive_group(required=True)
-    count.add_argument("-n", "--num", type=positive_int, metavar="N", help="add N partitions (rpk's --num)")
-    count.add_argument("--total", type=positive_int, metavar="N",
+    count.add_argument("-n", "--num", type=partition_count, metavar="N",
+                       help="add N partitions (rpk's --num)")
+    count.add_argument("--total", type=partition_count, metavar="N",
                        help="grow to N partitions in all (kafka-topics --alter --partitions)")
     _add_wait(grow)
     add_cluster_arguments(grow)

@@ -332,3 +332,18 @@ def test_reset_offsets_to_a_time_no_record_can_carry_is_a_usage_error(flags, cap
 
     err = capsys.readouterr().err
     assert refused.value.code == 2 and flags[0] in err, err
+
+
+@pytest.mark.parametrize("flags", [["create", "t", "-p"], ["create", "t", "-r"],
+                                   ["create", "t", "--min-insync"], ["add-partitions", "t", "-n"],
+                                   ["add-partitions", "t", "--total"]],
+                         ids=lambda flags: flags[-1])
+def test_topic_counts_no_cluster_could_hold_are_usage_errors(flags, capsys):
+    """`topics create t -p 99999999999999999999999` (or -r, --min-insync, add-partitions -n or
+    --total) ended, once the cluster was found, in "INVALID_REQUEST: CreateTopicRequest cannot be
+    sent: can't serialize ints < -2**63 or > 2**64 - 1"."""
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["topics", *flags, str(10**23)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and flags[-1] in err and "at most" in err, err
