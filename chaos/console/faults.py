@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import threading
 from typing import Any, Callable, NamedTuple
 
@@ -35,6 +36,7 @@ from actors.errors import RailmqError
 from actors.messages import LinkFault, MetadataResponse
 from chaos.links import ActorRef, FaultBoard, LinkPlan, isolation_plan
 from railmq.admin import Admin
+from storage.directory import SECRET_BYTES_MAX
 
 ACTIONS = ("kill", "pause", "resume", "isolate", "heal")
 TARGET_KINDS = ("replica", "node", "coordinator", "group-coordinator")
@@ -62,12 +64,20 @@ class FaultOutcome(NamedTuple):
 
 
 def read_secret(data_dir: str) -> bytes:
+    """Read as storage reads it (storage/directory.py): a regular file, opened non-blocking, within
+    its bound. Read whole and blocking, a symlink to /dev/zero was read until memory ran out and a
+    pipe held the collector's start for ever."""
     path = os.path.join(data_dir, SECRET_FILE)
     try:
-        with open(path, "rb") as handle:
-            secret = handle.read()
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise FaultRefused(f"the cluster secret {path} cannot be read (not a regular file)")
+            secret = handle.read(SECRET_BYTES_MAX + 1)
     except OSError as error:
         raise FaultRefused(f"the cluster secret {path} cannot be read ({error.strerror})") from None
+    if len(secret) > SECRET_BYTES_MAX:
+        raise FaultRefused(f"the cluster secret {path} cannot be read (larger than {SECRET_BYTES_MAX} "
+                           "bytes: not one railmq wrote)")
     if len(secret) < 16:
         raise FaultRefused(f"the cluster secret {path} is shorter than 16 bytes")
     return secret

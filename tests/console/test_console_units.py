@@ -446,3 +446,19 @@ def test_lag_seconds_of_a_commit_below_the_log_start_follow_the_oldest_record_le
     assert poller._lag_timestamps([description], metadata) == {("t", 0, 3): 1_000}
     poller.client.timestamp_ms = 9_000  # retention moved on: the oldest record left is newer
     assert poller._lag_timestamps([description], metadata) == {("t", 0, 3): 9_000}
+
+
+@pytest.mark.timeout(30)
+def test_read_secret_refuses_a_file_no_secret_fits_or_a_pipe_without_reading_it_whole(tmp_path):
+    """The console read `<data dir>/cluster.secret` whole and blocking: a symlink to /dev/zero in
+    its place was read until memory ran out, a 2 MiB file was taken as the key, and a FIFO held
+    the collector's start for ever (storage reads it bounded, regular files only)."""
+    from chaos.console.faults import read_secret
+
+    (tmp_path / "cluster.secret").write_bytes(b"k" * (2 << 20))
+    with pytest.raises(FaultRefused, match="cannot be read"):
+        read_secret(str(tmp_path))
+    (tmp_path / "cluster.secret").unlink()
+    os.mkfifo(tmp_path / "cluster.secret")
+    with pytest.raises(FaultRefused, match="cannot be read"):
+        read_secret(str(tmp_path))
