@@ -129,16 +129,19 @@ def ports_taken(args: argparse.Namespace) -> int:
 
 
 def taken_port(args: argparse.Namespace) -> int | None:
-    """The first port of P, P+1, ... the voters take that something else listens on."""
-    if not args.port:
-        return None
-    for port in range(args.port, args.port + ports_taken(args)):
+    """The first port of P, P+1, ... the voters take, or the console's (`--console`), that
+    something else listens on: checked before anything starts."""
+    wanted = range(args.port, args.port + ports_taken(args)) if args.port else range(0)
+    console = [args.http_port] if getattr(args, "console", False) and args.http_port else []
+    for port in [*wanted, *console]:
         if not port_is_free(port):
             return port
     return None
 
 
 def port_in_use_text(args: argparse.Namespace, port: int) -> str:
+    if getattr(args, "console", False) and port == args.http_port:
+        return f"port {port} on 127.0.0.1 is in use (the console's); choose another with --http-port"
     count = ports_taken(args)
     taken = f" (the controllers and group voters take ports {args.port}-{args.port + count - 1})" if count > 1 else ""
     return f"port {port} on 127.0.0.1 is in use{taken}; choose another with --port"
