@@ -42,7 +42,7 @@ from chaos.netns import unavailable as hosts_unavailable
 from chaos.runner import RECOVERY_WINDOW_S, run_scenario
 from chaos.runner import Progress as RunProgress
 from chaos.scenarios import SCENARIOS, UnknownScenario, get_scenario
-from railmq.cli_common import MILLISECONDS_MAX
+from railmq.cli_common import MILLISECONDS_MAX, directory
 
 EXIT_VALID = 0
 EXIT_VIOLATION = 1
@@ -77,7 +77,7 @@ def add_run_command(commands: Any) -> None:
                      help="drives every random choice: the same seed replays the same schedule (default 1)")
     run.add_argument("--duration", type=_positive_float, default=20.0, metavar="SECONDS",
                      help="length of the fault phase (default 20)")
-    run.add_argument("--report", metavar="DIR", default=None,
+    run.add_argument("--report", type=directory, metavar="DIR", default=None,
                      help="report folder (default chaos-reports/<scenario>-seed<N>-<time>)")
     run.add_argument("--recovery-window", type=_non_negative_float, default=RECOVERY_WINDOW_S,
                      metavar="SECONDS",

@@ -285,6 +285,19 @@ def test_a_lab_report_directory_that_is_a_file_is_refused_before_the_labs_run(fl
     assert refused.value.code == 2 and flag in err and "not a directory" in err, err
 
 
+def test_a_chaos_report_directory_that_is_a_file_is_refused_before_the_run(tmp_path, capsys):
+    """`railmq chaos run leader-kill --report FILE` ended at its start with `OS_ERROR: Not a
+    directory: 'FILE/workers'`; it is a usage error naming the flag now, as lab run's is."""
+    path = tmp_path / "file"
+    path.write_text("")
+
+    with pytest.raises(SystemExit) as refused:
+        cli.parse(cli.build_parser(), ["chaos", "run", "leader-kill", "--report", str(path)])
+
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--report" in err and "not a directory" in err, err
+
+
 def test_up_announces_a_data_dir_whose_name_looks_like_markup_as_written():
     """`railmq up --data-dir 'runs/[/]x'` started the cluster, then its announcement ended in
     `MarkupError: closing tag '[/]' ... has nothing to close` (the cluster was stopped)."""
