@@ -431,11 +431,21 @@ class Producer:
             except BaseException:  # noqa: BLE001
                 pass
 
+    def _forget_sticky_choice_past(self, topic: str, count: int) -> None:
+        """A topic made again under its name with fewer partitions: `send` takes the sticky choice
+        as it is, so one the topic no longer has goes, and the next keyless record chooses again
+        (kept, its records waited for a leader partition `count` or past never gets, and failed
+        REQUEST_TIMED_OUT)."""
+        with self._lock:
+            if self._sticky_choice.get(topic, -1) >= count:
+                del self._sticky_choice[topic]
+
     def _metadata(self, topics: list[TopicMetadata]) -> None:
         with self._metadata_arrived:
             for topic in topics:
                 if topic.error == ErrorCode.NONE and topic.partitions:  # a count of 0 partitions nothing
                     self._partition_counts[topic.name] = len(topic.partitions)
+                    self._forget_sticky_choice_past(topic.name, len(topic.partitions))
                     limit = topic.config.batch_bytes_max - BATCH_FRAMING_BYTES
                     if limit < self.batch_bytes_max:
                         self._batch_limits[topic.name] = max(1, limit)
