@@ -828,6 +828,9 @@ class ShareAcknowledgeRequest(Message, kw_only=True):
     topic: str
     partition: int
     acknowledgements: Annotated[list[ShareAcknowledgement], LONG] = []
+    # An answer to records of a topic deleted and made again under its name settles nothing of
+    # the new one, whose records sit at the same offsets.
+    topic_id: int = 0  # of the topic the records were fetched from; another is UNKNOWN_TOPIC_ID; 0: unchecked
 
 
 class ShareAcknowledgementResult(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -204,6 +204,14 @@ class ShareDelivery:
                                                           partition=request.partition))]
         group, share_partition = found
         self._touch(group, request.member_id, now_ns)
+        if request.topic_id and share_partition.topic_id and request.topic_id != share_partition.topic_id:
+            # Records of a topic deleted and made again under its name: their offsets name other
+            # records here, possibly locked to this same member under the same delivery count.
+            return [Send(sender, ShareAcknowledgeResponse(
+                correlation_id=request.correlation_id, error=ErrorCode.UNKNOWN_TOPIC_ID, topic=request.topic,
+                partition=request.partition, error_message=(
+                    f"the records answered are of topic id {request.topic_id:x}; {request.topic} is now "
+                    f"topic id {share_partition.topic_id:x} (deleted and made again): nothing settled")))]
         limits = self.limits
         # A member acknowledges at most what it can hold: ranges that overlap or repeat (2,000
         # renewals of the same 2,000 records were 0.4 s of the coordinator every group shares).

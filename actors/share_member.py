@@ -17,7 +17,8 @@ actors/consumer_client.py does for a `Consumer`, and keeps to the same rules: pu
   releases every record still held.
 
 Commands (`ClientCommand`): "subscribe" {topics}; "acknowledge" {acknowledgements: [[topic,
-partition, first, last, kind, delay_ms, error, delivery_count]]} with a token (0: no answer wanted);
+partition, first, last, kind, delay_ms, error, delivery_count, topic_id]]} (the last two optional;
+topic_id: of the topic the records were read from) with a token (0: no answer wanted);
 "consumed" {bytes}; "close".
 Notifications: ("membership", (membership, member_id, settings)), ("share-records", (membership,
 topic, partition, batches, [[first, last, delivery_count]], lock_deadline_ms, topic_id)), ("result", (token,

@@ -42,13 +42,17 @@ class ShareAcknowledging:
 
     def _acknowledge(self, token: int, entries: list[list[Any]], now_ns: int) -> list[Effect]:
         call = AcknowledgeCall(token)
-        by_partition: dict[tuple[str, int], list[ShareAcknowledgement]] = {}
+        # One request per partition and topic id: records of a topic deleted and made again
+        # under its name are answered apart from the new one's at the same offsets.
+        by_partition: dict[tuple[str, int, int], list[ShareAcknowledgement]] = {}
         for topic, partition, first, last, kind, delay_ms, error, *delivery in entries:
-            by_partition.setdefault((topic, partition), []).append(ShareAcknowledgement(
+            topic_id = delivery[1] if len(delivery) > 1 else 0
+            by_partition.setdefault((topic, partition, topic_id), []).append(ShareAcknowledgement(
                 first_offset=first, last_offset=last, kind=kind, delay_ms=delay_ms, error=error,
                 delivery_count=delivery[0] if delivery else 0))
         effects: list[Effect] = []
-        for key, acknowledgements in sorted(by_partition.items()):
+        for (topic, partition, topic_id), acknowledgements in sorted(by_partition.items()):
+            key = (topic, partition)
             if not self.member_id or not self.coordinator:
                 code = ErrorCode.UNKNOWN_MEMBER_ID if not self.member_id else ErrorCode.COORDINATOR_NOT_AVAILABLE
                 call.results += [[*key, a.first_offset, a.last_offset, code, 0] for a in acknowledgements]
@@ -61,7 +65,7 @@ class ShareAcknowledging:
             request = ShareAcknowledgeRequest(correlation_id=0, group_id=self.settings.group_id,
                                               member_id=self.member_id, member_secret=self.member_secret,
                                               topic=key[0], partition=key[1],
-                                              acknowledgements=acknowledgements)
+                                              acknowledgements=acknowledgements, topic_id=topic_id)
             send = self._send("acknowledge", (call, key, acknowledgements), self.coordinator, request, now_ns)
             call.waiting.add(send.message.correlation_id)
             effects.append(send)

@@ -65,6 +65,7 @@ class ShareRecord(ConsumerRecord):
 
 _records_decoder = msgspec.msgpack.Decoder(list[ShareRecord])
 RecordKey = tuple[str, int, int]  # topic, partition, offset
+Answer = tuple[str, int, str, int, int]  # kind, delay_ms, error, delivery count, topic id
 
 
 def decode_acquired(topic: str, partition: int, batches: Any, acquired: list[list[int]], lock_deadline_ms: int,
@@ -148,7 +149,8 @@ class ShareConsumer(ClientShell):
         self._current_index = 0
         self._current_chunk: tuple | None = None
         self._delivered: dict[RecordKey, ShareRecord] = {}  # returned by poll, not acknowledged yet
-        self._acknowledgements: dict[RecordKey, tuple[str, int, str, int]] = {}  # kind, delay_ms, error, delivery
+        # each record's answer, with the id of the topic it was read from
+        self._acknowledgements: dict[RecordKey, Answer] = {}
         self._failures: deque = deque(maxlen=FAILURES_KEPT_MAX)
         self._membership = 0
         self._member_id = ""
@@ -249,12 +251,13 @@ class ShareConsumer(ClientShell):
             raise ValueError(f"delay_ms is for releases, 0 to {INT64_MAX}, got {delay_ms}")
         key = (record.topic, record.partition, record.offset)
         with self._ready:
-            if key not in self._delivered:
+            delivered = self._delivered.get(key)
+            if delivered is None or delivered.topic_id != record.topic_id:
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE, (
                     f"{record.topic}/{record.partition}@{record.offset} was not delivered to this member "
                     "or is already acknowledged"))
-            self._acknowledgements[key] = (kind, int(delay_ms), _error_text(error),
-                                           self._delivered[key].delivery_count)
+            self._acknowledgements[key] = (kind, int(delay_ms), _error_text(error), delivered.delivery_count,
+                                           delivered.topic_id)
 
     def renew(self, record: ShareRecord) -> int:
         """Extend this member's lock on a delivered record by the visibility timeout; returns the
@@ -265,7 +268,8 @@ class ShareConsumer(ClientShell):
                 raise RailmqError(ErrorCode.INVALID_RECORD_STATE,
                                   "only a delivered, unanswered record can be renewed")
         results = self.call("acknowledge",
-                            acknowledgements=[[*key, record.offset, "renew", 0, "", record.delivery_count]])
+                            acknowledgements=[[*key, record.offset, "renew", 0, "", record.delivery_count,
+                                               record.topic_id]])
         (_, _, _, _, code, deadline_ms), = results
         if code:
             where = f"{record.topic}/{record.partition}@{record.offset}"
@@ -291,7 +295,8 @@ class ShareConsumer(ClientShell):
     def _accept_unanswered(self) -> None:
         with self._ready:
             for key, record in self._delivered.items():
-                self._acknowledgements.setdefault(key, ("accept", 0, "", record.delivery_count))
+                self._acknowledgements.setdefault(key, ("accept", 0, "", record.delivery_count,
+                                                        record.topic_id))
 
     def _send_acknowledgements(self, token: int, timeout_s: float | None = None) -> dict[RecordKey, int] | None:
         with self._ready:
@@ -300,8 +305,9 @@ class ShareConsumer(ClientShell):
                 self._delivered.pop(key, None)
         if not answered:
             return {} if token else None
-        entries = [[topic, partition, first, last, kind, delay_ms, error, delivery_count]
-                   for (topic, partition, first, last), (kind, delay_ms, error, delivery_count) in _ranges(answered)]
+        entries = [[topic, partition, first, last, kind, delay_ms, error, delivery_count, topic_id]
+                   for (topic, partition, first, last), (kind, delay_ms, error, delivery_count, topic_id)
+                   in _ranges(answered)]
         if not token:
             self._command("acknowledge", acknowledgements=entries)
             return None
@@ -343,7 +349,7 @@ class ShareConsumer(ClientShell):
             self._engine.stop()
 
 
-def _ranges(answered: dict[RecordKey, tuple[str, int, str, int]]) -> list[tuple[tuple[str, int, int, int], tuple]]:
+def _ranges(answered: dict[RecordKey, Answer]) -> list[tuple[tuple[str, int, int, int], tuple]]:
     """Per-record acknowledgements as runs of consecutive offsets with the same answer to the
     same delivery."""
     runs: list[list[Any]] = []

@@ -166,8 +166,10 @@ ERROR_WHEN = {
     "INVALID_RECORD": "Produce: the batch's header and CRC are fine but its payload is not what the header claims "
                       "(a record count, timestamps or offset deltas that do not match the records), or it sets "
                       "attributes only the broker may set (a control batch). Nothing was written.",
-    "UNKNOWN_TOPIC_ID": "Produce, fetch or list offsets naming a `topic_id` other than the replica's: the topic was "
-                        "deleted and created again under the same name. Refresh metadata.",
+    "UNKNOWN_TOPIC_ID": "Produce, fetch or list offsets naming a `topic_id` other than the replica's, or a "
+                        "share acknowledgement naming one other than the share-partition's: the topic was "
+                        "deleted and created again under the same name. Refresh metadata; answers to the old "
+                        "topic's records settle nothing.",
     "DUPLICATE_BROKER_REGISTRATION": "NodeHeartbeat from a second node agent for a node another agent runs and was "
                                      "heard from within the node session (the node started twice). The sentence "
                                      "names the running agent. Nothing was taken and no assignments come back; the "

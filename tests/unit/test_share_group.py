@@ -196,10 +196,10 @@ class World:
         return response
 
     def answer(self, member: str, member_id: str, topic: str, first: int, last: int, kind: str,
-               **extra) -> ShareAcknowledgeResponse:
+               topic_id: int = 0, **extra) -> ShareAcknowledgeResponse:
         self.harness.deliver(GROUP, ShareAcknowledgeRequest(
             correlation_id=self.next_id(), group_id="g", member_id=member_id, topic=topic, partition=0,
-            member_secret=self.secrets.get(member_id, b""),
+            member_secret=self.secrets.get(member_id, b""), topic_id=topic_id,
             acknowledgements=[ShareAcknowledgement(first_offset=first, last_offset=last, kind=kind, **extra)]),
             member)
         self.settle(50)
@@ -960,6 +960,52 @@ def test_records_handed_over_name_their_topics_id_so_an_idempotent_consumer_tell
             True, False, True]
 
 
+def test_a_member_answers_records_of_a_topic_made_again_apart_from_the_new_ones_at_their_offsets(world):
+    """The member's shell names the topic id of the records it answers, and the member sends it:
+    the old topic's records are refused UNKNOWN_TOPIC_ID and the new ones at the same offsets stay
+    to be answered (before, a late reject of old 0..1 dead-lettered the new 0..1)."""
+    old_topic_id = world.coordinator.topics["orders"].topic_id
+    world.produce("orders", ["old-0", "old-1"])
+    start_member(world, "m1", ["orders"], request_timeout_ms=2_000)  # its fetch to the old leader times out
+    assert delivered(world, "m1") == [(0, 1), (1, 1)]
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
+                          PRODUCER)
+    for key in [key for key in world.replicas if key[0] == "orders"]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+    world.create_topic("orders")
+    new_topic_id = world.coordinator.topics["orders"].topic_id
+    world.produce("orders", ["new-0", "new-1"])
+
+    def first_deliveries_of_the_new_topic() -> list[int]:
+        return [offset for topic_id, offset, count in delivered_with_topic_ids(world, "m1")
+                if (topic_id, count) == (new_topic_id, 1)]
+
+    for _ in range(100):
+        world.settle(200)
+        if first_deliveries_of_the_new_topic() == [0, 1]:
+            break
+    assert first_deliveries_of_the_new_topic() == [0, 1], "the new topic's records, from its start"
+
+    [late] = answer_as(world, "m1", [["orders", 0, 0, 1, "reject", 0, "old", 1, old_topic_id]], token=7)
+    [current] = answer_as(world, "m1", [["orders", 0, 0, 1, "accept", 0, "", 1, new_topic_id]], token=8)
+    world.settle(1_500)
+
+    assert late[4] == ErrorCode.UNKNOWN_TOPIC_ID and current[4] == ErrorCode.NONE
+    assert dead_letters(world) == []
+
+
+def delivered_with_topic_ids(world: World, name: str) -> list[tuple[int, int, int]]:
+    """(topic id, offset, delivery count) of every record the member handed to its shell."""
+    found = []
+    for address, notify in world.harness.notified:
+        if address == name and notify.kind == "share-records":
+            _, topic, partition, batches, ranges, deadline_ms, topic_id = notify.payload
+            found += [(topic_id, record.offset, record.delivery_count)
+                      for record in decode_acquired(topic, partition, batches, ranges, deadline_ms)]
+    return found
+
+
 def test_a_member_holding_its_prefetch_bound_acquires_no_more_until_it_answers(world):
     world.produce("orders", [str(n) for n in range(10)])
     member = start_member(world, "m1", ["orders"], prefetch_records_max=4)
@@ -1266,6 +1312,46 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start(
 
     assert sorted(offsets) == list(range(40)), "every record of the new topic, from its start"
     assert world.harness.trace_events("share-partition-of-a-deleted-topic")
+
+
+def test_an_answer_to_a_record_of_the_deleted_topic_does_not_settle_the_new_topics_record_there():
+    """The member held offsets 0..29 of the old topic; the topic was deleted and made again, and
+    the same member acquired the new topic's 0..39 (each a first delivery, as the old ones were).
+    Its user's late answer to the old records, rejecting 0..9, was taken for the new records at
+    those offsets: 10 healthy records of the new topic archived and dead-lettered, never handled.
+    An answer names the topic id its records came from, and one of another id settles nothing."""
+    world = World()
+    world.create_topic("orders")
+    old_topic_id = world.coordinator.topics["orders"].topic_id
+    world.produce("orders", [f"old-{index}" for index in range(30)])
+    member = world.join("a", ["orders"]).member_id
+    assert len(acquired_offsets(world.acquire_now("a", member, "orders", max_records=30))) == 30
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
+                          PRODUCER)
+    for key in [key for key in world.replicas if key[0] == "orders"]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+    world.create_topic("orders")
+    new_topic_id = world.coordinator.topics["orders"].topic_id
+    world.produce("orders", [f"new-{index}" for index in range(40)])
+    offsets: set[int] = set()
+    for _ in range(30):
+        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
+        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
+        world.settle(300)
+        offsets |= {offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)}
+        if len(offsets) >= 40:
+            break
+    assert sorted(offsets) == list(range(40)) and old_topic_id != new_topic_id
+
+    late = world.answer("a", member, "orders", 0, 9, "reject", topic_id=old_topic_id, delivery_count=1,
+                        error="the old topic's record")
+    current = world.answer("a", member, "orders", 0, 39, "accept", topic_id=new_topic_id, delivery_count=1)
+    world.settle(1_500)
+
+    assert late.error == ErrorCode.UNKNOWN_TOPIC_ID
+    assert [result.error for result in current.results] == [ErrorCode.NONE], "all 40 held, then accepted"
+    assert dead_letters(world) == [], "no record of the new topic dead-lettered"
 
 
 def test_a_partition_the_topic_gained_while_the_group_read_it_is_shared_from_its_start():
