@@ -806,6 +806,8 @@ class ShareAcquireResponse(Message, kw_only=True):
     partition: int = -1
     acquired: list[AcquiredRecords] = []
     lock_deadline_ms: int = 0  # wall-clock time at the coordinator when these locks expire
+    # A leader of a topic deleted and made again under the name refuses a fetch naming this id.
+    topic_id: int = 0  # the share-partition's topic id: fetch the records naming it; 0: not known
 
 
 class ShareAcknowledgement(msgspec.Struct, omit_defaults=True, kw_only=True):

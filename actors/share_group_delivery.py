@@ -137,7 +137,8 @@ class ShareDelivery:
             return None
         return ShareAcquireResponse(correlation_id=request.correlation_id, topic=request.topic,
                                     partition=request.partition, acquired=acquisition.acquired,
-                                    lock_deadline_ms=acquisition.lock_deadline_ns // MS)
+                                    lock_deadline_ms=acquisition.lock_deadline_ns // MS,
+                                    topic_id=share_partition.topic_id)
 
     def _room_in_flight(self, group: ShareGroup) -> int:
         """How many more records `group` may take in flight: what is left of its own bound, within

@@ -68,7 +68,7 @@ class Reader:
         self.lock_deadline_ms = 0
         self.fetching = 0  # correlation of the fetch in flight
         self.retry_at_ns = 0
-        self.topic_id = 0  # of the topic the fetch in flight is for (its leader checks it)
+        self.topic_id = 0  # of the topic its acquired records are of (its fetch names it, for the leader)
 
 
 class ShareFetching:
@@ -178,6 +178,7 @@ class ShareFetching:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
                 held[offset] = deadline_ms
         reader.to_fetch, reader.lock_deadline_ms = list(response.acquired), deadline_ms
+        reader.topic_id = response.topic_id  # fetched naming it (0: metadata's)
         self.timer.want(deadline_ms * MS)
         return []
 
@@ -199,7 +200,11 @@ class ShareFetching:
             reader.retry_at_ns = now_ns + RETRY_BACKOFF_MS * MS
             return self._request_metadata(now_ns)
         leader = metadata.partitions[reader.partition]
-        reader.topic_id = metadata.topic_id
+        # The acquisition's topic id: records a share-partition of a topic deleted and made again
+        # under its name handed out are refused by the new topic's leader (UNKNOWN_TOPIC_ID), not
+        # fetched from it and handed over under the old share-partition's locks (and the other
+        # way round with metadata older than the coordinator's).
+        reader.topic_id = reader.topic_id or metadata.topic_id
         request = FetchRequest(correlation_id=0, topic=reader.topic, partition=reader.partition,
                                topic_id=reader.topic_id, offset=reader.to_fetch[0].first_offset,
                                max_wait_ms=0, leader_epoch=leader.leader_epoch, max_bytes=reader.budget_bytes)

@@ -995,6 +995,31 @@ def test_a_member_answers_records_of_a_topic_made_again_apart_from_the_new_ones_
     assert dead_letters(world) == []
 
 
+def test_records_acquired_in_a_deleted_topics_share_partition_are_not_fetched_from_the_new_topic(world):
+    """The coordinator had not yet seen the topic made again when it handed the member offsets 0..1
+    of the old share-partition (their third delivery); the member fetched them with its metadata,
+    which named the new topic, and handed the new topic's records 0..1 to its user under the old
+    share-partition's locks and delivery count. A fetch names the topic id the records were
+    acquired under, so the new topic's leader refuses it, and the new topic's records are handed
+    out only by the new share-partition, from their first delivery."""
+    world.produce("orders", ["old-0", "old-1"])
+    start_member(world, "m1", ["orders"], request_timeout_ms=2_000)  # its fetch to the old leader times out
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
+                          PRODUCER)
+    for key in [key for key in world.replicas if key[0] == "orders"]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+    world.create_topic("orders")
+    new_topic_id = world.coordinator.topics["orders"].topic_id
+    world.produce("orders", ["new-0", "new-1"])
+    world.settle(12_000)
+
+    assert world.harness.trace_events("share-partition-of-a-deleted-topic")
+    new_deliveries = [count for topic_id, offset, count in delivered_with_topic_ids(world, "m1")
+                      if topic_id == new_topic_id and offset == 0]
+    assert new_deliveries[:3] == [1, 2, 3], "the new share-partition's deliveries, from the first"
+
+
 def delivered_with_topic_ids(world: World, name: str) -> list[tuple[int, int, int]]:
     """(topic id, offset, delivery count) of every record the member handed to its shell."""
     found = []
