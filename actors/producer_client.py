@@ -73,6 +73,7 @@ class ProducerClient(ProducerMetadata):
         self.metadata_asked: set[str] = set()  # the topics the request in flight asks for
         self.metadata_rounds = 0  # requests made: whose turn it is when batches' topics do not fit one
         self.metadata_answered_ns = -(1 << 62)
+        self.metadata_refreshed_ns = -1  # when every known topic was last asked for (-1: not yet sent to)
         self.producer_id = -1
         self.producer_secret = b""  # handed out with producer_id; a leader takes its batches only with it
         self.producer_id_correlation = 0
@@ -165,7 +166,7 @@ class ProducerClient(ProducerMetadata):
         self.batches_taken += 1
         self.waiting.setdefault(key, deque()).append(Pending(batch, self.batches_taken))
         self.timer.want(batch.deadline_ns)
-        return self._dispatch(key, now_ns)
+        return self._refresh_when_old(now_ns) + self._dispatch(key, now_ns)
 
     def _dispatch(self, key: tuple[str, int], now_ns: int) -> list[Effect]:
         """Send waiting batches of one partition while there is room in flight."""

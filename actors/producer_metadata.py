@@ -169,6 +169,19 @@ class ProducerMetadata:
             effects += self._dispatch(key, now_ns)
         return effects
 
+    def _refresh_when_old(self, now_ns: int) -> list[Effect]:
+        """Ask for every known topic again once `metadata_max_age_ms` passed since they were last
+        asked for (Kafka's metadata.max.age.ms). Otherwise metadata is asked for only when
+        something is wrong, and a producer meeting no error never heard that its topic gained
+        partitions: its keys went on to `hash % old count` for its whole life while a producer
+        started later put them elsewhere, and its keyless records never reached the new ones."""
+        if self.metadata_refreshed_ns < 0:
+            self.metadata_refreshed_ns = now_ns
+        if now_ns - self.metadata_refreshed_ns <= self.settings.metadata_max_age_ms * MS or not self.topics:
+            return []
+        self.metadata_refreshed_ns = now_ns
+        return self._request_metadata(sorted(self.topics), now_ns)
+
     def _leader_endpoint(self, key: tuple[str, int], now_ns: int) -> str:
         topic = self.topics.get(key[0])
         if topic is None or not 0 <= key[1] < len(topic.partitions):
