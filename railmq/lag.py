@@ -137,15 +137,17 @@ def build_group_lag(description: DescribeGroupResponse, partition_counts: dict[s
                     log_ends: dict[TopicPartitionKey, int], oldest_timestamps: dict[TopicPartitionKey, int],
                     now_ms: int, *, rates: dict[TopicPartitionKey, float] | None = None,
                     rule: HotRule = HotRule(), sample_ms: int = 0, reset: str = "latest",
-                    log_starts: dict[TopicPartitionKey, int] | None = None) -> GroupLag:
+                    log_starts: dict[TopicPartitionKey, int] | None = None,
+                    topic_ids: dict[str, int] | None = None) -> GroupLag:
     """Lag per partition of every topic the group has commits for or is assigned; a partition
     without a commit is measured from where `reset` would start a member (`log_starts` gives
-    the log start of those partitions)."""
+    the log start of those partitions). With `topic_ids` (each topic's id now), a commit of
+    another id (the topic was deleted and made again) counts as none."""
     if reset not in ("earliest", "latest"):
         raise ValueError(f"reset must be earliest or latest, not {reset!r}")
     owners = {tuple(tp): member for member in description.members for tp in member.assignment}
-    committed = {(entry.topic, entry.partition): entry.offset for entry in description.offsets}
-    topics = sorted({tp[0] for tp in committed} | {tp[0] for tp in owners})
+    committed = _commits(description, topic_ids or {})
+    topics = sorted({entry.topic for entry in description.offsets} | {tp[0] for tp in owners})
     starts = log_starts or {}
     rows: list[PartitionLag] = []
     for topic in topics:
@@ -230,7 +232,8 @@ def measure_group_lag(client: GroupAdminClient, group_id: str, *, sample_ms: int
     description = client.describe_group(group_id)
     committed = {(entry.topic, entry.partition): entry.offset for entry in description.offsets}
     assigned = {tuple(tp) for member in description.members for tp in member.assignment}
-    counts = _partition_counts(client, sorted({topic for topic, _ in set(committed) | assigned}))
+    counts, topic_ids = _partition_counts(client, sorted({topic for topic, _ in set(committed) | assigned}))
+    committed = _commits(description, topic_ids)
     keys = [(topic, partition) for topic, count in sorted(counts.items()) for partition in range(count)]
     log_ends = _log_ends(client, keys)
     rates = None
@@ -246,7 +249,8 @@ def measure_group_lag(client: GroupAdminClient, group_id: str, *, sample_ms: int
                  if (start := start_position(None, reset, log_starts[key], log_ends[key])) is not None}, **committed}
     timestamps = _oldest_unconsumed_timestamps(client, starts, log_ends)
     return build_group_lag(description, counts, log_ends, timestamps, client.clock_ms(), rates=rates,
-                           rule=rule, sample_ms=sample_ms, reset=reset, log_starts=log_starts)
+                           rule=rule, sample_ms=sample_ms, reset=reset, log_starts=log_starts,
+                           topic_ids=topic_ids)
 
 
 def _oldest_unconsumed_timestamps(client: GroupAdminClient, committed: dict[TopicPartitionKey, int],
@@ -261,16 +265,27 @@ def _oldest_unconsumed_timestamps(client: GroupAdminClient, committed: dict[Topi
     return found
 
 
-def _partition_counts(client: GroupAdminClient, topics: list[str]) -> dict[str, int]:
-    """Partition counts of the topics that still exist (a deleted topic keeps its commits only)."""
-    counts = {}
+def _partition_counts(client: GroupAdminClient, topics: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Partition counts and ids of the topics that still exist (a deleted topic keeps its commits only)."""
+    counts, topic_ids = {}, {}
     for topic in topics:
         try:
-            counts[topic] = len(client.topic(topic).partitions)
+            metadata = client.topic(topic)
         except RailmqError as error:
             if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 raise
-    return counts
+            continue
+        counts[topic], topic_ids[topic] = len(metadata.partitions), metadata.topic_id
+    return counts, topic_ids
+
+
+def _commits(description: DescribeGroupResponse, topic_ids: dict[str, int]) -> dict[TopicPartitionKey, int]:
+    """The group's committed offsets, without those of a topic deleted and made again under its
+    name (another id than `topic_ids` gives it now): a member starts those partitions from its
+    reset policy (trace position-of-a-deleted-topic), so they are measured from there. Measured
+    from the old offsets, a new topic shorter than them showed no lag at all."""
+    return {(entry.topic, entry.partition): entry.offset for entry in description.offsets
+            if not (entry.topic_id and topic_ids.get(entry.topic, 0) not in (0, entry.topic_id))}
 
 
 def _log_ends(client: GroupAdminClient, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:

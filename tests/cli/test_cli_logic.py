@@ -132,6 +132,7 @@ class FakeGroupClient:
         self.ends, self.growth, self.timestamps = dict(ends), growth, timestamps
         self.now_ms = 50_000
         self.timestamp_requests: list[tuple[int, int]] = []
+        self.committed_topic_id = self.topic_id = 0  # 0: not known (commits older than topic ids)
 
     def clock_ms(self) -> int:
         return self.now_ms
@@ -142,13 +143,15 @@ class FakeGroupClient:
             self.ends[partition] += added
 
     def describe_group(self, group_id: str) -> DescribeGroupResponse:
-        offsets = [OffsetEntry(topic="t", partition=p, offset=10) for p in (0, 1, 2)]
+        offsets = [OffsetEntry(topic="t", partition=p, offset=10, topic_id=self.committed_topic_id)
+                   for p in (0, 1, 2)]
         return _description(state="Empty", offsets=offsets)
 
     def topic(self, name: str):
         if name != "t":
             raise RailmqError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
-        return TopicMetadata(name="t", partitions=[PartitionMetadata(partition=p) for p in range(4)])
+        return TopicMetadata(name="t", topic_id=self.topic_id,
+                             partitions=[PartitionMetadata(partition=p) for p in range(4)])
 
     def list_offset(self, topic: str, partition: int, timestamp_ms: int) -> int:
         assert timestamp_ms in (-1, -2), "lag is measured against the latest offset (and the earliest without a commit)"
@@ -182,6 +185,22 @@ def test_a_group_with_commits_on_a_deleted_topic_still_describes():
     report = build_group_lag(description, {}, {}, {}, now_ms=0)
     assert [(row.topic, row.committed_offset, row.log_end_offset, row.lag_messages)
             for row in report.partitions] == [("gone", 3, None, None)]
+
+
+def test_commits_of_a_topic_deleted_and_made_again_are_not_measured_against_the_new_one():
+    """The group committed offset 10 on partitions 0..2 of the old topic; the new one under the name
+    holds 30, 20, 5 and 5 records. Measured against the old commits, the lags were 20, 10 and 0 (5
+    records under a commit of 10), while a member starts those partitions from its reset policy
+    (trace position-of-a-deleted-topic) and reads all 60."""
+    client = FakeGroupClient(ends={0: 30, 1: 20, 2: 5, 3: 5}, growth={}, timestamps={})
+    client.committed_topic_id, client.topic_id = 1, 2
+
+    report = measure_group_lag(client, "g", reset="earliest")
+
+    rows = {row.partition: row for row in report.partitions}
+    assert [rows[p].committed_offset for p in range(4)] == [None] * 4
+    assert [rows[p].lag_messages for p in range(4)] == [30, 20, 5, 5], "from the start, as a member reads"
+    assert {rows[p].start_from for p in range(4)} == {"earliest"}
 
 
 # --------------------------------------------------------------------------- reset plans
