@@ -114,8 +114,11 @@ class GroupAdminClient:
         return [tuple(partition) for partition in reply.deleted]
 
     def commit_as_admin(self, group_id: str, offsets: dict[TopicPartitionKey, int]) -> None:
-        """Commit with generation -1: accepted only while the group has no members (else NON_EMPTY_GROUP)."""
-        entries = [OffsetEntry(topic=topic, partition=partition, offset=offset)
+        """Commit with generation -1: accepted only while the group has no members (else NON_EMPTY_GROUP).
+        Each offset names its topic's id, as a member's commit does: without one, a commit is taken
+        for whatever topic has the name when a member reads it, a topic made again under it too."""
+        entries = [OffsetEntry(topic=topic, partition=partition, offset=offset,
+                               topic_id=self._topic_id(topic))
                    for (topic, partition), offset in sorted(offsets.items())]
         reply = self._group_request(OffsetCommitRequest(correlation_id=0, group_id=group_id, offsets=entries))
         refused = [entry for entry in reply.offsets if entry.error]
@@ -124,6 +127,15 @@ class GroupAdminClient:
             raise RailmqError(first.error, f"the commit for {first.topic}/{first.partition} was refused")
 
     # ------------------------------------------------------------------ partition leaders
+
+    def _topic_id(self, name: str) -> int:
+        """The topic's id now; 0 for a topic not made yet (its commit is taken by the first one)."""
+        try:
+            return self.topic(name).topic_id
+        except RailmqError as error:
+            if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            return 0
 
     def topic(self, name: str) -> TopicMetadata:
         if name not in self._topics:
