@@ -35,7 +35,8 @@ def groups():
 
 @pytest.mark.timeout(30)
 def test_an_administrative_commit_names_the_topic_id_of_what_it_commits(groups):
-    groups._topics["orders"] = TopicMetadata(name="orders", topic_id=77, partitions=[PartitionMetadata(partition=0)])
+    groups._topics["orders"] = TopicMetadata(name="orders", topic_id=77,
+                                             partitions=[PartitionMetadata(partition=0)])
 
     groups.commit_as_admin("g", {("orders", 0): 30})
 
