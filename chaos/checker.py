@@ -10,6 +10,9 @@ operations checks in seconds. The rules, after Jepsen's Kafka and queue checkers
   there at another offset than acknowledged (then also an inconsistent offset). Without a final
   read of that partition: acknowledged offset below the highest offset any poll returned there,
   and the value never read (Jepsen's rule).
+- unchecked: an `ok` send not judged lost whose partition has no final read (a final read that
+  could not finish is not written). Nothing shows it survived, so it is a violation: a run is
+  never "0 lost" by default.
 - phantom: a value read (poll or final read) that no send ever invoked.
 - failed read: a value read whose send completed with `fail`.
 - inconsistent offsets: two values seen at one (topic, partition, offset), or one value seen at
@@ -60,6 +63,7 @@ from chaos.checker_rules import (
     find_inconsistencies,
     find_lost,
     find_order_violations,
+    find_unchecked,
     find_unseen,
     lossy_partitions,
     percentile,
@@ -124,6 +128,7 @@ def _collector_paused() -> Iterator[None]:
 
 def _judge(ledger: Ledger) -> CheckResult:
     lost, lost_values = find_lost(ledger)
+    unchecked, unchecked_partitions = find_unchecked(ledger, lost_values)
     phantoms, failed_reads = find_bad_reads(ledger)
     offset_conflicts, value_conflicts, unexplained = find_inconsistencies(ledger, lost_values)
     order = find_order_violations(ledger)
@@ -146,6 +151,8 @@ def _judge(ledger: Ledger) -> CheckResult:
         deliveries=sum(stats.deliveries for stats in by_group.values()),
         lost=lost.count,
         lost_messages=lost.examples,
+        unchecked=unchecked,
+        unchecked_partitions=unchecked_partitions,
         phantom=phantoms.count,
         phantom_reads=phantoms.examples,
         failed_reads=failed_reads.count,

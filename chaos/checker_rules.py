@@ -78,6 +78,28 @@ def find_lost(ledger: Ledger) -> tuple[Tally, set[Value]]:
     return lost, lost_values
 
 
+def find_unchecked(ledger: Ledger, lost_values: set[Value]) -> tuple[int, list[tuple[str, int | None]]]:
+    """Acknowledged sends not judged lost whose partition has no final read, and those partitions.
+
+    Nothing shows they survived: a poll saw the log once, not after the recovery window, and an
+    acknowledged offset above every polled one is not judged at all. A partition whose final
+    read could not finish (its leader never came back) must not pass for one that lost nothing.
+    """
+    count, partitions = 0, set()
+    for record in ledger.sends.values():
+        if record.outcome != "ok" or record.value in lost_values:
+            continue
+        if record.ack_partition is None:
+            if record.topic in ledger.final_topics:
+                continue
+        elif (record.topic, record.ack_partition) in ledger.final_partitions:
+            continue
+        count += 1
+        partitions.add((record.topic, record.ack_partition))
+    ordered = sorted(partitions, key=lambda place: (place[0], -1 if place[1] is None else place[1]))
+    return count, ordered
+
+
 def find_bad_reads(ledger: Ledger) -> tuple[Tally, Tally]:
     phantoms, failed_reads = Tally(), Tally()
     for record in ledger.sends.values():

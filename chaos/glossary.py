@@ -23,6 +23,8 @@ GLOSSARY: list[tuple[str, str]] = [
                         "skipped one."),
     ("commit regressions", "a group's committed offset that moved back after a later commit completed."),
     ("divergences", "two replicas holding different records below both their high watermarks."),
+    ("unchecked", "acknowledged sends on a partition the final read could not read to its end: nothing "
+                  "shows they survived, so the run cannot pass."),
     ("unseen", "acknowledged values the consumer group never polled, after the recovery window."),
     ("duplicates", "deliveries of a value beyond its first (at-least-once allows them; the rate is reported, "
                    "never a violation)."),
@@ -33,7 +35,8 @@ GLOSSARY: list[tuple[str, str]] = [
 
 # Summary measures and the glossary entry that explains each, for printing only what a run found.
 ENTRY_OF_MEASURE = {
-    "lost": "lost", "phantom": "phantom", "failed_reads": "failed read", "inconsistent_offsets": "inconsistent offsets",
+    "lost": "lost", "unchecked": "unchecked", "phantom": "phantom", "failed_reads": "failed read",
+    "inconsistent_offsets": "inconsistent offsets",
     "order_violations": "order violations", "poll_violations": "poll violations",
     "commit_regressions": "commit regressions", "divergences": "divergences", "unseen": "unseen",
     "duplicates": "duplicates", "indeterminate_sends": "indeterminate",

@@ -160,7 +160,8 @@ def summary_rows(result: CheckResult, run_info: dict[str, Any]) -> list[tuple[st
         ("scenario", run_info.get("scenario", result.scenario)), ("seed", run_info.get("seed", result.seed)),
         ("fault phase (s)", run_info.get("duration_s")), ("faults", result.faults),
         ("sends", result.sends), ("acknowledged", result.acknowledged), ("failed", result.failed_sends),
-        ("indeterminate", result.indeterminate_sends), ("lost", result.lost), ("phantom", result.phantom),
+        ("indeterminate", result.indeterminate_sends), ("lost", result.lost),
+        ("unchecked", result.unchecked), ("phantom", result.phantom),
         ("order violations", result.order_violations), ("inconsistent offsets", result.inconsistent_offsets),
         ("poll violations", result.poll_violations), ("commit regressions", result.commit_regressions),
         ("divergences", result.divergences), ("unseen", result.unseen),
@@ -388,9 +389,9 @@ def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Cons
             lost.add_row(*(rich_escape(_number(cell)) for cell in cells))
         console.print(lost)
     found = entries_for({name: getattr(result, name) for name in
-                         ("lost", "phantom", "failed_reads", "inconsistent_offsets", "order_violations",
-                          "poll_violations", "commit_regressions", "divergences", "unseen", "duplicates",
-                          "indeterminate_sends")})
+                         ("lost", "unchecked", "phantom", "failed_reads", "inconsistent_offsets",
+                          "order_violations", "poll_violations", "commit_regressions", "divergences", "unseen",
+                          "duplicates", "indeterminate_sends")})
     for term, words in found:
         console.print(f"[bold]{rich_escape(term)}[/]: {rich_escape(words)}", highlight=False)
     for sentence in result.violations:

@@ -137,6 +137,8 @@ class CheckResult(msgspec.Struct, kw_only=True):
     deliveries: int = 0
     lost: int = 0
     lost_messages: list[LostMessage] = []
+    unchecked: int = 0  # acknowledged, not lost, on a partition without a final read
+    unchecked_partitions: list[tuple[str, int | None]] = []
     phantom: int = 0
     phantom_reads: list[ReadAnomaly] = []
     failed_reads: int = 0
@@ -184,6 +186,12 @@ def violation_sentences(
         sentences.append(
             f"{result.lost} acknowledged sends lost; first: value {first.value!r} key {first.key!r} "
             f"acknowledged at {_at(first.topic, first.partition, first.offset)}, {first.reason}"
+        )
+    if result.unchecked:
+        places = ", ".join(_at(topic, partition, None).removesuffix("@None")
+                           for topic, partition in result.unchecked_partitions[:5])
+        sentences.append(
+            f"{result.unchecked} acknowledged sends could not be checked: no final read of {places}"
         )
     if result.phantom:
         first = result.phantom_reads[0]
@@ -255,7 +263,7 @@ def _first_inconsistency(result: CheckResult) -> str:
 SUMMARY_FIELDS = (
     "valid", "scenario", "seed", "expect_loss", "healed",
     "sends", "acknowledged", "failed_sends", "indeterminate_sends", "polls", "deliveries",
-    "lost", "phantom", "failed_reads", "inconsistent_offsets", "order_violations",
+    "lost", "unchecked", "phantom", "failed_reads", "inconsistent_offsets", "order_violations",
     "poll_violations", "commit_regressions", "divergences", "unseen",
     "duplicates", "duplicate_rate", "duplicate_max",
     "faults", "failover_ms_p50", "failover_ms_p99", "failover_ms_max", "failovers_unrecovered",
@@ -273,6 +281,7 @@ def summary_dict(result: CheckResult) -> dict[str, Any]:
     summary["leftover_processes"] = len(result.leftover_processes)
     summary["leftover_shm"] = len(result.leftover_shm)
     summary["unseen_by_group"] = dict(result.unseen_by_group)
+    summary["unchecked_partitions"] = [list(place) for place in result.unchecked_partitions]
     summary["duplicates_by_group"] = msgspec.to_builtins(result.duplicates_by_group)
     summary["violations"] = list(result.violations)
     summary["anomalies"] = {name: msgspec.to_builtins(getattr(result, name)) for name in ANOMALY_FIELDS}

@@ -323,7 +323,8 @@ def test_acknowledged_values_a_group_never_polled_after_heal_are_unseen_violatio
 
 
 def test_unseen_values_before_any_heal_are_reported_but_not_violations():
-    result = History().send("v0", 0).send("v1", 1).poll((0, 0, "k", "v0")).check()
+    history = History().send("v0", 0).send("v1", 1).poll((0, 0, "k", "v0"))
+    result = history.final_read((0, "k", "v0"), (1, "k", "v1")).check()
     assert result.unseen == 1
     assert result.valid, result.violations
 
@@ -340,7 +341,7 @@ def test_duplicate_deliveries_are_counted_per_group_with_rate_and_maximum():
     history.poll((0, 0, "k", "v0"), (0, 1, "k", "v1"))
     history.poll((0, 0, "k", "v0"), (0, 1, "k", "v1"), generation=2)
     history.poll((0, 0, "k", "v0"), generation=3)
-    result = history.check()
+    result = history.final_read((0, "k", "v0"), (1, "k", "v1")).check()
     stats = result.duplicates_by_group["g1"]
     assert (stats.deliveries, stats.distinct, stats.duplicates, stats.max_deliveries) == (5, 2, 3, 3)
     assert stats.rate == pytest.approx(1.5)
@@ -361,6 +362,7 @@ def test_failover_time_runs_from_a_leader_fault_to_the_next_acknowledged_send_on
                   phase="start", at_ns=3000 * MS)
     history.event("fault", nemesis="kill", target="replica/t/1/n1", role="leader", topic="t", partition=1,
                   phase="start", at_ns=4000 * MS)
+    history.final_read((0, "k", "x"), (1, "k", "y")).final_read((0, "j", "elsewhere"), partition=1)
     result = history.check()
     assert result.faults == 4
     recovered = [(sample.nemesis, sample.failover_ms) for sample in result.failover_samples]

@@ -1,0 +1,43 @@
+"""Histories that break the promise where the checker once looked away: a partition it has no
+final read of, a record a consumer read that the log later dropped, and a record in the log that
+a group skipped though its send was never acknowledged. Each must fail the verdict."""
+
+from __future__ import annotations
+
+from tests.chaos.test_checker import History
+
+
+def test_acknowledged_sends_on_a_partition_without_a_final_read_are_unchecked_not_safe():
+    # The final read of partition 1 could not finish (its leader never came back): nothing proves
+    # that b0 survived, so the verdict may not call the run clean.
+    history = History().send("a0", 0).send("b0", 0, key="b", partition=1)
+    history.event("heal").final_read((0, "k", "a0"))
+    result = history.check()
+    assert result.lost == 0
+    assert result.unchecked == 1
+    assert result.unchecked_partitions == [("t", 1)]
+    assert not result.valid
+    assert any("could not be checked" in sentence and "t/1" in sentence for sentence in result.violations)
+
+
+def test_a_history_with_acknowledged_sends_and_no_final_read_at_all_is_unchecked():
+    result = History().send("a0", 0).send("a1", 1).check()
+    assert result.unchecked == 2 and not result.valid
+
+
+def test_a_send_judged_lost_by_the_polls_is_lost_not_unchecked():
+    history = History().send("a0", 0).send("a1", 1).poll((0, 1, "k", "a1"))
+    result = history.check()
+    assert [message.value for message in result.lost_messages] == ["a0"]
+    assert result.unchecked == 1  # a1 was read once, but no final read shows it survived
+
+
+def test_indeterminate_and_failed_sends_need_no_final_read():
+    history = History().send("a0", 0, outcome="info").send("a1", 0, outcome="fail")
+    result = history.check()
+    assert result.unchecked == 0 and result.valid, result.violations
+
+
+def test_an_empty_history_checks_nothing_and_says_so_only_through_its_counts():
+    result = History().check()
+    assert (result.sends, result.acknowledged, result.unchecked) == (0, 0, 0)
