@@ -9,7 +9,8 @@ operations checks in seconds. The rules, after Jepsen's Kafka and queue checkers
 - lost: an `ok` send whose value is missing from the `final-read` of its partition, or present
   there at another offset than acknowledged (then also an inconsistent offset). Without a final
   read of that partition: acknowledged offset below the highest offset any poll returned there,
-  and the value never read (Jepsen's rule).
+  and the value never read (Jepsen's rule). A send never acknowledged is lost too when a poll
+  read it (it was committed) and the final read of that partition lacks it.
 - unchecked: an `ok` send not judged lost whose partition has no final read (a final read that
   could not finish is not written). Nothing shows it survived, so it is a violation: a run is
   never "0 lost" by default.

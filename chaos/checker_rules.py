@@ -64,17 +64,35 @@ def _loss_reason(record: SendRecord, ledger: Ledger) -> str | None:
     return None
 
 
+def _consumed_loss_reason(record: SendRecord, ledger: Ledger) -> str | None:
+    """Why a send never acknowledged counts as lost: a consumer read it, so it was committed (a
+    consumer reads below the high watermark only), yet the final read of its partition lacks it."""
+    if record.outcome == "fail" or not record.sent or record.final is not None:
+        return None  # a failed send read is a failed read; a value nobody sent is a phantom
+    if record.reader is None or record.reader == "final-read" or record.position is None:
+        return None
+    topic, partition, _offset = record.position
+    if (topic, partition) not in ledger.final_partitions:
+        return None
+    return f"not acknowledged, but {record.reader} read it there; missing from the final read"
+
+
 def find_lost(ledger: Ledger) -> tuple[Tally, set[Value]]:
+    """Acknowledged sends the log lost, and sends never acknowledged that a consumer read and the
+    log then lost: both were committed. The set holds the acknowledged ones only: an expected loss
+    (acks=1) is of acknowledged writes, and it alone excuses the offsets a loss left inconsistent."""
     lost, lost_values = Tally(), set()
     for record in ledger.sends.values():
-        if record.outcome != "ok":
-            continue
-        reason = _loss_reason(record, ledger)
+        if record.outcome == "ok":
+            reason = _loss_reason(record, ledger)
+            partition, offset = record.ack_partition, record.ack_offset
+        else:
+            reason = _consumed_loss_reason(record, ledger)
+            partition, offset = record.position[1:] if record.position is not None else (None, None)
         if reason is not None:
-            lost_values.add(record.value)
-            lost.add(LostMessage(
-                record.topic, record.ack_partition, record.ack_offset, record.key, record.value, reason
-            ))
+            if record.outcome == "ok":
+                lost_values.add(record.value)
+            lost.add(LostMessage(record.topic, partition, offset, record.key, record.value, reason))
     return lost, lost_values
 
 

@@ -184,8 +184,8 @@ def violation_sentences(
     if result.lost and not result.expect_loss:
         first = result.lost_messages[0]
         sentences.append(
-            f"{result.lost} acknowledged sends lost; first: value {first.value!r} key {first.key!r} "
-            f"acknowledged at {_at(first.topic, first.partition, first.offset)}, {first.reason}"
+            f"{result.lost} acknowledged or consumed sends lost; first: value {first.value!r} key "
+            f"{first.key!r} at {_at(first.topic, first.partition, first.offset)}, {first.reason}"
         )
     if result.unchecked:
         places = ", ".join(_at(topic, partition, None).removesuffix("@None")

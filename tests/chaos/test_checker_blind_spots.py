@@ -41,3 +41,28 @@ def test_indeterminate_and_failed_sends_need_no_final_read():
 def test_an_empty_history_checks_nothing_and_says_so_only_through_its_counts():
     result = History().check()
     assert (result.sends, result.acknowledged, result.unchecked) == (0, 0, 0)
+
+
+def test_a_consumed_record_of_an_unacknowledged_send_missing_from_the_final_read_is_lost():
+    # The send timed out (info), yet a consumer read it: it was committed. A log that ends before
+    # it after the recovery window dropped a committed record.
+    history = History().send("a0", 0, outcome="info").poll((0, 0, "k", "a0"))
+    history.event("heal").final_read()
+    result = history.check()
+    assert result.lost == 1
+    [lost] = result.lost_messages
+    assert (lost.partition, lost.offset, lost.value) == (0, 0, "a0")
+    assert "g1/consumer-1" in lost.reason
+    assert not result.valid
+
+
+def test_an_unacknowledged_send_nobody_read_may_be_missing_from_the_final_read():
+    history = History().send("a0", 0, outcome="info").event("heal").final_read()
+    result = history.check()
+    assert result.lost == 0 and result.valid, result.violations
+
+
+def test_a_consumed_record_lost_in_a_teaching_run_is_reported_not_judged():
+    history = History(expect_loss=True).send("a0", 0, outcome="info").poll((0, 0, "k", "a0"))
+    result = history.event("heal").final_read().check()
+    assert result.lost == 1 and result.valid, result.violations
