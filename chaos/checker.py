@@ -28,8 +28,10 @@ operations checks in seconds. The rules, after Jepsen's Kafka and queue checkers
 - divergence: two `replica-log`s of one partition must hold identical entries from the later of
   their log start offsets up to the smaller of their high watermarks.
 - unseen: per group, acknowledged values in the group's topics that no poll of the group
-  returned (lost values excluded: they are counted as lost). A violation only when the history
-  has a `heal` line and the group polled, i.e. after the recovery window.
+  returned (lost values excluded: they are counted as lost), and values of indeterminate sends
+  that the final read holds: a record in the log is owed to every group however its send ended.
+  A violation only when the history has a `heal` line and the group polled, i.e. after the
+  recovery window.
 - duplicates: per group, deliveries beyond the first of each value (rate = duplicates / distinct
   values delivered, and the most deliveries of one value). Reported, never a violation.
 - failover: per leader fault (`fault`, phase start, naming topic and partition, role absent or

@@ -276,20 +276,33 @@ def find_divergences(ledger: Ledger) -> Tally:
     return divergences
 
 
+def _owed_position(record: SendRecord, lost_values: set[Value]) -> tuple[int | None, int | None] | None:
+    """Where a record every group must deliver is, or None when it is not owed to the groups: an
+    acknowledged value not lost (at its acknowledged place), or a value of an indeterminate send
+    that the final read holds (a group skipping it breaks at-least-once just the same)."""
+    if record.outcome == "ok":
+        return None if record.value in lost_values else (record.ack_partition, record.ack_offset)
+    if record.outcome != "fail" and record.sent and record.final is not None:
+        return record.final[1], record.final[2]
+    return None
+
+
 def find_unseen(ledger: Ledger, lost_values: set[Value]) -> tuple[Tally, dict[str, int], int]:
-    """Acknowledged values each group never polled; the last figure is how many are violations."""
+    """Values owed to each group that it never polled; the last figure is how many are violations."""
     unseen, by_group, counted = Tally(), {}, 0
-    acknowledged = [record for record in ledger.sends.values() if record.outcome == "ok"]
+    owed = []
+    for record in ledger.sends.values():
+        position = _owed_position(record, lost_values)
+        if position is not None:
+            owed.append((record, position))
     for group in sorted(ledger.group_topics):
         topics = ledger.group_topics[group]
         delivered = ledger.deliveries.get(group, {})
         missing = 0
-        for record in acknowledged:
-            if record.topic in topics and record.value not in delivered and record.value not in lost_values:
+        for record, (partition, offset) in owed:
+            if record.topic in topics and record.value not in delivered:
                 missing += 1
-                unseen.add(UnseenMessage(
-                    group, record.topic, record.ack_partition, record.ack_offset, record.value
-                ))
+                unseen.add(UnseenMessage(group, record.topic, partition, offset, record.value))
         by_group[group] = missing
         if ledger.heal_ns is not None and group in ledger.deliveries:
             counted += missing

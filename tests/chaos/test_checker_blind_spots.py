@@ -66,3 +66,22 @@ def test_a_consumed_record_lost_in_a_teaching_run_is_reported_not_judged():
     history = History(expect_loss=True).send("a0", 0, outcome="info").poll((0, 0, "k", "a0"))
     result = history.event("heal").final_read().check()
     assert result.lost == 1 and result.valid, result.violations
+
+
+def test_a_record_in_the_log_of_an_unacknowledged_send_that_the_group_skipped_is_unseen():
+    # a0 timed out but landed at offset 0; the group committed past it and polled only a1.
+    history = History().send("a0", 0, outcome="info").send("a1", 1)
+    history.poll((0, 1, "k", "a1")).commit(2).event("heal")
+    history.final_read((0, "k", "a0"), (1, "k", "a1"))
+    result = history.check()
+    assert result.unseen == 1
+    [unseen] = result.unseen_messages
+    assert (unseen.group, unseen.partition, unseen.offset, unseen.value) == ("g1", 0, 0, "a0")
+    assert not result.valid
+
+
+def test_an_unacknowledged_send_absent_from_the_log_need_not_be_seen():
+    history = History().send("a0", None, outcome="info").send("a1", 0)
+    history.poll((0, 0, "k", "a1")).event("heal").final_read((0, "k", "a1"))
+    result = history.check()
+    assert result.unseen == 0 and result.valid, result.violations
