@@ -30,8 +30,9 @@ operations checks in seconds. The rules, after Jepsen's Kafka and queue checkers
 - unseen: per group, acknowledged values in the group's topics that no poll of the group
   returned (lost values excluded: they are counted as lost), and values of indeterminate sends
   that the final read holds: a record in the log is owed to every group however its send ended.
-  A violation only when the history has a `heal` line and the group polled, i.e. after the
-  recovery window.
+  A violation only when the history has a `heal` line, i.e. after the recovery window; a group
+  is known by its polls and its assignments (a group assigned partitions that never polled owes
+  every value).
 - duplicates: per group, deliveries beyond the first of each value (rate = duplicates / distinct
   values delivered, and the most deliveries of one value). Reported, never a violation.
 - failover: per leader fault (`fault`, phase start, naming topic and partition, role absent or

@@ -85,3 +85,14 @@ def test_an_unacknowledged_send_absent_from_the_log_need_not_be_seen():
     history.poll((0, 0, "k", "a1")).event("heal").final_read((0, "k", "a1"))
     result = history.check()
     assert result.unseen == 0 and result.valid, result.violations
+
+
+def test_a_group_that_was_assigned_its_partitions_and_never_polled_leaves_every_value_unseen():
+    # The group's member took partition 0 and then delivered nothing, for the whole run.
+    history = History().send("a0", 0)
+    history.event("ok", f="assign", process="g1/consumer-1", group="g1", member="m-1", generation=1,
+                  topic="t", partitions=[0])
+    history.event("heal").final_read((0, "k", "a0"))
+    result = history.check()
+    assert result.unseen == 1 and result.unseen_by_group == {"g1": 1}
+    assert not result.valid and any("never polled" in sentence for sentence in result.violations)
