@@ -118,6 +118,7 @@ VARIANTS = (
     "ack-before-replication", "elect-outside-isr", "elect-last-reporter", "trust-damaged-replicas",
     "commit-below-min-insync", "retry-answered-at-once", "fetch-before-flush", "restart-keeps-isr-seat",
     "late-exit-notice-kills", "follower-trusts-leader-watermark", "agent-takes-any-report",
+    "serve-past-high-watermark",
     # producer state
     "follower-forgets-producers", "retry-renumbered", "producer-window-counts-in-flight",
     "unknown-producer-any-sequence", "producer-keeps-numbers-past-a-gap",

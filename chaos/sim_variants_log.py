@@ -92,6 +92,26 @@ def _fetch_before_flush() -> Restore:
     return swap(replica_follower.FollowerRole, "_append", append)
 
 
+def _serve_past_high_watermark() -> Restore:
+    """A leader answers consumers (and share groups) as if its log end were the high watermark:
+    they read records no quorum holds yet, which a failover may then cut."""
+    from actors import replica_fetch
+
+    original = replica_fetch.FetchServing._read
+
+    def read(self, request):
+        if getattr(request, "replica", 0) >= 0:
+            return original(self, request)
+        committed = self.high_watermark
+        self.high_watermark = self.log.log_end_offset
+        try:
+            return original(self, request)
+        finally:
+            self.high_watermark = committed
+
+    return swap(replica_fetch.FetchServing, "_read", read)
+
+
 def _follower_forgets_producers() -> Restore:
     from actors import replica_follower
 
@@ -271,6 +291,7 @@ PATCHES = {
     "commit-below-min-insync": _commit_below_min_insync,
     "retry-answered-at-once": _retry_answered_at_once,
     "fetch-before-flush": _fetch_before_flush,
+    "serve-past-high-watermark": _serve_past_high_watermark,
     "follower-forgets-producers": _follower_forgets_producers,
     "elect-outside-isr": _elect_outside_isr,
     "elect-last-reporter": _elect_last_reporter,

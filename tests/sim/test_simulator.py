@@ -216,6 +216,7 @@ VARIANT_SEARCH = {
     "restart-keeps-isr-seat": (1053, 73),  # 1032 until clean restarts were checked against watermarks
     "late-exit-notice-kills": (1016, 27),
     "follower-trusts-leader-watermark": (1001, 8),
+    "serve-past-high-watermark": (1000, 7),
     "agent-takes-any-report": (1008, 17),  # in the zombie sweep: see VARIANT_SWEEPS
     "follower-forgets-producers": (1025, 38),
     "retry-renumbered": (1005, 13),
