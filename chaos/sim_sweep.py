@@ -37,9 +37,10 @@ CHECKS = (
     "a restarted group coordinator holding every commit it acknowledged",
     "one owner per partition per generation", "a share record locked by one member at a time",
     "share delivery counts never going back nor past max_delivery_attempts, release delays kept",
-    "no acknowledged write lost", "per-key order", "each producer's writes in send order", "one value per offset",
-    "committed offsets never moving back", "replicas agreeing below the high watermark",
-    "every acknowledged write reaching the group", "every share record accepted or dead-lettered, once",
+    "no acknowledged or consumed write lost", "per-key order", "each producer's writes in send order",
+    "one value per offset", "committed offsets never moving back", "replicas agreeing below the high watermark",
+    "every acknowledged write and every logged record reaching the group",
+    "every share record accepted or dead-lettered, once",
     "the group settling and every replica back in the ISR after the heal",
 )
 
