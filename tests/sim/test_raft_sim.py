@@ -178,12 +178,14 @@ def test_the_faults_really_happen():
 VARIANT_SEARCH = {
     "vote-twice": (RaftSimConfig(), 20),
     "vote-before-durable": (RaftSimConfig(election_strike_probability=0.5), 30),
+    "vote-for-stale-log": (RaftSimConfig(), 25),
     "commit-earlier-term": (RaftSimConfig(voters=5, duration_ms=5000, append_entries_max=(1,),
                                           election_strike_probability=0.5, leader_strikes=("isolate",)), 30),
 }
 EXPECTED_PROBLEM = {
     "vote-twice": ("two leaders in term", "did not vote for itself"),
     "vote-before-durable": ("granted its vote in term", "two leaders in term"),
+    "vote-for-stale-log": ("leader completeness", "could still be elected", "state machine safety"),
     "commit-earlier-term": ("could still be elected", "leader completeness", "state machine safety", "committed"),
 }
 
