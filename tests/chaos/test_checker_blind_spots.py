@@ -1,6 +1,7 @@
 """Histories that break the promise where the checker once looked away: a partition it has no
-final read of, a record a consumer read that the log later dropped, and a record in the log that
-a group skipped though its send was never acknowledged. Each must fail the verdict."""
+final read of, a record a consumer read that the log later dropped, a record in the log that a
+group skipped though its send was never acknowledged, and a group that took its partitions and
+never delivered a record. Each must fail the verdict."""
 
 from __future__ import annotations
 
