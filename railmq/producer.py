@@ -165,20 +165,25 @@ class Producer:
                 self._wait_for_space(size)
             self._buffered_bytes += size
             batch = self._open.get((topic, partition))
-            limit = self._batch_limits.get(topic, self.batch_bytes_max)
-            # (takes_time is called only for a record out of the batch's time range: no call per record)
-            if batch is not None and (0 < batch.size_bytes and batch.size_bytes + size > limit
-                                      or not (0 <= timestamp - batch.first_timestamp_ms <= TIMESTAMP_DELTA_MAX
-                                              or takes_time(batch, timestamp))):
-                self._seal(batch)
-                batch = None
-                wake = True
+            if batch is not None:
+                delta = timestamp - batch.first_timestamp_ms
+                # Two comparisons per record; the rare record past either bound is looked at closely.
+                if batch.size_bytes + size > batch.bytes_max or not 0 <= delta <= TIMESTAMP_DELTA_MAX:
+                    if batch.size_bytes and batch.size_bytes + size > batch.bytes_max \
+                            or not takes_time(batch, timestamp):
+                        self._seal(batch)
+                        batch = None
+                        wake = True
+                    else:
+                        delta = timestamp - batch.first_timestamp_ms  # an empty batch starts at this record
             if batch is None:
-                batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
+                batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns(),
+                              self._batch_limits.get(topic, self.batch_bytes_max))
                 self._open[(topic, partition)] = batch
+                delta = 0
                 wake = True
             records = batch.records
-            records.append((timestamp - batch.first_timestamp_ms, key, value, headers))
+            records.append((delta, key, value, headers))
             batch.size_bytes += size
             if timestamp > batch.max_timestamp_ms:
                 batch.max_timestamp_ms = timestamp
@@ -245,10 +250,10 @@ class Producer:
                     self._seal(batch)  # a batch cannot hold these records' time: the next round opens one
                     continue
                 if batch is None:
-                    batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns())
+                    batch = Batch(next(self._batch_ids), topic, partition, timestamp, time_ns(), limit)
                     self._open[(topic, partition)] = batch
                 before = cumulative[index - 1] if index else 0
-                end = bisect_right(cumulative, before + limit - batch.size_bytes, lo=index)
+                end = bisect_right(cumulative, before + batch.bytes_max - batch.size_bytes, lo=index)
                 if end == index and not batch.size_bytes:
                     end = index + 1  # one record past the topic's limit: alone, the leader refuses it alone
                 if end == index:

@@ -21,15 +21,17 @@ class RecordMetadata(NamedTuple):
 
 
 class Batch:
-    __slots__ = ("batch_id", "topic", "partition", "records", "size_bytes", "first_timestamp_ms",
+    __slots__ = ("batch_id", "topic", "partition", "records", "size_bytes", "bytes_max", "first_timestamp_ms",
                  "max_timestamp_ms", "created_ns", "event", "base_offset", "error", "callbacks")
 
-    def __init__(self, batch_id: int, topic: str, partition: int, timestamp_ms: int, now_ns: int) -> None:
+    def __init__(self, batch_id: int, topic: str, partition: int, timestamp_ms: int, now_ns: int,
+                 bytes_max: int = 1 << 62) -> None:
         self.batch_id = batch_id
         self.topic = topic
         self.partition = partition
         self.records: list = []
         self.size_bytes = 0
+        self.bytes_max = bytes_max  # the records' bytes it takes: the producer's limit, or its topic's
         self.first_timestamp_ms = timestamp_ms
         self.max_timestamp_ms = timestamp_ms
         self.created_ns = now_ns
