@@ -968,14 +968,7 @@ def test_a_member_answers_records_of_a_topic_made_again_apart_from_the_new_ones_
     world.produce("orders", ["old-0", "old-1"])
     start_member(world, "m1", ["orders"], request_timeout_ms=2_000)  # its fetch to the old leader times out
     assert delivered(world, "m1") == [(0, 1), (1, 1)]
-    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
-                          PRODUCER)
-    for key in [key for key in world.replicas if key[0] == "orders"]:
-        world.harness.remove(world.replicas.pop(key).endpoint)
-    world.settle(200)
-    world.create_topic("orders")
-    new_topic_id = world.coordinator.topics["orders"].topic_id
-    world.produce("orders", ["new-0", "new-1"])
+    new_topic_id = made_again_with(world, ["new-0", "new-1"])
 
     def first_deliveries_of_the_new_topic() -> list[int]:
         return [offset for topic_id, offset, count in delivered_with_topic_ids(world, "m1")
@@ -1004,20 +997,40 @@ def test_records_acquired_in_a_deleted_topics_share_partition_are_not_fetched_fr
     out only by the new share-partition, from their first delivery."""
     world.produce("orders", ["old-0", "old-1"])
     start_member(world, "m1", ["orders"], request_timeout_ms=2_000)  # its fetch to the old leader times out
-    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
-                          PRODUCER)
-    for key in [key for key in world.replicas if key[0] == "orders"]:
-        world.harness.remove(world.replicas.pop(key).endpoint)
-    world.settle(200)
-    world.create_topic("orders")
-    new_topic_id = world.coordinator.topics["orders"].topic_id
-    world.produce("orders", ["new-0", "new-1"])
+    new_topic_id = made_again_with(world, ["new-0", "new-1"])
     world.settle(12_000)
 
     assert world.harness.trace_events("share-partition-of-a-deleted-topic")
     new_deliveries = [count for topic_id, offset, count in delivered_with_topic_ids(world, "m1")
                       if topic_id == new_topic_id and offset == 0]
     assert new_deliveries[:3] == [1, 2, 3], "the new share-partition's deliveries, from the first"
+
+
+def made_again_with(world: World, values: list[str]) -> int:
+    """Delete `orders` (its replicas gone with it), make it again and produce `values` into it:
+    the new topic's id."""
+    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
+                          PRODUCER)
+    for key in [key for key in world.replicas if key[0] == "orders"]:
+        world.harness.remove(world.replicas.pop(key).endpoint)
+    world.settle(200)
+    world.create_topic("orders")
+    world.produce("orders", values)
+    return world.coordinator.topics["orders"].topic_id
+
+
+def acquired_until(world: World, member: str, count: int) -> list[int]:
+    """Member "a" heartbeats and acquires in rounds until it has been handed `count` offsets (at
+    most 30 rounds): the offsets, sorted."""
+    offsets: set[int] = set()
+    for _ in range(30):
+        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
+        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
+        world.settle(300)
+        offsets |= {offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)}
+        if len(offsets) >= count:
+            break
+    return sorted(offsets)
 
 
 def delivered_with_topic_ids(world: World, name: str) -> list[tuple[int, int, int]]:
@@ -1319,23 +1332,10 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start(
     member = world.join("a", ["orders"]).member_id
     assert len(acquired_offsets(world.acquire_now("a", member, "orders", max_records=30))) == 30
     world.answer("a", member, "orders", 0, 29, "accept")
-    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"), PRODUCER)
-    for key in [key for key in world.replicas if key[0] == "orders"]:
-        world.harness.remove(world.replicas.pop(key).endpoint)
-    world.settle(200)
-    world.create_topic("orders")
-    world.produce("orders", [f"new-{index}" for index in range(40)])
+    made_again_with(world, [f"new-{index}" for index in range(40)])
 
-    offsets: set[int] = set()
-    for _ in range(30):  # the leader of the old topic is gone: the coordinator's request to it times out first
-        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
-        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
-        world.settle(300)
-        offsets |= {offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)}
-        if len(offsets) >= 40:
-            break
-
-    assert sorted(offsets) == list(range(40)), "every record of the new topic, from its start"
+    # The leader of the old topic is gone: the coordinator's request to it times out first.
+    assert acquired_until(world, member, 40) == list(range(40)), "every record of the new topic, from its start"
     assert world.harness.trace_events("share-partition-of-a-deleted-topic")
 
 
@@ -1351,23 +1351,8 @@ def test_an_answer_to_a_record_of_the_deleted_topic_does_not_settle_the_new_topi
     world.produce("orders", [f"old-{index}" for index in range(30)])
     member = world.join("a", ["orders"]).member_id
     assert len(acquired_offsets(world.acquire_now("a", member, "orders", max_records=30))) == 30
-    world.harness.deliver(COORDINATOR, DeleteTopicRequest(correlation_id=world.next_id(), name="orders"),
-                          PRODUCER)
-    for key in [key for key in world.replicas if key[0] == "orders"]:
-        world.harness.remove(world.replicas.pop(key).endpoint)
-    world.settle(200)
-    world.create_topic("orders")
-    new_topic_id = world.coordinator.topics["orders"].topic_id
-    world.produce("orders", [f"new-{index}" for index in range(40)])
-    offsets: set[int] = set()
-    for _ in range(30):
-        assert world.heartbeat("a", member, ["orders"]).error == ErrorCode.NONE
-        world.acquire("a", member, "orders", max_records=100, wait_ms=200)
-        world.settle(300)
-        offsets |= {offset for response in world.acquired("a") for offset, _ in acquired_offsets(response)}
-        if len(offsets) >= 40:
-            break
-    assert sorted(offsets) == list(range(40)) and old_topic_id != new_topic_id
+    new_topic_id = made_again_with(world, [f"new-{index}" for index in range(40)])
+    assert acquired_until(world, member, 40) == list(range(40)) and old_topic_id != new_topic_id
 
     late = world.answer("a", member, "orders", 0, 9, "reject", topic_id=old_topic_id, delivery_count=1,
                         error="the old topic's record")
