@@ -85,7 +85,8 @@ class CoordinatorLink:
         """The leader's sync refused BUSY, unless the member has moved on since."""
         _, request = self.sync_again
         self.sync_again = None
-        if self.state != "syncing" or (request.generation, request.member_id) != (self.generation, self.member_id):
+        moved_on = (request.generation, request.member_id) != (self.generation, self.member_id)
+        if self.state != "syncing" or moved_on:
             return []
         return self._send("sync", request, now_ns, request, timeout_ms=self._join_retry_ms())
 

@@ -123,7 +123,8 @@ class Controller:
             f"{self.name}: the state applied {self.state.applied_index}, raft {self.raft.applied_index}")
         held = list(self.held)
         assert held == sorted(held), f"{self.name}: proposals held out of index order: {held[:8]}"
-        assert not held or held[0] > self.raft.applied_index, f"{self.name}: effects held for applied index {held[0]}"
+        assert not held or held[0] > self.raft.applied_index, (
+            f"{self.name}: effects held for applied index {held[0]}")
         assert set(self.askers) <= set(self.held), f"{self.name}: askers of proposals no longer held"
         assert set(self.read_bytes) <= set(self.held) and self.held_read_bytes == sum(self.read_bytes.values()), (
             f"{self.name}: held read bytes {self.held_read_bytes} miscounted: {self.read_bytes}")

@@ -168,7 +168,8 @@ class FollowerRole:
                 # A header damaged since the open lies on the way to the cut: what follows it is
                 # no copy to keep, and is fetched again as damage is (recorded, so the follower is
                 # not taken as whole until it holds it again).
-                effects += replica.storage.record_corruption(error) + replica.storage.cut_to(error.first_offset)
+                effects += replica.storage.record_corruption(error)
+                effects += replica.storage.cut_to(error.first_offset)
             replica.producers.truncate(log.log_end_offset)
         replica.lost_own_data(log.log_end_offset)
         return effects + [Trace("follower-truncated", {

@@ -390,8 +390,8 @@ def render_terminal(result: CheckResult, run_info: dict[str, Any], console: Cons
         console.print(lost)
     found = entries_for({name: getattr(result, name) for name in
                          ("lost", "unchecked", "phantom", "failed_reads", "inconsistent_offsets",
-                          "order_violations", "poll_violations", "commit_regressions", "divergences", "unseen",
-                          "duplicates", "indeterminate_sends")})
+                          "order_violations", "poll_violations", "commit_regressions", "divergences",
+                          "unseen", "duplicates", "indeterminate_sends")})
     for term, words in found:
         console.print(f"[bold]{rich_escape(term)}[/]: {rich_escape(words)}", highlight=False)
     for sentence in result.violations:

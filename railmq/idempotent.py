@@ -138,8 +138,9 @@ class IdempotentStore:
         message_id = self.message_id(record)
         if not isinstance(message_id, str) or not 0 < text_bytes(message_id) <= MESSAGE_ID_BYTES_MAX:
             shown = repr(message_id[:64] if isinstance(message_id, str) else message_id)[:100]
-            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_BYTES_MAX} bytes in UTF-8, got {shown}"
-                             + (f" ({text_bytes(message_id):,} bytes)" if isinstance(message_id, str) else ""))
+            size = f" ({text_bytes(message_id):,} bytes)" if isinstance(message_id, str) else ""
+            raise ValueError(f"a message id is a string of 1..{MESSAGE_ID_BYTES_MAX} bytes in UTF-8, "
+                             f"got {shown}{size}")
         with self.transaction() as connection:
             if self._seen(connection, message_id):
                 return False

@@ -91,7 +91,8 @@ class ReadOperations:
                 return max(found[1].base_offset, self._log_start)
         return None
 
-    def first_record_at_or_after(self: "PartitionLog", offset: int, timestamp_ms: int) -> tuple[int, int] | None:
+    def first_record_at_or_after(self: "PartitionLog", offset: int,
+                                 timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record from `offset` on, in the batch holding it, whose
         time is `timestamp_ms` or later; None when there is none there. Reads that one batch (its
         CRC checked), and decodes its records' times only."""

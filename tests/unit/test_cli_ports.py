@@ -9,7 +9,8 @@ from railmq import cli_cluster
 from railmq.cli_common import EXIT_FAILED
 
 
-def test_up_with_the_console_refuses_an_http_port_in_use_before_the_cluster_starts(monkeypatch, tmp_path, capsys):
+def test_up_with_the_console_refuses_an_http_port_in_use_before_the_cluster_starts(
+        monkeypatch, tmp_path, capsys):
     """`up --console --http-port P` with P held by another process started every node, then
     stopped them all with INVALID_CONFIG once the console could not listen. The console's port
     is checked with the cluster's now, and nothing starts."""

@@ -214,13 +214,14 @@ def test_answers_to_decisions_held_behind_a_stuck_quorum_count_in_the_held_bytes
     full. With a 1 MiB budget, 60 topics of 1,000 partitions held 5.1 MB of answers. Past the
     budget a client's decision is now BUSY before it is made."""
     budget = 1 << 20
-    net = ControllerNet(limits=Limits(replica_processes_per_node_max=100_000, controller_held_bytes_max=budget))
+    net = ControllerNet(limits=Limits(replica_processes_per_node_max=100_000,
+                                      controller_held_bytes_max=budget))
     active = net.run_until_active()
     controller = net.controllers[active]
     net.isolate(active)
     for number in range(60):
-        net.send(CLIENT, active, CreateTopicRequest(correlation_id=100 + number, name=f"t{number}", partitions=1000,
-                                                    replication_factor=3))
+        net.send(CLIENT, active, CreateTopicRequest(correlation_id=100 + number, name=f"t{number}",
+                                                    partitions=1000, replication_factor=3))
     net.deliver()
     held, largest = _held_answer_bytes(controller)
     busy = [answer for answer in net.answers(CLIENT) if answer.error == ErrorCode.BUSY]

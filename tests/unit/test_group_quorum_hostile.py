@@ -60,7 +60,8 @@ def test_a_burst_of_commits_is_refused_busy_before_it_fills_the_uncommitted_log(
     net.run_for(10)
     fetched = {f"g{answer.correlation_id}": [entry.offset for entry in answer.offsets]
                for answer in net.answers(CLIENT) if isinstance(answer, OffsetFetchResponse)}
-    assert fetched == {group: [offset] for group, offset in last_done.items()}, "a BUSY commit took, or one done did not"
+    assert fetched == {group: [offset] for group, offset in last_done.items()}, (
+        "a BUSY commit took, or one done did not")
 
 
 def test_a_leaders_sync_refused_busy_is_sent_again_in_the_same_generation_after_a_backoff():
@@ -78,12 +79,13 @@ def test_a_leaders_sync_refused_busy_is_sent_again_in_the_same_generation_after_
     stage.command("subscribe", topics=["orders"])
     stage.metadata()
     join = stage.to_groups(JoinGroupRequest)
+    myself = GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)
     stage.answer(JoinGroupResponse(correlation_id=join.correlation_id, generation=4, protocol_name="range",
-                                   leader="c1-m", member_id="c1-m",
-                                   members=[GroupMember(member_id="c1-m", metadata=join.protocols[0].metadata)]))
+                                   leader="c1-m", member_id="c1-m", members=[myself]))
     sync = stage.to_groups(SyncGroupRequest)
     assert sync.assignments, "the leader's sync carries the assignment"
-    stage.answer(ErrorResponse(correlation_id=sync.correlation_id, error=ErrorCode.BUSY, error_message="busy"))
+    stage.answer(ErrorResponse(correlation_id=sync.correlation_id, error=ErrorCode.BUSY,
+                               error_message="busy"))
 
     assert stage.harness.take(GROUPS, SyncGroupRequest) == [], "sent again at once, with no backoff"
     stage.harness.advance(JOIN_BACKOFF_MS)
@@ -114,7 +116,8 @@ def test_a_join_refused_busy_is_sent_again_after_a_backoff_not_at_once():
     for _ in range(3):
         join = stage.to_groups(JoinGroupRequest)
         joins.append(stage.harness.now_ns)
-        stage.answer(ErrorResponse(correlation_id=join.correlation_id, error=ErrorCode.BUSY, error_message="busy"))
+        stage.answer(ErrorResponse(correlation_id=join.correlation_id, error=ErrorCode.BUSY,
+                                   error_message="busy"))
         assert stage.harness.take(GROUPS, JoinGroupRequest) == []
         stage.harness.advance(JOIN_BACKOFF_MS * 4 + 1)
 
@@ -126,7 +129,9 @@ def test_a_share_members_join_refused_busy_waits_for_its_next_heartbeat_at_the_s
     """A share member's first heartbeat (its join) refused BUSY was taken as a lost coordinator:
     the member forgot it and asked the controller's metadata again, adding to the load of a
     cluster already too busy. It now keeps its coordinator and joins at its next heartbeat."""
-    from actors.messages import ErrorResponse, MetadataRequest, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+    from actors.messages import (
+        ErrorResponse, MetadataRequest, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    )
     from tests.unit.test_clients_vs_hostile_server import SHARE_GROUPS, ShareStage
 
     stage = ShareStage(coordinator=SHARE_GROUPS, answer_join=False)  # subscribed; its join not answered

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from railmq.idempotent import (
-    IDS_TABLE, MESSAGE_ID_BYTES_MAX, PRUNE_BATCH_ROWS_MAX, IdempotentStore, TransactionEnded, header_message_id, key_message_id,
-    offset_message_id,
+    IDS_TABLE, MESSAGE_ID_BYTES_MAX, PRUNE_BATCH_ROWS_MAX, IdempotentStore, TransactionEnded, header_message_id,
+    key_message_id, offset_message_id,
 )
 from railmq.records import ConsumerRecord
 

@@ -58,8 +58,9 @@ def test_a_send_batch_older_than_the_open_batch_starts_its_own(producer):
     older = producer.send_batch("t", [b"a", b"b"], partition=0, timestamp_ms=NOW_MS - 5_000)
     newer = producer.send_batch("t", [b"c"], partition=0, timestamp_ms=NOW_MS + 7)
 
-    places = [(first._batch, first._index)] + [(batch, start + index) for future in (older, newer)
-                                              for batch, start, count, *_ in future._spans for index in range(count)]
+    places = [(first._batch, first._index)] + [
+        (batch, start + index) for future in (older, newer)
+        for batch, start, count, *_ in future._spans for index in range(count)]
     assert as_the_leader_takes_them(places) == [NOW_MS, NOW_MS - 5_000, NOW_MS - 5_000, NOW_MS + 7]
 
 

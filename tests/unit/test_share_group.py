@@ -1335,7 +1335,8 @@ def test_a_topic_deleted_and_made_again_under_its_name_is_shared_from_its_start(
     made_again_with(world, [f"new-{index}" for index in range(40)])
 
     # The leader of the old topic is gone: the coordinator's request to it times out first.
-    assert acquired_until(world, member, 40) == list(range(40)), "every record of the new topic, from its start"
+    assert acquired_until(world, member, 40) == list(range(40)), (
+        "every record of the new topic, from its start")
     assert world.harness.trace_events("share-partition-of-a-deleted-topic")
 
 
